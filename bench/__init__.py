@@ -1,0 +1,1 @@
+"""Crank benchmark harness (see bench/README.md)."""

@@ -1,0 +1,1 @@
+"""ASGI targets for the Crank benchmark; each module exposes `app` serving POST /mcp."""

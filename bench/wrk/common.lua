@@ -1,0 +1,63 @@
+-- Shared wrk logic: builds the MCP request, counts non-2xx responses and prints
+-- one JSON result line from done(). Loaded with dofile() by the scenario scripts.
+--
+-- Environment:
+--   BENCH_ERA   "legacy": 2025-11-25 stateless shape (MCP-Protocol-Version header only)
+--               "modern": 2026-07-28 shape (_meta envelope + Mcp-Method/Mcp-Name headers)
+--   BENCH_DUMP  if set, the first response is written to this file for verification
+
+local VERSIONS = { legacy = "2025-11-25", modern = "2026-07-28" }
+local era = os.getenv("BENCH_ERA") or "legacy"
+local dump_path = os.getenv("BENCH_DUMP")
+local threads = {}
+non2xx = 0
+
+-- params: the JSON members of "params" (without braces), e.g. '"name":"echo"'.
+function mcp_request(method, name, params)
+  local version = assert(VERSIONS[era], "BENCH_ERA must be legacy or modern")
+  local members = {}
+  if params ~= "" then members[#members + 1] = params end
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+  wrk.headers["Accept"] = "application/json, text/event-stream"
+  wrk.headers["MCP-Protocol-Version"] = version
+  if era == "modern" then
+    members[#members + 1] = '"_meta":{"io.modelcontextprotocol/protocolVersion":"' .. version
+      .. '","io.modelcontextprotocol/clientCapabilities":{}}'
+    wrk.headers["Mcp-Method"] = method
+    if name then wrk.headers["Mcp-Name"] = name end
+  end
+  wrk.body = '{"jsonrpc":"2.0","id":1,"method":"' .. method .. '","params":{'
+    .. table.concat(members, ",") .. "}}"
+end
+
+function setup(thread)
+  threads[#threads + 1] = thread
+end
+
+function response(status, headers, body)
+  if status < 200 or status > 299 then non2xx = non2xx + 1 end
+  if dump_path then
+    local ctype = ""
+    for k, v in pairs(headers) do
+      if k:lower() == "content-type" then ctype = v end
+    end
+    local f = assert(io.open(dump_path, "wb"))
+    f:write(status, "\n", ctype, "\n", #wrk.body, "\n", wrk.body, body)
+    f:close()
+    dump_path = nil
+  end
+end
+
+function done(summary, latency, requests)
+  local bad = 0
+  for _, thread in ipairs(threads) do bad = bad + thread:get("non2xx") end
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"duration_us":%d,"bytes":%d,"rps":%.2f,"p50_us":%d,"p90_us":%d,"p99_us":%d,'
+      .. '"mean_us":%.1f,"max_us":%d,"non2xx":%d,"errors":{"connect":%d,"read":%d,"write":%d,'
+      .. '"status":%d,"timeout":%d}}\n',
+    summary.requests, summary.duration, summary.bytes, summary.requests / (summary.duration / 1e6),
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean, latency.max,
+    bad, e.connect, e.read, e.write, e.status, e.timeout))
+end

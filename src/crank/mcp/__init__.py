@@ -1,0 +1,29 @@
+"""The MCP layer: tools, catalogs and the Streamable HTTP endpoint that every tool source plugs into."""
+
+from __future__ import annotations
+
+from crank.mcp.calls import InvalidArgumentsMode
+from crank.mcp.catalog import Catalog, estimate_tokens
+from crank.mcp.formats import FORMATS
+from crank.mcp.http import CatalogNotFoundError, CatalogProvider, MCPEndpoint
+from crank.mcp.server import ServerInfo
+from crank.mcp.tools import CallContext, Icon, Invoker, Tool, ToolAnnotations, ToolResult
+from crank.mcp.translations import Translations
+
+__all__ = [
+    "FORMATS",
+    "CallContext",
+    "Catalog",
+    "CatalogNotFoundError",
+    "CatalogProvider",
+    "Icon",
+    "InvalidArgumentsMode",
+    "Invoker",
+    "MCPEndpoint",
+    "ServerInfo",
+    "Tool",
+    "ToolAnnotations",
+    "ToolResult",
+    "Translations",
+    "estimate_tokens",
+]

@@ -1,0 +1,96 @@
+"""One tool call: validate the arguments, run the invoker, shape the result or the error.
+
+Shared by MCP `tools/call` and the plain `POST <base>/call`, so both behave the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any, Literal
+
+from crank import _json
+from crank.exceptions import InternalRuntimeError, SchemaValidationError, ToolError
+from crank.mcp.catalog import CatalogEntry
+from crank.mcp.formats import render
+from crank.mcp.tools import CallContext, ToolResult
+from crank.mcp.validation import Violation
+from crank.types import JSONObject
+
+__all__ = ["ArgumentsRejectedError", "InvalidArgumentsMode", "call_tool", "error_result", "success_result"]
+
+logger = logging.getLogger("crank.mcp")
+
+InvalidArgumentsMode = Literal["result", "error"]
+"""`result`: a tool execution error (`isError: true`), as the current MCP specification asks, so that a
+model can correct itself. `error`: JSON-RPC -32602, as seed 001 describes."""
+
+
+class ArgumentsRejectedError(Exception):
+    """Arguments failed the inputSchema on an endpoint that answers such calls with JSON-RPC -32602."""
+
+    def __init__(self, tool_name: str, violations: list[Violation]) -> None:
+        super().__init__(f"Invalid arguments for tool {tool_name!r}")
+        self.violations = violations
+
+
+async def call_tool(
+    entry: CatalogEntry,
+    arguments: dict[str, Any],
+    context: CallContext,
+    *,
+    result_format: str,
+    invalid_arguments: InvalidArgumentsMode = "result",
+    debug: bool = False,
+) -> JSONObject:
+    """Run one call and return the `CallToolResult` object. Never raises for a tool's own failure."""
+    tool = entry.tool
+    violations = entry.validator.violations(arguments)
+    if violations:
+        if invalid_arguments == "error":
+            raise ArgumentsRejectedError(tool.name, violations)
+        rejected = SchemaValidationError(
+            f"Invalid arguments for tool {tool.name!r}: {len(violations)} violation(s)",
+            recoverable=True,
+            suggested_action="Correct the arguments listed in details and call the tool again.",
+            details=[violation.to_wire() for violation in violations],
+        )
+        return error_result(rejected, context.request_id)
+    try:
+        value = await tool.invoker(arguments, context)
+    except ToolError as exc:
+        logger.info("tool %s failed: %s (request_id=%s)", tool.name, exc.error_code, context.request_id)
+        return error_result(exc, context.request_id)
+    except Exception as exc:
+        logger.exception("tool %s raised an unexpected error (request_id=%s)", tool.name, context.request_id)
+        details = {"exception": type(exc).__name__, "trace": traceback.format_exc()} if debug else None
+        internal = InternalRuntimeError(
+            "The tool failed unexpectedly.",
+            suggested_action="Retry later; if it keeps failing, report the request_id to the operator.",
+            details=details,
+        )
+        return error_result(internal, context.request_id)
+    if isinstance(value, ToolResult):
+        return value.to_wire()
+    return success_result(value, result_format=result_format, wrap=tool.wrap_result)
+
+
+def success_result(value: Any, *, result_format: str, wrap: bool) -> JSONObject:
+    """Text in the chosen format plus `structuredContent`.
+
+    Wrapped tools always get `{"result": value}` (seed 001). Otherwise an object is structured as it
+    is, a list is wrapped the same way (2025-11-25 requires an object), and a scalar goes as text only.
+    """
+    result: JSONObject = {"content": [{"type": "text", "text": render(value, result_format)}]}
+    if wrap or isinstance(value, list):
+        result["structuredContent"] = {"result": value}
+    elif isinstance(value, dict):
+        result["structuredContent"] = value
+    result["isError"] = False
+    return result
+
+
+def error_result(error: ToolError, request_id: str) -> JSONObject:
+    """`isError: true` with the structured error as JSON text, and no `structuredContent`."""
+    text = _json.dumps(error.to_payload(request_id)).decode()
+    return {"content": [{"type": "text", "text": text}], "isError": True}

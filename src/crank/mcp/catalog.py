@@ -1,0 +1,150 @@
+"""A catalog: the tools of one endpoint at one version, with everything a request needs precomputed.
+
+Built once per catalog version: names are checked, argument validators compiled, and the
+serialized `tools/list` pages made for every language. A request then only looks things up.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from crank import _json
+from crank.exceptions import ConfigurationError
+from crank.mcp.formats import UnknownFormatError, check_format
+from crank.mcp.tools import TOOL_NAME_PATTERN, Tool
+from crank.mcp.translations import Translations
+from crank.mcp.validation import ArgumentValidator
+from crank.types import JSONObject
+
+__all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "InvalidCursorError", "estimate_tokens"]
+
+DEFAULT_PAGE_SIZE = 100
+_CURSOR_PREFIX = "crank-page:"
+
+
+class InvalidCursorError(ValueError):
+    """A `tools/list` cursor this catalog did not issue."""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    tool: Tool
+    validator: ArgumentValidator
+
+
+def estimate_tokens(entries: list[JSONObject]) -> int:
+    """Compact JSON of the `tools/list` entries, UTF-8 bytes divided by three, rounded up."""
+    return math.ceil(len(_json.dumps(entries)) / 3)
+
+
+class Catalog:
+    """The immutable, precomputed set of tools served by an endpoint at one version."""
+
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        *,
+        version: str = "1",
+        translations: Translations | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> None:
+        if page_size < 1:
+            raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
+        self.version = version
+        self.translations = translations or Translations()
+        self.default_language = self.translations.default_language
+        self.languages = self.translations.languages
+        self._entries = _build_entries(tools)
+        self._pages: dict[str, list[bytes]] = {}
+        self._listing: dict[str, bytes] = {}
+        for language in self.languages:
+            wire = [self._wire_entry(entry.tool, language) for entry in self._entries.values()]
+            self._pages[language] = [
+                _json.dumps(wire[start : start + page_size]) for start in range(0, max(len(wire), 1), page_size)
+            ]
+            self._listing[language] = _json.dumps({"tools": wire})
+        self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, name: str) -> CatalogEntry | None:
+        return self._entries.get(name)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return list(self._entries)
+
+    def tool_entries(self, language: str) -> list[JSONObject]:
+        """The `tools/list` entries in one language (decoded; for tests, tools and the budget)."""
+        entries: list[JSONObject] = _json.loads(self._listing[language])["tools"]
+        return entries
+
+    def listing(self, language: str) -> bytes:
+        """`{"tools": [...]}` with every tool, for the plain HTTP pair."""
+        return self._listing[language]
+
+    def page(self, language: str, cursor: str | None) -> tuple[bytes, str | None]:
+        """The serialized `tools` array of one page and the cursor of the next page, if any."""
+        pages = self._pages[language]
+        index = 0 if cursor is None else _decode_cursor(cursor, len(pages))
+        next_cursor = _encode_cursor(index + 1) if index + 1 < len(pages) else None
+        return pages[index], next_cursor
+
+    def _wire_entry(self, tool: Tool, language: str) -> JSONObject:
+        texts = self.translations
+        title = texts.text(tool.name, "title", language) or tool.title or tool.name
+        description = texts.text(tool.name, "description", language) or tool.description
+        wire: JSONObject = {"name": tool.name, "title": title}
+        if description:
+            wire["description"] = description
+        wire["inputSchema"] = tool.input_schema
+        if tool.output_schema is not None:
+            wire["outputSchema"] = tool.output_schema
+        annotations = tool.annotations.to_wire() if tool.annotations else None
+        if annotations is not None:
+            wire["annotations"] = annotations
+        if tool.icons:
+            wire["icons"] = [icon.to_wire() for icon in tool.icons]
+        if tool.meta:
+            wire["_meta"] = tool.meta
+        return wire
+
+
+def _build_entries(tools: Iterable[Tool]) -> dict[str, CatalogEntry]:
+    entries: dict[str, CatalogEntry] = {}
+    for tool in tools:
+        if not isinstance(tool.name, str) or not TOOL_NAME_PATTERN.match(tool.name):
+            raise ConfigurationError(
+                f"tool {tool.name!r}: name must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '-' or '.'"
+            )
+        if tool.name in entries:
+            raise ConfigurationError(f"tool {tool.name!r}: name is used by more than one tool")
+        if tool.format is not None:
+            try:
+                check_format(tool.format, f"tool {tool.name!r}")
+            except UnknownFormatError as exc:
+                raise ConfigurationError(str(exc)) from None
+        if tool.output_schema is not None and not isinstance(tool.output_schema, dict):
+            raise ConfigurationError(f"tool {tool.name!r}: outputSchema must be a JSON object")
+        entries[tool.name] = CatalogEntry(tool, ArgumentValidator(tool.input_schema, tool_name=tool.name))
+    return entries
+
+
+def _encode_cursor(index: int) -> str:
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{index}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, page_count: int) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidCursorError(f"invalid cursor {cursor!r}") from None
+    prefix, _, number = raw.partition(_CURSOR_PREFIX)
+    if prefix or not number.isdigit() or not 0 < int(number) < page_count:
+        raise InvalidCursorError(f"invalid cursor {cursor!r}")
+    return int(number)

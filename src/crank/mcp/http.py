@@ -1,0 +1,388 @@
+"""`MCPEndpoint`: the Streamable HTTP transport (JSON responses) plus seed 002's plain HTTP pair.
+
+Routes, relative to where the endpoint is mounted:
+
+- `POST /`       MCP JSON-RPC (both eras; batches only for 2025-03-26); GET and DELETE are 405 because
+                 no server-to-client stream is offered (the server is stateless and answers JSON).
+- `GET /tools`   the plain pair's listing: `{"tools": [...]}`
+- `POST /call`   the plain pair's call: `{"name": ..., "arguments": {...}}` -> a CallToolResult
+
+The hot path touches raw ASGI only: no framework request objects, no per-request schema work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
+from urllib.parse import parse_qsl
+
+from crank import _json
+from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_tool
+from crank.mcp.catalog import Catalog
+from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError
+from crank.mcp.jsonrpc import JSONRPCError, encode_error, request_envelope_error
+from crank.mcp.protocol import (
+    BATCH_PROTOCOL_VERSIONS,
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MODERN_PROTOCOL_VERSIONS,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+from crank.mcp.security import HostOriginPolicy
+from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
+from crank.mcp.tools import CallContext
+from crank.mcp.translations import negotiate_language
+from crank.types import JSONObject, Receive, Scope, Send
+
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "CatalogNotFoundError", "CatalogProvider", "MCPEndpoint"]
+
+logger = logging.getLogger("crank.mcp")
+
+DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
+CatalogProvider = Callable[[Scope], Awaitable[Catalog]]
+"""Returns the catalog that serves a request (for example the published version of an agent)."""
+
+_ROUTING_HEADERS = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
+_JSON = b"application/json"
+
+
+class CatalogNotFoundError(LookupError):
+    """Raised by a `CatalogProvider` when no endpoint exists at the requested path (404)."""
+
+
+class _BodyTooLargeError(Exception):
+    pass
+
+
+class MCPEndpoint:
+    """An ASGI app serving one catalog (or a provider of catalogs) over MCP Streamable HTTP.
+
+    Parameters:
+        catalog: a `Catalog`, or an async callable receiving the ASGI scope and returning one.
+        server_info: name and version reported to clients.
+        instructions: optional guidance for the model, sent on `initialize` and `server/discover`.
+        default_format: result format when neither the request nor the tool chooses one.
+        invalid_arguments: "result" (tool execution error, the default) or "error" (JSON-RPC -32602).
+        max_body_size: requests with a larger body get 413.
+        dns_rebinding_protection: True, False, or None (on when the server socket is loopback).
+        allowed_hosts / allowed_origins: accepted besides the loopback names and same-origin requests.
+        cache_scope / ttl_ms: the 2026-07-28 caching hints on `tools/list` and `server/discover`.
+        plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
+        debug: put exception details in error data. Never in production.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog | CatalogProvider,
+        *,
+        server_info: ServerInfo | None = None,
+        instructions: str | None = None,
+        default_format: str = DEFAULT_FORMAT,
+        invalid_arguments: InvalidArgumentsMode = "result",
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        dns_rebinding_protection: bool | None = None,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
+        cache_scope: Literal["public", "private"] = "public",
+        ttl_ms: int = 0,
+        plain_http: bool = True,
+        debug: bool = False,
+    ) -> None:
+        if isinstance(catalog, Catalog):
+            fixed = catalog
+
+            async def provide(scope: Scope) -> Catalog:
+                return fixed
+
+            self._provide: CatalogProvider = provide
+        else:
+            self._provide = catalog
+        self.server = MCPServer(
+            server_info=server_info or ServerInfo(),
+            instructions=instructions,
+            default_format=default_format,
+            invalid_arguments=invalid_arguments,
+            cache_scope=cache_scope,
+            ttl_ms=ttl_ms,
+            debug=debug,
+        )
+        self.max_body_size = max_body_size
+        self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
+        self.plain_http = plain_http
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers, duplicated = _read_headers(scope)
+        refused = self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin"))
+        if refused is not None:
+            await _send(send, refused, _json.dumps({"error": "Forbidden host or origin"}))
+            return
+        route = _route_path(scope)
+        method = scope["method"]
+        try:
+            if route in ("", "/"):
+                if method != "POST":
+                    await _send(send, 405, b"", [(b"allow", b"POST")], content_type=None)
+                    return
+                exchange = await self._mcp_post(scope, receive, headers, duplicated)
+            elif self.plain_http and route == "/tools":
+                exchange = await self._plain_tools(scope, headers) if method == "GET" else _not_allowed(b"GET")
+            elif self.plain_http and route == "/call":
+                exchange = (
+                    await self._plain_call(scope, receive, headers) if method == "POST" else _not_allowed(b"POST")
+                )
+            else:
+                exchange = Exchange(404, _json.dumps({"error": "Not found"}))
+        except CatalogNotFoundError:
+            exchange = Exchange(404, encode_error(None, JSONRPCError(INVALID_REQUEST, "No MCP endpoint at this path")))
+        except Exception as exc:
+            exchange = Exchange(500, encode_error(None, self.server.internal_error(exc)))
+        if exchange.body is None:
+            await _send(send, exchange.status, b"", exchange.headers, content_type=None)
+        else:
+            await _send(send, exchange.status, exchange.body, exchange.headers)
+
+    # -- MCP ---------------------------------------------------------------------------------------
+
+    async def _mcp_post(
+        self, scope: Scope, receive: Receive, headers: dict[str, str], duplicated: str | None
+    ) -> Exchange:
+        if not _accepts_json(headers.get("accept")):
+            return Exchange(
+                406, encode_error(None, JSONRPCError(INVALID_REQUEST, "Accept must allow application/json"))
+            )
+        if not _is_json(headers.get("content-type")):
+            return Exchange(
+                415, encode_error(None, JSONRPCError(INVALID_REQUEST, "Content-Type must be application/json"))
+            )
+        try:
+            body = await _read_body(scope, receive, headers, self.max_body_size)
+        except _BodyTooLargeError:
+            return _protocol_error(413, INVALID_REQUEST, f"Request body exceeds {self.max_body_size} bytes")
+        try:
+            message = _json.loads(body)
+        except _json.JSONDecodeError:
+            return _protocol_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
+        if duplicated is not None:
+            return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
+        info = RequestInfo(headers, _format_query(scope))
+        catalog = await self._provide(scope)
+        if isinstance(message, list):
+            return await self._batch(message, catalog, info)
+        if not isinstance(message, dict):
+            return _protocol_error(400, INVALID_REQUEST, "Invalid request: the body must be a JSON-RPC object")
+        exchange = await self._single(message, catalog, info)
+        return exchange or Exchange(202, None)
+
+    async def _single(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange | None:
+        """One message; None when it needs no answer (a notification or a client's response: 202)."""
+        if "method" not in message and "id" in message and ("result" in message or "error" in message):
+            if info.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS:
+                return _protocol_error(400, INVALID_REQUEST, "Clients must not send responses in 2026-07-28")
+            return None
+        invalid = request_envelope_error(message)
+        if invalid is not None:
+            return Exchange(400, encode_error(message.get("id") if "id" in message else None, invalid))
+        if "id" not in message:
+            requested = info.headers.get("mcp-protocol-version")
+            known = (
+                requested is None or requested in MODERN_PROTOCOL_VERSIONS or requested in HANDSHAKE_PROTOCOL_VERSIONS
+            )
+            if not known:
+                return _protocol_error(400, UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version: {requested}")
+            return None
+        return await self.server.handle(message, catalog, info)
+
+    async def _batch(self, messages: list[Any], catalog: Catalog, info: RequestInfo) -> Exchange:
+        version = info.headers.get("mcp-protocol-version")
+        if version is not None and version not in BATCH_PROTOCOL_VERSIONS:
+            return _protocol_error(
+                400, INVALID_REQUEST, "JSON-RPC batches are only allowed in protocol version 2025-03-26"
+            )
+        if not messages:
+            return _protocol_error(400, INVALID_REQUEST, "Invalid request: empty batch")
+
+        async def one(item: Any) -> bytes | None:
+            if not isinstance(item, dict):
+                return encode_error(None, JSONRPCError(INVALID_REQUEST, "Invalid request: batch items must be objects"))
+            if item.get("method") == "initialize":
+                error = JSONRPCError(INVALID_REQUEST, "initialize must not be part of a batch")
+                return encode_error(item.get("id"), error)
+            exchange = await self._single(item, catalog, info)
+            return exchange.body if exchange is not None else None
+
+        answers = [body for body in await asyncio.gather(*(one(item) for item in messages)) if body]
+        if not answers:
+            return Exchange(202, None)
+        return Exchange(200, b"[" + b",".join(answers) + b"]")
+
+    # -- the plain HTTP pair (seed 002) ------------------------------------------------------------
+
+    async def _plain_tools(self, scope: Scope, headers: dict[str, str]) -> Exchange:
+        catalog = await self._provide(scope)
+        language = negotiate_language(headers.get("accept-language"), catalog.languages, catalog.default_language)
+        return Exchange(
+            200, catalog.listing(language), [(b"content-language", language.encode()), (b"vary", b"Accept-Language")]
+        )
+
+    async def _plain_call(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Exchange:
+        try:
+            body = await _read_body(scope, receive, headers, self.max_body_size)
+        except _BodyTooLargeError:
+            return _plain_error(413, INVALID_REQUEST, f"Request body exceeds {self.max_body_size} bytes")
+        try:
+            request = _json.loads(body)
+        except _json.JSONDecodeError:
+            return _plain_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
+        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
+            return _plain_error(400, INVALID_REQUEST, 'Invalid request: expected {"name": string, "arguments": object}')
+        arguments = request.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            return _plain_error(400, INVALID_REQUEST, "Invalid request: arguments must be an object")
+        catalog = await self._provide(scope)
+        entry = catalog.get(request["name"])
+        if entry is None:
+            return _plain_error(404, METHOD_NOT_FOUND, f"Unknown tool: {request['name']}")
+        try:
+            result_format = self.server.result_format(RequestInfo(headers, _format_query(scope)), entry.tool.format)
+        except UnknownFormatError as exc:
+            return _plain_error(400, INVALID_PARAMS, str(exc))
+        context = CallContext(tool_name=entry.tool.name, protocol_version="plain", headers=headers)
+        try:
+            result = await call_tool(
+                entry,
+                arguments,
+                context,
+                result_format=result_format,
+                invalid_arguments=self.server.invalid_arguments,
+                debug=self.server.debug,
+            )
+        except ArgumentsRejectedError as exc:
+            data = {"violations": [violation.to_wire() for violation in exc.violations]}
+            return _plain_error(200, INVALID_PARAMS, str(exc), data)
+        if result.get("isError") and result["content"] and result["content"][0].get("type") == "text":
+            try:
+                result["error"] = _json.loads(result["content"][0]["text"])
+            except _json.JSONDecodeError:
+                pass  # a tool's own error text that is not JSON: content alone says it
+        return Exchange(200, _json.dumps(result))
+
+
+def _not_allowed(allow: bytes) -> Exchange:
+    return Exchange(405, b"", [(b"allow", allow)])
+
+
+def _protocol_error(status: int, code: int, message: str) -> Exchange:
+    return Exchange(status, encode_error(None, JSONRPCError(code, message)))
+
+
+def _plain_error(status: int, code: int, message: str, data: Any = None) -> Exchange:
+    error: JSONObject = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = {"isError": True, "error": error, "content": [{"type": "text", "text": message}]}
+    return Exchange(status, _json.dumps(body))
+
+
+def _read_headers(scope: Scope) -> tuple[dict[str, str], str | None]:
+    """Headers as a dict of lowercase names, and the name of a routing header sent twice, if any."""
+    headers: dict[str, str] = {}
+    duplicated: str | None = None
+    for raw_name, raw_value in scope["headers"]:
+        name = raw_name.decode("latin-1").lower()
+        if name in headers:
+            if name in _ROUTING_HEADERS:
+                duplicated = name
+            headers[name] = headers[name] + ", " + raw_value.decode("latin-1")
+        else:
+            headers[name] = raw_value.decode("latin-1")
+    return headers, duplicated
+
+
+def _route_path(scope: Scope) -> str:
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root) :]
+    return path
+
+
+def _format_query(scope: Scope) -> str | None:
+    query: bytes = scope.get("query_string", b"")
+    if b"format=" not in query:
+        return None
+    return dict(parse_qsl(query.decode("latin-1"))).get("format")
+
+
+def _accepts_json(accept: str | None) -> bool:
+    # A missing Accept is taken as "anything"; a present one must allow JSON.
+    if accept is None:
+        return True
+    for item in accept.split(","):
+        media = item.split(";", 1)[0].strip().lower()
+        if media in ("application/json", "application/*", "*/*"):
+            return True
+    return False
+
+
+def _is_json(content_type: str | None) -> bool:
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
+async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLargeError
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLargeError
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _send(
+    send: Send,
+    status: int,
+    body: bytes,
+    extra: list[tuple[bytes, bytes]] | None = None,
+    *,
+    content_type: bytes | None = _JSON,
+) -> None:
+    headers = [(b"content-length", str(len(body)).encode())]
+    if content_type is not None:
+        headers.append((b"content-type", content_type))
+    if extra:
+        headers.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,300 @@
+"""The MCP protocol over one catalog, both eras, chosen per request; no transport in here.
+
+Legacy era (2024-11-05 .. 2025-11-25): `initialize`, `notifications/initialized`, `ping`, `tools/list`,
+`tools/call`. Modern era (2026-07-28): stateless, `server/discover`, version and client capabilities
+in `_meta`, routing headers checked against the body, `resultType` on every result.
+The server keeps no session: any replica can answer any request.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from crank import _json
+from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_tool
+from crank.mcp.catalog import Catalog, InvalidCursorError
+from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError, check_format
+from crank.mcp.jsonrpc import JSONRPCError, RequestId, encode_error, encode_result
+from crank.mcp.protocol import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    LATEST_HANDSHAKE_VERSION,
+    METHOD_NOT_FOUND,
+    MODERN_PROTOCOL_VERSIONS,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+from crank.mcp.tools import CallContext, new_request_id
+from crank.mcp.translations import negotiate_language
+from crank.types import JSONObject
+
+__all__ = ["Exchange", "MCPServer", "RequestInfo", "ServerInfo", "decode_header_value"]
+
+logger = logging.getLogger("crank.mcp")
+
+_MODERN_METHODS = frozenset({"server/discover", "tools/list", "tools/call"})
+_LEGACY_METHODS = frozenset({"initialize", "ping", "tools/list", "tools/call"})
+# 2026-07-28 transports: the HTTP status of each protocol error code; anything else is 200.
+_MODERN_STATUS = {
+    -32700: 400,
+    -32600: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    -32021: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    name: str = "crank"
+    version: str = "0"
+    title: str | None = None
+
+    def to_wire(self) -> JSONObject:
+        wire: JSONObject = {"name": self.name, "version": self.version}
+        if self.title is not None:
+            wire["title"] = self.title
+        return wire
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """What the transport learned from the HTTP request, beyond the JSON-RPC body."""
+
+    headers: Mapping[str, str] = field(default_factory=dict)
+    format_query: str | None = None
+
+
+@dataclass(slots=True)
+class Exchange:
+    """The answer to one message: HTTP status, body (None for 202) and extra response headers."""
+
+    status: int
+    body: bytes | None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def decode_header_value(value: str | None) -> str | None:
+    """Undo the `=?base64?...?=` sentinel that 2026-07-28 clients use for non-ASCII header values."""
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+class MCPServer:
+    """Answers MCP JSON-RPC messages for one catalog."""
+
+    def __init__(
+        self,
+        *,
+        server_info: ServerInfo,
+        instructions: str | None = None,
+        default_format: str = DEFAULT_FORMAT,
+        invalid_arguments: InvalidArgumentsMode = "result",
+        cache_scope: Literal["public", "private"] = "public",
+        ttl_ms: int = 0,
+        debug: bool = False,
+    ) -> None:
+        self.server_info = server_info
+        self.instructions = instructions
+        self.default_format = check_format(default_format, "the endpoint's default_format")
+        self.invalid_arguments: InvalidArgumentsMode = invalid_arguments
+        self.cache_scope = cache_scope
+        self.ttl_ms = ttl_ms
+        self.debug = debug
+        self._server_info_wire = server_info.to_wire()
+        self._stamp = {SERVER_INFO_META_KEY: self._server_info_wire}
+
+    async def handle(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange:
+        """Answer one request (a dict with an `id`) whose envelope is already known to be valid."""
+        request_id: RequestId = message["id"]
+        params: JSONObject = message.get("params") or {}
+        try:
+            version = self._era(message["method"], params, info.headers)
+            return await self._dispatch(request_id, message["method"], params, version, catalog, info)
+        except JSONRPCError as error:
+            status = error.http_status
+            if status is None:
+                status = _MODERN_STATUS.get(error.code, 200) if self._is_modern(params, info.headers) else 200
+            return Exchange(status, encode_error(request_id, error))
+        except Exception as exc:
+            return Exchange(200, encode_error(request_id, self.internal_error(exc)))
+
+    def internal_error(self, exc: BaseException) -> JSONRPCError:
+        """-32603 with a request id that is in the log; details only in debug mode."""
+        rid = new_request_id()
+        logger.error("internal error (request_id=%s)", rid, exc_info=exc)
+        data: JSONObject = {"request_id": rid}
+        if self.debug:
+            data["exception"] = f"{type(exc).__name__}: {exc}"
+            data["trace"] = "".join(traceback.format_exception(exc))
+        return JSONRPCError(INTERNAL_ERROR, "Internal error", data)
+
+    @staticmethod
+    def _is_modern(params: JSONObject, headers: Mapping[str, str]) -> bool:
+        meta = params.get("_meta")
+        return headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS or (
+            isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+        )
+
+    def _era(self, method: str, params: JSONObject, headers: Mapping[str, str]) -> str:
+        """The protocol version this request speaks; raises the protocol error that refuses it."""
+        if self._is_modern(params, headers) or method == "server/discover":
+            return _check_modern_envelope(method, params, headers)
+        header_version = headers.get("mcp-protocol-version")
+        if header_version is not None and header_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            raise JSONRPCError(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                f"Unsupported protocol version: {header_version}",
+                {"supported": [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS], "requested": header_version},
+                http_status=400,
+            )
+        return header_version or LATEST_HANDSHAKE_VERSION
+
+    async def _dispatch(
+        self, request_id: RequestId, method: str, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> Exchange:
+        modern = version in MODERN_PROTOCOL_VERSIONS
+        if method not in (_MODERN_METHODS if modern else _LEGACY_METHODS):
+            raise JSONRPCError(METHOD_NOT_FOUND, f"Method not found: {method}")
+        if method == "tools/call":
+            result = await self._call(params, version, catalog, info)
+        elif method == "tools/list":
+            return self._list(request_id, params, modern, catalog, info)
+        elif method == "initialize":
+            result = self._initialize(params)
+        elif method == "server/discover":
+            result = {"supportedVersions": list(MODERN_PROTOCOL_VERSIONS), "capabilities": {"tools": {}}}
+            if self.instructions:
+                result["instructions"] = self.instructions
+            result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
+        else:  # ping
+            result = {}
+        if modern:
+            result["resultType"] = "complete"
+            result["_meta"] = self._stamp
+        return Exchange(200, encode_result(request_id, result))
+
+    def _initialize(self, params: JSONObject) -> JSONObject:
+        requested = params.get("protocolVersion")
+        if not isinstance(requested, str):
+            raise JSONRPCError(INVALID_PARAMS, "initialize: params.protocolVersion must be a string")
+        # lifecycle.mdx: echo a supported version, else offer the latest one we support.
+        version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+        result: JSONObject = {
+            "protocolVersion": version,
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": self._server_info_wire,
+        }
+        if self.instructions:
+            result["instructions"] = self.instructions
+        return result
+
+    def _list(
+        self, request_id: RequestId, params: JSONObject, modern: bool, catalog: Catalog, info: RequestInfo
+    ) -> Exchange:
+        cursor = params.get("cursor")
+        if cursor is not None and not isinstance(cursor, str):
+            raise JSONRPCError(INVALID_PARAMS, "tools/list: params.cursor must be a string")
+        language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
+        try:
+            page, next_cursor = catalog.page(language, cursor)
+        except InvalidCursorError as exc:
+            raise JSONRPCError(INVALID_PARAMS, f"tools/list: {exc}") from None
+        # The page is serialized once per catalog version and language; only the envelope is built here.
+        tail: JSONObject = {}
+        if next_cursor is not None:
+            tail["nextCursor"] = next_cursor
+        if modern:
+            tail.update(resultType="complete", ttlMs=self.ttl_ms, cacheScope=self.cache_scope, _meta=self._stamp)
+        head = b'{"jsonrpc":"2.0","id":' + _json.dumps(request_id) + b',"result":{"tools":'
+        body = head + page + (b"," + _json.dumps(tail)[1:] if tail else b"}") + b"}"
+        headers = [(b"content-language", language.encode()), (b"vary", b"Accept-Language")]
+        return Exchange(200, body, headers)
+
+    async def _call(self, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo) -> JSONObject:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise JSONRPCError(INVALID_PARAMS, "tools/call: params.name must be a string")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        elif not isinstance(arguments, dict):
+            raise JSONRPCError(INVALID_PARAMS, "tools/call: params.arguments must be an object")
+        entry = catalog.get(name)
+        if entry is None:
+            raise JSONRPCError(INVALID_PARAMS, f"Unknown tool: {name}")
+        try:
+            result_format = self.result_format(info, entry.tool.format)
+        except UnknownFormatError as exc:
+            raise JSONRPCError(INVALID_PARAMS, str(exc)) from None
+        meta = params.get("_meta")
+        context = CallContext(
+            tool_name=name,
+            protocol_version=version,
+            headers=info.headers,
+            client_info=meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, dict) else None,
+        )
+        try:
+            return await call_tool(
+                entry,
+                arguments,
+                context,
+                result_format=result_format,
+                invalid_arguments=self.invalid_arguments,
+                debug=self.debug,
+            )
+        except ArgumentsRejectedError as exc:
+            data = {"violations": [violation.to_wire() for violation in exc.violations]}
+            raise JSONRPCError(INVALID_PARAMS, str(exc), data) from None
+
+    def result_format(self, info: RequestInfo, tool_format: str | None) -> str:
+        """Header, then query parameter, then the tool's own format, then the endpoint default."""
+        header = info.headers.get("x-mcp-format")
+        if header:
+            return check_format(header, "the X-Mcp-Format header")
+        if info.format_query:
+            return check_format(info.format_query, "the format query parameter")
+        return tool_format or self.default_format
+
+
+def _check_modern_envelope(method: str, params: JSONObject, headers: Mapping[str, str]) -> str:
+    """The 2026-07-28 request ladder: `_meta` envelope, routing headers, then the version."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or PROTOCOL_VERSION_META_KEY not in meta or CLIENT_CAPABILITIES_META_KEY not in meta:
+        raise JSONRPCError(
+            INVALID_PARAMS,
+            f"params._meta must carry {PROTOCOL_VERSION_META_KEY!r} and {CLIENT_CAPABILITIES_META_KEY!r}",
+        )
+    version = meta[PROTOCOL_VERSION_META_KEY]
+    if headers.get("mcp-protocol-version") != version:
+        raise JSONRPCError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match params._meta")
+    if headers.get("mcp-method") != method:
+        raise JSONRPCError(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
+    if method == "tools/call":
+        name = params.get("name")
+        if name is not None and decode_header_value(headers.get("mcp-name")) != name:
+            raise JSONRPCError(HEADER_MISMATCH, "Mcp-Name header does not match params.name")
+    if not isinstance(version, str) or version not in MODERN_PROTOCOL_VERSIONS:
+        raise JSONRPCError(
+            UNSUPPORTED_PROTOCOL_VERSION,
+            f"Unsupported protocol version: {version}",
+            {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version},
+        )
+    return version

@@ -1,0 +1,150 @@
+"""What a tool is: a definition (name, texts, schemas, hints) plus an async invoker.
+
+Every source of tools (in-process methods, published gateway agents, a hand-written list)
+builds `Tool` objects; the MCP layer neither knows nor cares what the invoker calls.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from crank.types import JSONObject
+
+__all__ = [
+    "TOOL_NAME_PATTERN",
+    "CallContext",
+    "Icon",
+    "Invoker",
+    "Tool",
+    "ToolAnnotations",
+    "ToolResult",
+    "new_request_id",
+]
+
+TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+"""Tool names as the MCP specification recommends (tools.mdx §Tool Names, SEP-986)."""
+
+EMPTY_INPUT_SCHEMA: JSONObject = {"type": "object", "additionalProperties": False}
+
+
+def new_request_id() -> str:
+    """An id for one call, shown to the client on errors and written to the log."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnnotations:
+    """MCP ToolAnnotations. `None` means "not specified" and is left out of the wire form."""
+
+    title: str | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+
+    def to_wire(self) -> JSONObject | None:
+        """The `annotations` object, or None when no field is set (the client then uses the spec defaults)."""
+        pairs = (
+            ("title", self.title),
+            ("readOnlyHint", self.read_only_hint),
+            ("destructiveHint", self.destructive_hint),
+            ("idempotentHint", self.idempotent_hint),
+            ("openWorldHint", self.open_world_hint),
+        )
+        wire = {key: value for key, value in pairs if value is not None}
+        return wire or None
+
+
+@dataclass(frozen=True, slots=True)
+class Icon:
+    """An icon for clients that show tools (`src` is an https or data: URI)."""
+
+    src: str
+    mime_type: str | None = None
+    sizes: tuple[str, ...] = ()
+    theme: Literal["light", "dark"] | None = None
+
+    def to_wire(self) -> JSONObject:
+        wire: JSONObject = {"src": self.src}
+        if self.mime_type is not None:
+            wire["mimeType"] = self.mime_type
+        if self.sizes:
+            wire["sizes"] = list(self.sizes)
+        if self.theme is not None:
+            wire["theme"] = self.theme
+        return wire
+
+
+@dataclass(slots=True)
+class CallContext:
+    """What an invoker may know about the call it serves."""
+
+    tool_name: str
+    protocol_version: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    language: str | None = None
+    client_info: Any = None
+    _request_id: str | None = None
+
+    @property
+    def request_id(self) -> str:
+        """Generated on first use, so that successful calls on the hot path never pay for it."""
+        if self._request_id is None:
+            self._request_id = new_request_id()
+        return self._request_id
+
+
+class Invoker(Protocol):
+    """Runs a tool. Returns a JSON-compatible value (formatted by the MCP layer) or a `ToolResult`.
+
+    Raising `crank.exceptions.ToolError` gives the client a structured error; any other
+    exception is logged with a request id and reported as `internal_error`.
+    """
+
+    async def __call__(self, arguments: dict[str, Any], context: CallContext) -> Any: ...
+
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A result whose content blocks the tool chose itself (images, audio, resources, several blocks)."""
+
+    content: Sequence[JSONObject]
+    structured_content: Any = _UNSET
+    is_error: bool = False
+
+    def to_wire(self) -> JSONObject:
+        wire: JSONObject = {"content": list(self.content)}
+        if self.structured_content is not _UNSET:
+            wire["structuredContent"] = self.structured_content
+        wire["isError"] = self.is_error
+        return wire
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool definition plus the invoker that runs it.
+
+    `wrap_result` says that `output_schema` is the `{"result": ...}` wrapper of seed 001, so
+    successful results become `structuredContent: {"result": value}`. `format` is the tool's own
+    result format (json, pretty_json, markdown, plain, toon); a request header or the endpoint
+    default may choose another.
+    """
+
+    name: str
+    invoker: Invoker
+    title: str | None = None
+    description: str | None = None
+    input_schema: JSONObject = field(default_factory=lambda: dict(EMPTY_INPUT_SCHEMA))
+    output_schema: JSONObject | None = None
+    wrap_result: bool = False
+    annotations: ToolAnnotations | None = None
+    icons: tuple[Icon, ...] = ()
+    format: str | None = None
+    meta: JSONObject | None = None

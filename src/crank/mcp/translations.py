@@ -1,0 +1,84 @@
+"""Tool titles and descriptions per language, and `Accept-Language` negotiation.
+
+Seed 001's per-field fallback chain, generalised: translation layers are searched in order
+(for the in-process source: the API group's layer, then the base layer), each first in the
+client's language and then in the default language; after that the tool's own text; for a
+title, finally the tool name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Literal
+
+__all__ = ["Layer", "Translations", "negotiate_language"]
+
+Layer = Mapping[str, Mapping[str, Mapping[str, str]]]
+"""language -> tool name -> field ("title" or "description") -> text."""
+
+Field = Literal["title", "description"]
+
+
+class Translations:
+    """Ordered translation layers and the language to fall back to."""
+
+    __slots__ = ("default_language", "languages", "_layers")
+
+    def __init__(self, *layers: Layer, default_language: str = "en") -> None:
+        self._layers = layers
+        self.default_language = default_language
+        found = {default_language}
+        for layer in layers:
+            found.update(layer)
+        self.languages: tuple[str, ...] = tuple(sorted(found))
+
+    def text(self, tool_name: str, field: Field, language: str) -> str | None:
+        """The first text for `field` along the fallback chain, or None."""
+        languages = (language,) if language == self.default_language else (language, self.default_language)
+        for layer in self._layers:
+            for lang in languages:
+                value = layer.get(lang, {}).get(tool_name, {}).get(field)
+                if value:
+                    return value
+        return None
+
+
+def negotiate_language(accept_language: str | None, available: Sequence[str], default: str) -> str:
+    """Pick the best of `available` for an `Accept-Language` header (RFC 9110 §12.5.4), else `default`."""
+    if not accept_language:
+        return default
+    return _negotiate(accept_language, tuple(available), default)
+
+
+@lru_cache(maxsize=1024)
+def _negotiate(accept_language: str, available: tuple[str, ...], default: str) -> str:
+    by_lower = {lang.lower(): lang for lang in available}
+    for tag in _ranked_tags(accept_language):
+        if tag == "*":
+            return default
+        if tag in by_lower:
+            return by_lower[tag]
+        primary = tag.split("-", 1)[0]
+        if primary in by_lower:
+            return by_lower[primary]
+        for lower, lang in by_lower.items():
+            if lower.split("-", 1)[0] == primary:
+                return lang
+    return default
+
+
+def _ranked_tags(header: str) -> list[str]:
+    ranked: list[tuple[float, int, str]] = []
+    for index, item in enumerate(header.split(",")):
+        tag, _, params = item.strip().partition(";")
+        quality = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                quality = float(params[2:])
+            except ValueError:
+                quality = 0.0
+        if tag and quality > 0:
+            ranked.append((-quality, index, tag.strip().lower()))
+    return [tag for _, _, tag in sorted(ranked)]

@@ -1,0 +1,79 @@
+"""Tool arguments against the tool's inputSchema: compiled once per catalog, every violation reported.
+
+jsonschema-rs (Rust) is used for speed: `is_valid` is the hot path, `iter_errors` only runs for
+input that already failed. Network `$ref`s are never fetched (2026-07-28 tools.mdx: servers MUST NOT
+auto-dereference network references), so the validator is built offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema_rs
+
+from crank.exceptions import ConfigurationError
+from crank.types import JSONObject
+
+__all__ = ["ArgumentValidator", "Violation", "json_path"]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One reason the arguments were refused, with the JSON path of the offending value."""
+
+    path: str
+    message: str
+
+    def to_wire(self) -> JSONObject:
+        return {"path": self.path, "message": self.message}
+
+
+def json_path(parts: list[str | int] | tuple[str | int, ...]) -> str:
+    """`["items", 0, "name"]` -> `$.items[0].name`; keys that are not identifiers are quoted."""
+    path = "$"
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part.isidentifier():
+            path += f".{part}"
+        else:
+            path += "[" + repr(part) + "]"
+    return path
+
+
+class ArgumentValidator:
+    """A compiled validator for one tool's arguments."""
+
+    __slots__ = ("_validator",)
+
+    def __init__(self, schema: JSONObject, *, tool_name: str) -> None:
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            raise ConfigurationError(f"tool {tool_name!r}: inputSchema must be a JSON Schema with type 'object'")
+        try:
+            self._validator = jsonschema_rs.validator_for(schema, offline=True)
+        except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
+            first_line = str(exc).splitlines()[0]
+            raise ConfigurationError(
+                f"tool {tool_name!r}: inputSchema is not a valid JSON Schema: {first_line}"
+            ) from None
+
+    def violations(self, arguments: Any) -> list[Violation]:
+        """Every violation, or an empty list when the arguments are valid."""
+        if self._validator.is_valid(arguments):
+            return []
+        found: list[Violation] = []
+        for error in self._validator.iter_errors(arguments):
+            found.extend(_explain(error))
+        return found
+
+
+def _explain(error: Any) -> list[Violation]:
+    """Point a violation at the property it is about, not at its parent object."""
+    parent = list(error.instance_path)
+    kind = error.kind
+    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+        return [Violation(json_path([*parent, kind.property]), "required property is missing")]
+    if isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
+        return [Violation(json_path([*parent, name]), "unknown property") for name in kind.unexpected]
+    return [Violation(json_path(parent), error.message)]
