@@ -62,21 +62,30 @@ class Row:
     rps: float
     p50_ms: float
     p99_ms: float
-    wrk: dict[str, Any]
+    runs_rps: list[float]
+    wrk: dict[str, Any]  # done() output of the median run
 
 
 def parse_args() -> argparse.Namespace:
     venv = ROOT / ".venv" / "bin" / "python"
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--python", default=str(venv if venv.exists() else "/tmp/benchvenv/bin/python"),
-                   help="interpreter that runs the targets (default: .venv/bin/python, else /tmp/benchvenv)")
+    p.add_argument(
+        "--python",
+        default=str(venv if venv.exists() else "/tmp/benchvenv/bin/python"),
+        help="interpreter that runs the targets (default: .venv/bin/python, else /tmp/benchvenv)",
+    )
     p.add_argument("--targets", default=",".join(t.key for t in TARGETS), help="comma-separated target keys")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
-    p.add_argument("--eras", default=",".join(ERAS), help="request shapes to try: legacy (2025-11-25), modern")
+    p.add_argument(
+        "--eras", default=",".join(ERAS), help="request shapes to try: legacy (2025-11-25), modern"
+    )
     p.add_argument("--threads", type=int, default=1, help="wrk -t")
     p.add_argument("--connections", type=int, default=32, help="wrk -c")
     p.add_argument("--duration", type=int, default=10, help="timed wrk run, seconds")
-    p.add_argument("--warmup", type=int, default=3, help="untimed wrk run before each timed run, seconds")
+    p.add_argument("--warmup", type=int, default=3, help="untimed wrk run before the timed runs, seconds")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="timed runs per row; the median by req/s is reported"
+    )
     p.add_argument("--server-cpu", default="0", help="taskset CPU list for the server")
     p.add_argument("--client-cpu", default="1", help="taskset CPU list for wrk")
     p.add_argument("--out", type=Path, default=BENCH / "results", help="where latest.md/latest.json go")
@@ -115,8 +124,8 @@ def free_port() -> int:
 def serve(python: str, target: Target, cpu: str, log: Path) -> Iterator[str]:
     """Run the target under uvicorn pinned to `cpu`; yield its MCP URL once the port accepts connections."""
     port = free_port()
-    cmd = ["taskset", "-c", cpu, python, "-m", "uvicorn", target.app, "--host", HOST, "--port", str(port),
-           "--workers", "1", "--loop", "uvloop", "--http", "httptools", "--log-level", "warning", "--no-access-log"]
+    cmd = ["taskset", "-c", cpu, python, "-m", "uvicorn", target.app, "--host", HOST, "--port", str(port)]
+    cmd += "--workers 1 --loop uvloop --http httptools --log-level warning --no-access-log".split()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as log_file:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=target_env(), stdout=log_file, stderr=subprocess.STDOUT)
@@ -140,27 +149,40 @@ def serve(python: str, target: Target, cpu: str, log: Path) -> Iterator[str]:
             proc.wait()
 
 
-def wrk(args: argparse.Namespace, url: str, scenario: str, era: str, seconds: int,
-        connections: int | None = None, dump: Path | None = None) -> dict[str, Any]:
+def wrk(
+    args: argparse.Namespace,
+    url: str,
+    scenario: str,
+    era: str,
+    seconds: int,
+    connections: int | None = None,
+    dump: Path | None = None,
+) -> dict[str, Any]:
     """Run wrk on the client CPU and return the JSON line printed by the scenario script's done()."""
     conns = connections or args.connections
     threads = min(args.threads, conns)
-    cmd = ["taskset", "-c", args.client_cpu, "wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s",
-           "--timeout", "10s", "-s", str(BENCH / "wrk" / f"{scenario}.lua"), url]
+    script = BENCH / "wrk" / f"{scenario}.lua"
+    cmd = ["taskset", "-c", args.client_cpu, "wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s"]
+    cmd += ["--timeout", "10s", "-s", str(script), url]
     env = {**os.environ, "BENCH_ERA": era, **({"BENCH_DUMP": str(dump)} if dump else {})}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60)
     if proc.returncode != 0:
         raise SystemExit(f"wrk failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
-    return json.loads(next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")))
+    return dict(json.loads(next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{"))))
 
 
-def check_response(scenario: str, request: dict[str, Any], status: int, ctype: str, body: bytes) -> str | None:
+def check_response(
+    scenario: str, request: dict[str, Any], status: int, ctype: str, body: bytes
+) -> str | None:
     """Why the response is not a correct answer to `request`, or None if it is."""
     if status != 200:
         return f"HTTP {status}: {body[:200]!r}"
     if not ctype.startswith("application/json"):
         return f"content-type {ctype!r}: {body[:200]!r}"
-    msg = json.loads(body)
+    try:
+        msg = json.loads(body)
+    except ValueError:
+        return f"body is not JSON: {body[:200]!r}"
     if msg.get("jsonrpc") != "2.0" or msg.get("id") != request["id"] or "result" not in msg:
         return f"not a JSON-RPC result for id {request['id']}: {body[:300]!r}"
     result = msg["result"]
@@ -185,17 +207,44 @@ def verify(args: argparse.Namespace, url: str, scenario: str, era: str) -> tuple
             return "no response received", b""
         status, ctype, length, rest = dump.read_bytes().split(b"\n", 3)
     request = json.loads(rest[: int(length)])
-    body = rest[int(length):]
+    body = rest[int(length) :]
     problem = check_response(scenario, request, int(status), ctype.decode(), body)
     if problem is None and (stats["non2xx"] or any(stats["errors"].values())):
         problem = f"non-2xx or socket errors during verification: {stats}"
     return problem, body
 
 
-def package_versions(python: str) -> dict[str, str]:
-    code = ("import importlib.metadata as m, json\n"
-            f"v = {{}}\nfor n in {PEER_PACKAGES!r}:\n"
-            "    try: v[n] = m.version(n)\n    except m.PackageNotFoundError: pass\nprint(json.dumps(v))")
+def measure(args: argparse.Namespace, url: str, name: str, scenario: str, era: str) -> Row:
+    """Warm up, then time `--repeat` wrk runs; fail loudly on any non-2xx response or socket error."""
+    wrk(args, url, scenario, era, args.warmup)
+    runs = []
+    for _ in range(args.repeat):
+        stats = wrk(args, url, scenario, era, args.duration)
+        if stats["non2xx"] or any(stats["errors"].values()):
+            raise SystemExit(
+                f"FAIL {name}: {stats['non2xx']} non-2xx responses, errors "
+                f"{stats['errors']} in {stats['requests']} requests"
+            )
+        runs.append(stats)
+    stats = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
+    p50_ms, p99_ms, runs_rps = stats["p50_us"] / 1e3, stats["p99_us"] / 1e3, [r["rps"] for r in runs]
+    row = Row(name.split()[0], scenario, era, stats["rps"], p50_ms, p99_ms, runs_rps, stats)
+    spread = f" (runs: {', '.join(f'{r:,.0f}' for r in row.runs_rps)})" if args.repeat > 1 else ""
+    print(
+        f"{name}: {row.rps:,.0f} req/s{spread}, p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms",
+        file=sys.stderr,
+    )
+    return row
+
+
+def interpreter_info(python: str) -> dict[str, Any]:
+    """The target interpreter's Python version and the installed versions of the peer packages."""
+    code = (
+        "import importlib.metadata as m, json, platform\nv = {}\n"
+        f"for n in {PEER_PACKAGES!r}:\n"
+        "    try: v[n] = m.version(n)\n    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps({'python_version': platform.python_version(), 'packages': v}))"
+    )
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     return dict(json.loads(proc.stdout))
 
@@ -220,8 +269,9 @@ def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
     lines = [
         f"# Crank MCP benchmark ({meta['date']})",
         "",
-        f"wrk `{meta['wrk_args']}` after a {meta['warmup_s']} s warm-up, on CPU {meta['client_cpu']}; "
-        f"each target under uvicorn (1 worker, uvloop + httptools) on CPU {meta['server_cpu']}; {meta['cpu']}; "
+        f"wrk `{meta['wrk_args']}` after a {meta['warmup_s']} s warm-up (median of {meta['repeat']} runs), "
+        f"on CPU {meta['client_cpu']}; each target under uvicorn (1 worker, uvloop + httptools) "
+        f"on CPU {meta['server_cpu']}; {meta['cpu']}; "
         f"Python {meta['python_version']}; {versions}. "
         "Ratios are req/s over the reference's best request shape in the same scenario.",
         "",
@@ -248,18 +298,24 @@ def main() -> int:
             raise SystemExit(f"{tool} not found (apt-get install -y wrk util-linux)")
     if not Path(args.python).exists():
         raise SystemExit(f"--python {args.python} does not exist; see bench/README.md for the venv setup")
+    print(f"targets run under {args.python}", file=sys.stderr)
     rows: list[Row] = []
     skipped: list[str] = []
     unverified: list[str] = []
     data_source: str | None = None
     for target in (t for t in TARGETS if t.key in args.targets):
         if (why := import_error(args.python, target)) is not None:
+            if "ModuleNotFoundError" in why and "bench.apps" not in why:
+                why += f" (install bench/requirements.txt into {args.python}, or pass --python)"
             print(f"skip {target.key}: cannot import {target.app}: {why}", file=sys.stderr)
             skipped.append(f"{target.key}: cannot import `{target.app}`: {why}")
             continue
         if target.key == UPPER:
-            print(f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} from {data_source or 'an earlier run'}",
-                  file=sys.stderr)
+            print(
+                f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} "
+                f"from {data_source or 'an earlier run'}",
+                file=sys.stderr,
+            )
         with serve(args.python, target, args.server_cpu, args.out / "logs" / f"{target.key}.log") as url:
             for scenario in args.scenarios:
                 shapes = 0
@@ -275,29 +331,19 @@ def main() -> int:
                         DATA_FILE.parent.mkdir(parents=True, exist_ok=True)
                         DATA_FILE.write_bytes(body)
                         data_source = f"{target.key} ({ERAS[era]} shape)"
-                    wrk(args, url, scenario, era, args.warmup)
-                    stats = wrk(args, url, scenario, era, args.duration)
-                    if stats["non2xx"] or any(stats["errors"].values()):
-                        raise SystemExit(f"FAIL {name}: {stats['non2xx']} non-2xx responses, errors "
-                                         f"{stats['errors']} in {stats['requests']} requests")
-                    row = Row(target.key, scenario, era, stats["rps"], stats["p50_us"] / 1e3,
-                              stats["p99_us"] / 1e3, stats)
-                    rows.append(row)
-                    print(f"{name}: {row.rps:,.0f} req/s, p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms",
-                          file=sys.stderr)
+                    rows.append(measure(args, url, name, scenario, era))
                 if shapes == 0:
                     unverified.append(f"{target.key} {scenario}")
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "wrk_args": f"-t{args.threads} -c{args.connections} -d{args.duration}s",
+        "repeat": args.repeat,
         "warmup_s": args.warmup,
         "server_cpu": args.server_cpu,
         "client_cpu": args.client_cpu,
         "cpu": cpu_model(),
         "python": args.python,
-        "python_version": subprocess.run([args.python, "-c", "import platform; print(platform.python_version())"],
-                                         capture_output=True, text=True, check=True).stdout.strip(),
-        "packages": package_versions(args.python),
+        **interpreter_info(args.python),
         "tools_list_source": data_source,
     }
     report = markdown(meta, rows, skipped)

@@ -1,0 +1,38 @@
+"""Raw request helpers for tests that check the wire itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODERN = "2026-07-28"
+JSON_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def modern_meta() -> dict[str, Any]:
+    return {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+    }
+
+
+def modern_request(method: str, params: dict[str, Any] | None = None, request_id: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": modern_meta()}}
+
+
+def modern_headers(method: str, name: str | None = None, version: str = MODERN) -> dict[str, str]:
+    headers = {**JSON_HEADERS, "MCP-Protocol-Version": version, "Mcp-Method": method}
+    if name is not None:
+        headers["Mcp-Name"] = name
+    return headers
+
+
+def legacy_request(method: str, params: dict[str, Any] | None = None, request_id: int | str = 1) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def legacy_headers(version: str = "2025-11-25") -> dict[str, str]:
+    return {**JSON_HEADERS, "MCP-Protocol-Version": version}
