@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.routing import Mount
 
 from crank.exceptions import ToolError
-from crank.mcp import Catalog, CallContext, MCPEndpoint, Tool, ToolAnnotations, Translations
+from crank.mcp import Catalog, CallContext, MCPEndpoint, Tool, ToolAnnotations, Translations, mount
 
 BOOKS = [
     {"id": 1, "title": "Kobzar", "author": "Taras Shevchenko", "year": 1840},
@@ -100,4 +99,4 @@ translations = Translations(
 )
 
 endpoint = MCPEndpoint(Catalog(tools, translations=translations), instructions="A tiny library catalog.")
-app = Starlette(routes=[Mount("/mcp", app=endpoint)])
+app = Starlette(routes=[mount("/mcp", endpoint)])

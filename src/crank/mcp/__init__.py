@@ -6,6 +6,7 @@ from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.mcp.formats import FORMATS
 from crank.mcp.http import CatalogNotFoundError, CatalogProvider, MCPEndpoint
+from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
 from crank.mcp.tools import CallContext, Icon, Invoker, Tool, ToolAnnotations, ToolResult
 from crank.mcp.translations import Translations
@@ -26,4 +27,5 @@ __all__ = [
     "ToolResult",
     "Translations",
     "estimate_tokens",
+    "mount",
 ]
