@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from crank import _json
 from crank.exceptions import ConfigurationError
 from crank.mcp.formats import UnknownFormatError, check_format
+from crank.mcp.headers import HeaderParam, find_header_params
 from crank.mcp.tools import TOOL_NAME_PATTERN, Tool
 from crank.mcp.translations import Translations
 from crank.mcp.validation import ArgumentValidator
@@ -34,6 +35,7 @@ class InvalidCursorError(ValueError):
 class CatalogEntry:
     tool: Tool
     validator: ArgumentValidator
+    header_params: tuple[HeaderParam, ...]
 
 
 def estimate_tokens(entries: list[JSONObject]) -> int:
@@ -131,7 +133,8 @@ def _build_entries(tools: Iterable[Tool]) -> dict[str, CatalogEntry]:
                 raise ConfigurationError(str(exc)) from None
         if tool.output_schema is not None and not isinstance(tool.output_schema, dict):
             raise ConfigurationError(f"tool {tool.name!r}: outputSchema must be a JSON object")
-        entries[tool.name] = CatalogEntry(tool, ArgumentValidator(tool.input_schema, tool_name=tool.name))
+        validator = ArgumentValidator(tool.input_schema, tool_name=tool.name)
+        entries[tool.name] = CatalogEntry(tool, validator, find_header_params(tool.input_schema, tool_name=tool.name))
     return entries
 
 

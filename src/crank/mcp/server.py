@@ -8,18 +8,17 @@ The server keeps no session: any replica can answer any request.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from crank import _json
 from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_tool
-from crank.mcp.catalog import Catalog, InvalidCursorError
+from crank.mcp.catalog import Catalog, CatalogEntry, InvalidCursorError
 from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError, check_format
+from crank.mcp.headers import decode_header_value, param_header_mismatch
 from crank.mcp.jsonrpc import JSONRPCError, RequestId, encode_error, encode_result
 from crank.mcp.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -30,6 +29,7 @@ from crank.mcp.protocol import (
     INVALID_PARAMS,
     LATEST_HANDSHAKE_VERSION,
     METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     MODERN_PROTOCOL_VERSIONS,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
@@ -39,7 +39,7 @@ from crank.mcp.tools import CallContext, new_request_id
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject
 
-__all__ = ["Exchange", "MCPServer", "RequestInfo", "ServerInfo", "decode_header_value"]
+__all__ = ["Exchange", "MCPServer", "RequestInfo", "ServerInfo"]
 
 logger = logging.getLogger("crank.mcp")
 
@@ -85,16 +85,6 @@ class Exchange:
     status: int
     body: bytes | None
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-
-
-def decode_header_value(value: str | None) -> str | None:
-    """Undo the `=?base64?...?=` sentinel that 2026-07-28 clients use for non-ASCII header values."""
-    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
-        return value
-    try:
-        return base64.b64decode(value[9:-2], validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
 
 
 class MCPServer:
@@ -245,6 +235,8 @@ class MCPServer:
         except UnknownFormatError as exc:
             raise JSONRPCError(INVALID_PARAMS, str(exc)) from None
         meta = params.get("_meta")
+        if version in MODERN_PROTOCOL_VERSIONS:
+            _check_modern_call(entry, arguments, meta, info.headers)
         context = CallContext(
             tool_name=name,
             protocol_version=version,
@@ -298,3 +290,23 @@ def _check_modern_envelope(method: str, params: JSONObject, headers: Mapping[str
             {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version},
         )
     return version
+
+
+def _check_modern_call(entry: CatalogEntry, arguments: JSONObject, meta: Any, headers: Mapping[str, str]) -> None:
+    """Per-call 2026-07-28 rules: `Mcp-Param-*` headers agree with the body; required client capabilities."""
+    if entry.header_params:
+        mismatch = param_header_mismatch(entry.header_params, arguments, headers)
+        if mismatch is not None:
+            raise JSONRPCError(HEADER_MISMATCH, mismatch)
+    required = entry.tool.required_client_capabilities
+    if required:
+        declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+        missing = {
+            key: value for key, value in required.items() if not isinstance(declared, dict) or key not in declared
+        }
+        if missing:
+            raise JSONRPCError(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"Tool {entry.tool.name!r} needs client capabilities: {', '.join(missing)}",
+                {"requiredCapabilities": missing},
+            )

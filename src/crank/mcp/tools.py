@@ -148,3 +148,6 @@ class Tool:
     icons: tuple[Icon, ...] = ()
     format: str | None = None
     meta: JSONObject | None = None
+    required_client_capabilities: JSONObject | None = None
+    """Client capabilities the tool needs (for example `{"sampling": {}}`); a 2026-07-28 call from a
+    client that did not declare them is refused with -32021 before the invoker runs."""
