@@ -76,16 +76,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--targets", default=",".join(t.key for t in TARGETS), help="comma-separated target keys")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
-    p.add_argument(
-        "--eras", default=",".join(ERAS), help="request shapes to try: legacy (2025-11-25), modern"
-    )
+    p.add_argument("--eras", default=",".join(ERAS), help="request shapes to try: legacy (2025-11-25), modern")
     p.add_argument("--threads", type=int, default=1, help="wrk -t")
     p.add_argument("--connections", type=int, default=32, help="wrk -c")
     p.add_argument("--duration", type=int, default=10, help="timed wrk run, seconds")
     p.add_argument("--warmup", type=int, default=3, help="untimed wrk run before the timed runs, seconds")
-    p.add_argument(
-        "--repeat", type=int, default=1, help="timed runs per row; the median by req/s is reported"
-    )
+    p.add_argument("--repeat", type=int, default=1, help="timed runs per row; the median by req/s is reported")
     p.add_argument("--server-cpu", default="0", help="taskset CPU list for the server")
     p.add_argument("--client-cpu", default="1", help="taskset CPU list for wrk")
     p.add_argument("--out", type=Path, default=BENCH / "results", help="where latest.md/latest.json go")
@@ -180,9 +176,7 @@ def wrk(
     return dict(json.loads(next(ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{"))))
 
 
-def check_response(
-    scenario: str, request: dict[str, Any], status: int, ctype: str, body: bytes
-) -> str | None:
+def check_response(scenario: str, request: dict[str, Any], status: int, ctype: str, body: bytes) -> str | None:
     """Why the response is not a correct answer to `request`, or None if it is."""
     if status != 200:
         return f"HTTP {status}: {body[:200]!r}"
@@ -325,8 +319,7 @@ def main() -> int:
             continue
         if target.key == UPPER:
             print(
-                f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} "
-                f"from {data_source or 'an earlier run'}",
+                f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} from {data_source or 'an earlier run'}",
                 file=sys.stderr,
             )
         with serve(args.python, target, args.server_cpu, args.out / "logs" / f"{target.key}.log") as url:
@@ -367,6 +360,9 @@ def main() -> int:
     (args.out / "latest.json").write_text(json.dumps(raw, indent=2) + "\n")
     if unverified:
         print(f"FAIL: no request shape gave a correct response for: {', '.join(unverified)}", file=sys.stderr)
+        return 1
+    if not rows:
+        print("FAIL: nothing was measured", file=sys.stderr)
         return 1
     return 0
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from crank.mcp import Catalog, CallContext, MCPEndpoint, ServerInfo, Tool, ToolResult, mount
+from crank.mcp import CallContext, Catalog, MCPEndpoint, ServerInfo, Tool, ToolResult, mount
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from crank.exceptions import ToolError
-from crank.mcp import Catalog, CallContext, MCPEndpoint, Tool, ToolAnnotations, Translations, mount
+from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool, ToolAnnotations, Translations, mount
 
 BOOKS = [
     {"id": 1, "title": "Kobzar", "author": "Taras Shevchenko", "year": 1840},

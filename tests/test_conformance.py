@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from examples.conformance_app import app
 
 ROOT = Path(__file__).resolve().parent.parent

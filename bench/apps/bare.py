@@ -22,9 +22,7 @@ def respond(request: dict[str, Any]) -> bytes:
         result = {"content": [{"type": "text", "text": text}], "isError": False}
         return orjson.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result})
     if method == "tools/list":
-        return (
-            b'{"jsonrpc":"2.0","id":' + orjson.dumps(request["id"]) + b',"result":' + TOOLS_LIST_RESULT + b"}"
-        )
+        return b'{"jsonrpc":"2.0","id":' + orjson.dumps(request["id"]) + b',"result":' + TOOLS_LIST_RESULT + b"}"
     error = {"code": -32601, "message": f"Method not found: {method}"}
     return orjson.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error})
 

@@ -18,9 +18,7 @@ async def list_tools(
     return types.ListToolsResult(tools=TOOLS)
 
 
-async def call_tool(
-    ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-) -> types.CallToolResult:
+async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
     text = (params.arguments or {}).get("text")
     if params.name not in SCHEMAS or not isinstance(text, str):
         return types.CallToolResult(content=[types.TextContent(type="text", text="bad call")], is_error=True)

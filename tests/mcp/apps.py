@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from crank.exceptions import ToolError
-from crank.mcp import Catalog, CallContext, MCPEndpoint, Tool, ToolAnnotations, ToolResult, Translations
+from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool, ToolAnnotations, ToolResult, Translations
 
 calls: list[dict[str, Any]] = []
 
@@ -54,7 +54,11 @@ def make_tools(extra: int = 0) -> list[Tool]:
         Tool(
             name="rows",
             description="Some rows.",
-            input_schema={"type": "object", "properties": {"count": {"type": "integer"}}, "additionalProperties": False},
+            input_schema={
+                "type": "object",
+                "properties": {"count": {"type": "integer"}},
+                "additionalProperties": False,
+            },
             output_schema={"type": "object", "properties": {"result": {"type": "array"}}, "required": ["result"]},
             wrap_result=True,
             invoker=rows,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from crank.exceptions import ConfigurationError
-from crank.mcp import Catalog, CallContext, Icon, Tool, ToolAnnotations, Translations, estimate_tokens
+from crank.mcp import CallContext, Catalog, Icon, Tool, ToolAnnotations, Translations, estimate_tokens
 from crank.mcp.catalog import InvalidCursorError
 
 
@@ -76,8 +76,9 @@ def test_wire_entry_carries_every_set_field() -> None:
     )
     (entry,) = Catalog([full]).tool_entries("en")
     assert entry["annotations"] == {"readOnlyHint": True, "destructiveHint": False}
-    assert entry["icons"] == [{"src": "https://example.com/i.png", "mimeType": "image/png", "sizes": ["48x48"],
-                               "theme": "dark"}]
+    assert entry["icons"] == [
+        {"src": "https://example.com/i.png", "mimeType": "image/png", "sizes": ["48x48"], "theme": "dark"}
+    ]
     assert entry["outputSchema"] == {"type": "object"} and entry["_meta"] == {"example.com/x": 1}
 
 

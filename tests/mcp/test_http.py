@@ -443,8 +443,13 @@ async def test_tool_format_beats_endpoint_default(serve: Callable[..., str]) -> 
     from crank.mcp import Catalog, MCPEndpoint, Tool
     from tests.mcp.apps import rows
 
-    tool = Tool(name="rows", description="Rows.", invoker=rows, format="markdown",
-                input_schema={"type": "object", "properties": {"count": {"type": "integer"}}})
+    tool = Tool(
+        name="rows",
+        description="Rows.",
+        invoker=rows,
+        format="markdown",
+        input_schema={"type": "object", "properties": {"count": {"type": "integer"}}},
+    )
     url = serve(MCPEndpoint(Catalog([tool]), default_format="pretty_json"))
     text = (await call_modern(url, "rows", {"count": 1})).json()["result"]["content"][0]["text"]
     assert text == "| id | name |\n| --- | --- |\n| 0 | n0 |"
@@ -465,3 +470,14 @@ async def test_malformed_call_params_are_invalid_params(url: str, params: dict[s
     response = await post(url, legacy_request("tools/call", params), legacy_headers())
     error = response.json()["error"]
     assert error["code"] == -32602 and message in error["message"]
+
+
+async def test_provider_can_answer_404_for_an_unknown_endpoint(serve: Callable[..., str]) -> None:
+    from crank.mcp import CatalogNotFoundError, MCPEndpoint
+
+    async def provider(scope: Any) -> Any:
+        raise CatalogNotFoundError(scope["path"])
+
+    url = serve(MCPEndpoint(provider))
+    response = await post(url, legacy_request("tools/list"), legacy_headers())
+    assert response.status_code == 404

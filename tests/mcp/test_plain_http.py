@@ -22,7 +22,9 @@ def url(serve: Callable[..., str]) -> str:
 async def call(url: str, body: Any, **headers: str) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     async with httpx.AsyncClient() as client:
-        return await client.post(url + "/call", content=content, headers={"Content-Type": "application/json", **headers})
+        return await client.post(
+            url + "/call", content=content, headers={"Content-Type": "application/json", **headers}
+        )
 
 
 async def test_tools_lists_every_tool_in_the_negotiated_language(url: str) -> None:

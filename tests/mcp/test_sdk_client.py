@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from mcp import Client
 
+from mcp import Client
 from tests.mcp.apps import make_endpoint
 
 pytestmark = pytest.mark.anyio
