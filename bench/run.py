@@ -31,7 +31,7 @@ from bench.apps.catalog import tool_specs  # noqa: E402
 
 DATA_FILE = BENCH / "data" / "tools_list_1000.json"
 HOST = "127.0.0.1"
-MCP_PATH = "/mcp"
+MCP_PATH = "/"  # every target serves MCP at the root, as Crank's MCPEndpoint does
 ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
 SCENARIOS = ("tools_call", "tools_list")
 REFERENCE, UPPER = "sdk-lowlevel", "bare"

@@ -13,7 +13,19 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from crank.mcp import CallContext, Catalog, MCPEndpoint, ServerInfo, Tool, ToolResult, mount
+from crank.mcp import (
+    CallContext,
+    Catalog,
+    InputRequired,
+    MCPEndpoint,
+    ServerInfo,
+    Tool,
+    ToolResult,
+    elicitation,
+    mount,
+    roots_listing,
+    sampling,
+)
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
@@ -43,6 +55,92 @@ def fixed(*blocks: dict[str, Any], is_error: bool = False) -> Any:
 
 async def header_echo(arguments: dict[str, Any], context: CallContext) -> str:
     return str(arguments["text"])
+
+
+def accepted(context: CallContext, key: str) -> dict[str, Any] | None:
+    """The form content of an accepted elicitation answer, or None."""
+    answer = (context.input_responses or {}).get(key)
+    if isinstance(answer, dict) and answer.get("action") == "accept" and isinstance(answer.get("content"), dict):
+        return answer["content"]
+    return None
+
+
+def answered(context: CallContext, *keys: str) -> bool:
+    responses = context.input_responses or {}
+    return all(isinstance(responses.get(key), dict) for key in keys)
+
+
+async def streaming_elicitation(arguments: dict[str, Any], context: CallContext) -> Any:
+    if (got := accepted(context, "answer")) is not None:
+        return ToolResult([text(f"Got: {got}")])
+    return InputRequired({"answer": elicitation("Please answer", {"answer": {"type": "string"}}, ["answer"])})
+
+
+async def ask_name(arguments: dict[str, Any], context: CallContext) -> Any:
+    got = accepted(context, "user_name")
+    if got is None or not isinstance(got.get("name"), str):
+        return InputRequired({"user_name": elicitation("What is your name?", {"name": {"type": "string"}}, ["name"])})
+    return ToolResult([text(f"Hello, {got['name']}!")])
+
+
+async def ask_capital(arguments: dict[str, Any], context: CallContext) -> Any:
+    if not answered(context, "capital_question"):
+        return InputRequired({"capital_question": sampling("What is the capital of France?", 100)})
+    reply = context.input_responses["capital_question"].get("content", {})  # type: ignore[index]
+    return ToolResult([text(f"Sampling response: {reply.get('text', '')}")])
+
+
+async def ask_roots(arguments: dict[str, Any], context: CallContext) -> Any:
+    if not answered(context, "client_roots"):
+        return InputRequired({"client_roots": roots_listing()})
+    roots = context.input_responses["client_roots"].get("roots", [])  # type: ignore[index]
+    return ToolResult([text("Client roots: " + ", ".join(str(root.get("uri")) for root in roots))])
+
+
+async def confirm_with_state(arguments: dict[str, Any], context: CallContext) -> Any:
+    if accepted(context, "confirm") is None or context.request_state != "confirm-v1":
+        return InputRequired(
+            {"confirm": elicitation("Please confirm", {"ok": {"type": "boolean"}}, ["ok"])}, "confirm-v1"
+        )
+    return ToolResult([text("state-ok: requestState verified")])
+
+
+async def ask_everything(arguments: dict[str, Any], context: CallContext) -> Any:
+    if not answered(context, "user_name", "greeting", "client_roots"):
+        requests = {
+            "user_name": elicitation("What is your name?", {"name": {"type": "string"}}, ["name"]),
+            "greeting": sampling("Generate a greeting", 50),
+            "client_roots": roots_listing(),
+        }
+        return InputRequired(requests, "multiple-inputs-v1")
+    return ToolResult([text("All inputs received")])
+
+
+async def ask_in_rounds(arguments: dict[str, Any], context: CallContext) -> Any:
+    if context.request_state == "round-1" and accepted(context, "step1") is not None:
+        color = elicitation("Step 2: What is your favorite color?", {"color": {"type": "string"}}, ["color"])
+        return InputRequired({"step2": color}, "round-2")
+    if context.request_state == "round-2" and accepted(context, "step2") is not None:
+        return ToolResult([text("Multi-round complete")])
+    return InputRequired(
+        {"step1": elicitation("Step 1: What is your name?", {"name": {"type": "string"}}, ["name"])}, "round-1"
+    )
+
+
+async def ask_what_is_declared(arguments: dict[str, Any], context: CallContext) -> Any:
+    declared = context.client_capabilities or {}
+    requests: dict[str, Any] = {}
+    if "sampling" in declared:
+        requests["sample"] = sampling("Say hello", 50)
+    if "elicitation" in declared:
+        requests["ask"] = elicitation("What is your name?", {"name": {"type": "string"}}, ["name"])
+    if "roots" in declared:
+        requests["roots"] = roots_listing()
+    if not requests:
+        return ToolResult([text("No declared capability to ask through")])
+    if context.input_responses:
+        return ToolResult([text("Declared-capability input answered")])
+    return InputRequired(requests)
 
 
 JSON_SCHEMA_2020_12 = {
@@ -119,8 +217,17 @@ tools = [
         fixed(text("sampling is available")),
         required_client_capabilities={"sampling": {}},
     ),
-    tool("test_streaming_elicitation", "Answers without any server-to-client request", fixed(text("no input needed"))),
+    tool("test_streaming_elicitation", "Asks for input inside its result, never by a request", streaming_elicitation),
     tool("test_logging_tool", "Runs without sending log messages", fixed(text("done"))),
+    # input_required results (SEP-2322)
+    tool("test_input_required_result_elicitation", "Asks the user's name", ask_name),
+    tool("test_input_required_result_sampling", "Asks the client's model a question", ask_capital),
+    tool("test_input_required_result_list_roots", "Asks for the client's roots", ask_roots),
+    tool("test_input_required_result_request_state", "Round trip of a request state", confirm_with_state),
+    tool("test_input_required_result_tampered_state", "Refuses an altered request state", confirm_with_state),
+    tool("test_input_required_result_multiple_inputs", "Elicitation, sampling and roots at once", ask_everything),
+    tool("test_input_required_result_multi_round", "Three rounds with a changing state", ask_in_rounds),
+    tool("test_input_required_result_capabilities", "Asks only through declared capabilities", ask_what_is_declared),
 ]
 
 endpoint = MCPEndpoint(Catalog(tools), server_info=ServerInfo(name="crank-conformance", version="1.0.0"))

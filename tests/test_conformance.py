@@ -31,6 +31,11 @@ MUST_PASS = {
         "tools-call-embedded-resource", "tools-call-mixed-content", "tools-call-error", "dns-rebinding-protection",
         "http-header-validation", "http-custom-header-server-validation", "json-schema-2020-12",
         "server-sse-multiple-streams",
+        *(f"input-required-result-{name}" for name in (
+            "basic-elicitation", "basic-sampling", "basic-list-roots", "request-state", "multiple-input-requests",
+            "multi-round", "missing-input-response", "result-type", "unsupported-methods", "tampered-state",
+            "capability-check", "ignore-extra-params", "validate-input",
+        )),
     ],
 }  # fmt: skip
 

@@ -1,1 +1,1 @@
-"""ASGI targets for the Crank benchmark; each module exposes `app` serving POST /mcp."""
+"""ASGI targets for the Crank benchmark; each module exposes `app` serving MCP (POST) at /."""

@@ -33,4 +33,4 @@ server = Server(
     # instead of running tools/list (1,000 tools) on every tools/call.
     get_tool_input_schema=SCHEMAS.get,
 )
-app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
+app = server.streamable_http_app(streamable_http_path="/", json_response=True, stateless_http=True)

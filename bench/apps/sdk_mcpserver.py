@@ -13,4 +13,4 @@ server = MCPServer("bench-sdk-mcpserver", log_level="WARNING")
 server.add_tool(echo, name=ECHO_NAME, description=ECHO_DESCRIPTION, structured_output=False)
 for i in range(1, N_TOOLS):
     server.add_tool(echo, name=filler_name(i), description=filler_description(i), structured_output=False)
-app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
+app = server.streamable_http_app(streamable_http_path="/", json_response=True, stateless_http=True)

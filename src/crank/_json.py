@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "dumps", "dumps_pretty", "loads"]
+__all__ = ["JSONDecodeError", "dumps", "dumps_pretty", "dumps_sorted", "loads"]
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -26,6 +26,11 @@ def dumps(value: Any) -> bytes:
 def dumps_pretty(value: Any) -> bytes:
     """JSON indented by two spaces."""
     return orjson.dumps(value, option=_PRETTY | _NON_STR_KEYS)
+
+
+def dumps_sorted(value: Any) -> bytes:
+    """Compact JSON with sorted keys: equal values give equal bytes."""
+    return orjson.dumps(value, option=_NON_STR_KEYS | orjson.OPT_SORT_KEYS)
 
 
 def loads(data: bytes | str) -> Any:

@@ -6,6 +6,7 @@ from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.mcp.formats import FORMATS
 from crank.mcp.http import CatalogNotFoundError, CatalogProvider, MCPEndpoint
+from crank.mcp.input_required import InputRequired, elicitation, roots_listing, sampling
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
 from crank.mcp.tools import CallContext, Icon, Invoker, Tool, ToolAnnotations, ToolResult
@@ -18,6 +19,7 @@ __all__ = [
     "CatalogNotFoundError",
     "CatalogProvider",
     "Icon",
+    "InputRequired",
     "InvalidArgumentsMode",
     "Invoker",
     "MCPEndpoint",
@@ -26,6 +28,9 @@ __all__ = [
     "ToolAnnotations",
     "ToolResult",
     "Translations",
+    "elicitation",
     "estimate_tokens",
     "mount",
+    "roots_listing",
+    "sampling",
 ]

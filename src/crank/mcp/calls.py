@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any, Literal
 
 from crank import _json
 from crank.exceptions import InternalRuntimeError, SchemaValidationError, ToolError
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
+from crank.mcp.input_required import InputRequired
 from crank.mcp.tools import CallContext, ToolResult
 from crank.mcp.validation import Violation
 from crank.types import JSONObject
@@ -42,6 +44,7 @@ async def call_tool(
     result_format: str,
     invalid_arguments: InvalidArgumentsMode = "result",
     debug: bool = False,
+    on_input_required: Callable[[InputRequired], JSONObject] | None = None,
 ) -> JSONObject:
     """Run one call and return the `CallToolResult` object. Never raises for a tool's own failure."""
     tool = entry.tool
@@ -72,6 +75,15 @@ async def call_tool(
         return error_result(internal, context.request_id)
     if isinstance(value, ToolResult):
         return value.to_wire()
+    if isinstance(value, InputRequired):
+        if on_input_required is None:
+            unsupported = InternalRuntimeError(
+                f"Tool {tool.name!r} needs input from the client, which this protocol version cannot carry.",
+                error_code="input_required_unsupported",
+                suggested_action="Connect with protocol version 2026-07-28 to answer the tool's questions.",
+            )
+            return error_result(unsupported, context.request_id)
+        return on_input_required(value)
     return success_result(value, result_format=result_format, wrap=tool.wrap_result)
 
 

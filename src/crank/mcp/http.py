@@ -73,6 +73,8 @@ class MCPEndpoint:
         dns_rebinding_protection: True, False, or None (on when the server socket is loopback).
         allowed_hosts / allowed_origins: accepted besides the loopback names and same-origin requests.
         cache_scope / ttl_ms: the 2026-07-28 caching hints on `tools/list` and `server/discover`.
+        request_state_secret: signs the `requestState` of `InputRequired` results; give every replica the
+            same one (default: a random secret per process).
         plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
         debug: put exception details in error data. Never in production.
     """
@@ -91,6 +93,7 @@ class MCPEndpoint:
         allowed_origins: Sequence[str] = (),
         cache_scope: Literal["public", "private"] = "public",
         ttl_ms: int = 0,
+        request_state_secret: str | bytes | None = None,
         plain_http: bool = True,
         debug: bool = False,
     ) -> None:
@@ -110,6 +113,7 @@ class MCPEndpoint:
             invalid_arguments=invalid_arguments,
             cache_scope=cache_scope,
             ttl_ms=ttl_ms,
+            request_state_secret=request_state_secret,
             debug=debug,
         )
         self.max_body_size = max_body_size

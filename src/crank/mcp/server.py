@@ -12,6 +12,7 @@ import logging
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from crank import _json
@@ -19,6 +20,7 @@ from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_t
 from crank.mcp.catalog import Catalog, CatalogEntry, InvalidCursorError
 from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError, check_format
 from crank.mcp.headers import decode_header_value, param_header_mismatch
+from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, InvalidRequestStateError, RequestStateSigner
 from crank.mcp.jsonrpc import JSONRPCError, RequestId, encode_error, encode_result
 from crank.mcp.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -99,6 +101,7 @@ class MCPServer:
         invalid_arguments: InvalidArgumentsMode = "result",
         cache_scope: Literal["public", "private"] = "public",
         ttl_ms: int = 0,
+        request_state_secret: str | bytes | None = None,
         debug: bool = False,
     ) -> None:
         self.server_info = server_info
@@ -108,6 +111,7 @@ class MCPServer:
         self.cache_scope = cache_scope
         self.ttl_ms = ttl_ms
         self.debug = debug
+        self.signer = RequestStateSigner(request_state_secret)
         self._server_info_wire = server_info.to_wire()
         self._stamp = {SERVER_INFO_META_KEY: self._server_info_wire}
 
@@ -177,7 +181,7 @@ class MCPServer:
         else:  # ping
             result = {}
         if modern:
-            result["resultType"] = "complete"
+            result.setdefault("resultType", "complete")
             result["_meta"] = self._stamp
         return Exchange(200, encode_result(request_id, result))
 
@@ -234,15 +238,11 @@ class MCPServer:
             result_format = self.result_format(info, entry.tool.format)
         except UnknownFormatError as exc:
             raise JSONRPCError(INVALID_PARAMS, str(exc)) from None
-        meta = params.get("_meta")
+        context = CallContext(tool_name=name, protocol_version=version, headers=info.headers)
+        on_input_required = None
         if version in MODERN_PROTOCOL_VERSIONS:
-            _check_modern_call(entry, arguments, meta, info.headers)
-        context = CallContext(
-            tool_name=name,
-            protocol_version=version,
-            headers=info.headers,
-            client_info=meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, dict) else None,
-        )
+            self._modern_call_context(entry, params, arguments, context)
+            on_input_required = partial(self._input_required, context, arguments)
         try:
             return await call_tool(
                 entry,
@@ -251,10 +251,46 @@ class MCPServer:
                 result_format=result_format,
                 invalid_arguments=self.invalid_arguments,
                 debug=self.debug,
+                on_input_required=on_input_required,
             )
         except ArgumentsRejectedError as exc:
             data = {"violations": [violation.to_wire() for violation in exc.violations]}
             raise JSONRPCError(INVALID_PARAMS, str(exc), data) from None
+
+    def _modern_call_context(
+        self, entry: CatalogEntry, params: JSONObject, arguments: JSONObject, context: CallContext
+    ) -> None:
+        """Per-call 2026-07-28 rules, and what the request tells the invoker about the client."""
+        if entry.header_params:
+            mismatch = param_header_mismatch(entry.header_params, arguments, context.headers)
+            if mismatch is not None:
+                raise JSONRPCError(HEADER_MISMATCH, mismatch)
+        meta = params["_meta"]  # present: the modern envelope was checked before dispatch
+        declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
+        context.client_capabilities = declared if isinstance(declared, dict) else {}
+        context.client_info = meta.get(CLIENT_INFO_META_KEY)
+        _require_capabilities(entry.tool.name, entry.tool.required_client_capabilities, context.client_capabilities)
+        responses = params.get("inputResponses")
+        if responses is not None and not isinstance(responses, dict):
+            raise JSONRPCError(INVALID_PARAMS, "tools/call: params.inputResponses must be an object")
+        context.input_responses = responses
+        token = params.get("requestState")
+        if token is not None:
+            try:
+                if not isinstance(token, str):
+                    raise InvalidRequestStateError("not a string")
+                context.request_state = self.signer.verify(token, entry.tool.name, arguments)
+            except InvalidRequestStateError as exc:
+                logger.warning("requestState refused for tool %s: %s", entry.tool.name, exc)
+                raise JSONRPCError(INVALID_PARAMS, "Invalid or expired requestState") from None
+
+    def _input_required(self, context: CallContext, arguments: JSONObject, value: InputRequired) -> JSONObject:
+        needed = {CAPABILITY_OF_METHOD.get(request.get("method", ""), "") for request in value.input_requests.values()}
+        _require_capabilities(context.tool_name, {name: {} for name in needed if name}, context.client_capabilities)
+        result: JSONObject = {"resultType": "input_required", "inputRequests": dict(value.input_requests)}
+        if value.state is not None:
+            result["requestState"] = self.signer.sign(value.state, context.tool_name, arguments)
+        return result
 
     def result_format(self, info: RequestInfo, tool_format: str | None) -> str:
         """Header, then query parameter, then the tool's own format, then the endpoint default."""
@@ -292,21 +328,13 @@ def _check_modern_envelope(method: str, params: JSONObject, headers: Mapping[str
     return version
 
 
-def _check_modern_call(entry: CatalogEntry, arguments: JSONObject, meta: Any, headers: Mapping[str, str]) -> None:
-    """Per-call 2026-07-28 rules: `Mcp-Param-*` headers agree with the body; required client capabilities."""
-    if entry.header_params:
-        mismatch = param_header_mismatch(entry.header_params, arguments, headers)
-        if mismatch is not None:
-            raise JSONRPCError(HEADER_MISMATCH, mismatch)
-    required = entry.tool.required_client_capabilities
-    if required:
-        declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
-        missing = {
-            key: value for key, value in required.items() if not isinstance(declared, dict) or key not in declared
-        }
-        if missing:
-            raise JSONRPCError(
-                MISSING_REQUIRED_CLIENT_CAPABILITY,
-                f"Tool {entry.tool.name!r} needs client capabilities: {', '.join(missing)}",
-                {"requiredCapabilities": missing},
-            )
+def _require_capabilities(tool_name: str, required: JSONObject | None, declared: Any) -> None:
+    if not required:
+        return
+    missing = {key: value for key, value in required.items() if not isinstance(declared, dict) or key not in declared}
+    if missing:
+        raise JSONRPCError(
+            MISSING_REQUIRED_CLIENT_CAPABILITY,
+            f"Tool {tool_name!r} needs client capabilities: {', '.join(missing)}",
+            {"requiredCapabilities": missing},
+        )

@@ -88,6 +88,12 @@ class CallContext:
     headers: Mapping[str, str] = field(default_factory=dict)
     language: str | None = None
     client_info: Any = None
+    client_capabilities: Mapping[str, Any] | None = None
+    """Declared in the request's `_meta` (2026-07-28); None when the era has no per-request capabilities."""
+    input_responses: Mapping[str, Any] | None = None
+    """The client's answers to an earlier `InputRequired`, keyed as the requests were."""
+    request_state: Any = None
+    """The state returned with that `InputRequired`, verified."""
     _request_id: str | None = None
 
     @property
