@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import lru_cache
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 from urllib.parse import parse_qsl
@@ -301,17 +302,21 @@ def _plain_error(status: int, code: int, message: str, data: Any = None) -> Exch
 
 
 def _read_headers(scope: Scope) -> tuple[dict[str, str], str | None]:
-    """Headers as a dict of lowercase names, and the name of a routing header sent twice, if any."""
-    headers: dict[str, str] = {}
+    """Headers as a dict (ASGI names are lowercase), and the name of a routing header sent twice, if any."""
+    raw = scope["headers"]
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
+    if len(headers) == len(raw):
+        return headers, None
+    # Rare: a repeated header. Join the values as HTTP does, and note a repeated routing header.
+    headers = {}
     duplicated: str | None = None
-    for raw_name, raw_value in scope["headers"]:
-        name = raw_name.decode("latin-1").lower()
+    for raw_name, raw_value in raw:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
         if name in headers:
-            if name in _ROUTING_HEADERS:
-                duplicated = name
-            headers[name] = headers[name] + ", " + raw_value.decode("latin-1")
+            duplicated = name if name in _ROUTING_HEADERS else duplicated
+            headers[name] = headers[name] + ", " + value
         else:
-            headers[name] = raw_value.decode("latin-1")
+            headers[name] = value
     return headers, duplicated
 
 
@@ -330,6 +335,7 @@ def _format_query(scope: Scope) -> str | None:
     return dict(parse_qsl(query.decode("latin-1"))).get("format")
 
 
+@lru_cache(maxsize=256)
 def _accepts_json(accept: str | None) -> bool:
     # A missing Accept is taken as "anything"; a present one must allow JSON.
     if accept is None:
@@ -342,6 +348,8 @@ def _accepts_json(accept: str | None) -> bool:
 
 
 def _is_json(content_type: str | None) -> bool:
+    if content_type == "application/json":
+        return True
     return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 __all__ = ["LOOPBACK_HOSTS", "HostOriginPolicy", "is_loopback"]
@@ -18,6 +19,7 @@ __all__ = ["LOOPBACK_HOSTS", "HostOriginPolicy", "is_loopback"]
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 
 
+@lru_cache(maxsize=256)
 def is_loopback(host: str) -> bool:
     if host in LOOPBACK_HOSTS:
         return True
@@ -32,6 +34,13 @@ def _hostname(authority: str) -> str:
     if authority.startswith("["):
         return authority.split("]", 1)[0] + "]"
     return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
+
+
+@lru_cache(maxsize=1024)
+def _host_in(host: str, allowed: frozenset[str]) -> bool:
+    # Cached: a server sees few distinct Host values, and this runs on every request.
+    name = _hostname(host.lower())
+    return name in LOOPBACK_HOSTS or name in allowed
 
 
 @dataclass(frozen=True)
@@ -74,8 +83,7 @@ class HostOriginPolicy:
     def _host_allowed(self, host: str | None) -> bool:
         if not host:
             return False
-        name = _hostname(host.lower())
-        return name in LOOPBACK_HOSTS or name in self.allowed_hosts
+        return _host_in(host, self.allowed_hosts)
 
     def _origin_allowed(self, origin: str, host: str | None, protected: bool) -> bool:
         origin = origin.lower().rstrip("/")
