@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import lru_cache
 from collections.abc import Awaitable, Callable, Sequence
+from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
