@@ -481,3 +481,23 @@ async def test_provider_can_answer_404_for_an_unknown_endpoint(serve: Callable[.
     url = serve(MCPEndpoint(provider))
     response = await post(url, legacy_request("tools/list"), legacy_headers())
     assert response.status_code == 404
+
+
+async def test_requests_never_compile_schemas_or_serialize_pages(
+    serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import crank.mcp.catalog
+    import crank.mcp.validation
+
+    url = serve(make_endpoint())
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("per-request schema or page work")
+
+    monkeypatch.setattr(crank.mcp.validation.jsonschema_rs, "validator_for", forbidden)
+    monkeypatch.setattr(crank.mcp.catalog.Catalog, "_wire_entry", forbidden)
+    for accept_language in ("en", "uk"):
+        headers = {**legacy_headers(), "Accept-Language": accept_language}
+        assert (await post(url, legacy_request("tools/list"), headers)).json()["result"]["tools"]
+    body = legacy_request("tools/call", {"name": "echo", "arguments": {"text": 1}})
+    assert (await post(url, body, legacy_headers())).json()["result"]["isError"] is True
