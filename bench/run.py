@@ -265,7 +265,10 @@ def cpu_model() -> str:
 
 
 def ratio(value: float, ref: float | None) -> str:
-    return f"{value / ref:.2f}" if ref else "–"
+    if not ref:
+        return "–"
+    r = value / ref
+    return f"{r:.2f}" if r >= 0.01 else f"{r:.2g}"
 
 
 def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:

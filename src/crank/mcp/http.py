@@ -98,15 +98,9 @@ class MCPEndpoint:
         plain_http: bool = True,
         debug: bool = False,
     ) -> None:
-        if isinstance(catalog, Catalog):
-            fixed = catalog
-
-            async def provide(scope: Scope) -> Catalog:
-                return fixed
-
-            self._provide: CatalogProvider = provide
-        else:
-            self._provide = catalog
+        # A fixed catalog skips the provider call on the hot path.
+        self._catalog = catalog if isinstance(catalog, Catalog) else None
+        self._provider: CatalogProvider = _fixed(catalog) if isinstance(catalog, Catalog) else catalog
         self.server = MCPServer(
             server_info=server_info or ServerInfo(),
             instructions=instructions,
@@ -181,7 +175,7 @@ class MCPEndpoint:
         if duplicated is not None:
             return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
         info = RequestInfo(headers, _format_query(scope))
-        catalog = await self._provide(scope)
+        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
         if isinstance(message, list):
             return await self._batch(message, catalog, info)
         if not isinstance(message, dict):
@@ -234,7 +228,7 @@ class MCPEndpoint:
     # -- the plain HTTP pair (seed 002) ------------------------------------------------------------
 
     async def _plain_tools(self, scope: Scope, headers: dict[str, str]) -> Exchange:
-        catalog = await self._provide(scope)
+        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
         language = negotiate_language(headers.get("accept-language"), catalog.languages, catalog.default_language)
         return Exchange(
             200, catalog.listing(language), [(b"content-language", language.encode()), (b"vary", b"Accept-Language")]
@@ -256,7 +250,7 @@ class MCPEndpoint:
             arguments = {}
         if not isinstance(arguments, dict):
             return _plain_error(400, INVALID_REQUEST, "Invalid request: arguments must be an object")
-        catalog = await self._provide(scope)
+        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
         entry = catalog.get(request["name"])
         if entry is None:
             return _plain_error(404, METHOD_NOT_FOUND, f"Unknown tool: {request['name']}")
@@ -283,6 +277,13 @@ class MCPEndpoint:
             except _json.JSONDecodeError:
                 pass  # a tool's own error text that is not JSON: content alone says it
         return Exchange(200, _json.dumps(result))
+
+
+def _fixed(catalog: Catalog) -> CatalogProvider:
+    async def provide(scope: Scope) -> Catalog:
+        return catalog
+
+    return provide
 
 
 def _not_allowed(allow: bytes) -> Exchange:
