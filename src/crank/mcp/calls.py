@@ -44,7 +44,7 @@ async def call_tool(
     result_format: str,
     invalid_arguments: InvalidArgumentsMode = "result",
     debug: bool = False,
-    on_input_required: Callable[[InputRequired], JSONObject] | None = None,
+    on_input_required: Callable[[InputRequired, CallContext, dict[str, Any]], JSONObject] | None = None,
 ) -> JSONObject:
     """Run one call and return the `CallToolResult` object. Never raises for a tool's own failure."""
     tool = entry.tool
@@ -83,7 +83,7 @@ async def call_tool(
                 suggested_action="Connect with protocol version 2026-07-28 to answer the tool's questions.",
             )
             return error_result(unsupported, context.request_id)
-        return on_input_required(value)
+        return on_input_required(value, context, arguments)
     return success_result(value, result_format=result_format, wrap=tool.wrap_result)
 
 

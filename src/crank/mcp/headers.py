@@ -30,6 +30,8 @@ def decode_header_value(value: str | None) -> str | None:
     if value is None:
         return None
     value = value.strip()
+    if not value.startswith("=?"):
+        return value  # the common case: no sentinel, no regex
     match = _SENTINEL.match(value)
     if match is None:
         return value

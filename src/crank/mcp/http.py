@@ -185,6 +185,8 @@ class MCPEndpoint:
 
     async def _single(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange | None:
         """One message; None when it needs no answer (a notification or a client's response: 202)."""
+        if _is_plain_request(message):  # the common case, checked in one expression
+            return await self.server.handle(message, catalog, info)
         if "method" not in message and "id" in message and ("result" in message or "error" in message):
             if info.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS:
                 return _protocol_error(400, INVALID_REQUEST, "Clients must not send responses in 2026-07-28")
@@ -302,6 +304,18 @@ def _plain_error(status: int, code: int, message: str, data: Any = None) -> Exch
     return Exchange(status, _json.dumps(body))
 
 
+def _is_plain_request(message: JSONObject) -> bool:
+    """A well-formed request with an id: what `request_envelope_error` accepts, without building errors."""
+    request_id = message.get("id")
+    params = message.get("params")
+    return (
+        type(request_id) in (str, int)
+        and type(message.get("method")) is str
+        and message.get("jsonrpc") == "2.0"
+        and (params is None or type(params) is dict)
+    )
+
+
 def _read_headers(scope: Scope) -> tuple[dict[str, str], str | None]:
     """Headers as a dict (ASGI names are lowercase), and the name of a routing header sent twice, if any."""
     raw = scope["headers"]
@@ -331,7 +345,7 @@ def _route_path(scope: Scope) -> str:
 
 def _format_query(scope: Scope) -> str | None:
     query: bytes = scope.get("query_string", b"")
-    if b"format=" not in query:
+    if not query or b"format=" not in query:
         return None
     return dict(parse_qsl(query.decode("latin-1"))).get("format")
 
@@ -358,10 +372,15 @@ async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], li
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _BodyTooLargeError
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):  # the whole body at once
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise _BodyTooLargeError
+        return body
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":
             break
         chunk = message.get("body", b"")
@@ -371,6 +390,7 @@ async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], li
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
+        message = await receive()
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

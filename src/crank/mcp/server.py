@@ -12,7 +12,6 @@ import logging
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
 from crank import _json
@@ -242,7 +241,7 @@ class MCPServer:
         on_input_required = None
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
-            on_input_required = partial(self._input_required, context, arguments)
+            on_input_required = self._input_required
         try:
             return await call_tool(
                 entry,
@@ -284,7 +283,7 @@ class MCPServer:
                 logger.warning("requestState refused for tool %s: %s", entry.tool.name, exc)
                 raise JSONRPCError(INVALID_PARAMS, "Invalid or expired requestState") from None
 
-    def _input_required(self, context: CallContext, arguments: JSONObject, value: InputRequired) -> JSONObject:
+    def _input_required(self, value: InputRequired, context: CallContext, arguments: JSONObject) -> JSONObject:
         needed = {CAPABILITY_OF_METHOD.get(request.get("method", ""), "") for request in value.input_requests.values()}
         _require_capabilities(context.tool_name, {name: {} for name in needed if name}, context.client_capabilities)
         result: JSONObject = {"resultType": "input_required", "inputRequests": dict(value.input_requests)}
