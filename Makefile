@@ -13,5 +13,4 @@ lint:
 	scripts/lint
 
 bench:
-	scripts/install
-	.venv/bin/python bench/run.py
+	scripts/bench --duration 5 --warmup 2 --repeat 3
