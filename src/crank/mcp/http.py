@@ -126,7 +126,10 @@ class MCPEndpoint:
         if refused is not None:
             await _send(send, refused, _json.dumps({"error": "Forbidden host or origin"}))
             return
-        route = _route_path(scope)
+        route = scope["path"]
+        root = scope.get("root_path")
+        if root and route.startswith(root):
+            route = route[len(root) :]
         method = scope["method"]
         try:
             if route in ("", "/"):
@@ -180,6 +183,8 @@ class MCPEndpoint:
             return await self._batch(message, catalog, info)
         if not isinstance(message, dict):
             return _protocol_error(400, INVALID_REQUEST, "Invalid request: the body must be a JSON-RPC object")
+        if _is_plain_request(message):  # the common case, checked in one expression
+            return await self.server.handle(message, catalog, info)
         exchange = await self._single(message, catalog, info)
         return exchange or Exchange(202, None)
 
@@ -319,7 +324,11 @@ def _is_plain_request(message: JSONObject) -> bool:
 def _read_headers(scope: Scope) -> tuple[dict[str, str], str | None]:
     """Headers as a dict (ASGI names are lowercase), and the name of a routing header sent twice, if any."""
     raw = scope["headers"]
-    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
+    try:
+        # UTF-8 first: it is the faster codec here and agrees with latin-1 on the ASCII that headers carry.
+        headers = {name.decode(): value.decode() for name, value in raw}
+    except UnicodeDecodeError:
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
     if len(headers) == len(raw):
         return headers, None
     # Rare: a repeated header. Join the values as HTTP does, and note a repeated routing header.
@@ -333,14 +342,6 @@ def _read_headers(scope: Scope) -> tuple[dict[str, str], str | None]:
         else:
             headers[name] = value
     return headers, duplicated
-
-
-def _route_path(scope: Scope) -> str:
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    if root and path.startswith(root):
-        return path[len(root) :]
-    return path
 
 
 def _format_query(scope: Scope) -> str | None:

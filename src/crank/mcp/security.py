@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -36,11 +36,7 @@ def _hostname(authority: str) -> str:
     return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
 
 
-@lru_cache(maxsize=1024)
-def _host_in(host: str, allowed: frozenset[str]) -> bool:
-    # Cached: a server sees few distinct Host values, and this runs on every request.
-    name = _hostname(host.lower())
-    return name in LOOPBACK_HOSTS or name in allowed
+_VERDICT_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -55,6 +51,11 @@ class HostOriginPolicy:
     protection: bool | None = None
     allowed_hosts: frozenset[str] = frozenset()
     allowed_origins: frozenset[str] = frozenset()
+    # Verdicts by (server address, Host, Origin): a server sees few distinct triples, and this runs on
+    # every request. Bounded: cleared when full, so random Host values cannot grow it.
+    _verdicts: dict[tuple[str | None, str | None, str | None], int | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def build(
@@ -73,6 +74,18 @@ class HostOriginPolicy:
 
     def check(self, server: tuple[str, int] | None, host: str | None, origin: str | None) -> int | None:
         """The HTTP status to refuse the request with, or None to let it through."""
+        key = (server[0] if server else None, host, origin)
+        try:
+            return self._verdicts[key]
+        except KeyError:
+            pass
+        verdict = self._decide(server, host, origin)
+        if len(self._verdicts) >= _VERDICT_CACHE_SIZE:
+            self._verdicts.clear()
+        self._verdicts[key] = verdict
+        return verdict
+
+    def _decide(self, server: tuple[str, int] | None, host: str | None, origin: str | None) -> int | None:
         protected = self.enabled(server)
         if protected and not self._host_allowed(host):
             return 421
@@ -83,7 +96,8 @@ class HostOriginPolicy:
     def _host_allowed(self, host: str | None) -> bool:
         if not host:
             return False
-        return _host_in(host, self.allowed_hosts)
+        name = _hostname(host.lower())
+        return name in LOOPBACK_HOSTS or name in self.allowed_hosts
 
     def _origin_allowed(self, origin: str, host: str | None, protected: bool) -> bool:
         origin = origin.lower().rstrip("/")

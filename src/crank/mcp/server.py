@@ -117,10 +117,23 @@ class MCPServer:
     async def handle(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange:
         """Answer one request (a dict with an `id`) whose envelope is already known to be valid."""
         request_id: RequestId = message["id"]
+        method: str = message["method"]
         params: JSONObject = message.get("params") or {}
         try:
-            version = self._era(message["method"], params, info.headers)
-            return await self._dispatch(request_id, message["method"], params, version, catalog, info)
+            version = self._era(method, params, info.headers)
+            modern = version in MODERN_PROTOCOL_VERSIONS
+            if method not in (_MODERN_METHODS if modern else _LEGACY_METHODS):
+                raise JSONRPCError(METHOD_NOT_FOUND, f"Method not found: {method}")
+            if method == "tools/call":
+                result = await self._call(params, version, catalog, info)
+            elif method == "tools/list":
+                return self._list(request_id, params, modern, catalog, info)
+            else:
+                result = self._lifecycle(method, params)
+            if modern:
+                result.setdefault("resultType", "complete")
+                result["_meta"] = self._stamp
+            return Exchange(200, encode_result(request_id, result))
         except JSONRPCError as error:
             status = error.http_status
             if status is None:
@@ -160,29 +173,17 @@ class MCPServer:
             )
         return header_version or LATEST_HANDSHAKE_VERSION
 
-    async def _dispatch(
-        self, request_id: RequestId, method: str, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
-    ) -> Exchange:
-        modern = version in MODERN_PROTOCOL_VERSIONS
-        if method not in (_MODERN_METHODS if modern else _LEGACY_METHODS):
-            raise JSONRPCError(METHOD_NOT_FOUND, f"Method not found: {method}")
-        if method == "tools/call":
-            result = await self._call(params, version, catalog, info)
-        elif method == "tools/list":
-            return self._list(request_id, params, modern, catalog, info)
-        elif method == "initialize":
-            result = self._initialize(params)
-        elif method == "server/discover":
-            result = {"supportedVersions": list(MODERN_PROTOCOL_VERSIONS), "capabilities": {"tools": {}}}
+    def _lifecycle(self, method: str, params: JSONObject) -> JSONObject:
+        """`initialize`, `server/discover` and `ping`."""
+        if method == "initialize":
+            return self._initialize(params)
+        if method == "server/discover":
+            result: JSONObject = {"supportedVersions": list(MODERN_PROTOCOL_VERSIONS), "capabilities": {"tools": {}}}
             if self.instructions:
                 result["instructions"] = self.instructions
             result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
-        else:  # ping
-            result = {}
-        if modern:
-            result.setdefault("resultType", "complete")
-            result["_meta"] = self._stamp
-        return Exchange(200, encode_result(request_id, result))
+            return result
+        return {}  # ping
 
     def _initialize(self, params: JSONObject) -> JSONObject:
         requested = params.get("protocolVersion")
@@ -268,7 +269,8 @@ class MCPServer:
         declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
         context.client_capabilities = declared if isinstance(declared, dict) else {}
         context.client_info = meta.get(CLIENT_INFO_META_KEY)
-        _require_capabilities(entry.tool.name, entry.tool.required_client_capabilities, context.client_capabilities)
+        if entry.tool.required_client_capabilities:
+            _require_capabilities(entry.tool.name, entry.tool.required_client_capabilities, declared)
         responses = params.get("inputResponses")
         if responses is not None and not isinstance(responses, dict):
             raise JSONRPCError(INVALID_PARAMS, "tools/call: params.inputResponses must be an object")
