@@ -13,4 +13,4 @@ lint:
 	scripts/lint
 
 bench:
-	scripts/bench --duration 5 --warmup 2 --repeat 3
+	scripts/bench --duration 4 --warmup 2 --repeat 5

@@ -225,22 +225,13 @@ def require_clean(name: str, phase: str, stats: dict[str, Any]) -> None:
         )
 
 
-def measure(args: argparse.Namespace, url: str, name: str, scenario: str, era: str) -> Row:
-    """Warm up counting every non-2xx, then time `--repeat` runs; fail loudly on any bad status or error."""
-    require_clean(name, "warm-up", wrk(args, url, scenario, era, args.warmup, count=True))
-    runs = []
-    for _ in range(args.repeat):
-        stats = wrk(args, url, scenario, era, args.duration)
-        require_clean(name, "timed run", stats)
-        runs.append(stats)
+def make_row(name: str, scenario: str, era: str, runs: list[dict[str, Any]]) -> Row:
+    """The row of one (target, scenario, shape): the run with the median req/s."""
     stats = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
-    p50_ms, p99_ms, runs_rps = stats["p50_us"] / 1e3, stats["p99_us"] / 1e3, [r["rps"] for r in runs]
-    row = Row(name.split()[0], scenario, era, stats["rps"], p50_ms, p99_ms, runs_rps, stats)
-    spread = f" (runs: {', '.join(f'{r:,.0f}' for r in row.runs_rps)})" if args.repeat > 1 else ""
-    print(
-        f"{name}: {row.rps:,.0f} req/s{spread}, p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms",
-        file=sys.stderr,
-    )
+    row = Row(name.split()[0], scenario, era, stats["rps"], stats["p50_us"] / 1e3, stats["p99_us"] / 1e3,
+              [r["rps"] for r in runs], stats)  # fmt: skip
+    spread = f" (runs: {', '.join(f'{r:,.0f}' for r in row.runs_rps)})" if len(runs) > 1 else ""
+    print(f"{name}: {row.rps:,.0f} req/s{spread}, p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms", file=sys.stderr)
     return row
 
 
@@ -313,19 +304,24 @@ def main() -> int:
     skipped: list[str] = []
     unverified: list[str] = []
     data_source: str | None = None
-    for target in (t for t in TARGETS if t.key in args.targets):
-        if (why := import_error(args.python, target)) is not None:
-            if "ModuleNotFoundError" in why and "bench.apps" not in why:
-                why += f" (install bench/requirements.txt into {args.python}, or pass --python)"
-            print(f"skip {target.key}: cannot import {target.app}: {why}", file=sys.stderr)
-            skipped.append(f"{target.key}: cannot import `{target.app}`: {why}")
-            continue
-        if target.key == UPPER:
-            print(
-                f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} from {data_source or 'an earlier run'}",
-                file=sys.stderr,
-            )
-        with serve(args.python, target, args.server_cpu, args.out / "logs" / f"{target.key}.log") as url:
+    # (name, url, scenario, era) of every verified combination, in target order.
+    combos: list[tuple[str, str, str, str]] = []
+    with contextlib.ExitStack() as servers:
+        # All targets listen at once (idle ones cost nothing) so that the timed runs can interleave:
+        # the machine's drift then hits every target alike instead of whichever ran during a slow spell.
+        # The bare app reads the tools/list bytes when it starts, so it starts after the others.
+        for target in sorted((t for t in TARGETS if t.key in args.targets), key=lambda t: t.key == UPPER):
+            if (why := import_error(args.python, target)) is not None:
+                if "ModuleNotFoundError" in why and "bench.apps" not in why:
+                    why += f" (install bench/requirements.txt into {args.python}, or pass --python)"
+                print(f"skip {target.key}: cannot import {target.app}: {why}", file=sys.stderr)
+                skipped.append(f"{target.key}: cannot import `{target.app}`: {why}")
+                continue
+            if target.key == UPPER:
+                source = data_source or "an earlier run"
+                print(f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} from {source}", file=sys.stderr)
+            log = args.out / "logs" / f"{target.key}.log"
+            url = servers.enter_context(serve(args.python, target, args.server_cpu, log))
             for scenario in args.scenarios:
                 shapes = 0
                 for era in args.eras:
@@ -340,9 +336,20 @@ def main() -> int:
                         DATA_FILE.parent.mkdir(parents=True, exist_ok=True)
                         DATA_FILE.write_bytes(body)
                         data_source = f"{target.key} ({ERAS[era]} shape)"
-                    rows.append(measure(args, url, name, scenario, era))
+                    combos.append((name, url, scenario, era))
                 if shapes == 0:
                     unverified.append(f"{target.key} {scenario}")
+        for name, url, scenario, era in combos:
+            require_clean(name, "warm-up", wrk(args, url, scenario, era, args.warmup, count=True))
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in combos}
+        for _ in range(args.repeat):
+            for scenario in args.scenarios:
+                for era in args.eras:
+                    for name, url, _scenario, _era in (c for c in combos if c[2:] == (scenario, era)):
+                        stats = wrk(args, url, scenario, era, args.duration)
+                        require_clean(name, "timed run", stats)
+                        runs[name].append(stats)
+        rows = [make_row(name, scenario, era, runs[name]) for name, _url, scenario, era in combos]
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "wrk_args": f"-t{args.threads} -c{args.connections} -d{args.duration}s",

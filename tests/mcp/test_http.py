@@ -416,10 +416,16 @@ async def test_failure_outside_the_tool_is_32603_with_a_request_id(
     url = serve(MCPEndpoint(broken_provider))
     with caplog.at_level(logging.ERROR, logger="crank.mcp"):
         response = await post(url, legacy_request("tools/list"), legacy_headers())
+    assert response.status_code == 200
+    assert response.json()["id"] == 1
     error = response.json()["error"]
     assert error["code"] == -32603
     assert "leaked" not in response.text
     assert error["data"]["request_id"] in caplog.text
+    async with httpx.AsyncClient() as client:
+        plain = await client.get(url + "/tools")
+    assert plain.status_code == 200 and plain.json()["isError"] is True
+    assert plain.json()["error"]["code"] == -32603 and "leaked" not in plain.text
 
 
 @pytest.mark.parametrize(

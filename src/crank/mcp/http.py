@@ -23,7 +23,7 @@ from crank import _json
 from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError
-from crank.mcp.jsonrpc import JSONRPCError, encode_error, request_envelope_error
+from crank.mcp.jsonrpc import JSONRPCError, RequestId, encode_error, is_request_id, request_envelope_error
 from crank.mcp.protocol import (
     BATCH_PROTOCOL_VERSIONS,
     HANDSHAKE_PROTOCOL_VERSIONS,
@@ -148,7 +148,11 @@ class MCPEndpoint:
         except CatalogNotFoundError:
             exchange = Exchange(404, encode_error(None, JSONRPCError(INVALID_REQUEST, "No MCP endpoint at this path")))
         except Exception as exc:
-            exchange = Exchange(500, encode_error(None, self.server.internal_error(exc)))
+            # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees
+            # for the plain pair); the request id in its data is also in the log.
+            error = self.server.internal_error(exc)
+            plain = route in ("/tools", "/call")
+            exchange = _plain_error(200, error.code, error.message, error.data) if plain else _internal(None, error)
         if exchange.body is None:
             await _send(send, exchange.status, b"", exchange.headers, content_type=None)
         else:
@@ -178,7 +182,13 @@ class MCPEndpoint:
         if duplicated is not None:
             return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
         info = RequestInfo(headers, _format_query(scope))
-        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        try:
+            catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        except CatalogNotFoundError:
+            raise
+        except Exception as exc:  # answered with the request's own id, so the client can match it
+            request_id = message.get("id") if isinstance(message, dict) and is_request_id(message.get("id")) else None
+            return _internal(request_id, self.server.internal_error(exc))
         if isinstance(message, list):
             return await self._batch(message, catalog, info)
         if not isinstance(message, dict):
@@ -295,6 +305,10 @@ def _fixed(catalog: Catalog) -> CatalogProvider:
 
 def _not_allowed(allow: bytes) -> Exchange:
     return Exchange(405, b"", [(b"allow", allow)])
+
+
+def _internal(request_id: RequestId | None, error: JSONRPCError) -> Exchange:
+    return Exchange(200, encode_error(request_id, error))
 
 
 def _protocol_error(status: int, code: int, message: str) -> Exchange:
