@@ -57,8 +57,13 @@ class CatalogNotFoundError(LookupError):
     """Raised by a `CatalogProvider` when no endpoint exists at the requested path (404)."""
 
 
-class _BodyTooLargeError(Exception):
-    pass
+class _BadBodyError(Exception):
+    """A body too large (413) or not JSON (400); each route answers it in its own shape."""
+
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
 
 class MCPEndpoint:
@@ -164,21 +169,13 @@ class MCPEndpoint:
         self, scope: Scope, receive: Receive, headers: dict[str, str], duplicated: str | None
     ) -> Exchange:
         if not _accepts_json(headers.get("accept")):
-            return Exchange(
-                406, encode_error(None, JSONRPCError(INVALID_REQUEST, "Accept must allow application/json"))
-            )
+            return _protocol_error(406, INVALID_REQUEST, "Accept must allow application/json")
         if not _is_json(headers.get("content-type")):
-            return Exchange(
-                415, encode_error(None, JSONRPCError(INVALID_REQUEST, "Content-Type must be application/json"))
-            )
+            return _protocol_error(415, INVALID_REQUEST, "Content-Type must be application/json")
         try:
-            body = await _read_body(scope, receive, headers, self.max_body_size)
-        except _BodyTooLargeError:
-            return _protocol_error(413, INVALID_REQUEST, f"Request body exceeds {self.max_body_size} bytes")
-        try:
-            message = _json.loads(body)
-        except _json.JSONDecodeError:
-            return _protocol_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
+            message = await _read_json(scope, receive, headers, self.max_body_size)
+        except _BadBodyError as bad:
+            return _protocol_error(bad.status, bad.code, str(bad))
         if duplicated is not None:
             return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
         info = RequestInfo(headers, _format_query(scope))
@@ -200,8 +197,6 @@ class MCPEndpoint:
 
     async def _single(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange | None:
         """One message; None when it needs no answer (a notification or a client's response: 202)."""
-        if _is_plain_request(message):  # the common case, checked in one expression
-            return await self.server.handle(message, catalog, info)
         if "method" not in message and "id" in message and ("result" in message or "error" in message):
             if info.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS:
                 return _protocol_error(400, INVALID_REQUEST, "Clients must not send responses in 2026-07-28")
@@ -253,13 +248,9 @@ class MCPEndpoint:
 
     async def _plain_call(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Exchange:
         try:
-            body = await _read_body(scope, receive, headers, self.max_body_size)
-        except _BodyTooLargeError:
-            return _plain_error(413, INVALID_REQUEST, f"Request body exceeds {self.max_body_size} bytes")
-        try:
-            request = _json.loads(body)
-        except _json.JSONDecodeError:
-            return _plain_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
+            request = await _read_json(scope, receive, headers, self.max_body_size)
+        except _BadBodyError as bad:
+            return _plain_error(bad.status, bad.code, str(bad))
         if not isinstance(request, dict) or not isinstance(request.get("name"), str):
             return _plain_error(400, INVALID_REQUEST, 'Invalid request: expected {"name": string, "arguments": object}')
         arguments = request.get("arguments")
@@ -383,15 +374,23 @@ def _is_json(content_type: str | None) -> bool:
     return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
+async def _read_json(scope: Scope, receive: Receive, headers: dict[str, str], limit: int) -> Any:
+    body = await _read_body(scope, receive, headers, limit)
+    try:
+        return _json.loads(body)
+    except _json.JSONDecodeError:
+        raise _BadBodyError(400, PARSE_ERROR, "Parse error: the body is not valid JSON") from None
+
+
 async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], limit: int) -> bytes:
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BodyTooLargeError
+        raise _BadBodyError(413, INVALID_REQUEST, f"Request body exceeds {limit} bytes")
     message = await receive()
     if message["type"] == "http.request" and not message.get("more_body", False):  # the whole body at once
         body: bytes = message.get("body", b"")
         if len(body) > limit:
-            raise _BodyTooLargeError
+            raise _BadBodyError(413, INVALID_REQUEST, f"Request body exceeds {limit} bytes")
         return body
     chunks: list[bytes] = []
     size = 0
@@ -401,7 +400,7 @@ async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], li
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _BodyTooLargeError
+            raise _BadBodyError(413, INVALID_REQUEST, f"Request body exceeds {limit} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
