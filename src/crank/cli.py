@@ -26,3 +26,7 @@ def serve(app: str, host: str, port: int, app_dir: str, log_level: str) -> None:
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, app_dir=app_dir, log_level=log_level, access_log=False)
+
+
+if __name__ == "__main__":  # python -m crank.cli
+    main()
