@@ -3,6 +3,13 @@
 ```
 CrankError
 ├── ConfigurationError      a bad definition or setting, found at start or publish; never sent to a client
+├── RPCError                a JSON-RPC error `{code, message, data}` from a method or the rpc pipeline
+│   ├── InvalidParamsError      -32602
+│   ├── MethodNotFoundError     -32601
+│   ├── InternalError           -32603
+│   ├── AccessDeniedError       -32001
+│   ├── NotFoundError           -32002  (raise it from a method: "no such user")
+│   └── RateLimitedError        -32003  (with `retry_after` seconds)
 └── ToolError               a tool call failed: the client gets `isError: true` with a structured error
     │                           (raised as is by a tool for its own business failure: class `tool`)
     ├── SchemaValidationError   arguments do not match the tool's inputSchema (class `schema_validation`)
@@ -21,12 +28,19 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "AccessDeniedError",
     "AdapterError",
     "ConfigurationError",
     "CrankError",
     "ExternalServiceError",
+    "InternalError",
     "InternalRuntimeError",
+    "InvalidParamsError",
     "MappingError",
+    "MethodNotFoundError",
+    "NotFoundError",
+    "RPCError",
+    "RateLimitedError",
     "SchemaValidationError",
     "ToolError",
 ]
@@ -38,6 +52,53 @@ class CrankError(Exception):
 
 class ConfigurationError(CrankError, ValueError):
     """A definition or setting is invalid. The message names what is wrong and where."""
+
+
+class RPCError(CrankError):
+    """A JSON-RPC error. Raise a subclass (or this with your own code) from a method."""
+
+    default_code: ClassVar[int] = -32000
+    default_message: ClassVar[str] = "Server error"
+
+    def __init__(self, message: str | None = None, *, data: Any = None, code: int | None = None) -> None:
+        self.message = message or self.default_message
+        super().__init__(self.message)
+        self.data = data
+        self.code = self.default_code if code is None else code
+
+
+class InvalidParamsError(RPCError):
+    default_code = -32602
+    default_message = "Invalid params"
+
+
+class MethodNotFoundError(RPCError):
+    default_code = -32601
+    default_message = "Method not found"
+
+
+class InternalError(RPCError):
+    default_code = -32603
+    default_message = "Internal error"
+
+
+class AccessDeniedError(RPCError):
+    default_code = -32001
+    default_message = "Access denied"
+
+
+class NotFoundError(RPCError):
+    default_code = -32002
+    default_message = "Not found"
+
+
+class RateLimitedError(RPCError):
+    default_code = -32003
+    default_message = "Rate limit exceeded"
+
+    def __init__(self, message: str | None = None, *, retry_after: int = 1, data: Any = None) -> None:
+        super().__init__(message, data=data)
+        self.retry_after = retry_after
 
 
 class ToolError(CrankError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from crank.mcp.after_response import call_after_response
 from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.mcp.formats import FORMATS
@@ -28,6 +29,7 @@ __all__ = [
     "ToolAnnotations",
     "ToolResult",
     "Translations",
+    "call_after_response",
     "elicitation",
     "estimate_tokens",
     "mount",

@@ -64,7 +64,7 @@ class Catalog:
         self._pages: dict[str, list[bytes]] = {}
         self._listing: dict[str, bytes] = {}
         for language in self.languages:
-            wire = [self._wire_entry(entry.tool, language) for entry in self._entries.values()]
+            wire = [self._wire_entry(entry.tool, language) for entry in self._entries.values() if entry.tool.listed]
             self._pages[language] = [
                 _json.dumps(wire[start : start + page_size]) for start in range(0, max(len(wire), 1), page_size)
             ]

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from crank import _json
+from crank.mcp.after_response import run_after_response, start_after_response
 from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError
@@ -126,6 +127,7 @@ class MCPEndpoint:
             return
         if scope["type"] != "http":
             return
+        after = start_after_response()
         headers, duplicated = _read_headers(scope)
         refused = self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin"))
         if refused is not None:
@@ -162,6 +164,8 @@ class MCPEndpoint:
             await _send(send, exchange.status, b"", exchange.headers, content_type=None)
         else:
             await _send(send, exchange.status, exchange.body, exchange.headers)
+        if after:
+            await run_after_response(after)
 
     # -- MCP ---------------------------------------------------------------------------------------
 

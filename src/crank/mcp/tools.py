@@ -154,6 +154,8 @@ class Tool:
     icons: tuple[Icon, ...] = ()
     format: str | None = None
     meta: JSONObject | None = None
+    listed: bool = True
+    """False: callable but left out of `tools/list` (a tool this caller may not use, refused when called)."""
     required_client_capabilities: JSONObject | None = None
     """Client capabilities the tool needs (for example `{"sampling": {}}`); a 2026-07-28 call from a
     client that did not declare them is refused with -32021 before the invoker runs."""

@@ -1,0 +1,11 @@
+"""The rpc layer: Python methods as JSON-RPC 2.0, OpenRPC and MCP tools, through one executor."""
+
+from __future__ import annotations
+
+from crank.rpc.app import RPCApp
+from crank.rpc.auth import BearerTokenRoles, RoleResolver
+from crank.rpc.events import Event
+from crank.rpc.method import MCP, RateLimit
+from crank.rpc.publication import MCPConfig
+
+__all__ = ["MCP", "BearerTokenRoles", "Event", "MCPConfig", "RPCApp", "RateLimit", "RoleResolver"]

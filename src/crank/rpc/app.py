@@ -1,0 +1,202 @@
+"""`RPCApp`: the methods of a Python service, served as JSON-RPC 2.0, OpenRPC and MCP from one metadata.
+
+```python
+app = RPCApp(title="Shop", versions=("v1", "v2"))
+
+@app.method("Catalog.search", groups=["mcp"], cache=60, mcp=MCP(title="Search products"))
+async def search(query: str, limit: int = 10) -> list[Product]:
+    \"\"\"Search products by name.
+
+    Args:
+        query: Part of the product name.
+        limit: How many products at most.
+    \"\"\"
+
+app.publish_mcp("/mcp", MCPConfig(enabled=True))
+```
+
+`app` is an ASGI app: JSON-RPC at `/rpc` (first version) and `/rpc/<version>`, their OpenRPC documents
+on GET, and each published MCP endpoint at its path and `<path>/<version>`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Route
+
+from crank.exceptions import ConfigurationError
+from crank.mcp import mount
+from crank.mcp.tools import TOOL_NAME_PATTERN
+from crank.rpc.auth import RoleResolver
+from crank.rpc.endpoint import JSONRPCEndpoint
+from crank.rpc.events import EventName, Events, Handler
+from crank.rpc.executor import Executor
+from crank.rpc.mcp_source import MCPSource
+from crank.rpc.method import MCP, Method, RateLimit
+from crank.rpc.openrpc import build_openrpc
+from crank.rpc.publication import MCPConfig
+from crank.schema import DatetimeFormat, describe_method
+from crank.types import JSONObject, Receive, Scope, Send
+
+__all__ = ["RPCApp"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RPCApp:
+    """Holds the methods; an ASGI app once they are registered.
+
+    Parameters:
+        title / version: the service's name and version (OpenRPC `info`, MCP `serverInfo`).
+        versions: API versions, the first is the default (served at `/rpc` and at the MCP paths).
+        rpc_path: where JSON-RPC is served.
+        datetime_format: "date-time" (ISO strings) or "timestamp" (integer seconds) for datetimes.
+        roles: how a request's roles are found (see `crank.rpc.BearerTokenRoles`); none by default.
+        debug: put file, line and trace in error data. Never in production.
+    """
+
+    def __init__(
+        self,
+        *,
+        title: str = "Crank RPC",
+        version: str = "1.0.0",
+        versions: Sequence[str] = ("v1",),
+        rpc_path: str = "/rpc",
+        datetime_format: DatetimeFormat = "date-time",
+        roles: RoleResolver | None = None,
+        debug: bool = False,
+    ) -> None:
+        if not versions:
+            raise ConfigurationError("versions must name at least one API version")
+        self.title = title
+        self.version = version
+        self.versions = tuple(versions)
+        self.rpc_path = rpc_path.rstrip("/")
+        self.datetime_format: DatetimeFormat = datetime_format
+        self.debug = debug
+        self.events = Events()
+        self.executor = Executor(self.events, datetime_format=datetime_format, debug=debug)
+        self.logger = logging.getLogger("crank.rpc")
+        self._roles = roles
+        self._methods: dict[str, dict[str, Method]] = {version: {} for version in self.versions}
+        self._mcp: list[tuple[str, MCPConfig]] = []
+        self._openrpc: dict[str, JSONObject] = {}
+        self._asgi: Starlette | None = None
+
+    # -- registration ------------------------------------------------------------------------------
+
+    def method(
+        self,
+        name: str | None = None,
+        *,
+        groups: Iterable[str] = (),
+        versions: Iterable[str] | None = None,
+        description: str | None = None,
+        deprecated: bool = False,
+        roles: Iterable[str] = (),
+        cache: float | None = None,
+        lock: bool = False,
+        rate_limit: str | RateLimit | None = None,
+        mcp: MCP | None = None,
+        output: Any = None,
+    ) -> Callable[[F], F]:
+        """Register a function (sync or async) or a class with `__call__` (instantiated without arguments).
+
+        `cache` is a time-to-live in seconds; `rate_limit` is "10/minute" or a `RateLimit`; `output` is
+        an explicit result type or literal JSON Schema (beats the return annotation).
+        """
+
+        def register(func: F) -> F:
+            target = func() if inspect.isclass(func) else func
+            method_name = name or getattr(func, "__name__", None) or type(func).__name__
+            self.add(
+                method_name, target, groups=tuple(groups), versions=tuple(versions or self.versions),
+                description=description, deprecated=deprecated, roles=frozenset(roles), cache=cache, lock=lock,
+                rate_limit=RateLimit.parse(rate_limit) if isinstance(rate_limit, str) else rate_limit, mcp=mcp,
+                output=output,
+            )  # fmt: skip
+            return func
+
+        return register
+
+    def add(self, name: str, func: Callable[..., Any], *, groups: tuple[str, ...], versions: tuple[str, ...],
+            description: str | None, deprecated: bool, roles: frozenset[str], cache: float | None, lock: bool,
+            rate_limit: RateLimit | None, mcp: MCP | None, output: Any) -> Method:  # fmt: skip
+        if self._asgi is not None:
+            raise ConfigurationError(f"method {name!r}: register methods before the app serves requests")
+        if not TOOL_NAME_PATTERN.match(name):
+            raise ConfigurationError(f"method {name!r}: names are 1 to 128 characters of A-Z a-z 0-9 _ - .")
+        unknown = [version for version in versions if version not in self._methods]
+        if unknown:
+            raise ConfigurationError(f"method {name!r}: unknown versions {unknown}; the app has {list(self.versions)}")
+        schemas = describe_method(func, name=name, output=output, datetime_format=self.datetime_format)
+        method = Method(
+            name, func, schemas, groups, versions, description, deprecated, roles, cache, lock, rate_limit, mcp
+        )
+        for version in versions:
+            if name in self._methods[version]:
+                raise ConfigurationError(f"method {name!r} is registered twice in version {version!r}")
+            self._methods[version][name] = method
+        return method
+
+    def on(self, event: EventName) -> Callable[[Handler], Handler]:
+        """Decorator: `@app.on("post_response")` (events: request, response, error, post_response)."""
+
+        def register(handler: Handler) -> Handler:
+            return self.events.on(event, handler)
+
+        return register
+
+    def publish_mcp(self, path: str, config: MCPConfig) -> None:
+        """An MCP endpoint for `config.group` at `path` (default version) and `path/<version>`."""
+        self._mcp.append((path.rstrip("/"), config))
+
+    # -- lookups -----------------------------------------------------------------------------------
+
+    def method_for(self, name: str, version: str) -> Method | None:
+        return self._methods[version].get(name)
+
+    def methods_in(self, version: str) -> list[Method]:
+        return list(self._methods[version].values())
+
+    def openrpc(self, version: str) -> JSONObject:
+        document = self._openrpc.get(version)
+        if document is None:
+            methods = self.methods_in(version)
+            document = self._openrpc[version] = build_openrpc(methods, title=self.title, version=self.version)
+        return document
+
+    async def resolve_roles(self, scope: Scope) -> frozenset[str]:
+        return await self._roles(scope) if self._roles is not None else frozenset()
+
+    # -- ASGI --------------------------------------------------------------------------------------
+
+    def build(self) -> Starlette:
+        """Compile every schema, catalog and route now (also done on the first request)."""
+        if self._asgi is None:
+            self._asgi = Starlette(routes=self._routes())
+        return self._asgi
+
+    def _routes(self) -> list[BaseRoute]:
+        routes: list[BaseRoute] = []
+        default = self.versions[0]
+        for version in self.versions:
+            path = self.rpc_path if version == default else f"{self.rpc_path}/{version}"
+            routes.append(Route(path, JSONRPCEndpoint(self, version), methods=["GET", "POST"]))
+            self.openrpc(version)
+        for path, config in self._mcp:
+            if not config.enabled:
+                continue  # publication is off until enabled: no route at all
+            # Versioned paths first: `path` itself is a mount that would also match `path/v2`.
+            for version in (*self.versions[1:], default):
+                mcp_path = path if version == default else f"{path}/{version}"
+                routes.append(mount(mcp_path, MCPSource(self, config, version).endpoint()))
+        return routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.build()(scope, receive, send)

@@ -1,0 +1,88 @@
+"""A JSON-RPC method as registered: the callable, its settings, and its schemas (computed once)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crank.exceptions import ConfigurationError
+from crank.mcp.formats import UnknownFormatError, check_format
+from crank.mcp.tools import ToolAnnotations
+from crank.schema import MethodSchemas
+
+__all__ = ["MCP", "Method", "RateLimit"]
+
+_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(second|minute|hour|day)s?\s*$")
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `calls` calls per `seconds`, counted per method. Parse "10/minute" with `parse`."""
+
+    calls: int
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: str) -> RateLimit:
+        match = _RATE.match(text)
+        if match is None:
+            raise ConfigurationError(
+                f"rate limit {text!r}: expected '<calls>/<period>', e.g. '10/minute' or '100/5minutes'"
+            )
+        count, multiplier, period = match.groups()
+        return cls(int(count), _PERIODS[period] * int(multiplier or 1))
+
+
+@dataclass(frozen=True)
+class MCP:
+    """A method's MCP settings. Giving them at all is the method's opt-in; `enabled=False` opts out.
+
+    `transformer` reshapes the normalized result for MCP only (never for /rpc); `output_schema` (a type
+    or a literal JSON Schema) overrides the one derived from the return annotation.
+    """
+
+    enabled: bool = True
+    title: str | None = None
+    description: str | None = None
+    annotations: ToolAnnotations | None = None
+    format: str | None = None
+    output_schema: Any = None
+    transformer: Callable[[Any], Any] | None = None
+
+
+@dataclass
+class Method:
+    name: str
+    func: Callable[..., Any]
+    schemas: MethodSchemas
+    groups: tuple[str, ...]
+    versions: tuple[str, ...]
+    description: str | None = None
+    deprecated: bool = False
+    roles: frozenset[str] = frozenset()
+    cache_ttl: float | None = None
+    lock: bool = False
+    rate_limit: RateLimit | None = None
+    mcp: MCP | None = None
+    is_async: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        call = self.func if inspect.isfunction(self.func) else type(self.func).__call__
+        self.is_async = inspect.iscoroutinefunction(call)
+        if self.mcp is not None and self.mcp.format is not None:
+            try:
+                check_format(self.mcp.format, f"method {self.name!r}")
+            except UnknownFormatError as exc:
+                raise ConfigurationError(str(exc)) from None
+
+    @property
+    def text(self) -> str | None:
+        """The description: the decorator's, else the docstring's summary and body."""
+        if self.description:
+            return self.description
+        parts = [part for part in (self.schemas.summary, self.schemas.description) if part]
+        return "\n\n".join(parts) or None

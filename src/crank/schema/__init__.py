@@ -1,0 +1,23 @@
+"""Python types to JSON Schema: parameter and result schemas, tool-local `$defs`, output wrapping."""
+
+from __future__ import annotations
+
+from crank.schema.generate import (
+    COMPONENTS_PREFIX,
+    DatetimeFormat,
+    MethodSchemas,
+    describe_method,
+    describe_output,
+    tool_local,
+    wrap_output,
+)
+
+__all__ = [
+    "COMPONENTS_PREFIX",
+    "DatetimeFormat",
+    "MethodSchemas",
+    "describe_method",
+    "describe_output",
+    "tool_local",
+    "wrap_output",
+]
