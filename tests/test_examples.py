@@ -34,3 +34,27 @@ async def test_quickstart_plain_pair_in_ukrainian(serve: Callable[..., str]) -> 
         response = await client.get(url + "/tools", headers={"Accept-Language": "uk"})
     titles = [tool["title"] for tool in response.json()["tools"]]
     assert titles == ["Пошук книжок", "Книжка за id"]
+
+
+async def test_rpc_app_serves_rpc_openrpc_and_mcp(serve: Callable[..., str]) -> None:
+    from examples.rpc_app import app as rpc_app
+
+    url = serve(rpc_app)
+    async with httpx.AsyncClient() as client:
+        found = await client.post(
+            url + "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "Catalog.search", "params": {"query": "kob"}}
+        )
+        document = (await client.get(url + "/rpc/v2")).json()
+        titles = (await client.get(url + "/mcp/tools", headers={"Accept-Language": "uk"})).json()
+    assert found.json()["result"][0]["internal_sku"] == "B-001"  # /rpc sees the whole product
+    assert "user.delete" in [method["name"] for method in document["methods"]]
+    assert [tool["title"] for tool in titles["tools"]] == ["Пошук товарів", "Товар за id", "Користувач за email"]
+    async with Client(url + "/mcp") as client:
+        result = await client.call_tool("Catalog.search", {"query": "kob"})
+        user = await client.call_tool("user.get", {"email": "olena@example.com"})
+    assert result.structured_content == {"result": [{"id": 1, "name": "Kobzar", "category": "books", "price": 12.5}]}
+    assert user.structured_content == {"result": {"id": 1, "email": "olena@example.com", "name": "Olena",
+                                                  "joined": "2024-03-01"}}  # fmt: skip
+    async with Client(url + "/mcp/v2", mode="legacy") as client:
+        refused = await client.call_tool("user.delete", {"id": 1})
+    assert refused.is_error and '"code":-32001' in refused.content[0].text

@@ -7,9 +7,11 @@ import pytest
 import crank
 import crank.exceptions
 import crank.mcp
+import crank.rpc
+import crank.schema
 
 
-@pytest.mark.parametrize("module", [crank, crank.mcp, crank.exceptions])
+@pytest.mark.parametrize("module", [crank, crank.mcp, crank.exceptions, crank.rpc, crank.schema])
 def test_every_public_name_is_exported_and_every_export_exists(module: types.ModuleType) -> None:
     public = {
         name

@@ -16,7 +16,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("app", default="examples.quickstart:app")
+@click.argument("app", default="examples.rpc_app:app")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
@@ -26,6 +26,32 @@ def serve(app: str, host: str, port: int, app_dir: str, log_level: str) -> None:
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, app_dir=app_dir, log_level=log_level, access_log=False)
+
+
+@main.command()
+@click.argument("app")
+@click.option("--api-version", "version", default=None, help="API version (default: the app's first).")
+@click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
+def openrpc(app: str, version: str | None, app_dir: str) -> None:
+    """Print the OpenRPC document of an RPCApp given as module:attribute."""
+    import sys
+
+    from uvicorn.importer import ImportFromStringError, import_from_string
+
+    from crank import _json
+    from crank.rpc import RPCApp
+
+    sys.path.insert(0, app_dir)
+    try:
+        target = import_from_string(app)
+    except ImportFromStringError as exc:
+        raise click.BadParameter(str(exc), param_hint="APP") from None
+    if not isinstance(target, RPCApp):
+        raise click.BadParameter(f"{app} is a {type(target).__name__}, not a crank.rpc.RPCApp", param_hint="APP")
+    chosen = version or target.versions[0]
+    if chosen not in target.versions:
+        raise click.BadParameter(f"unknown version {chosen!r}; the app has {', '.join(target.versions)}")
+    click.echo(_json.dumps_pretty(target.openrpc(chosen)).decode())
 
 
 if __name__ == "__main__":  # python -m crank.cli

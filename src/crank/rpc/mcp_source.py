@@ -91,7 +91,7 @@ class MCPSource:
             description=(settings.description if settings else None) or method.text,
             input_schema=tool_local(schemas.input_schema, schemas.components),
             output_schema=tool_local(wrap_output(output), schemas.components) if output is not None else None,
-            wrap_result=output is not None,
+            wrap_result=True,  # seed 001: an rpc result always travels as {"result": ...}
             annotations=_annotations(method),
             format=settings.format if settings else None,
             listed=not method.roles or bool(method.roles & roles),

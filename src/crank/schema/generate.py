@@ -130,6 +130,10 @@ def _output(
     except Exception as exc:
         raise ConfigurationError(f"method {name!r}: result cannot be described as JSON Schema: {exc}") from None
     components.update(schema.pop("$defs", {}))
+    if inspect.isclass(source) and "title" in schema:
+        # A model, dataclass, TypedDict or enum is shared by reference, as in the parameters.
+        components[schema["title"]] = schema
+        schema = {"$ref": COMPONENTS_PREFIX + schema["title"]}
     return schema, adapter
 
 

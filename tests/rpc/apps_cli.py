@@ -1,0 +1,3 @@
+from tests.rpc.apps import make_app
+
+app, _ = make_app()

@@ -1,0 +1,138 @@
+"""One executor: cache, lock, events (post_response after the response, never for errors or cache hits)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from crank.rpc import Event, RPCApp
+from mcp import Client
+from tests.rpc.apps import make_app
+
+pytestmark = pytest.mark.anyio
+
+
+def call(method: str, params: Any = None, request_id: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
+
+
+async def post(url: str, body: Any) -> Any:
+    async with httpx.AsyncClient() as client:
+        return (
+            await client.post(url + "/rpc", content=json.dumps(body), headers={"Content-Type": "application/json"})
+        ).json()
+
+
+async def test_cached_call_does_not_run_the_method(serve: Callable[..., str]) -> None:
+    app, ran = make_app()
+    url = serve(app)
+    first = await post(url, call("product.get", {"id": 5}))
+    second = await post(url, call("product.get", {"id": 5}))
+    assert first["result"] == second["result"] == {"id": 5, "name": "p5", "secret": "s3cret"}
+    assert ran.calls.count(("product.get", 5)) == 1
+    await post(url, call("product.get", {"id": 6}))
+    assert ran.calls.count(("product.get", 6)) == 1
+
+
+async def test_locked_method_never_overlaps(serve: Callable[..., str]) -> None:
+    app, ran = make_app()
+    url = serve(app)
+    await post(url, [call("slow", request_id=i) for i in range(4)])
+    assert ran.overlapped is False
+
+
+async def test_sync_methods_run_off_the_event_loop(serve: Callable[..., str]) -> None:
+    app = RPCApp()
+    loop_thread: list[str] = []
+
+    @app.method("where")
+    def where() -> str:
+        return threading.current_thread().name
+
+    @app.method("loop")
+    async def loop() -> str:
+        loop_thread.append(threading.current_thread().name)
+        return loop_thread[0]
+
+    url = serve(app)
+    sync_thread = (await post(url, call("where")))["result"]
+    async_thread = (await post(url, call("loop")))["result"]
+    assert sync_thread != async_thread
+
+
+async def test_callable_class_is_a_method(serve: Callable[..., str]) -> None:
+    app = RPCApp()
+
+    @app.method("add")
+    class Add:
+        def __call__(self, a: int, b: int = 1) -> int:
+            return a + b
+
+    assert (await post(serve(app), call("add", {"a": 2})))["result"] == 3
+
+
+def recorder(app: RPCApp) -> list[tuple[str, str, bool]]:
+    seen: list[tuple[str, str, bool]] = []
+    for name in ("request", "response", "error", "post_response"):
+
+        async def handler(event: Event) -> None:
+            seen.append((event.name, event.method, event.cached))
+
+        app.on(name)(handler)  # type: ignore[arg-type]
+    return seen
+
+
+async def test_events_for_a_call_an_error_and_a_cache_hit(serve: Callable[..., str]) -> None:
+    app, _ = make_app()
+    seen = recorder(app)
+    url = serve(app)
+    await post(url, call("echo", {"text": "a"}))
+    await post(url, call("product.get", {"id": 0}))
+    await post(url, call("product.get", {"id": 1}))
+    await post(url, call("product.get", {"id": 1}))
+    await asyncio.sleep(0.05)
+    assert seen == [
+        ("request", "echo", False), ("response", "echo", False), ("post_response", "echo", False),
+        ("request", "product.get", False), ("error", "product.get", False),
+        ("request", "product.get", False), ("response", "product.get", False), ("post_response", "product.get", False),
+        ("request", "product.get", False),  # the cache hit: no response, no post_response
+    ]  # fmt: skip
+
+
+async def test_post_response_fires_after_the_response_once_per_call_in_a_batch(serve: Callable[..., str]) -> None:
+    app, _ = make_app()
+    sent_before: list[bool] = []
+    responded = asyncio.Event()
+
+    @app.on("post_response")
+    async def after(event: Event) -> None:
+        sent_before.append(responded.is_set())
+
+    url = serve(app)
+    async with httpx.AsyncClient() as client:
+        body = json.dumps([call("echo", {"text": "a"}, 1), call("echo", {"text": "b"}, 2), call("boom", {}, 3)])
+        response = await client.post(url + "/rpc", content=body, headers={"Content-Type": "application/json"})
+        responded.set()
+    assert len(response.json()) == 3
+    await asyncio.sleep(0.1)
+    assert len(sent_before) == 2  # two executed calls; none for the error
+
+
+async def test_post_response_fires_for_mcp_calls_too(serve: Callable[..., str]) -> None:
+    app, _ = make_app()
+    fired: list[str] = []
+
+    @app.on("post_response")
+    def after(event: Event) -> None:
+        fired.append(event.source)
+
+    async with Client(serve(app) + "/mcp") as client:
+        await client.call_tool("echo", {"text": "a"})
+        await client.call_tool("product.get", {"id": 0})
+    assert fired == ["mcp"]
