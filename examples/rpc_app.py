@@ -20,7 +20,7 @@ from pydantic import BaseModel, EmailStr, Field
 
 from crank.exceptions import NotFoundError
 from crank.mcp import ToolAnnotations
-from crank.rpc import MCP, BearerTokenRoles, MCPConfig, RPCApp
+from crank.rpc import MCP, MCPConfig, RPCApp
 
 
 class Category(enum.StrEnum):
@@ -66,7 +66,7 @@ app = RPCApp(
     title="Shop",
     version="1.0.0",
     versions=("v1", "v2"),
-    roles=BearerTokenRoles({"admin-token": ["admin"]}),
+    roles={"admin-token": ["admin"]},  # bearer tokens and their roles
 )
 
 

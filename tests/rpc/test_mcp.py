@@ -190,3 +190,11 @@ async def test_other_groups_are_not_published(serve: Callable[..., str]) -> None
     app, _ = make_app(expose_all=True)
     names = await tool_names(serve(app) + "/mcp")
     assert "other.group" not in names and "hidden" in names
+
+
+async def test_example_tokens_give_roles(serve: Callable[..., str]) -> None:
+    from examples.rpc_app import app
+
+    url = serve(app) + "/mcp/v2"
+    assert "user.delete" not in await tool_names(url)
+    assert "user.delete" in await tool_names(url, Authorization="Bearer admin-token")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import threading
 from collections.abc import Callable
@@ -136,3 +137,57 @@ async def test_post_response_fires_for_mcp_calls_too(serve: Callable[..., str]) 
         await client.call_tool("echo", {"text": "a"})
         await client.call_tool("product.get", {"id": 0})
     assert fired == ["mcp"]
+
+
+async def test_nothing_is_introspected_per_request(serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+    import typing
+
+    import crank.schema.generate
+
+    app, _ = make_app()
+    url = serve(app)
+    app.build()
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("introspection during a request")
+
+    for target, name in (
+        (crank.schema.generate, "describe_method"),
+        (inspect, "signature"),
+        (typing, "get_type_hints"),
+    ):
+        monkeypatch.setattr(target, name, forbidden)
+    assert (await post(url, call("echo", {"text": "a"})))["result"] == "a"
+    async with Client(url + "/mcp") as client:
+        assert (await client.call_tool("product.get", {"id": 9})).structured_content == {
+            "result": {"id": 9, "name": "p9"}
+        }
+
+
+async def test_internal_request_id_is_logged_not_sent(
+    serve: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import re
+
+    app, _ = make_app()
+    url = serve(app)
+    with caplog.at_level(logging.DEBUG, logger="crank.rpc"):
+        answer = await post(url, call("boom"))
+    logged = re.findall(r"request_id=([0-9a-f]{32})", caplog.text)
+    assert logged and all(request_id not in json.dumps(answer) for request_id in logged)
+    assert "hunter2" in caplog.text and "hunter2" not in json.dumps(answer)  # the error is logged, not sent
+
+
+async def test_timestamps_in_and_out(serve: Callable[..., str]) -> None:
+    app = RPCApp(datetime_format="timestamp")
+
+    @app.method("shift")
+    async def shift(at: datetime.datetime) -> datetime.datetime:
+        return at + datetime.timedelta(seconds=60)
+
+    document = app.openrpc("v1")
+    assert document["methods"][0]["params"][0]["schema"]["type"] == "integer"
+    assert document["methods"][0]["result"]["schema"]["type"] == "integer"
+    assert (await post(serve(app), call("shift", {"at": 1_700_000_000})))["result"] == 1_700_000_060

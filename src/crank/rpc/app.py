@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from starlette.applications import Starlette
@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 from crank.exceptions import ConfigurationError
 from crank.mcp import mount
 from crank.mcp.tools import TOOL_NAME_PATTERN
-from crank.rpc.auth import RoleResolver
+from crank.rpc.auth import BearerTokenRoles, RoleResolver
 from crank.rpc.endpoint import JSONRPCEndpoint
 from crank.rpc.events import EventName, Events, Handler
 from crank.rpc.executor import Executor
@@ -56,7 +56,8 @@ class RPCApp:
         versions: API versions, the first is the default (served at `/rpc` and at the MCP paths).
         rpc_path: where JSON-RPC is served.
         datetime_format: "date-time" (ISO strings) or "timestamp" (integer seconds) for datetimes.
-        roles: how a request's roles are found (see `crank.rpc.BearerTokenRoles`); none by default.
+        roles: how a request's roles are found: a mapping of bearer tokens to roles (the built-in verifier),
+            or any `RoleResolver`; without it no caller has a role.
         debug: put file, line and trace in error data. Never in production.
     """
 
@@ -68,7 +69,7 @@ class RPCApp:
         versions: Sequence[str] = ("v1",),
         rpc_path: str = "/rpc",
         datetime_format: DatetimeFormat = "date-time",
-        roles: RoleResolver | None = None,
+        roles: RoleResolver | Mapping[str, Iterable[str]] | None = None,
         debug: bool = False,
     ) -> None:
         if not versions:
@@ -82,7 +83,7 @@ class RPCApp:
         self.events = Events()
         self.executor = Executor(self.events, datetime_format=datetime_format, debug=debug)
         self.logger = logging.getLogger("crank.rpc")
-        self._roles = roles
+        self._roles = BearerTokenRoles(roles) if isinstance(roles, Mapping) else roles
         self._methods: dict[str, dict[str, Method]] = {version: {} for version in self.versions}
         self._mcp: list[tuple[str, MCPConfig]] = []
         self._openrpc: dict[str, JSONObject] = {}

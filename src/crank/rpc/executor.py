@@ -76,6 +76,7 @@ class Executor:
 
     async def _run(self, call: Call) -> Outcome:
         method = call.method
+        logger.debug("rpc %s %s from %s (request_id=%s)", method.name, call.version, call.source, call.request_id)
         if method.roles and not method.roles & call.roles:
             raise AccessDeniedError(f"Calling {method.name} needs one of the roles: {', '.join(sorted(method.roles))}")
         if self.events.wants("request"):
@@ -140,9 +141,12 @@ class Executor:
         return Event(name, call.method.name, call.version, call.source, call.request_id, call.params, result, error)
 
 
+_ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
+
+
 def _python(value: Any) -> Any:
     """Models and dataclasses as plain Python values, dates left as dates."""
-    return pydantic.TypeAdapter(Any).dump_python(value, mode="python")
+    return _ANY.dump_python(value, mode="python")
 
 
 def _timestamps(value: Any) -> Any:
