@@ -19,8 +19,8 @@ from typing import Annotated
 from pydantic import BaseModel, EmailStr, Field
 
 from crank.exceptions import NotFoundError
-from crank.mcp import ToolAnnotations
-from crank.rpc import MCP, MCPConfig, RPCApp
+from crank.rpc import MCP, RPCApp
+from crank.server import MCPConfig, RPCService
 
 
 class Category(enum.StrEnum):
@@ -62,7 +62,7 @@ PRODUCTS = [
 ]
 USERS = {1: User(1, "olena@example.com", "Olena", datetime.date(2024, 3, 1))}
 
-app = RPCApp(
+rpc = RPCApp(
     title="Shop",
     version="1.0.0",
     versions=("v1", "v2"),
@@ -74,7 +74,7 @@ def without_sku(products: list[dict[str, object]]) -> list[dict[str, object]]:
     return [{key: value for key, value in product.items() if key != "internal_sku"} for product in products]
 
 
-@app.method(
+@rpc.method(
     "Catalog.search",
     groups=["mcp"],
     cache=30,
@@ -98,7 +98,7 @@ async def search(
     return found[:limit]
 
 
-@app.method("Catalog.get", groups=["mcp"], mcp=MCP(annotations=ToolAnnotations(read_only_hint=True)))
+@rpc.method("Catalog.get", groups=["mcp"], mcp=MCP(read_only_hint=True))
 def get_product(id: int) -> Product:
     """One product by its id.
 
@@ -110,7 +110,7 @@ def get_product(id: int) -> Product:
     raise NotFoundError(f"No product with id {id}")
 
 
-@app.method("user.get", groups=["mcp"], mcp=MCP())
+@rpc.method("user.get", groups=["mcp"], mcp=MCP())
 async def get_user(email: EmailStr) -> User:
     """Find a user by email.
 
@@ -125,26 +125,28 @@ async def get_user(email: EmailStr) -> User:
     raise NotFoundError(f"No user with email {email}")
 
 
-@app.method("user.delete", groups=["mcp"], roles=["admin"], versions=["v2"],
-            mcp=MCP(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True)))  # fmt: skip
+@rpc.method("user.delete", groups=["mcp"], roles=["admin"], versions=["v2"],
+            mcp=MCP(destructive_hint=True, idempotent_hint=True))  # fmt: skip
 async def delete_user(id: int) -> bool:
     """Delete a user (administrators only; API v2)."""
     return USERS.pop(id, None) is not None
 
 
-@app.method("internal.reindex", groups=["mcp"])
+@rpc.method("internal.reindex", groups=["mcp"])
 async def reindex() -> int:
     """Rebuild the search index. Not published over MCP: no opt-in, and internal.* is excluded."""
     return len(PRODUCTS)
 
 
-app.publish_mcp(
-    "/mcp",
-    MCPConfig(
-        group="mcp",
-        enabled=True,
-        exclude_prefixes=("internal.",),
-        translations=Path(__file__).parent / "translations",
-        default_language="en",
-    ),
+app = RPCService(
+    rpc,
+    mcp={
+        "/mcp": MCPConfig(
+            group="mcp",
+            enabled=True,
+            exclude_prefixes=("internal.",),
+            translations=Path(__file__).parent / "translations",
+            default_language="en",
+        )
+    },
 )

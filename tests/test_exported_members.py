@@ -9,9 +9,10 @@ import crank.exceptions
 import crank.mcp
 import crank.rpc
 import crank.schema
+import crank.server
 
 
-@pytest.mark.parametrize("module", [crank, crank.mcp, crank.exceptions, crank.rpc, crank.schema])
+@pytest.mark.parametrize("module", [crank, crank.mcp, crank.exceptions, crank.rpc, crank.schema, crank.server])
 def test_every_public_name_is_exported_and_every_export_exists(module: types.ModuleType) -> None:
     public = {
         name
@@ -19,7 +20,12 @@ def test_every_public_name_is_exported_and_every_export_exists(module: types.Mod
         if not name.startswith("_")
         and not isinstance(value, types.ModuleType)
         and name != "annotations"
-        and getattr(value, "__module__", module.__name__).startswith("crank")
+        and _defined_in(getattr(value, "__module__", None), module.__name__)
     }
     assert public <= set(module.__all__)
     assert all(hasattr(module, name) for name in module.__all__)
+
+
+def _defined_in(owner: str | None, module: str) -> bool:
+    """Names defined by the module or its package's modules; what it merely imports is not its API."""
+    return owner is not None and (owner == module or owner.startswith(module + "."))

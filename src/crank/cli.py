@@ -33,7 +33,7 @@ def serve(app: str, host: str, port: int, app_dir: str, log_level: str) -> None:
 @click.option("--api-version", "version", default=None, help="API version (default: the app's first).")
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
 def openrpc(app: str, version: str | None, app_dir: str) -> None:
-    """Print the OpenRPC document of an RPCApp given as module:attribute."""
+    """Print the OpenRPC document of an RPCApp (or RPCService) given as module:attribute."""
     import sys
 
     from uvicorn.importer import ImportFromStringError, import_from_string
@@ -46,8 +46,9 @@ def openrpc(app: str, version: str | None, app_dir: str) -> None:
         target = import_from_string(app)
     except ImportFromStringError as exc:
         raise click.BadParameter(str(exc), param_hint="APP") from None
+    target = getattr(target, "rpc", target)  # an RPCService carries its RPCApp
     if not isinstance(target, RPCApp):
-        raise click.BadParameter(f"{app} is a {type(target).__name__}, not a crank.rpc.RPCApp", param_hint="APP")
+        raise click.BadParameter(f"{app} is a {type(target).__name__}, not an RPCApp or RPCService", param_hint="APP")
     chosen = version or target.versions[0]
     if chosen not in target.versions:
         raise click.BadParameter(f"unknown version {chosen!r}; the app has {', '.join(target.versions)}")

@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from crank.exceptions import NotFoundError
-from crank.mcp import ToolAnnotations
-from crank.rpc import MCP, BearerTokenRoles, MCPConfig, RPCApp
+from crank.rpc import MCP, BearerTokenRoles, RPCApp
+from crank.server import MCPConfig, RPCService
 
 
 class Product(BaseModel):
@@ -25,7 +25,7 @@ class Ran:
         self.overlapped = False
 
 
-def make_app(**mcp_options: Any) -> tuple[RPCApp, Ran]:
+def make_app(**mcp_options: Any) -> tuple[RPCService, Ran]:
     ran = Ran()
     app = RPCApp(title="Test", versions=("v1", "v2"), roles=BearerTokenRoles({"t-admin": ["admin"]}))
 
@@ -65,9 +65,7 @@ def make_app(**mcp_options: Any) -> tuple[RPCApp, Ran]:
     async def boom() -> None:
         raise RuntimeError("database password hunter2")
 
-    @app.method(
-        "admin.purge", groups=["mcp"], roles=["admin"], mcp=MCP(annotations=ToolAnnotations(destructive_hint=True))
-    )
+    @app.method("admin.purge", groups=["mcp"], roles=["admin"], mcp=MCP(destructive_hint=True))
     async def purge() -> bool:
         ran.calls.append(("admin.purge", None))
         return True
@@ -84,5 +82,4 @@ def make_app(**mcp_options: Any) -> tuple[RPCApp, Ran]:
     async def other() -> str:
         return "other"
 
-    app.publish_mcp("/mcp", MCPConfig(enabled=True, **mcp_options))
-    return app, ran
+    return RPCService(app, mcp={"/mcp": MCPConfig(enabled=True, **mcp_options)}), ran

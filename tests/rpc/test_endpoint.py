@@ -92,7 +92,7 @@ async def test_unexpected_exception_is_internal_error_without_details(url: str) 
 
 async def test_debug_mode_adds_file_line_and_trace(serve: Callable[..., str]) -> None:
     app, _ = make_app()
-    app.debug = app.executor.debug = True
+    app.rpc.debug = app.rpc.executor.debug = True
     url = serve(app)
     data = (await rpc(url, call("boom"))).json()["error"]["data"]
     assert data["exception"] == "RuntimeError" and data["line"] > 0 and "Traceback" in data["trace"]

@@ -10,9 +10,10 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from crank.rpc import MCP, MCPConfig, RPCApp
+from crank.mcp.rpc_source import is_published
+from crank.rpc import MCP, RPCApp
 from crank.rpc.method import Method
-from crank.rpc.publication import is_published
+from crank.server import MCPConfig, RPCService
 from mcp import Client
 from tests.rpc.apps import make_app
 
@@ -73,14 +74,13 @@ async def test_cached_method_gets_read_only_and_idempotent_hints(serve: Callable
 
 
 def test_explicit_false_hint_is_kept() -> None:
-    from crank.mcp import ToolAnnotations
-    from crank.rpc.mcp_source import _annotations
+    from crank.mcp.rpc_source import _annotations
     from crank.schema import describe_method
 
     def method() -> None: ...
 
     schemas = describe_method(method, name="m")
-    settings = MCP(annotations=ToolAnnotations(read_only_hint=False))
+    settings = MCP(read_only_hint=False)
     annotations = _annotations(Method("m", method, schemas, (), ("v1",), cache_ttl=10, mcp=settings))
     assert annotations is not None and annotations.read_only_hint is False and annotations.idempotent_hint is True
 
@@ -124,8 +124,7 @@ async def test_publication_is_off_until_enabled(serve: Callable[..., str]) -> No
     async def method() -> int:
         return 1
 
-    app.publish_mcp("/mcp", MCPConfig())
-    url = serve(app)
+    url = serve(RPCService(app, mcp={"/mcp": MCPConfig()}))
     async with httpx.AsyncClient() as client:
         assert (await client.get(url + "/mcp/tools")).status_code == 404
 

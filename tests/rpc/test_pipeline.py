@@ -78,7 +78,7 @@ async def test_callable_class_is_a_method(serve: Callable[..., str]) -> None:
     assert (await post(serve(app), call("add", {"a": 2})))["result"] == 3
 
 
-def recorder(app: RPCApp) -> list[tuple[str, str, bool]]:
+def recorder(app: RPCApp) -> list[tuple[str, str, bool]]:  # the events of app's methods
     seen: list[tuple[str, str, bool]] = []
     for name in ("request", "response", "error", "post_response"):
 
@@ -91,7 +91,7 @@ def recorder(app: RPCApp) -> list[tuple[str, str, bool]]:
 
 async def test_events_for_a_call_an_error_and_a_cache_hit(serve: Callable[..., str]) -> None:
     app, _ = make_app()
-    seen = recorder(app)
+    seen = recorder(app.rpc)
     url = serve(app)
     await post(url, call("echo", {"text": "a"}))
     await post(url, call("product.get", {"id": 0}))
@@ -111,7 +111,7 @@ async def test_post_response_fires_after_the_response_once_per_call_in_a_batch(s
     sent_before: list[bool] = []
     responded = asyncio.Event()
 
-    @app.on("post_response")
+    @app.rpc.on("post_response")
     async def after(event: Event) -> None:
         sent_before.append(responded.is_set())
 
@@ -129,7 +129,7 @@ async def test_post_response_fires_for_mcp_calls_too(serve: Callable[..., str]) 
     app, _ = make_app()
     fired: list[str] = []
 
-    @app.on("post_response")
+    @app.rpc.on("post_response")
     def after(event: Event) -> None:
         fired.append(event.source)
 

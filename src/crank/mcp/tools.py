@@ -7,11 +7,11 @@ builds `Tool` objects; the MCP layer neither knows nor cares what the invoker ca
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from crank.ids import new_request_id
 from crank.types import JSONObject
 
 __all__ = [
@@ -29,11 +29,6 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 """Tool names as the MCP specification recommends (tools.mdx §Tool Names, SEP-986)."""
 
 EMPTY_INPUT_SCHEMA: JSONObject = {"type": "object", "additionalProperties": False}
-
-
-def new_request_id() -> str:
-    """An id for one call, shown to the client on errors and written to the log."""
-    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Tool titles and descriptions per language, and `Accept-Language` negotiation.
+"""Tool titles and descriptions per language, `Accept-Language` negotiation, and YAML translation files.
 
 Seed 001's per-field fallback chain, generalised: translation layers are searched in order
 (for the in-process source: the API group's layer, then the base layer), each first in the
@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-__all__ = ["Layer", "Translations", "negotiate_language"]
+import yaml
+
+from crank.exceptions import ConfigurationError
+
+__all__ = ["Layer", "Translations", "load_yaml_translations", "negotiate_language"]
 
 Layer = Mapping[str, Mapping[str, Mapping[str, str]]]
 """language -> tool name -> field ("title" or "description") -> text."""
@@ -82,3 +87,40 @@ def _ranked_tags(header: str) -> list[str]:
         if tag and quality > 0:
             ranked.append((-quality, index, tag.strip().lower()))
     return [tag for _, _, tag in sorted(ranked)]
+
+
+def load_yaml_translations(folder: Path, group: str, default_language: str = "en") -> Translations:
+    """Seed 001's files: `folder/rpc.<lang>.yaml` (base) and `folder/rpc/<group>.<lang>.yaml` (the group's).
+
+    Each maps a method (tool) name to `title` and/or `description`. The group's layer comes first.
+    """
+    group_layer = _layer(folder / "rpc", f"{group}.")
+    base_layer = _layer(folder, "rpc.")
+    return Translations(group_layer, base_layer, default_language=default_language)
+
+
+def _layer(folder: Path, prefix: str) -> dict[str, dict[str, dict[str, str]]]:
+    layer: dict[str, dict[str, dict[str, str]]] = {}
+    if not folder.is_dir():
+        return layer
+    for path in sorted(folder.glob(f"{prefix}*.yaml")):
+        language = path.name[len(prefix) : -len(".yaml")]
+        if "." in language or not language:
+            continue
+        layer[language] = _read(path)
+    return layer
+
+
+def _read(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        content: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(content, dict):
+        raise ConfigurationError(f"{path}: expected a mapping of method names to title/description")
+    texts: dict[str, dict[str, str]] = {}
+    for method, fields in content.items():
+        if not isinstance(fields, dict) or not set(fields) <= {"title", "description"}:
+            raise ConfigurationError(f"{path}: {method!r} must map to 'title' and/or 'description'")
+        texts[str(method)] = {key: str(value) for key, value in fields.items()}
+    return texts

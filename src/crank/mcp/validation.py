@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema_rs
 
 from crank.exceptions import ConfigurationError
+from crank.schema.paths import json_path
 from crank.types import JSONObject
 
 __all__ = ["ArgumentValidator", "Violation", "json_path"]
@@ -27,19 +28,6 @@ class Violation:
 
     def to_wire(self) -> JSONObject:
         return {"path": self.path, "message": self.message}
-
-
-def json_path(parts: list[str | int] | tuple[str | int, ...]) -> str:
-    """`["items", 0, "name"]` -> `$.items[0].name`; keys that are not identifiers are quoted."""
-    path = "$"
-    for part in parts:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part.isidentifier():
-            path += f".{part}"
-        else:
-            path += "[" + repr(part) + "]"
-    return path
 
 
 class ArgumentValidator:

@@ -6,6 +6,5 @@ from crank.rpc.app import RPCApp
 from crank.rpc.auth import BearerTokenRoles, RoleResolver
 from crank.rpc.events import Event
 from crank.rpc.method import MCP, RateLimit
-from crank.rpc.publication import MCPConfig
 
-__all__ = ["MCP", "BearerTokenRoles", "Event", "MCPConfig", "RPCApp", "RateLimit", "RoleResolver"]
+__all__ = ["MCP", "BearerTokenRoles", "Event", "RPCApp", "RateLimit", "RoleResolver"]

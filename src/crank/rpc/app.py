@@ -12,11 +12,11 @@ async def search(query: str, limit: int = 10) -> list[Product]:
         limit: How many products at most.
     \"\"\"
 
-app.publish_mcp("/mcp", MCPConfig(enabled=True))
 ```
 
-`app` is an ASGI app: JSON-RPC at `/rpc` (first version) and `/rpc/<version>`, their OpenRPC documents
-on GET, and each published MCP endpoint at its path and `<path>/<version>`.
+`app` is an ASGI app: JSON-RPC at `/rpc` (first version) and `/rpc/<version>`, with their OpenRPC
+documents on GET. The MCP endpoints of its groups are added by `crank.server.RPCService`, above this
+layer: the rpc core knows nothing of MCP beyond the `MCP` settings it keeps for it.
 """
 
 from __future__ import annotations
@@ -30,16 +30,12 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 
 from crank.exceptions import ConfigurationError
-from crank.mcp import mount
-from crank.mcp.tools import TOOL_NAME_PATTERN
 from crank.rpc.auth import BearerTokenRoles, RoleResolver
 from crank.rpc.endpoint import JSONRPCEndpoint
 from crank.rpc.events import EventName, Events, Handler
 from crank.rpc.executor import Executor
-from crank.rpc.mcp_source import MCPSource
 from crank.rpc.method import MCP, Method, RateLimit
 from crank.rpc.openrpc import build_openrpc
-from crank.rpc.publication import MCPConfig
 from crank.schema import DatetimeFormat, describe_method
 from crank.types import JSONObject, Receive, Scope, Send
 
@@ -85,7 +81,6 @@ class RPCApp:
         self.logger = logging.getLogger("crank.rpc")
         self._roles = BearerTokenRoles(roles) if isinstance(roles, Mapping) else roles
         self._methods: dict[str, dict[str, Method]] = {version: {} for version in self.versions}
-        self._mcp: list[tuple[str, MCPConfig]] = []
         self._openrpc: dict[str, JSONObject] = {}
         self._asgi: Starlette | None = None
 
@@ -130,8 +125,8 @@ class RPCApp:
             rate_limit: RateLimit | None, mcp: MCP | None, output: Any) -> Method:  # fmt: skip
         if self._asgi is not None:
             raise ConfigurationError(f"method {name!r}: register methods before the app serves requests")
-        if not TOOL_NAME_PATTERN.match(name):
-            raise ConfigurationError(f"method {name!r}: names are 1 to 128 characters of A-Z a-z 0-9 _ - .")
+        if not name or name.startswith("rpc."):
+            raise ConfigurationError(f"method {name!r}: names must be non-empty; 'rpc.' is reserved (JSON-RPC 2.0)")
         unknown = [version for version in versions if version not in self._methods]
         if unknown:
             raise ConfigurationError(f"method {name!r}: unknown versions {unknown}; the app has {list(self.versions)}")
@@ -152,10 +147,6 @@ class RPCApp:
             return self.events.on(event, handler)
 
         return register
-
-    def publish_mcp(self, path: str, config: MCPConfig) -> None:
-        """An MCP endpoint for `config.group` at `path` (default version) and `path/<version>`."""
-        self._mcp.append((path.rstrip("/"), config))
 
     # -- lookups -----------------------------------------------------------------------------------
 
@@ -178,25 +169,19 @@ class RPCApp:
     # -- ASGI --------------------------------------------------------------------------------------
 
     def build(self) -> Starlette:
-        """Compile every schema, catalog and route now (also done on the first request)."""
+        """Freeze the methods and build the /rpc routes now (also done on the first request)."""
         if self._asgi is None:
-            self._asgi = Starlette(routes=self._routes())
+            self._asgi = Starlette(routes=self.routes())
         return self._asgi
 
-    def _routes(self) -> list[BaseRoute]:
+    def routes(self) -> list[BaseRoute]:
+        """The /rpc routes, for composing with other routes (see `crank.server.RPCService`)."""
         routes: list[BaseRoute] = []
         default = self.versions[0]
         for version in self.versions:
             path = self.rpc_path if version == default else f"{self.rpc_path}/{version}"
             routes.append(Route(path, JSONRPCEndpoint(self, version), methods=["GET", "POST"]))
             self.openrpc(version)
-        for path, config in self._mcp:
-            if not config.enabled:
-                continue  # publication is off until enabled: no route at all
-            # Versioned paths first: `path` itself is a mount that would also match `path/v2`.
-            for version in (*self.versions[1:], default):
-                mcp_path = path if version == default else f"{path}/{version}"
-                routes.append(mount(mcp_path, MCPSource(self, config, version).endpoint()))
         return routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from crank import _json
 from crank.exceptions import InvalidParamsError, MethodNotFoundError, RateLimitedError, RPCError
-from crank.mcp.jsonrpc import is_request_id
-from crank.mcp.tools import new_request_id
+from crank.ids import new_request_id
 from crank.rpc.executor import Call, error_data
 from crank.types import JSONObject, Receive, Scope, Send
 
@@ -78,7 +77,7 @@ class JSONRPCEndpoint:
             return _reply_error(None, RPCError("Invalid Request", code=-32600), debug=False)
         notification = "id" not in message
         request_id = message.get("id")
-        if not notification and not (is_request_id(request_id) or request_id is None):
+        if not notification and not (request_id is None or type(request_id) in (str, int)):
             return _reply_error(None, RPCError("Invalid Request", code=-32600), debug=False)
         try:
             result = await self._dispatch(message, request)

@@ -23,10 +23,9 @@ from starlette.concurrency import run_in_threadpool
 
 from crank import _json
 from crank.exceptions import AccessDeniedError, InternalError, InvalidParamsError, RateLimitedError, RPCError
-from crank.mcp.validation import json_path
 from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
-from crank.schema import DatetimeFormat
+from crank.schema import DatetimeFormat, json_path
 
 __all__ = ["Call", "Executor", "Outcome", "error_data"]
 

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crank.exceptions import ConfigurationError
-from crank.mcp.formats import UnknownFormatError, check_format
-from crank.mcp.tools import ToolAnnotations
 from crank.schema import MethodSchemas
 
 __all__ = ["MCP", "Method", "RateLimit"]
@@ -39,16 +37,21 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class MCP:
-    """A method's MCP settings. Giving them at all is the method's opt-in; `enabled=False` opts out.
+    """A method's MCP settings, kept as metadata here and read by the MCP layer's rpc source.
 
-    `transformer` reshapes the normalized result for MCP only (never for /rpc); `output_schema` (a type
-    or a literal JSON Schema) overrides the one derived from the return annotation.
+    Giving them at all is the method's opt-in; `enabled=False` opts out. The `*_hint` fields are MCP
+    tool annotations (None: not set). `format` is a result format name (json, pretty_json, markdown,
+    plain, toon). `transformer` reshapes the normalized result for MCP only (never for /rpc);
+    `output_schema` (a type or a literal JSON Schema) describes what MCP clients then receive.
     """
 
     enabled: bool = True
     title: str | None = None
     description: str | None = None
-    annotations: ToolAnnotations | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
     format: str | None = None
     output_schema: Any = None
     transformer: Callable[[Any], Any] | None = None
@@ -73,11 +76,6 @@ class Method:
     def __post_init__(self) -> None:
         call = self.func if inspect.isfunction(self.func) else type(self.func).__call__
         self.is_async = inspect.iscoroutinefunction(call)
-        if self.mcp is not None and self.mcp.format is not None:
-            try:
-                check_format(self.mcp.format, f"method {self.name!r}")
-            except UnknownFormatError as exc:
-                raise ConfigurationError(str(exc)) from None
 
     @property
     def text(self) -> str | None:

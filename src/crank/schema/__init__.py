@@ -11,6 +11,7 @@ from crank.schema.generate import (
     tool_local,
     wrap_output,
 )
+from crank.schema.paths import json_path
 
 __all__ = [
     "COMPONENTS_PREFIX",
@@ -18,6 +19,7 @@ __all__ = [
     "MethodSchemas",
     "describe_method",
     "describe_output",
+    "json_path",
     "tool_local",
     "wrap_output",
 ]

@@ -1,4 +1,4 @@
-"""The rpc layer as a source of MCP tools: one catalog per endpoint, version and set of caller roles.
+"""Python rpc methods as a source of MCP tools: one catalog per endpoint, version and set of caller roles.
 
 Every published method of the endpoint's group becomes a tool. A tool call becomes an rpc `Call` and
 runs through the same `Executor` as /rpc; an `RPCError` comes back as a tool error carrying seed
@@ -8,24 +8,68 @@ anything else is refused with -32001 without running the method.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from crank.exceptions import RPCError, ToolError
-from crank.mcp import CallContext, Catalog, MCPEndpoint, ServerInfo, Tool, ToolAnnotations, Translations
+from crank.ids import new_request_id
 from crank.mcp.after_response import call_after_response
-from crank.mcp.tools import new_request_id
+from crank.mcp.calls import InvalidArgumentsMode
+from crank.mcp.catalog import Catalog
+from crank.mcp.formats import DEFAULT_FORMAT
+from crank.mcp.http import MCPEndpoint
+from crank.mcp.server import ServerInfo
+from crank.mcp.tools import CallContext, Tool, ToolAnnotations
+from crank.mcp.translations import Translations, load_yaml_translations
+from crank.rpc.app import RPCApp
 from crank.rpc.executor import Call, error_data
 from crank.rpc.method import Method
-from crank.rpc.publication import MCPConfig, is_published
-from crank.rpc.translations import load_translations
 from crank.schema import describe_output, tool_local, wrap_output
 from crank.types import JSONObject, Scope
 
-if TYPE_CHECKING:
-    from crank.rpc.app import RPCApp
+__all__ = ["MCPConfig", "MCPSource", "RPCToolError", "is_published"]
 
-__all__ = ["MCPSource", "RPCToolError"]
+
+@dataclass(frozen=True)
+class MCPConfig:
+    """One MCP endpoint over an API group. Publication is off until `enabled=True`."""
+
+    group: str = "mcp"
+    enabled: bool = False
+    expose_all: bool = False
+    exclude_prefixes: tuple[str, ...] = ()
+    exclude_methods: tuple[str, ...] = ()
+    whitelist_methods: tuple[str, ...] = ()
+    apply_rate_limit: bool = False
+    default_format: str = DEFAULT_FORMAT
+    invalid_arguments: InvalidArgumentsMode = "result"
+    translations: Path | None = None
+    default_language: str = "en"
+    formatter: Callable[[Method, Any], Any] | None = field(default=None, compare=False)
+    """Reshapes many methods' MCP results at once; runs after each method's own transformer."""
+
+
+def is_published(method: Method, config: MCPConfig) -> bool:
+    """Seed 002's filters, first match wins: `exclude_methods` (deny), `whitelist_methods` (allow), the
+    method's own opt-out, deprecated without an explicit opt-in (hidden), `exclude_prefixes` (deny),
+    `expose_all` (allow), the method's opt-in (`mcp=MCP(...)`), else hidden. The operator's lists come
+    first: whoever deploys has the last word over the developer's decorator."""
+    name = method.name
+    if name in config.exclude_methods:
+        return False
+    if name in config.whitelist_methods:
+        return True
+    if method.mcp is not None and not method.mcp.enabled:
+        return False
+    if method.deprecated and method.mcp is None:
+        return False
+    if any(name.startswith(prefix) for prefix in config.exclude_prefixes):
+        return False
+    if config.expose_all:
+        return True
+    return method.mcp is not None
 
 
 class RPCToolError(ToolError):
@@ -53,7 +97,7 @@ class MCPSource:
             if config.group in method.groups and is_published(method, config)
         ]
         if config.translations is not None:
-            self.translations = load_translations(config.translations, config.group, config.default_language)
+            self.translations = load_yaml_translations(config.translations, config.group, config.default_language)
         else:
             self.translations = Translations(default_language=config.default_language)
         self._outputs = {method.name: self._mcp_output(method) for method in self.methods}
@@ -131,11 +175,16 @@ class MCPSource:
 
 def _annotations(method: Method) -> ToolAnnotations | None:
     """Explicit hints win; a cached method is read-only and idempotent where those were left unset."""
-    annotations = method.mcp.annotations if method.mcp and method.mcp.annotations else ToolAnnotations()
+    settings = method.mcp
+    read_only = settings.read_only_hint if settings else None
+    idempotent = settings.idempotent_hint if settings else None
     if method.cache_ttl:
-        annotations = replace(
-            annotations,
-            read_only_hint=True if annotations.read_only_hint is None else annotations.read_only_hint,
-            idempotent_hint=True if annotations.idempotent_hint is None else annotations.idempotent_hint,
-        )
+        read_only = True if read_only is None else read_only
+        idempotent = True if idempotent is None else idempotent
+    annotations = ToolAnnotations(
+        read_only_hint=read_only,
+        destructive_hint=settings.destructive_hint if settings else None,
+        idempotent_hint=idempotent,
+        open_world_hint=settings.open_world_hint if settings else None,
+    )
     return annotations if annotations.to_wire() is not None else None
