@@ -1,0 +1,88 @@
+"""The registry's tables (SQLAlchemy 2). Drafts are edited in place; a publish writes an immutable
+`AgentVersion` holding the runtime view, which is all the MCP side ever reads."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+__all__ = ["Agent", "AgentVersion", "Base", "Operation", "RegistryState", "Workspace"]
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def _id() -> str:
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONType}
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_id)
+    slug: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    default_language: Mapped[str] = mapped_column(String(16), default="en")
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class Operation(Base):
+    """A remote call recipe; `spec` holds the draft (runtime fields plus samples and import metadata)."""
+
+    __tablename__ = "operations"
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_id)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    updated_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now, onupdate=_now)
+
+
+class Agent(Base):
+    """A curated toolset; `spec` holds the draft description and bindings."""
+
+    __tablename__ = "agents"
+    __table_args__ = (UniqueConstraint("workspace_id", "slug"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_id)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    slug: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    published_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    versions: Mapped[list[AgentVersion]] = relationship(back_populates="agent", order_by="AgentVersion.version")
+
+
+class AgentVersion(Base):
+    """An immutable published snapshot: the runtime view of seed 003 section 6, per tool."""
+
+    __tablename__ = "agent_versions"
+    __table_args__ = (UniqueConstraint("agent_id", "version"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_id)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    runtime: Mapped[dict[str, Any]] = mapped_column()
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    agent: Mapped[Agent] = relationship(back_populates="versions")
+
+
+class RegistryState(Base):
+    """One row; `generation` grows with every publish or rollback, so MCP replicas notice by polling it."""
+
+    __tablename__ = "registry_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,0 +1,177 @@
+"""`Registry`: drafts, publishing, versions and rollback; and the runtime view the MCP side reads.
+
+A publish is one transaction: it reads the agent's draft and the drafts of the operations it binds,
+builds the runtime view (only the runtime fields of seed 003 section 6), lets the caller check it
+(the gateway compiles the catalog, so a bad tool fails the publish, not a request), writes an
+immutable version, points the agent at it and bumps the registry generation. A failure anywhere
+rolls all of it back: the previous version keeps serving and nothing is half-written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from crank.exceptions import ConfigurationError
+from crank.registry.models import Agent, AgentVersion, Operation, RegistryState, Workspace
+from crank.types import JSONObject
+
+__all__ = ["RUNTIME_OPERATION_FIELDS", "PublishedAgent", "Registry", "RegistryError"]
+
+RUNTIME_OPERATION_FIELDS = (
+    "protocol", "target", "input_schema", "output_schema", "input_mapping", "output_mapping", "execution_config",
+)  # fmt: skip
+"""What a published tool keeps of its operation; samples, import metadata and UI fields stay in the draft."""
+_BINDING_FIELDS = ("title", "description", "annotations", "translations")
+
+
+class RegistryError(ConfigurationError):
+    """A registry action that cannot be done; the message says what and where."""
+
+
+@dataclass(frozen=True)
+class PublishedAgent:
+    workspace: str
+    agent: str
+    version: int
+    runtime: JSONObject
+
+
+class Registry:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- drafts ------------------------------------------------------------------------------------
+
+    def create_workspace(self, slug: str, name: str, default_language: str = "en") -> None:
+        with Session(self.engine) as session, session.begin():
+            session.add(Workspace(slug=slug, name=name, default_language=default_language))
+            try:
+                session.flush()
+            except IntegrityError:
+                raise RegistryError(f"workspace {slug!r} already exists") from None
+
+    def put_operation(self, workspace: str, name: str, spec: JSONObject) -> None:
+        """Create or replace an operation's draft."""
+        with Session(self.engine) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=name))
+            if operation is None:
+                session.add(Operation(workspace_id=ws.id, name=name, spec=dict(spec)))
+            else:
+                operation.spec = dict(spec)
+
+    def put_agent(self, workspace: str, slug: str, spec: JSONObject) -> None:
+        """Create or replace an agent's draft (description and bindings)."""
+        with Session(self.engine) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            agent = session.scalar(select(Agent).filter_by(workspace_id=ws.id, slug=slug))
+            if agent is None:
+                session.add(Agent(workspace_id=ws.id, slug=slug, spec=dict(spec)))
+            else:
+                agent.spec = dict(spec)
+
+    # -- publishing --------------------------------------------------------------------------------
+
+    def publish(self, workspace: str, agent_slug: str, check: Callable[[JSONObject], None] | None = None) -> int:
+        """Publish the agent's draft as a new immutable version; returns its number."""
+        with Session(self.engine) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            agent = self._agent(session, ws, agent_slug)
+            runtime = self._runtime_view(session, ws, agent)
+            if check is not None:
+                check(runtime)
+            latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
+            version = latest + 1
+            session.add(AgentVersion(agent_id=agent.id, version=version, runtime=runtime))
+            agent.published_version = version
+            self._bump(session)
+        return version
+
+    def rollback(self, workspace: str, agent_slug: str, version: int) -> None:
+        """Serve an earlier published version again."""
+        with Session(self.engine) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            agent = self._agent(session, ws, agent_slug)
+            if session.scalar(select(AgentVersion).filter_by(agent_id=agent.id, version=version)) is None:
+                raise RegistryError(f"agent {workspace}/{agent_slug} has no version {version}")
+            agent.published_version = version
+            self._bump(session)
+
+    def versions(self, workspace: str, agent_slug: str) -> list[int]:
+        with Session(self.engine) as session:
+            agent = self._agent(session, self._workspace(session, workspace), agent_slug)
+            return [v.version for v in agent.versions]
+
+    # -- what the MCP side reads -------------------------------------------------------------------
+
+    def generation(self) -> int:
+        with Session(self.engine) as session:
+            return session.scalar(select(RegistryState.generation).filter_by(id=1)) or 0
+
+    def published(self) -> list[PublishedAgent]:
+        """Every agent's currently published runtime view."""
+        query = (
+            select(Workspace.slug, Agent.slug, AgentVersion.version, AgentVersion.runtime)
+            .join(Agent, Agent.workspace_id == Workspace.id)
+            .join(AgentVersion, (AgentVersion.agent_id == Agent.id) & (AgentVersion.version == Agent.published_version))
+        )
+        with Session(self.engine) as session:
+            rows: list[Any] = list(session.execute(query).all())
+        return [PublishedAgent(row[0], row[1], row[2], row[3]) for row in rows]
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _runtime_view(self, session: Session, ws: Workspace, agent: Agent) -> JSONObject:
+        tools = []
+        for index, binding in enumerate(agent.spec.get("bindings", [])):
+            where = f"agent {ws.slug}/{agent.slug}, binding {index}"
+            operation_name = binding.get("operation")
+            operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=operation_name))
+            if operation is None:
+                raise RegistryError(f"{where}: no operation {operation_name!r} in workspace {ws.slug!r}")
+            spec = operation.spec
+            tool: dict[str, Any] = {
+                "tool_name": binding.get("tool_name") or operation.name,
+                "workspace_id": ws.id,
+                "agent_id": agent.id,
+                "operation_id": operation.id,
+                "tool_description": binding.get("description") or spec.get("description"),
+            }
+            tool.update({field: spec.get(field) for field in RUNTIME_OPERATION_FIELDS})
+            tool.update({field: binding.get(field) for field in _BINDING_FIELDS if field != "description"})
+            tools.append(tool)
+        names = [tool["tool_name"] for tool in tools]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise RegistryError(f"agent {ws.slug}/{agent.slug}: tool names must be unique, repeated: {duplicates}")
+        return {
+            "workspace": {"id": ws.id, "slug": ws.slug, "default_language": ws.default_language},
+            "agent": {"id": agent.id, "slug": agent.slug, "description": agent.spec.get("description")},
+            "tools": tools,
+        }
+
+    @staticmethod
+    def _workspace(session: Session, slug: str) -> Workspace:
+        ws = session.scalar(select(Workspace).filter_by(slug=slug))
+        if ws is None:
+            raise RegistryError(f"no workspace {slug!r}")
+        return ws
+
+    @staticmethod
+    def _agent(session: Session, ws: Workspace, slug: str) -> Agent:
+        agent = session.scalar(select(Agent).filter_by(workspace_id=ws.id, slug=slug))
+        if agent is None:
+            raise RegistryError(f"no agent {slug!r} in workspace {ws.slug!r}")
+        return agent
+
+    @staticmethod
+    def _bump(session: Session) -> None:
+        session.execute(
+            update(RegistryState).where(RegistryState.id == 1).values(generation=RegistryState.generation + 1)
+        )

@@ -1,0 +1,110 @@
+"""Drafts, publishing, versions, rollback and the runtime view, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import inspect
+
+from crank.registry import Registry, RegistryError, migrate
+
+OPERATION = {
+    "protocol": "http",
+    "target": {"method": "GET", "url": "http://upstream/users/{id}"},
+    "description": "One user by id.",
+    "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+    "output_schema": None,
+    "input_mapping": [{"from": "id", "to": "path.id"}],
+    "output_mapping": {"select": "{id: id, name: name}"},
+    "execution_config": {"timeout": 5},
+    "samples": [{"id": 1}],  # draft-only: never in the runtime view
+    "import": {"source": "openapi.yaml", "operationId": "getUser"},
+}
+
+
+def seeded(registry: Registry, *bindings: dict[str, Any]) -> None:
+    registry.create_workspace("acme", "Acme", default_language="uk")
+    registry.put_operation("acme", "get_user", OPERATION)
+    registry.put_agent("acme", "support", {"description": "Support desk", "bindings": list(bindings)})
+
+
+def test_migrations_are_idempotent(registry: Registry) -> None:
+    migrate(registry.engine)
+    tables = set(inspect(registry.engine).get_table_names())
+    assert {"workspaces", "operations", "agents", "agent_versions", "registry_state", "alembic_version"} <= tables
+
+
+def test_publish_makes_a_runtime_view_without_draft_fields(registry: Registry) -> None:
+    seeded(registry, {"operation": "get_user", "tool_name": "user_get_profile", "title": "Profile",
+                      "annotations": {"readOnlyHint": True}, "translations": {"uk": {"title": "Профіль"}}})  # fmt: skip
+    assert registry.publish("acme", "support") == 1
+    (published,) = registry.published()
+    assert (published.workspace, published.agent, published.version) == ("acme", "support", 1)
+    (tool,) = published.runtime["tools"]
+    assert tool["tool_name"] == "user_get_profile" and tool["tool_description"] == "One user by id."
+    assert tool["target"] == OPERATION["target"] and tool["input_mapping"] == OPERATION["input_mapping"]
+    assert "samples" not in str(published.runtime) and "openapi.yaml" not in str(published.runtime)
+    assert published.runtime["workspace"]["default_language"] == "uk"
+
+
+def test_versions_are_immutable_and_rollback_serves_an_earlier_one(registry: Registry) -> None:
+    seeded(registry, {"operation": "get_user", "tool_name": "v1_name"})
+    registry.publish("acme", "support")
+    registry.put_agent("acme", "support", {"bindings": [{"operation": "get_user", "tool_name": "v2_name"}]})
+    before = registry.generation()
+    assert registry.publish("acme", "support") == 2
+    assert registry.published()[0].runtime["tools"][0]["tool_name"] == "v2_name"
+    registry.rollback("acme", "support", 1)
+    assert registry.published()[0].version == 1
+    assert registry.published()[0].runtime["tools"][0]["tool_name"] == "v1_name"
+    assert registry.versions("acme", "support") == [1, 2]
+    assert registry.generation() == before + 2
+
+
+def test_drafts_are_not_served_until_published(registry: Registry) -> None:
+    seeded(registry, {"operation": "get_user"})
+    assert registry.published() == []
+
+
+def test_duplicate_tool_names_fail_the_publish(registry: Registry) -> None:
+    seeded(registry, {"operation": "get_user", "tool_name": "same"}, {"operation": "get_user", "tool_name": "same"})
+    with pytest.raises(RegistryError, match=r"acme/support: tool names must be unique, repeated: \['same'\]"):
+        registry.publish("acme", "support")
+
+
+def test_unknown_operation_names_the_binding(registry: Registry) -> None:
+    seeded(registry, {"operation": "nope"})
+    with pytest.raises(RegistryError, match="binding 0: no operation 'nope'"):
+        registry.publish("acme", "support")
+
+
+def test_a_failed_publish_writes_nothing(registry: Registry) -> None:
+    seeded(registry, {"operation": "get_user", "tool_name": "first"})
+    registry.publish("acme", "support")
+    registry.put_agent("acme", "support", {"bindings": [{"operation": "get_user", "tool_name": "second"}]})
+    generation = registry.generation()
+
+    def refuse(runtime: dict[str, Any]) -> None:
+        raise RegistryError("tool 'second': refused by the check")
+
+    with pytest.raises(RegistryError, match="refused"):
+        registry.publish("acme", "support", check=refuse)
+    assert registry.versions("acme", "support") == [1]
+    assert registry.generation() == generation
+    assert registry.published()[0].runtime["tools"][0]["tool_name"] == "first"
+
+
+def test_clear_errors_for_missing_things(registry: Registry) -> None:
+    registry.create_workspace("acme", "Acme")
+    with pytest.raises(RegistryError, match="workspace 'acme' already exists"):
+        registry.create_workspace("acme", "Again")
+    with pytest.raises(RegistryError, match="no workspace 'nope'"):
+        registry.put_operation("nope", "x", {})
+    with pytest.raises(RegistryError, match="no agent 'ghost' in workspace 'acme'"):
+        registry.publish("acme", "ghost")
+    registry.put_operation("acme", "get_user", OPERATION)
+    registry.put_agent("acme", "support", {"bindings": [{"operation": "get_user"}]})
+    registry.publish("acme", "support")
+    with pytest.raises(RegistryError, match="has no version 7"):
+        registry.rollback("acme", "support", 7)
