@@ -3,11 +3,15 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import psycopg
 import pytest
 import uvicorn
 
+from crank.registry import Registry, migrate, open_engine
 from crank.types import ASGIApp
 
 
@@ -31,7 +35,7 @@ def serve() -> Iterator[Callable[..., str]]:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, 0))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", lifespan="auto", access_log=False)
         server = _Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
@@ -48,3 +52,32 @@ def serve() -> Iterator[Callable[..., str]]:
     for server, thread in servers:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind: nothing depends on what an earlier run left behind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'registry.sqlite3'}"
+        return
+    name = f"crank_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def registry(database_url: str) -> Iterator[Registry]:
+    # Unpooled: a test's servers may still be finishing a poll when the database is dropped, and a pooled
+    # connection left behind would be garbage-collected open.
+    engine = open_engine(database_url, pooled=False)
+    migrate(engine)
+    yield Registry(engine)
+    engine.dispose()

@@ -3,6 +3,9 @@
 `RPCService` serves an `RPCApp`'s JSON-RPC routes and, for each configured path, the MCP endpoint of
 one API group at that path (the first API version) and at `<path>/<version>`.
 
+`GatewayService` serves every published agent of a registry at `/mcp/v1/{workspace}/{agent}` (with the
+plain pair below it), reloading published versions without restart.
+
 ```python
 app = RPCService(rpc, mcp={"/mcp": MCPConfig(group="mcp", enabled=True)})
 ```
@@ -12,15 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import httpx
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from crank.mcp.agent_source import AgentCatalogs
+from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.rpc_source import MCPConfig, MCPSource
+from crank.mcp.server import ServerInfo
+from crank.registry import Registry
 from crank.rpc import RPCApp
 from crank.types import Receive, Scope, Send
 
-__all__ = ["MCPConfig", "RPCService"]
+__all__ = ["GatewayService", "MCPConfig", "RPCService"]
 
 
 class RPCService:
@@ -50,3 +58,37 @@ class RPCService:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.build()(scope, receive, send)
+
+
+class GatewayService:
+    """Published agents over MCP. Give it the registry; it owns one pooled upstream client unless given one."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        client: httpx.AsyncClient | None = None,
+        poll_interval: float = 0.25,
+        server_info: ServerInfo | None = None,
+    ) -> None:
+        self.catalogs = AgentCatalogs(registry, client or httpx.AsyncClient(), poll_interval=poll_interval)
+        self.catalogs.reload()
+        endpoint = MCPEndpoint(self.catalogs.provide, server_info=server_info or ServerInfo("crank-gateway"))
+        self._asgi = Starlette(routes=[mount("/mcp/v1/{workspace}/{agent}", endpoint)])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        await self._asgi(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.catalogs.ensure_watching()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.catalogs.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

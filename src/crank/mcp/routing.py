@@ -6,8 +6,6 @@ the URL they were given, and not every client follows a redirect for a POST. `mo
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.routing import Match, Mount
 
 from crank.types import ASGIApp, Scope
@@ -17,16 +15,13 @@ __all__ = ["mount"]
 
 class _ExactMount(Mount):
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        root_path = scope.get("root_path", "")
-        route_path = scope["path"][len(root_path) :] if scope["path"].startswith(root_path) else scope["path"]
-        if scope["type"] == "http" and route_path == self.path:
-            child: dict[str, Any] = {
-                "path_params": dict(scope.get("path_params", {})),
-                "app_root_path": scope.get("app_root_path", root_path),
-                "root_path": root_path + self.path,
-                "endpoint": self.app,
-            }
-            return Match.FULL, child
+        if scope["type"] == "http" and not scope["path"].endswith("/"):
+            # Match `path` as if it were `path/`: the child's root path is then the mount path itself and
+            # the request keeps its own path, so the endpoint sees its root (path parameters such as
+            # {workspace} still work).
+            match, child = super().matches({**scope, "path": scope["path"] + "/"})
+            if match == Match.FULL:
+                return match, child
         return super().matches(scope)
 
 

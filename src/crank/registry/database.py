@@ -12,6 +12,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.pool import NullPool
 
 __all__ = ["default_url", "migrate", "open_engine"]
 
@@ -23,8 +24,9 @@ def default_url(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'registry.sqlite3'}"
 
 
-def open_engine(url: str) -> Engine:
-    engine = create_engine(url, pool_pre_ping=True)
+def open_engine(url: str, *, pooled: bool = True) -> Engine:
+    """`pooled=False` opens a connection per session and closes it after (no idle connections left open)."""
+    engine = create_engine(url, pool_pre_ping=True) if pooled else create_engine(url, poolclass=NullPool)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine

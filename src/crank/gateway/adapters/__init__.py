@@ -1,0 +1,1 @@
+"""Adapters: how a mapped call reaches an upstream. One module per protocol."""

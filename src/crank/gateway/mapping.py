@@ -1,0 +1,172 @@
+"""Input and output mappings, compiled once per published version.
+
+Input rules (a list, applied in order), each with a destination `to`:
+
+    {"from": "user_id", "to": "path.id"}          an argument
+    {"value": "2", "to": "header.X-Api-Version"}  a constant
+    {"template": "{first} {last}", "to": "body.full_name"}   a template over the arguments
+    {"from": "payload", "to": "body"}             the whole JSON body
+
+Destinations: `path.<name>`, `query.<name>`, `header.<name>`, `body` and `body.<field>`. Arguments no
+rule mentions go where the HTTP method suggests: to the query for GET, HEAD and DELETE, to the JSON
+body otherwise; an argument named like a `{placeholder}` of the URL goes to the path.
+
+Output (an object): `select`, a JMESPath expression; `rename`, old key -> new key on the selected
+object or on each selected item; `max_items`, the longest list kept (the tool says how many it left
+out). JMESPath expressions are compiled once.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+import jmespath
+import jmespath.exceptions
+import jmespath.parser
+
+from crank.exceptions import ConfigurationError, MappingError
+
+__all__ = ["InputMapping", "OutputMapping", "RequestParts"]
+
+_PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
+_QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
+
+
+@dataclass
+class RequestParts:
+    path: dict[str, Any] = field(default_factory=dict)
+    query: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: str  # "from" | "value" | "template"
+    source: Any
+    place: str  # path | query | header | body
+    name: str | None  # None: the whole body
+
+
+class InputMapping:
+    def __init__(self, rules: list[_Rule], http_method: str, url: str) -> None:
+        self._rules = rules
+        self._default_place = "query" if http_method in _QUERY_METHODS else "body"
+        self._placeholders = set(_PLACEHOLDER.findall(url))
+        self._mapped = {rule.source for rule in rules if rule.kind == "from"}
+
+    @classmethod
+    def compile(cls, spec: Any, http_method: str, url: str, *, where: str) -> InputMapping:
+        if spec is None:
+            spec = []
+        if not isinstance(spec, list):
+            raise ConfigurationError(f"{where}: input_mapping must be a list of rules")
+        rules = [_compile_rule(rule, f"{where}: input_mapping[{index}]") for index, rule in enumerate(spec)]
+        return cls(rules, http_method.upper(), url)
+
+    def apply(self, arguments: dict[str, Any]) -> RequestParts:
+        parts = RequestParts()
+        for rule in self._rules:
+            if rule.kind == "from":
+                if rule.source not in arguments:
+                    continue
+                value = arguments[rule.source]
+            elif rule.kind == "value":
+                value = rule.source
+            else:
+                value = _render(rule.source, arguments)
+            _put(parts, rule.place, rule.name, value)
+        for name, value in arguments.items():
+            if name in self._mapped:
+                continue
+            place = "path" if name in self._placeholders else self._default_place
+            _put(parts, place, name, value)
+        return parts
+
+
+def _compile_rule(rule: Any, where: str) -> _Rule:
+    if not isinstance(rule, dict) or not isinstance(rule.get("to"), str):
+        raise ConfigurationError(f"{where}: a rule is an object with 'to' and one of 'from', 'value', 'template'")
+    kinds = [kind for kind in ("from", "value", "template") if kind in rule]
+    if len(kinds) != 1:
+        raise ConfigurationError(f"{where}: give exactly one of 'from', 'value' or 'template'")
+    place, _, name = rule["to"].partition(".")
+    if place not in ("path", "query", "header", "body") or (place != "body" and not name):
+        raise ConfigurationError(
+            f"{where}: 'to' must be path.<name>, query.<name>, header.<name>, body or body.<field>"
+        )
+    if kinds[0] == "template":
+        try:
+            list(string.Formatter().parse(rule["template"]))
+        except (ValueError, TypeError):
+            raise ConfigurationError(f"{where}: template {rule['template']!r} is not a valid format string") from None
+    return _Rule(kinds[0], rule[kinds[0]], place, name or None)
+
+
+def _render(template: str, arguments: dict[str, Any]) -> str:
+    try:
+        return template.format(**arguments)
+    except KeyError as exc:
+        raise MappingError(
+            f"template needs argument {exc.args[0]!r}", recoverable=True, suggested_action=f"Pass {exc.args[0]!r}."
+        ) from None
+
+
+def _put(parts: RequestParts, place: str, name: str | None, value: Any) -> None:
+    if place == "body":
+        if name is None:
+            parts.body = value
+        else:
+            if not isinstance(parts.body, dict):
+                parts.body = {}
+            parts.body[name] = value
+    elif place == "header":
+        assert name is not None
+        parts.headers[name] = value if isinstance(value, str) else str(value)
+    else:
+        getattr(parts, place)[name] = value
+
+
+class OutputMapping:
+    def __init__(self, select: jmespath.parser.ParsedResult | None, rename: dict[str, str], max_items: int | None):
+        self._select = select
+        self._rename = rename
+        self.max_items = max_items
+
+    @classmethod
+    def compile(cls, spec: Any, *, where: str) -> OutputMapping:
+        spec = spec or {}
+        if not isinstance(spec, dict) or not set(spec) <= {"select", "rename", "max_items"}:
+            raise ConfigurationError(f"{where}: output_mapping has 'select', 'rename' and 'max_items' only")
+        select = None
+        if spec.get("select"):
+            try:
+                select = jmespath.compile(spec["select"])
+            except jmespath.exceptions.ParseError as exc:
+                raise ConfigurationError(f"{where}: output_mapping.select is not valid JMESPath: {exc}") from None
+        max_items = spec.get("max_items")
+        if max_items is not None and (not isinstance(max_items, int) or max_items < 1):
+            raise ConfigurationError(f"{where}: output_mapping.max_items must be a positive integer")
+        return cls(select, dict(spec.get("rename") or {}), max_items)
+
+    def apply(self, data: Any) -> tuple[Any, int]:
+        """The mapped value and how many list items were left out."""
+        try:
+            value = self._select.search(data) if self._select is not None else data
+        except jmespath.exceptions.JMESPathError as exc:
+            raise MappingError(f"output mapping failed: {exc}") from None
+        if self._rename:
+            value = [self._renamed(item) for item in value] if isinstance(value, list) else self._renamed(value)
+        omitted = 0
+        if self.max_items is not None and isinstance(value, list) and len(value) > self.max_items:
+            omitted = len(value) - self.max_items
+            value = value[: self.max_items]
+        return value, omitted
+
+    def _renamed(self, item: Any) -> Any:
+        if not isinstance(item, dict):
+            return item
+        return {self._rename.get(key, key): value for key, value in item.items()}

@@ -1,0 +1,139 @@
+"""Published gateway agents as a source of MCP tools, reloaded without restart.
+
+`AgentCatalogs` keeps one catalog per published agent, built from the registry's runtime view (and
+nothing else: drafts, samples and import metadata never reach it). A watcher polls the registry's
+generation and rebuilds what changed; the new set replaces the old one in a single assignment, so a
+`tools/list` page or a call sees the whole old or the whole new version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import httpx
+from starlette.concurrency import run_in_threadpool
+
+from crank import _json
+from crank.gateway.operation import RemoteOperation
+from crank.mcp.catalog import Catalog
+from crank.mcp.http import CatalogNotFoundError
+from crank.mcp.tools import CallContext, Tool, ToolAnnotations, ToolResult
+from crank.mcp.translations import Translations
+from crank.registry import PublishedAgent, Registry
+from crank.schema import wrap_output
+from crank.types import JSONObject, Scope
+
+__all__ = ["AgentCatalogs", "build_catalog"]
+
+logger = logging.getLogger("crank.gateway")
+
+_HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint",
+          "idempotentHint": "idempotent_hint", "openWorldHint": "open_world_hint", "title": "title"}  # fmt: skip
+
+
+def build_catalog(runtime: JSONObject, client: httpx.AsyncClient, *, version: int = 0) -> Catalog:
+    """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong."""
+    default_language = runtime["workspace"].get("default_language") or "en"
+    layer: dict[str, dict[str, dict[str, str]]] = {}
+    tools = []
+    for spec in runtime["tools"]:
+        name = spec["tool_name"]
+        for language, texts in (spec.get("translations") or {}).items():
+            layer.setdefault(language, {})[name] = dict(texts)
+        output = spec.get("output_schema")
+        tools.append(
+            Tool(
+                name=name,
+                title=spec.get("title"),
+                description=spec.get("tool_description"),
+                input_schema=spec.get("input_schema") or {"type": "object", "additionalProperties": False},
+                output_schema=wrap_output(output) if output else None,
+                wrap_result=bool(output),
+                annotations=_annotations(spec.get("annotations")),
+                invoker=_invoker(RemoteOperation(spec, client)),
+            )
+        )
+    return Catalog(tools, version=str(version), translations=Translations(layer, default_language=default_language))
+
+
+def _annotations(hints: Any) -> ToolAnnotations | None:
+    if not hints:
+        return None
+    return ToolAnnotations(**{_HINTS[key]: value for key, value in hints.items() if key in _HINTS})
+
+
+def _invoker(operation: RemoteOperation) -> Any:
+    async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
+        outcome = await operation.call(arguments)
+        if not outcome.omitted:
+            return outcome.value
+        note = f"{outcome.omitted} more items were left out; narrow the query to see them."
+        text = _json.dumps(outcome.value).decode()
+        return ToolResult([{"type": "text", "text": text}, {"type": "text", "text": note}], {"result": outcome.value})
+
+    return invoke
+
+
+class AgentCatalogs:
+    def __init__(self, registry: Registry, client: httpx.AsyncClient, *, poll_interval: float = 0.25) -> None:
+        self.registry = registry
+        self.client = client
+        self.poll_interval = poll_interval
+        self._catalogs: dict[tuple[str, str], tuple[int, Catalog]] = {}
+        self._generation = -1
+        self._watcher: asyncio.Task[None] | None = None
+
+    def reload(self) -> None:
+        """Rebuild the catalogs whose published version changed; keep the rest as they are."""
+        generation = self.registry.generation()
+        current = self._catalogs
+        fresh: dict[tuple[str, str], tuple[int, Catalog]] = {}
+        for published in self.registry.published():
+            key = (published.workspace, published.agent)
+            known = current.get(key)
+            if known is not None and known[0] == published.version:
+                fresh[key] = known
+                continue
+            try:
+                fresh[key] = (published.version, self._build(published))
+            except Exception:
+                logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
+                if known is not None:
+                    fresh[key] = known
+        self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
+        self._generation = generation
+
+    def _build(self, published: PublishedAgent) -> Catalog:
+        return build_catalog(published.runtime, self.client, version=published.version)
+
+    async def watch(self) -> None:
+        while True:
+            try:
+                if await run_in_threadpool(self.registry.generation) != self._generation:
+                    await run_in_threadpool(self.reload)
+            except Exception:
+                logger.exception("reading the registry failed; serving the catalogs already loaded")
+            await asyncio.sleep(self.poll_interval)
+
+    def ensure_watching(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self.watch())
+
+    async def aclose(self) -> None:
+        """Stop watching and close the upstream connections."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await self.client.aclose()
+
+    async def provide(self, scope: Scope) -> Catalog:
+        self.ensure_watching()
+        params = scope.get("path_params", {})
+        entry = self._catalogs.get((params.get("workspace", ""), params.get("agent", "")))
+        if entry is None:
+            raise CatalogNotFoundError(scope["path"])
+        return entry[1]

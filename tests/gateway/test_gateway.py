@@ -1,0 +1,180 @@
+"""The gateway end to end: registry -> publish -> /mcp/v1/{workspace}/{agent} -> real upstream over HTTP,
+driven by the official MCP client; republish and rollback while a client keeps calling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from crank.mcp.agent_source import build_catalog
+from crank.registry import Registry
+from crank.server import GatewayService
+from mcp import Client
+from tests.gateway import upstream
+
+pytestmark = pytest.mark.anyio
+
+CHECK_CLIENT = httpx.AsyncClient()  # only builds catalogs to check a publish; never sends a request
+USER_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
+
+
+def operations(base: str) -> dict[str, dict[str, Any]]:
+    return {
+        "get_user": {
+            "protocol": "http", "target": {"method": "GET", "url": base + "/users/{id}"}, "description": "One user.",
+            "input_schema": USER_SCHEMA,
+            "output_schema": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}},
+            "output_mapping": {"select": "{id: id, name: name}"},
+        },
+        "list_users": {
+            "protocol": "http", "target": {"method": "GET", "url": base + "/users"}, "description": "Users.",
+            "input_schema": {"type": "object", "properties": {"limit": {"type": "integer"}}},
+            "input_mapping": [{"value": "2", "to": "header.X-Api-Version"}],
+            "output_mapping": {"select": "items", "rename": {"email": "mail"}, "max_items": 3},
+        },
+        "create_user": {
+            "protocol": "http", "target": {"method": "POST", "url": base + "/users"}, "description": "Create a user.",
+            "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+            "input_mapping": [
+                {"from": "name", "to": "body.name"}, {"template": "crank-{name}", "to": "header.X-Trace"},
+            ],
+        },
+        "broken": {"protocol": "http", "target": {"url": base + "/broken"}, "description": "Fails."},
+        "limited": {"protocol": "http", "target": {"url": base + "/limited"}, "description": "Rate limited."},
+        "html": {"protocol": "http", "target": {"url": base + "/html"}, "description": "Not JSON."},
+    }  # fmt: skip
+
+
+def publish_demo(registry: Registry, base: str, tool_prefix: str = "") -> int:
+    if not registry.published() and not _has_workspace(registry):
+        registry.create_workspace("acme", "Acme", default_language="en")
+    for name, spec in operations(base).items():
+        registry.put_operation("acme", name, spec)
+    # get_user keeps its name in every version, so a client can call it across a republish.
+    bindings = [{"operation": name, "tool_name": (tool_prefix if name != "get_user" else "") + name}
+                for name in operations(base)]  # fmt: skip
+    bindings[0]["translations"] = {"uk": {"title": "Користувач"}}
+    bindings[0]["annotations"] = {"readOnlyHint": True}
+    registry.put_agent("acme", "support", {"description": "Support", "bindings": bindings})
+    return registry.publish("acme", "support", check=lambda runtime: build_catalog(runtime, CHECK_CLIENT) and None)
+
+
+def _has_workspace(registry: Registry) -> bool:
+    try:
+        registry.put_operation("acme", "probe", {})
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture
+def gateway(registry: Registry, serve: Callable[..., str]) -> tuple[str, str, Registry]:
+    base = serve(upstream.app)
+    publish_demo(registry, base)
+    url = serve(GatewayService(registry, poll_interval=0.05))
+    return url + "/mcp/v1/acme/support", base, registry
+
+
+async def test_official_client_lists_and_calls_through_to_the_upstream(gateway: tuple[str, str, Registry]) -> None:
+    url, _, _ = gateway
+    for mode in ("auto", "legacy"):
+        async with Client(url, mode=mode) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            user = await client.call_tool("get_user", {"id": 3})
+            users = await client.call_tool("list_users", {"limit": 5})
+        assert list(tools) == list(operations("")) + []  # binding order
+        assert tools["get_user"].annotations is not None and tools["get_user"].annotations.read_only_hint is True
+        assert user.structured_content == {"result": {"id": 3, "name": "user3"}}
+        expected = [{"id": i, "name": f"user{i}", "mail": f"u{i}@example.com", "internal": "x"} for i in (1, 2, 3)]
+        assert users.structured_content == {"result": expected}
+        assert "2 more items were left out" in users.content[1].text
+    assert upstream.seen[-1]["headers"]["x-api-version"] == "2" and upstream.seen[-1]["query"] == {"limit": "5"}
+
+
+async def test_body_header_template_and_path_encoding(gateway: tuple[str, str, Registry]) -> None:
+    url, _, _ = gateway
+    async with Client(url) as client:
+        created = await client.call_tool("create_user", {"name": "Olena"})
+    assert created.structured_content == {"id": 99, "name": "Olena"}
+    assert upstream.seen[-1]["body"] == {"name": "Olena"} and upstream.seen[-1]["headers"]["x-trace"] == "crank-Olena"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "code", "fragment"),
+    [
+        ("get_user", {"id": 42}, "upstream_rejected", "user 42 does not exist"),
+        ("broken", {}, "upstream_unavailable", "HTTP 500"),
+        ("limited", {}, "upstream_rate_limited", "Wait 7 s"),
+        ("html", {}, "upstream_bad_response", "JSON"),
+    ],
+)
+async def test_upstream_failures_are_structured_errors(
+    gateway: tuple[str, str, Registry], tool: str, arguments: dict[str, Any], code: str, fragment: str
+) -> None:
+    url, _, _ = gateway
+    async with Client(url) as client:
+        result = await client.call_tool(tool, arguments)
+    assert result.is_error
+    error = json.loads(result.content[0].text)
+    assert error["error_code"] == code and fragment in json.dumps(error)
+    assert "Traceback" not in result.content[0].text and len(error["request_id"]) == 32
+
+
+async def test_unknown_workspace_or_agent_is_404(gateway: tuple[str, str, Registry]) -> None:
+    url, _, _ = gateway
+    async with httpx.AsyncClient() as client:
+        for path in ("/mcp/v1/acme/nobody/tools", "/mcp/v1/nowhere/support/tools"):
+            response = await client.get(url.split("/mcp/")[0] + path)
+            assert response.status_code == 404
+
+
+async def test_languages_come_from_the_binding(gateway: tuple[str, str, Registry]) -> None:
+    url, _, _ = gateway
+    async with httpx.AsyncClient() as client:
+        tools = (await client.get(url + "/tools", headers={"Accept-Language": "uk"})).json()["tools"]
+    assert tools[0]["title"] == "Користувач"
+
+
+async def test_republish_and_rollback_while_a_client_keeps_calling(gateway: tuple[str, str, Registry]) -> None:
+    url, base, registry = gateway
+    seen_sets: list[frozenset[str]] = []
+    errors: list[BaseException] = []
+    stop = asyncio.Event()
+
+    async def keep_listing() -> None:
+        async with Client(url, cache=None) as client:
+            while not stop.is_set():
+                try:
+                    names = frozenset(tool.name for tool in (await client.list_tools()).tools)
+                    seen_sets.append(names)
+                    result = await client.call_tool("get_user", {"id": 1})
+                    assert result.structured_content == {"result": {"id": 1, "name": "user1"}}
+                except Exception as exc:  # any failure during the switch is a bug
+                    errors.append(exc)
+
+    worker = asyncio.create_task(keep_listing())
+    await asyncio.sleep(0.2)
+    version = await asyncio.to_thread(publish_demo, registry, base, "v2_")
+    assert version == 2
+    await _until(lambda: any("v2_list_users" in names for names in seen_sets))
+    await asyncio.to_thread(registry.rollback, "acme", "support", 1)
+    count = len(seen_sets)
+    await _until(lambda: len(seen_sets) > count and "list_users" in seen_sets[-1])
+    stop.set()
+    await worker
+    assert errors == []
+    old = frozenset(operations(""))
+    new = frozenset(name if name == "get_user" else "v2_" + name for name in operations(""))
+    assert all(names in (old, new) for names in seen_sets)  # always a whole version, never a mix
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the new version was not served in time"
+        await asyncio.sleep(0.02)
