@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -28,6 +28,9 @@ RUNTIME_OPERATION_FIELDS = (
 )  # fmt: skip
 """What a published tool keeps of its operation; samples, import metadata and UI fields stay in the draft."""
 _BINDING_FIELDS = ("title", "description", "annotations", "translations")
+
+
+_Draft = TypeVar("_Draft", Operation, Agent)
 
 
 class RegistryError(ConfigurationError):
@@ -58,23 +61,20 @@ class Registry:
 
     def put_operation(self, workspace: str, name: str, spec: JSONObject) -> None:
         """Create or replace an operation's draft."""
-        with Session(self.engine) as session, session.begin():
-            ws = self._workspace(session, workspace)
-            operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=name))
-            if operation is None:
-                session.add(Operation(workspace_id=ws.id, name=name, spec=dict(spec)))
-            else:
-                operation.spec = dict(spec)
+        self._put_draft(Operation, workspace, {"name": name}, spec)
 
     def put_agent(self, workspace: str, slug: str, spec: JSONObject) -> None:
         """Create or replace an agent's draft (description and bindings)."""
+        self._put_draft(Agent, workspace, {"slug": slug}, spec)
+
+    def _put_draft(self, model: type[_Draft], workspace: str, key: dict[str, str], spec: JSONObject) -> None:
         with Session(self.engine) as session, session.begin():
             ws = self._workspace(session, workspace)
-            agent = session.scalar(select(Agent).filter_by(workspace_id=ws.id, slug=slug))
-            if agent is None:
-                session.add(Agent(workspace_id=ws.id, slug=slug, spec=dict(spec)))
+            row = session.scalar(select(model).filter_by(workspace_id=ws.id, **key))
+            if row is None:
+                session.add(model(workspace_id=ws.id, spec=dict(spec), **key))
             else:
-                agent.spec = dict(spec)
+                row.spec = dict(spec)
 
     # -- publishing --------------------------------------------------------------------------------
 
