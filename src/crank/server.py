@@ -61,7 +61,11 @@ class RPCService:
 
 
 class GatewayService:
-    """Published agents over MCP. Give it the registry; it owns one pooled upstream client unless given one."""
+    """Published agents over MCP. Give it the registry; it owns one pooled upstream client unless given one.
+
+    Every request needs a workspace API key (`Authorization: Bearer <key>`, see `Registry.create_api_key`)
+    unless `require_api_keys=False`; a missing or wrong key is 401 with `WWW-Authenticate`.
+    """
 
     def __init__(
         self,
@@ -69,11 +73,18 @@ class GatewayService:
         *,
         client: httpx.AsyncClient | None = None,
         poll_interval: float = 0.25,
+        require_api_keys: bool = True,
         server_info: ServerInfo | None = None,
     ) -> None:
-        self.catalogs = AgentCatalogs(registry, client or httpx.AsyncClient(), poll_interval=poll_interval)
+        client = client or httpx.AsyncClient()
+        self.catalogs = AgentCatalogs(registry, client, poll_interval=poll_interval, require_keys=require_api_keys)
         self.catalogs.reload()
-        endpoint = MCPEndpoint(self.catalogs.provide, server_info=server_info or ServerInfo("crank-gateway"))
+        # Keys make what a caller sees depend on who asks: `cacheScope: private`.
+        endpoint = MCPEndpoint(
+            self.catalogs.provide,
+            server_info=server_info or ServerInfo("crank-gateway"),
+            cache_scope="private" if require_api_keys else "public",
+        )
         self._asgi = Starlette(routes=[mount("/mcp/v1/{workspace}/{agent}", endpoint)])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

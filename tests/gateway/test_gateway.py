@@ -76,8 +76,51 @@ def _has_workspace(registry: Registry) -> bool:
 def gateway(registry: Registry, serve: Callable[..., str]) -> tuple[str, str, Registry]:
     base = serve(upstream.app)
     publish_demo(registry, base)
-    url = serve(GatewayService(registry, poll_interval=0.05))
+    url = serve(GatewayService(registry, poll_interval=0.05, require_api_keys=False))
     return url + "/mcp/v1/acme/support", base, registry
+
+
+async def test_api_keys_open_only_their_workspace_and_agents(registry: Registry, serve: Callable[..., str]) -> None:
+    base = serve(upstream.app)
+    publish_demo(registry, base)
+    registry.create_workspace("other", "Other")
+    registry.put_operation("other", "get_user", operations(base)["get_user"])
+    registry.put_agent("other", "desk", {"bindings": [{"operation": "get_user"}]})
+    registry.publish("other", "desk")
+    everything = registry.create_api_key("acme")
+    elsewhere = registry.create_api_key("acme", agents=["nobody"])
+    foreign = registry.create_api_key("other")
+    root = serve(GatewayService(registry, poll_interval=0.05))
+    url = root + "/mcp/v1/acme/support"
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    # The official client, sending the key on every request.
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {everything}"}) as keyed:
+        async with Client(streamable_http_client(url, http_client=keyed)) as client:
+            result = await client.call_tool("get_user", {"id": 2})
+    assert result.structured_content == {"result": {"id": 2, "name": "user2"}}
+    async with httpx.AsyncClient() as http:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {foreign}"},
+                        {"Authorization": f"Bearer {elsewhere}"}):  # fmt: skip
+            response = await http.get(url + "/tools", headers=headers)
+            assert response.status_code == 401, headers
+            assert response.headers["www-authenticate"] == 'Bearer realm="crank"'
+        unknown = await http.get(root + "/mcp/v1/acme/nobody/tools", headers={"Authorization": f"Bearer {everything}"})
+        assert unknown.status_code == 404
+        registry.revoke_api_key(everything)
+        await asyncio.sleep(0.3)  # the revocation bumps the generation; the watcher reloads the keys
+        revoked = await http.get(url + "/tools", headers={"Authorization": f"Bearer {everything}"})
+        assert revoked.status_code == 401
+
+
+def test_keys_are_stored_as_digests(registry: Registry) -> None:
+    registry.create_workspace("acme", "Acme")
+    key = registry.create_api_key("acme")
+    with registry.engine.connect() as connection:
+        stored = connection.exec_driver_sql("SELECT digest FROM api_keys").scalar_one()
+    assert key not in stored and len(stored) == 64
 
 
 async def test_official_client_lists_and_calls_through_to_the_upstream(gateway: tuple[str, str, Registry]) -> None:

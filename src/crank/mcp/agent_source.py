@@ -19,10 +19,10 @@ from starlette.concurrency import run_in_threadpool
 from crank import _json
 from crank.gateway.operation import RemoteOperation
 from crank.mcp.catalog import Catalog
-from crank.mcp.http import CatalogNotFoundError
+from crank.mcp.http import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations, ToolResult
 from crank.mcp.translations import Translations
-from crank.registry import PublishedAgent, Registry
+from crank.registry import KeyScope, PublishedAgent, Registry, key_digest
 from crank.schema import wrap_output
 from crank.types import JSONObject, Scope
 
@@ -78,10 +78,14 @@ def _invoker(operation: RemoteOperation) -> Any:
 
 
 class AgentCatalogs:
-    def __init__(self, registry: Registry, client: httpx.AsyncClient, *, poll_interval: float = 0.25) -> None:
+    def __init__(
+        self, registry: Registry, client: httpx.AsyncClient, *, poll_interval: float = 0.25, require_keys: bool = True
+    ) -> None:
         self.registry = registry
         self.client = client
         self.poll_interval = poll_interval
+        self.require_keys = require_keys
+        self._keys: dict[str, KeyScope] = {}
         self._catalogs: dict[tuple[str, str], tuple[int, Catalog]] = {}
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
@@ -104,6 +108,7 @@ class AgentCatalogs:
                 if known is not None:
                     fresh[key] = known
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
+        self._keys = self.registry.api_keys()
         self._generation = generation
 
     def _build(self, published: PublishedAgent) -> Catalog:
@@ -133,7 +138,21 @@ class AgentCatalogs:
     async def provide(self, scope: Scope) -> Catalog:
         self.ensure_watching()
         params = scope.get("path_params", {})
-        entry = self._catalogs.get((params.get("workspace", ""), params.get("agent", "")))
+        workspace, agent = params.get("workspace", ""), params.get("agent", "")
+        key_scope = self._key_scope(scope) if self.require_keys else None
+        if self.require_keys and (key_scope is None or key_scope.workspace != workspace):
+            raise CatalogUnauthorizedError(workspace)  # a key never opens another workspace, nor says what is there
+        entry = self._catalogs.get((workspace, agent))
         if entry is None:
             raise CatalogNotFoundError(scope["path"])
+        if key_scope is not None and not key_scope.allows(workspace, agent):
+            raise CatalogUnauthorizedError(agent)
         return entry[1]
+
+    def _key_scope(self, scope: Scope) -> KeyScope | None:
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                kind, _, token = value.decode("latin-1").partition(" ")
+                if kind.lower() == "bearer" and token.strip():
+                    return self._keys.get(key_digest(token.strip()))
+        return None

@@ -42,7 +42,13 @@ from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject, Receive, Scope, Send
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "CatalogNotFoundError", "CatalogProvider", "MCPEndpoint"]
+__all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
+    "CatalogNotFoundError",
+    "CatalogProvider",
+    "CatalogUnauthorizedError",
+    "MCPEndpoint",
+]
 
 logger = logging.getLogger("crank.mcp")
 
@@ -56,6 +62,10 @@ _JSON = b"application/json"
 
 class CatalogNotFoundError(LookupError):
     """Raised by a `CatalogProvider` when no endpoint exists at the requested path (404)."""
+
+
+class CatalogUnauthorizedError(PermissionError):
+    """Raised by a `CatalogProvider` when the request's credentials do not open this endpoint (401)."""
 
 
 class _BadBodyError(Exception):
@@ -154,6 +164,9 @@ class MCPEndpoint:
                 exchange = Exchange(404, _json.dumps({"error": "Not found"}))
         except CatalogNotFoundError:
             exchange = Exchange(404, encode_error(None, JSONRPCError(INVALID_REQUEST, "No MCP endpoint at this path")))
+        except CatalogUnauthorizedError:
+            error = JSONRPCError(INVALID_REQUEST, "A valid API key is required: Authorization: Bearer <key>")
+            exchange = Exchange(401, encode_error(None, error), [(b"www-authenticate", b'Bearer realm="crank"')])
         except Exception as exc:
             # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees
             # for the plain pair); the request id in its data is also in the log.
@@ -185,7 +198,7 @@ class MCPEndpoint:
         info = RequestInfo(headers, _format_query(scope))
         try:
             catalog = self._catalog if self._catalog is not None else await self._provider(scope)
-        except CatalogNotFoundError:
+        except (CatalogNotFoundError, CatalogUnauthorizedError):
             raise
         except Exception as exc:  # answered with the request's own id, so the client can match it
             request_id = message.get("id") if isinstance(message, dict) and is_request_id(message.get("id")) else None

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from crank.registry.database import default_url, migrate, open_engine
-from crank.registry.service import PublishedAgent, Registry, RegistryError
+from crank.registry.service import KeyScope, PublishedAgent, Registry, RegistryError, key_digest
 
-__all__ = ["PublishedAgent", "Registry", "RegistryError", "default_url", "migrate", "open_engine"]
+__all__ = [
+    "KeyScope",
+    "PublishedAgent",
+    "Registry",
+    "RegistryError",
+    "default_url",
+    "key_digest",
+    "migrate",
+    "open_engine",
+]

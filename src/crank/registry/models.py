@@ -11,7 +11,7 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstr
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Agent", "AgentVersion", "Base", "Operation", "RegistryState", "Workspace"]
+__all__ = ["Agent", "AgentVersion", "ApiKey", "Base", "Operation", "RegistryState", "Workspace"]
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -77,6 +77,20 @@ class AgentVersion(Base):
     runtime: Mapped[dict[str, Any]] = mapped_column()
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
     agent: Mapped[Agent] = relationship(back_populates="versions")
+
+
+class ApiKey(Base):
+    """A workspace's API key, stored as a SHA-256 digest (keys are 256-bit random tokens, so a slow
+    password hash would add latency to every call without adding safety). `agents` limits the key to
+    some agents of the workspace; null means all of them."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_id)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    agents: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
 class RegistryState(Base):

@@ -9,7 +9,9 @@ rolls all of it back: the previous version keeps serving and nothing is half-wri
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,10 +20,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from crank.exceptions import ConfigurationError
-from crank.registry.models import Agent, AgentVersion, Operation, RegistryState, Workspace
+from crank.registry.models import Agent, AgentVersion, ApiKey, Operation, RegistryState, Workspace
 from crank.types import JSONObject
 
-__all__ = ["RUNTIME_OPERATION_FIELDS", "PublishedAgent", "Registry", "RegistryError"]
+__all__ = ["RUNTIME_OPERATION_FIELDS", "KeyScope", "PublishedAgent", "Registry", "RegistryError", "key_digest"]
 
 RUNTIME_OPERATION_FIELDS = (
     "protocol", "target", "input_schema", "output_schema", "input_mapping", "output_mapping", "execution_config",
@@ -35,6 +37,21 @@ _Draft = TypeVar("_Draft", Operation, Agent)
 
 class RegistryError(ConfigurationError):
     """A registry action that cannot be done; the message says what and where."""
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class KeyScope:
+    """Where a key is valid: one workspace, and all its agents (None) or some of them."""
+
+    workspace: str
+    agents: frozenset[str] | None
+
+    def allows(self, workspace: str, agent: str) -> bool:
+        return workspace == self.workspace and (self.agents is None or agent in self.agents)
 
 
 @dataclass(frozen=True)
@@ -107,6 +124,38 @@ class Registry:
         with Session(self.engine) as session:
             agent = self._agent(session, self._workspace(session, workspace), agent_slug)
             return [v.version for v in agent.versions]
+
+    # -- API keys ----------------------------------------------------------------------------------
+
+    def create_api_key(self, workspace: str, agents: Iterable[str] | None = None) -> str:
+        """A new key for the workspace (optionally only some agents). Shown once: only its digest is kept."""
+        key = "crk_" + secrets.token_urlsafe(32)
+        with Session(self.engine) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            scope = {"agents": sorted(agents)} if agents is not None else None
+            session.add(ApiKey(workspace_id=ws.id, digest=key_digest(key), agents=scope))
+            self._bump(session)
+        return key
+
+    def revoke_api_key(self, key: str) -> None:
+        with Session(self.engine) as session, session.begin():
+            row = session.scalar(select(ApiKey).filter_by(digest=key_digest(key)))
+            if row is None:
+                raise RegistryError("no such API key")
+            session.delete(row)
+            self._bump(session)
+
+    def api_keys(self) -> dict[str, KeyScope]:
+        """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation)."""
+        query = select(ApiKey.digest, Workspace.slug, ApiKey.agents).join(
+            Workspace, Workspace.id == ApiKey.workspace_id
+        )
+        with Session(self.engine) as session:
+            rows: list[Any] = list(session.execute(query).all())
+        return {
+            digest: KeyScope(slug, frozenset(scope["agents"]) if scope is not None else None)
+            for digest, slug, scope in rows
+        }
 
     # -- what the MCP side reads -------------------------------------------------------------------
 
