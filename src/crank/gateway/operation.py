@@ -10,6 +10,7 @@ import httpx
 from crank.exceptions import ConfigurationError
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.adapters.http import HTTPAdapter
+from crank.gateway.adapters.jsonrpc import JSONRPCAdapter
 from crank.gateway.mapping import InputMapping, OutputMapping
 from crank.types import JSONObject
 
@@ -28,11 +29,16 @@ class RemoteOperation:
         protocol = runtime.get("protocol")
         target = runtime.get("target") or {}
         config = runtime.get("execution_config") or {}
-        if protocol != "http":
-            raise ConfigurationError(f"{where}: protocol {protocol!r} is not supported yet (supported: http)")
-        self.adapter: Adapter = HTTPAdapter(client, target, config, where=where)
-        method = str(target.get("method", "GET"))
-        self.input = InputMapping.compile(runtime.get("input_mapping"), method, str(target.get("url", "")), where=where)
+        if protocol == "http":
+            self.adapter: Adapter = HTTPAdapter(client, target, config, where=where)
+            method = str(target.get("method", "GET"))
+        elif protocol == "jsonrpc":
+            self.adapter = JSONRPCAdapter(client, target, config, where=where)
+            method = "POST"  # every argument goes to `params` unless the mapping says otherwise
+        else:
+            raise ConfigurationError(f"{where}: protocol {protocol!r} is not supported (supported: http, jsonrpc)")
+        url = str(target.get("url", "")) if protocol == "http" else ""
+        self.input = InputMapping.compile(runtime.get("input_mapping"), method, url, where=where)
         self.output = OutputMapping.compile(runtime.get("output_mapping"), where=where)
 
     async def call(self, arguments: dict[str, Any]) -> Outcome:

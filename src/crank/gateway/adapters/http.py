@@ -19,7 +19,7 @@ from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceEr
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.mapping import RequestParts
 
-__all__ = ["HTTPAdapter", "resolve_secret"]
+__all__ = ["HTTPAdapter", "resolve_secret", "trimmed"]
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _RETRY_STATUSES = frozenset({502, 503, 504})
@@ -156,5 +156,10 @@ def _excerpt(response: httpx.Response) -> str:
         text = str(text) if text else response.text
     except ValueError:
         text = response.text
+    return trimmed(text)
+
+
+def trimmed(text: str) -> str:
+    """One line, at most 300 characters: enough for a model to act on, too short to leak a page."""
     text = " ".join(text.split())
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"

@@ -1,0 +1,57 @@
+"""The `jsonrpc` adapter: one JSON-RPC 2.0 call to a remote method over HTTP.
+
+Target: `{"url": "https://svc/rpc", "method": "Catalog.search"}`. The mapped body (by default every
+argument) becomes `params`. A JSON-RPC error from the upstream becomes `upstream_rejected` carrying
+its code and (trimmed) message; transport failures are those of the `http` adapter.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import httpx
+
+from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError
+from crank.gateway.adapters.http import HTTPAdapter, trimmed
+from crank.gateway.mapping import RequestParts
+
+__all__ = ["JSONRPCAdapter"]
+
+_ids = itertools.count(1)
+
+
+class JSONRPCAdapter(HTTPAdapter):
+    def __init__(
+        self, client: httpx.AsyncClient, target: dict[str, Any], config: dict[str, Any], *, where: str
+    ) -> None:
+        if not isinstance(target, dict) or not isinstance(target.get("method"), str):
+            raise ConfigurationError(f"{where}: a jsonrpc target needs a 'url' and the remote 'method' name")
+        super().__init__(client, {"url": target.get("url"), "method": "POST"}, config, where=where)
+        self.remote_method = target["method"]
+        # A JSON-RPC call is a POST; whether repeating it is safe is the operation's to say.
+        self.retries = int(config.get("retries", 0)) if config.get("idempotent") else 0
+
+    async def call(self, parts: RequestParts) -> Any:
+        params = parts.body if parts.body is not None else {}
+        body = {"jsonrpc": "2.0", "id": next(_ids), "method": self.remote_method, "params": params}
+        answer = await super().call(RequestParts(path=parts.path, query=parts.query, headers=parts.headers, body=body))
+        if (
+            not isinstance(answer, dict)
+            or answer.get("jsonrpc") != "2.0"
+            or not ("result" in answer or "error" in answer)
+        ):
+            raise AdapterError(
+                "The upstream did not answer with a JSON-RPC response.", error_code="upstream_bad_response"
+            )
+        if "error" in answer:
+            error = answer["error"] if isinstance(answer["error"], dict) else {}
+            code, message = error.get("code"), trimmed(str(error.get("message", "")))
+            raise ExternalServiceError(
+                f"The upstream refused the call ({code}): {message}",
+                error_code="upstream_rejected",
+                recoverable=True,
+                suggested_action="Check the arguments against the tool's description and try again.",
+                details={"code": code},
+            )
+        return answer.get("result")
