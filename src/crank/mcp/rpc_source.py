@@ -24,7 +24,7 @@ from crank.mcp.server import ServerInfo
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations
 from crank.mcp.translations import Translations, load_yaml_translations
 from crank.rpc.app import RPCApp
-from crank.rpc.executor import Call, error_data
+from crank.rpc.executor import Call, error_wire
 from crank.rpc.method import Method
 from crank.schema import describe_output, tool_local, wrap_output
 from crank.types import JSONObject, Scope
@@ -79,8 +79,7 @@ class RPCToolError(ToolError):
 
     def __init__(self, error: RPCError, *, debug: bool) -> None:
         super().__init__(error.message, error_code=str(error.code))
-        cause = error.__cause__ if error.__cause__ is not error else None
-        self.wire = {"code": error.code, "message": error.message, "data": error_data(error, cause, debug=debug)}
+        self.wire = error_wire(error, debug=debug)
 
     def to_payload(self, request_id: str) -> dict[str, Any]:
         return self.wire

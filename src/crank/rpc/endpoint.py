@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from crank import _json
 from crank.exceptions import InvalidParamsError, MethodNotFoundError, RateLimitedError, RPCError
 from crank.ids import new_request_id
-from crank.rpc.executor import Call, error_data
+from crank.rpc.executor import Call, error_wire
 from crank.types import JSONObject, Receive, Scope, Send
 
 if TYPE_CHECKING:
@@ -108,9 +108,7 @@ class JSONRPCEndpoint:
 
 
 def _reply_error(request_id: Any, error: RPCError, *, debug: bool) -> JSONObject:
-    cause = error.__cause__ if error.__cause__ is not error else None
-    wire = {"code": error.code, "message": error.message, "data": error_data(error, cause, debug=debug)}
-    return {"jsonrpc": "2.0", "id": request_id, "error": wire}
+    return {"jsonrpc": "2.0", "id": request_id, "error": error_wire(error, debug=debug)}
 
 
 def _error(request_id: Any, code: int, message: str) -> bytes:

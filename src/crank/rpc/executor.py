@@ -27,7 +27,7 @@ from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
 from crank.schema import DatetimeFormat, json_path
 
-__all__ = ["Call", "Executor", "Outcome", "error_data"]
+__all__ = ["Call", "Executor", "Outcome", "error_data", "error_wire"]
 
 logger = logging.getLogger("crank.rpc")
 
@@ -176,3 +176,9 @@ def error_data(error: RPCError, cause: BaseException | None, *, debug: bool) -> 
         frame = traceback.extract_tb(cause.__traceback__)[-1]
         data.update(file=frame.filename, line=frame.lineno, trace="".join(traceback.format_exception(cause)))
     return data
+
+
+def error_wire(error: RPCError, *, debug: bool) -> dict[str, Any]:
+    """The `{code, message, data}` object a client sees, on /rpc and in an MCP tool error alike."""
+    cause = error.__cause__ if error.__cause__ is not error else None
+    return {"code": error.code, "message": error.message, "data": error_data(error, cause, debug=debug)}

@@ -28,9 +28,8 @@ class JSONRPCAdapter(HTTPAdapter):
         if not isinstance(target, dict) or not isinstance(target.get("method"), str):
             raise ConfigurationError(f"{where}: a jsonrpc target needs a 'url' and the remote 'method' name")
         super().__init__(client, {"url": target.get("url"), "method": "POST"}, config, where=where)
+        # A POST: the http adapter retries it only when the operation says `"idempotent": true`.
         self.remote_method = target["method"]
-        # A JSON-RPC call is a POST; whether repeating it is safe is the operation's to say.
-        self.retries = int(config.get("retries", 0)) if config.get("idempotent") else 0
 
     async def call(self, parts: RequestParts) -> Any:
         params = parts.body if parts.body is not None else {}
