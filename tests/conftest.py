@@ -30,10 +30,10 @@ def serve() -> Iterator[Callable[..., str]]:
     """Serve an ASGI app over real HTTP on a free loopback port; returns its base URL."""
     servers: list[tuple[_Server, threading.Thread]] = []
 
-    def start(app: ASGIApp, host: str = "127.0.0.1") -> str:
+    def start(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> str:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, 0))
+        sock.bind((host, port))
         port = sock.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", lifespan="auto", access_log=False)
         server = _Server(config)

@@ -1,20 +1,65 @@
-"""`crank` on the command line: the version, and `crank serve` answering MCP over real HTTP."""
+"""`crank` on the command line: serving (gateway roles, or an app), the admin commands on a real registry,
+and settings errors."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from crank import __version__
 from crank.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
+DEMO_SPEC = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def crank_process(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`crank ARGS` in a subprocess listening on a free port; yields its base URL once it answers."""
+    port = free_port()
+    environment = {**os.environ, **(env or {}), "CRANK_LISTEN": f"127.0.0.1:{port}"}
+    server = subprocess.Popen([sys.executable, "-m", "crank.cli", *args], cwd=ROOT, env=environment,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/", timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, "crank exited"
+                assert time.monotonic() < deadline, "crank did not answer"
+                time.sleep(0.1)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    for name in ("DATABASE_URL", "ADMIN_TOKEN", "LISTEN", "ROLE", "SETTINGS_FILE"):
+        monkeypatch.delenv(f"CRANK_{name}", raising=False)
+    monkeypatch.setenv("CRANK_DATA_DIR", str(tmp_path / "data"))
+    return CliRunner()
 
 
 def test_version() -> None:
@@ -23,24 +68,68 @@ def test_version() -> None:
 
 
 def test_serve_runs_the_quickstart() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "crank.cli", "serve", "examples.quickstart:app", "--port", str(port)]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with crank_process("serve", "examples.quickstart:app") as base:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                 "params": {"name": "books.get", "arguments": {"id": 1}}}  # fmt: skip
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                response = httpx.post(f"http://127.0.0.1:{port}/mcp", json=body, timeout=2)
-                break
-            except httpx.TransportError:
-                assert server.poll() is None, "crank serve exited"
-                assert time.monotonic() < deadline, "crank serve did not answer"
-                time.sleep(0.1)
-        assert response.json()["result"]["structuredContent"]["title"] == "Kobzar"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+        response = httpx.post(base + "/mcp", json=body, timeout=5)
+    assert response.json()["result"]["structuredContent"]["title"] == "Kobzar"
+
+
+@pytest.mark.parametrize(("role", "admin_status", "mcp_status"), [("mcp", 404, 401), ("admin", 200, 404)])
+def test_serve_roles_split_admin_from_mcp(tmp_path: Path, role: str, admin_status: int, mcp_status: int) -> None:
+    env = {"CRANK_DATA_DIR": str(tmp_path), "CRANK_ADMIN_TOKEN": "a-long-enough-admin-token"}
+    with crank_process("serve", "--role", role, env=env) as base:
+        assert httpx.get(base + "/healthz").json() == {"status": "ok", "role": role}
+        admin = httpx.get(base + "/admin/v1/workspaces", headers={"Authorization": "Bearer a-long-enough-admin-token"})
+        assert admin.status_code == admin_status
+        assert httpx.get(base + "/mcp/v1/any/agent/tools").status_code == mcp_status
+    assert (tmp_path / "registry.sqlite3").exists()  # the embedded registry, created on first start
+
+
+def test_bad_settings_stop_the_start_with_a_message(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["serve"], env={"CRANK_LISTEN": "nowhere", "CRANK_POLL_INTERVAL": "0"})
+    assert result.exit_code == 1
+    assert "CRANK_LISTEN: expected host:port" in result.output and "CRANK_POLL_INTERVAL" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_admin_commands_import_bind_publish_and_roll_back(runner: CliRunner) -> None:
+    def run(*args: str) -> str:
+        result = runner.invoke(main, list(args))
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    run("workspace", "create", "shop", "--name", "Shop")
+    assert "imported 5 operations" in run("import", "openapi", str(DEMO_SPEC), "-w", "shop",
+                                          "--base-url", "http://shop.test")  # fmt: skip
+    assert "get_book\thttp\tGET http://shop.test/books/{book_id}" in run("operation", "list", "shop")
+    run("agent", "bind", "shop", "desk", "get_book", "--title", "A book")
+    run("agent", "bind", "shop", "desk", "search_books", "--tool-name", "find_books")
+    assert "version 1" in run("publish", "shop", "desk")
+    run("agent", "unbind", "shop", "desk", "find_books")
+    assert "version 2" in run("publish", "shop", "desk")
+    assert run("versions", "shop", "desk").splitlines()[1].startswith("* 2")
+    assert "now serves version 1" in run("rollback", "shop", "desk", "1")
+    assert run("versions", "shop", "desk").splitlines()[0].startswith("* 1")
+    assert run("key", "create", "shop", "--agent", "desk").startswith("crk_")
+
+
+def test_admin_commands_fail_clearly(runner: CliRunner, tmp_path: Path) -> None:
+    runner.invoke(main, ["workspace", "create", "shop"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("openapi: 3.0.3\ninfo: {title: x, version: '1'}\npaths: {/x: {get: {}}}\n")
+    result = runner.invoke(main, ["import", "openapi", str(bad), "-w", "shop", "--base-url", "http://u"])
+    assert result.exit_code == 1 and "responses" in result.output and "Traceback" not in result.output
+    assert runner.invoke(main, ["operation", "list", "shop"]).output == ""  # nothing imported
+    missing = runner.invoke(main, ["publish", "shop", "nobody"])
+    assert missing.exit_code == 1 and "no agent 'nobody' in workspace 'shop'" in missing.output
+
+
+def test_apply_command(runner: CliRunner, tmp_path: Path) -> None:
+    from crank.demo import CATALOG
+
+    result = runner.invoke(main, ["apply", str(CATALOG)], env={"CRANK_DEMO_API": "http://shop.test"})
+    assert result.exit_code == 0, result.output
+    assert "workspace demo: 6 operations" in result.output and "agent bookshop: version 1 (published)" in result.output
+    again = runner.invoke(main, ["apply", str(CATALOG)], env={"CRANK_DEMO_API": "http://shop.test"})
+    assert "agent bookshop: version 1 (unchanged)" in again.output

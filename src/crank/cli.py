@@ -1,31 +1,129 @@
-"""The `crank` command."""
+"""The `crank` command.
+
+`crank serve` runs the gateway (roles admin, mcp or all) from the settings (`CRANK_*` variables or a
+settings file), or any Crank ASGI app given as module:attribute. The admin commands (workspace,
+operation, import, agent, publish, versions, rollback, key, apply) act on the registry the settings
+name, as the admin HTTP API does.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 import click
 
-from crank import __version__
+from crank import __version__, _json
+from crank.exceptions import ConfigurationError
 
 __all__ = ["main"]
 
 
+def _echo_json(value: Any) -> None:
+    click.echo(_json.dumps_pretty(value).decode())
+
+
+@contextmanager
+def _clear_errors() -> Iterator[None]:
+    """A wrong definition or setting is a one-line (or one-per-problem) message and exit code 1."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _settings(**overrides: Any) -> Any:
+    from crank.settings import load_settings
+
+    context = click.get_current_context()
+    settings_file = context.find_root().params.get("settings_file")
+    with _clear_errors():
+        return load_settings(settings_file, **overrides)
+
+
+def _registry() -> Any:
+    from crank.registry import Registry, migrate, open_engine
+
+    settings = _settings()
+    with _clear_errors():
+        engine = open_engine(settings.registry_url, pooled=False)
+        migrate(engine)
+    return Registry(engine)
+
+
+def _read_definition(path: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise click.BadParameter(f"{path} is not valid JSON or YAML: {exc}") from None
+
+
 @click.group()
 @click.version_option(__version__, prog_name="crank")
-def main() -> None:
+@click.option("--settings", "settings_file", type=click.Path(dir_okay=False), help="Settings file (TOML or YAML).")
+def main(settings_file: str | None) -> None:
     """Crank publishes existing APIs to LLM agents as MCP tools."""
 
 
+# -- serving ---------------------------------------------------------------------------------------
+
+
 @main.command()
-@click.argument("app", default="examples.rpc_app:app")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
+@click.argument("app", required=False)
+@click.option("--role", type=click.Choice(["admin", "mcp", "all"]), default=None, help="Gateway role [all].")
+@click.option("--listen", default=None, help="host:port (default: CRANK_LISTEN or 127.0.0.1:8000).")
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
-@click.option("--log-level", default="info", show_default=True)
-def serve(app: str, host: str, port: int, app_dir: str, log_level: str) -> None:
-    """Serve an ASGI APP (module:attribute) built with Crank, for example an MCPEndpoint."""
+def serve(app: str | None, role: str | None, listen: str | None, app_dir: str) -> None:
+    """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, app_dir=app_dir, log_level=log_level, access_log=False)
+    from crank.telemetry import configure_logging
+
+    settings = _settings(role=role, listen=listen)
+    configure_logging(settings.log_format, settings.log_level)
+    if app is not None:
+        uvicorn.run(app, host=settings.host, port=settings.port, app_dir=app_dir, access_log=False, log_config=None)
+        return
+    from crank.server import CrankServer
+
+    with _clear_errors():
+        server = CrankServer(settings)
+    _announce(server, settings)
+    uvicorn.run(server, host=settings.host, port=settings.port, access_log=False, log_config=None)
+
+
+def _announce(server: Any, settings: Any) -> None:
+    base = f"http://{settings.listen}"
+    click.echo(f"crank {__version__}: role {settings.role}, registry {_safe_url(settings.registry_url)}")
+    if server.admin is not None:
+        where = "CRANK_ADMIN_TOKEN" if settings.admin_token else str(settings.data_dir / "admin-token")
+        click.echo(f"admin API: {base}/admin/v1 (token in {where}; OpenAPI at {base}/admin/v1/openapi.json)")
+    if server.gateway is not None:
+        click.echo(f"MCP: {base}/mcp/v1/<workspace>/<agent>; metrics at {base}/metrics")
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@main.command()
+@click.option("--listen", default="127.0.0.1:8000", show_default=True, help="host:port to serve on.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Default: a fresh temporary one.")
+def demo(listen: str, data_dir: str | None) -> None:
+    """Serve the gateway with a demo workspace fronting the shipped demo REST API, and print how to connect."""
+    from crank.demo import run_demo
+
+    with _clear_errors():
+        run_demo(listen, Path(data_dir) if data_dir else None)
 
 
 @main.command()
@@ -34,11 +132,8 @@ def serve(app: str, host: str, port: int, app_dir: str, log_level: str) -> None:
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
 def openrpc(app: str, version: str | None, app_dir: str) -> None:
     """Print the OpenRPC document of an RPCApp (or RPCService) given as module:attribute."""
-    import sys
-
     from uvicorn.importer import ImportFromStringError, import_from_string
 
-    from crank import _json
     from crank.rpc import RPCApp
 
     sys.path.insert(0, app_dir)
@@ -52,7 +147,288 @@ def openrpc(app: str, version: str | None, app_dir: str) -> None:
     chosen = version or target.versions[0]
     if chosen not in target.versions:
         raise click.BadParameter(f"unknown version {chosen!r}; the app has {', '.join(target.versions)}")
-    click.echo(_json.dumps_pretty(target.openrpc(chosen)).decode())
+    _echo_json(target.openrpc(chosen))
+
+
+# -- the registry ----------------------------------------------------------------------------------
+
+
+@main.group()
+def workspace() -> None:
+    """Workspaces (tenants)."""
+
+
+@workspace.command("list")
+def workspace_list() -> None:
+    _echo_json(_registry().workspaces())
+
+
+@workspace.command("create")
+@click.argument("slug")
+@click.option("--name", default=None, help="Display name (default: the slug).")
+@click.option("--language", default="en", show_default=True, help="Default language of tool texts.")
+def workspace_create(slug: str, name: str | None, language: str) -> None:
+    """Create a workspace, or update its name and language."""
+    from crank.admin.models import WorkspaceRef
+
+    with _clear_errors():
+        checked = _validated(WorkspaceRef, {"slug": slug, "name": name or slug, "default_language": language})
+        _registry().put_workspace(checked.slug, checked.name, checked.default_language)
+    click.echo(f"workspace {slug} ready")
+
+
+def _validated(model: Any, data: Any) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
+        raise click.ClickException(problems) from None
+
+
+@main.group()
+def operation() -> None:
+    """Operation drafts of a workspace."""
+
+
+@operation.command("list")
+@click.argument("workspace")
+def operation_list(workspace: str) -> None:
+    with _clear_errors():
+        operations = _registry().operations(workspace)
+    for name, spec in operations.items():
+        target = spec.get("target") or {}
+        click.echo(f"{name}\t{spec.get('protocol')}\t{target.get('method', '')} {target.get('url', '')}")
+
+
+@operation.command("show")
+@click.argument("workspace")
+@click.argument("name")
+def operation_show(workspace: str, name: str) -> None:
+    with _clear_errors():
+        _echo_json(_registry().operation(workspace, name))
+
+
+@operation.command("put")
+@click.argument("workspace")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+def operation_put(workspace: str, name: str, file: str) -> None:
+    """Create or replace an operation draft from a JSON or YAML FILE."""
+    from crank.admin.models import OperationIn
+
+    spec = _validated(OperationIn, _read_definition(file)).model_dump(exclude_none=True)
+    with _clear_errors():
+        _registry().put_operation(workspace, name, spec)
+    click.echo(f"operation {workspace}/{name} saved (draft)")
+
+
+@operation.command("delete")
+@click.argument("workspace")
+@click.argument("name")
+def operation_delete(workspace: str, name: str) -> None:
+    with _clear_errors():
+        _registry().delete_operation(workspace, name)
+    click.echo(f"operation {workspace}/{name} deleted")
+
+
+@main.group("import")
+def import_() -> None:
+    """Import operations from an API description into a workspace's drafts."""
+
+
+def _import(kind: str, spec: str, workspace: str, base_url: str | None, include: tuple[str, ...]) -> None:
+    from crank.admin.actions import import_operations
+
+    registry = _registry()
+    with _clear_errors(), _progress_bar(f"importing {Path(spec).name}") as progress:
+        names = import_operations(registry, workspace, kind,  # type: ignore[arg-type]
+                                  spec, base_url=base_url, include=include or None, progress=progress)  # fmt: skip
+    click.echo(f"imported {len(names)} operations into {workspace} (drafts; bind them to an agent and publish)")
+
+
+@contextmanager
+def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
+    bar: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = click.progressbar(length=total, label=label, file=sys.stderr)
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    try:
+        yield progress
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+
+@import_.command("openapi")
+@click.argument("spec")
+@click.option("--workspace", "-w", required=True)
+@click.option("--base-url", default=None, help="Upstream base URL (default: the document's first server).")
+@click.option("--include", multiple=True, help="Only operations whose name, operationId or tag matches (glob).")
+def import_openapi(spec: str, workspace: str, base_url: str | None, include: tuple[str, ...]) -> None:
+    """Import an OpenAPI 3.0/3.1 document (file or URL, JSON or YAML): one operation per path and method."""
+    _import("openapi", spec, workspace, base_url, include)
+
+
+@import_.command("openrpc")
+@click.argument("spec")
+@click.option("--workspace", "-w", required=True)
+@click.option("--url", "base_url", default=None, help="JSON-RPC endpoint URL (default: the document's server).")
+@click.option("--include", multiple=True, help="Only methods whose name matches (glob).")
+def import_openrpc(spec: str, workspace: str, base_url: str | None, include: tuple[str, ...]) -> None:
+    """Import an OpenRPC document (file or URL): one jsonrpc operation per method."""
+    _import("openrpc", spec, workspace, base_url, include)
+
+
+@main.group()
+def agent() -> None:
+    """Agents: curated toolsets bound to operations."""
+
+
+@agent.command("list")
+@click.argument("workspace")
+def agent_list(workspace: str) -> None:
+    with _clear_errors():
+        _echo_json(_registry().agents(workspace))
+
+
+@agent.command("show")
+@click.argument("workspace")
+@click.argument("slug")
+def agent_show(workspace: str, slug: str) -> None:
+    with _clear_errors():
+        _echo_json(_registry().agent(workspace, slug))
+
+
+@agent.command("put")
+@click.argument("workspace")
+@click.argument("slug")
+@click.argument("file", type=click.Path(dir_okay=False))
+def agent_put(workspace: str, slug: str, file: str) -> None:
+    """Create or replace an agent draft (description, bindings) from a JSON or YAML FILE."""
+    from crank.admin.models import AgentIn
+
+    spec = _validated(AgentIn, _read_definition(file)).model_dump(exclude_none=True)
+    with _clear_errors():
+        _registry().put_agent(workspace, slug, spec)
+    click.echo(f"agent {workspace}/{slug} saved (draft)")
+
+
+@agent.command("bind")
+@click.argument("workspace")
+@click.argument("slug")
+@click.argument("operation_name")
+@click.option("--tool-name", default=None, help="Default: the operation's name.")
+@click.option("--title", default=None)
+@click.option("--description", default=None)
+def agent_bind(
+    workspace: str, slug: str, operation_name: str, tool_name: str | None, title: str | None, description: str | None
+) -> None:
+    """Bind OPERATION_NAME as a tool of the agent (creating the agent if needed)."""
+    from crank.admin.actions import bind_tool
+    from crank.admin.models import BindingIn
+    from crank.registry import RegistryNotFoundError
+
+    data = {"operation": operation_name, "tool_name": tool_name, "title": title, "description": description}
+    binding = _validated(BindingIn, data).model_dump(exclude_none=True)
+    registry = _registry()
+    with _clear_errors():
+        try:
+            registry.agent(workspace, slug)
+        except RegistryNotFoundError:
+            registry.put_agent(workspace, slug, {"bindings": []})
+        bind_tool(registry, workspace, slug, binding)
+    click.echo(f"bound {operation_name} as {tool_name or operation_name} in {workspace}/{slug} (draft)")
+
+
+@agent.command("unbind")
+@click.argument("workspace")
+@click.argument("slug")
+@click.argument("tool_name")
+def agent_unbind(workspace: str, slug: str, tool_name: str) -> None:
+    from crank.admin.actions import unbind_tool
+
+    with _clear_errors():
+        unbind_tool(_registry(), workspace, slug, tool_name)
+    click.echo(f"removed {tool_name} from {workspace}/{slug} (draft)")
+
+
+@main.command()
+@click.argument("workspace")
+@click.argument("agent_slug")
+def publish(workspace: str, agent_slug: str) -> None:
+    """Publish an agent's draft as a new version (served within a second, no restart)."""
+    from crank.admin.actions import publish_agent
+
+    with _clear_errors():
+        version = publish_agent(_registry(), workspace, agent_slug)
+    click.echo(f"published {workspace}/{agent_slug} version {version}")
+
+
+@main.command()
+@click.argument("workspace")
+@click.argument("agent_slug")
+def versions(workspace: str, agent_slug: str) -> None:
+    """List an agent's published versions; * marks the one served."""
+    with _clear_errors():
+        history = _registry().version_history(workspace, agent_slug)
+    for info in history:
+        click.echo(f"{'*' if info.current else ' '} {info.version}\t{info.created_at}")
+
+
+@main.command()
+@click.argument("workspace")
+@click.argument("agent_slug")
+@click.argument("version", type=click.IntRange(min=1))
+def rollback(workspace: str, agent_slug: str, version: int) -> None:
+    """Serve an earlier published VERSION again."""
+    with _clear_errors():
+        _registry().rollback(workspace, agent_slug, version)
+    click.echo(f"{workspace}/{agent_slug} now serves version {version}")
+
+
+@main.group()
+def key() -> None:
+    """Workspace API keys for the MCP endpoints."""
+
+
+@key.command("create")
+@click.argument("workspace")
+@click.option("--agent", "agents", multiple=True, help="Limit the key to this agent (repeatable).")
+def key_create(workspace: str, agents: tuple[str, ...]) -> None:
+    """Create a key (printed once; only its digest is stored)."""
+    with _clear_errors():
+        click.echo(_registry().create_api_key(workspace, agents or None))
+
+
+@key.command("revoke")
+@click.argument("api_key")
+def key_revoke(api_key: str) -> None:
+    with _clear_errors():
+        _registry().revoke_api_key(api_key)
+    click.echo("revoked")
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def apply(file: str) -> None:
+    """Apply a declarative catalog FILE (YAML): create or update, then publish what changed."""
+    from crank.admin.apply import apply_catalog, load_catalog_file
+
+    with _clear_errors():
+        catalog = load_catalog_file(file)
+        registry = _registry()
+        with _progress_bar("importing") as progress:
+            report = apply_catalog(registry, catalog, base_dir=Path(file).parent, progress=progress)
+    click.echo(f"workspace {report.workspace}: {len(report.operations)} operations")
+    for slug, (version, new) in report.versions.items():
+        click.echo(f"  agent {slug}: version {version}{' (published)' if new else ' (unchanged)'}")
 
 
 if __name__ == "__main__":  # python -m crank.cli

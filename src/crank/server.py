@@ -4,7 +4,10 @@
 one API group at that path (the first API version) and at `<path>/<version>`.
 
 `GatewayService` serves every published agent of a registry at `/mcp/v1/{workspace}/{agent}` (with the
-plain pair below it), reloading published versions without restart.
+plain pair below it), reloading published versions without restart, and its metrics at `/metrics`.
+
+`CrankServer` is what `crank serve` runs: the gateway's roles (`mcp`, `admin` or `all`) in one app,
+from `Settings`.
 
 ```python
 app = RPCService(rpc, mcp={"/mcp": MCPConfig(group="mcp", enabled=True)})
@@ -17,18 +20,23 @@ from collections.abc import Mapping
 
 import httpx
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
+from crank.admin.api import AdminAPI
 from crank.mcp.agent_source import AgentCatalogs
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.rpc_source import MCPConfig, MCPSource
 from crank.mcp.server import ServerInfo
-from crank.registry import Registry
+from crank.registry import Registry, migrate, open_engine
 from crank.rpc import RPCApp
-from crank.types import Receive, Scope, Send
+from crank.settings import Settings
+from crank.telemetry import METRICS_CONTENT_TYPE, Metrics
+from crank.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["GatewayService", "MCPConfig", "RPCService"]
+__all__ = ["CrankServer", "GatewayService", "MCPConfig", "RPCService"]
 
 
 class RPCService:
@@ -75,9 +83,13 @@ class GatewayService:
         poll_interval: float = 0.25,
         require_api_keys: bool = True,
         server_info: ServerInfo | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         client = client or httpx.AsyncClient()
-        self.catalogs = AgentCatalogs(registry, client, poll_interval=poll_interval, require_keys=require_api_keys)
+        self.metrics = metrics or Metrics()
+        self.catalogs = AgentCatalogs(
+            registry, client, poll_interval=poll_interval, require_keys=require_api_keys, metrics=self.metrics
+        )
         self.catalogs.reload()
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
         endpoint = MCPEndpoint(
@@ -85,7 +97,12 @@ class GatewayService:
             server_info=server_info or ServerInfo("crank-gateway"),
             cache_scope="private" if require_api_keys else "public",
         )
-        self._asgi = Starlette(routes=[mount("/mcp/v1/{workspace}/{agent}", endpoint)])
+        self._asgi = Starlette(
+            routes=[mount("/mcp/v1/{workspace}/{agent}", endpoint), Route("/metrics", self._metrics, methods=["GET"])]
+        )
+
+    async def _metrics(self, request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -103,3 +120,54 @@ class GatewayService:
                 await self.catalogs.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+class CrankServer:
+    """`crank serve`: the admin API under `/admin/v1` (roles `admin`, `all`), the MCP endpoints under
+    `/mcp/v1` and `/metrics` (roles `mcp`, `all`), and `/healthz` in every role.
+
+    Opens the registry of the settings (the SQLite file under the data folder by default) and brings
+    its schema up to date before serving.
+    """
+
+    def __init__(self, settings: Settings, *, registry: Registry | None = None) -> None:
+        self.settings = settings
+        if registry is None:
+            engine = open_engine(settings.registry_url)
+            migrate(engine)
+            registry = Registry(engine)
+        self.registry = registry
+        self.admin: ASGIApp | None = None
+        self.gateway: GatewayService | None = None
+        if settings.role in ("admin", "all"):
+            self.admin = AdminAPI(registry, token=settings.admin_secret())
+        if settings.role in ("mcp", "all"):
+            self.gateway = GatewayService(
+                registry, poll_interval=settings.poll_interval, require_api_keys=settings.require_api_keys
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await (self.gateway or _no_lifespan)(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        if path == "/healthz":
+            await JSONResponse({"status": "ok", "role": self.settings.role})(scope, receive, send)
+        elif self.admin is not None and path.startswith("/admin/"):
+            await self.admin(scope, receive, send)
+        elif self.gateway is not None:
+            await self.gateway(scope, receive, send)
+        else:
+            await JSONResponse({"error": {"code": "not_found", "message": "not served in this role"}}, 404)(
+                scope, receive, send
+            )
+
+
+async def _no_lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -221,3 +221,39 @@ async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "the new version was not served in time"
         await asyncio.sleep(0.02)
+
+
+async def test_client_headers_pass_through_only_where_the_operation_allows(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    base = serve(upstream.app)
+    registry.create_workspace("acme", "Acme")
+    listing = {"protocol": "http", "target": {"method": "GET", "url": base + "/users"},
+               "input_schema": {"type": "object"}}  # fmt: skip
+    registry.put_operation("acme", "open", {**listing, "execution_config": {"forward_headers": ["X-Tenant"]}})
+    registry.put_operation("acme", "closed", listing)
+    registry.put_agent("acme", "desk", {"bindings": [{"operation": "open"}, {"operation": "closed"}]})
+    registry.publish("acme", "desk", check=lambda runtime: build_catalog(runtime, CHECK_CLIENT) and None)
+    key = registry.create_api_key("acme")
+    url = serve(GatewayService(registry, poll_interval=0.05)) + "/mcp/v1/acme/desk/call"
+    headers = {"Authorization": f"Bearer {key}", "X-Tenant": "t-42", "X-Other": "no"}
+    async with httpx.AsyncClient(headers=headers) as client:
+        await client.post(url, json={"name": "open", "arguments": {}})
+        forwarded = upstream.seen[-1]["headers"]
+        await client.post(url, json={"name": "closed", "arguments": {}})
+        kept = upstream.seen[-1]["headers"]
+    assert forwarded["x-tenant"] == "t-42" and "x-other" not in forwarded
+    assert "authorization" not in forwarded  # the caller's Crank key never goes upstream
+    assert "x-tenant" not in kept
+
+
+def test_credentials_cannot_be_forwarded(registry: Registry) -> None:
+    registry.create_workspace("acme", "Acme")
+    config = {"forward_headers": ["Authorization", "Cookie"]}
+    registry.put_operation(
+        "acme", "leaky", {"protocol": "http", "target": {"url": "http://u/x"}, "execution_config": config}
+    )
+    registry.put_agent("acme", "desk", {"bindings": [{"operation": "leaky"}]})
+    with pytest.raises(Exception, match="forward_headers may not include authorization, cookie"):
+        registry.publish("acme", "desk", check=lambda runtime: build_catalog(runtime, CHECK_CLIENT) and None)
+    assert registry.published() == []

@@ -240,3 +240,17 @@ def test_callable_object() -> None:
 
     schemas = describe_method(Adder(), name="m")
     assert schemas.input_schema["required"] == ["a"] and schemas.output_schema == {"type": "integer"}
+
+
+def test_wrapped_output_keeps_tool_local_definitions_resolvable() -> None:
+    import jsonschema
+
+    from crank.schema import wrap_output
+
+    schema = {"$ref": "#/$defs/Order", "$defs": {"Order": {"type": "object", "required": ["id"],
+                                                          "properties": {"id": {"type": "integer"}}}}}  # fmt: skip
+    wrapped = wrap_output(schema)
+    assert wrapped["$defs"] == schema["$defs"] and "$defs" not in wrapped["properties"]["result"]
+    jsonschema.validate({"result": {"id": 1}}, wrapped)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"result": {"id": "x"}}, wrapped)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,34 @@ class RemoteOperation:
         url = str(target.get("url", "")) if protocol == "http" else ""
         self.input = InputMapping.compile(runtime.get("input_mapping"), method, url, where=where)
         self.output = OutputMapping.compile(runtime.get("output_mapping"), where=where)
+        self.forward_headers = _forward_headers(config.get("forward_headers"), where=where)
 
-    async def call(self, arguments: dict[str, Any]) -> Outcome:
-        answer = await self.adapter.call(self.input.apply(arguments))
+    async def call(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None = None) -> Outcome:
+        """`client_headers` (lower-case names) are the MCP request's; only `forward_headers` of them go on."""
+        parts = self.input.apply(arguments)
+        if self.forward_headers and client_headers:
+            forwarded = {name: client_headers[name] for name in self.forward_headers if name in client_headers}
+            parts.headers = {**forwarded, **parts.headers}  # the mapping's own headers win
+        answer = await self.adapter.call(parts)
         value, omitted = self.output.apply(answer)
         return Outcome(value, omitted)
+
+
+# The caller's credentials for Crank, and what describes the MCP request itself, never go upstream.
+_NEVER_FORWARDED = frozenset({
+    "authorization", "cookie", "host", "content-length", "content-type", "transfer-encoding", "connection",
+    "proxy-authorization", "te", "upgrade", "keep-alive", "accept-encoding",
+})  # fmt: skip
+
+
+def _forward_headers(names: Any, *, where: str) -> tuple[str, ...]:
+    """`execution_config.forward_headers`: the client headers this operation passes upstream."""
+    if names is None:
+        return ()
+    if not isinstance(names, list) or not all(isinstance(name, str) and name for name in names):
+        raise ConfigurationError(f"{where}: forward_headers must be a list of header names")
+    lowered = tuple(name.lower() for name in names)
+    refused = sorted(name for name in lowered if name in _NEVER_FORWARDED or name.startswith("mcp-"))
+    if refused:
+        raise ConfigurationError(f"{where}: forward_headers may not include {', '.join(refused)}")
+    return lowered

@@ -24,6 +24,7 @@ from crank.mcp.tools import CallContext, Tool, ToolAnnotations, ToolResult
 from crank.mcp.translations import Translations
 from crank.registry import KeyScope, PublishedAgent, Registry, key_digest
 from crank.schema import wrap_output
+from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
 
 __all__ = ["AgentCatalogs", "build_catalog"]
@@ -34,9 +35,12 @@ _HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint
           "idempotentHint": "idempotent_hint", "openWorldHint": "open_world_hint", "title": "title"}  # fmt: skip
 
 
-def build_catalog(runtime: JSONObject, client: httpx.AsyncClient, *, version: int = 0) -> Catalog:
+def build_catalog(
+    runtime: JSONObject, client: httpx.AsyncClient, *, version: int = 0, metrics: Metrics | None = None
+) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong."""
     default_language = runtime["workspace"].get("default_language") or "en"
+    labels = {"workspace": runtime["workspace"]["slug"], "agent": runtime["agent"]["slug"]}
     layer: dict[str, dict[str, dict[str, str]]] = {}
     tools = []
     for spec in runtime["tools"]:
@@ -56,7 +60,13 @@ def build_catalog(runtime: JSONObject, client: httpx.AsyncClient, *, version: in
                 invoker=_invoker(RemoteOperation(spec, client)),
             )
         )
-    return Catalog(tools, version=str(version), translations=Translations(layer, default_language=default_language))
+    return Catalog(
+        tools,
+        version=str(version),
+        translations=Translations(layer, default_language=default_language),
+        labels=labels,
+        observer=metrics.observer(**labels) if metrics is not None else None,
+    )
 
 
 def _annotations(hints: Any) -> ToolAnnotations | None:
@@ -67,7 +77,7 @@ def _annotations(hints: Any) -> ToolAnnotations | None:
 
 def _invoker(operation: RemoteOperation) -> Any:
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
-        outcome = await operation.call(arguments)
+        outcome = await operation.call(arguments, context.headers)
         if not outcome.omitted:
             return outcome.value
         note = f"{outcome.omitted} more items were left out; narrow the query to see them."
@@ -79,9 +89,16 @@ def _invoker(operation: RemoteOperation) -> Any:
 
 class AgentCatalogs:
     def __init__(
-        self, registry: Registry, client: httpx.AsyncClient, *, poll_interval: float = 0.25, require_keys: bool = True
+        self,
+        registry: Registry,
+        client: httpx.AsyncClient,
+        *,
+        poll_interval: float = 0.25,
+        require_keys: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self.registry = registry
+        self.metrics = metrics
         self.client = client
         self.poll_interval = poll_interval
         self.require_keys = require_keys
@@ -112,7 +129,7 @@ class AgentCatalogs:
         self._generation = generation
 
     def _build(self, published: PublishedAgent) -> Catalog:
-        return build_catalog(published.runtime, self.client, version=published.version)
+        return build_catalog(published.runtime, self.client, version=published.version, metrics=self.metrics)
 
     async def watch(self) -> None:
         while True:

@@ -6,6 +6,7 @@ Shared by MCP `tools/call` and the plain `POST <base>/call`, so both behave the 
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, Literal
@@ -15,11 +16,17 @@ from crank.exceptions import InternalRuntimeError, SchemaValidationError, ToolEr
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired
-from crank.mcp.tools import CallContext, ToolResult
+from crank.mcp.tools import CallContext, CallObserver, ToolResult
 from crank.mcp.validation import Violation
 from crank.types import JSONObject
 
-__all__ = ["ArgumentsRejectedError", "InvalidArgumentsMode", "call_tool", "error_result", "success_result"]
+__all__ = [
+    "ArgumentsRejectedError",
+    "InvalidArgumentsMode",
+    "call_tool",
+    "error_result",
+    "success_result",
+]
 
 logger = logging.getLogger("crank.mcp")
 
@@ -45,8 +52,29 @@ async def call_tool(
     invalid_arguments: InvalidArgumentsMode = "result",
     debug: bool = False,
     on_input_required: Callable[[InputRequired, CallContext, dict[str, Any]], JSONObject] | None = None,
+    observer: CallObserver | None = None,
 ) -> JSONObject:
     """Run one call and return the `CallToolResult` object. Never raises for a tool's own failure."""
+    started = time.perf_counter() if observer is not None else 0.0
+    result, error = await _run(entry, arguments, context, result_format, invalid_arguments, debug, on_input_required)
+    if observer is not None:
+        seconds = time.perf_counter() - started
+        observer(entry.tool.name, error, seconds, context.request_id if error is not None else None)
+    elif error is not None:  # without an observer, failures are still logged
+        logger.info("tool %s failed: %s (request_id=%s)", entry.tool.name, error.error_code, context.request_id,
+                    extra=_labels(context))  # fmt: skip
+    return result
+
+
+async def _run(
+    entry: CatalogEntry,
+    arguments: dict[str, Any],
+    context: CallContext,
+    result_format: str,
+    invalid_arguments: InvalidArgumentsMode,
+    debug: bool,
+    on_input_required: Callable[[InputRequired, CallContext, dict[str, Any]], JSONObject] | None,
+) -> tuple[JSONObject, ToolError | None]:
     tool = entry.tool
     violations = entry.validator.violations(arguments)
     if violations:
@@ -58,23 +86,23 @@ async def call_tool(
             suggested_action="Correct the arguments listed in details and call the tool again.",
             details=[violation.to_wire() for violation in violations],
         )
-        return error_result(rejected, context.request_id)
+        return error_result(rejected, context.request_id), rejected
     try:
         value = await tool.invoker(arguments, context)
     except ToolError as exc:
-        logger.info("tool %s failed: %s (request_id=%s)", tool.name, exc.error_code, context.request_id)
-        return error_result(exc, context.request_id)
+        return error_result(exc, context.request_id), exc
     except Exception as exc:
-        logger.exception("tool %s raised an unexpected error (request_id=%s)", tool.name, context.request_id)
+        logger.exception("tool %s raised an unexpected error (request_id=%s)", tool.name, context.request_id,
+                         extra=_labels(context))  # fmt: skip
         details = {"exception": type(exc).__name__, "trace": traceback.format_exc()} if debug else None
         internal = InternalRuntimeError(
             "The tool failed unexpectedly.",
             suggested_action="Retry later; if it keeps failing, report the request_id to the operator.",
             details=details,
         )
-        return error_result(internal, context.request_id)
+        return error_result(internal, context.request_id), internal
     if isinstance(value, ToolResult):
-        return value.to_wire()
+        return value.to_wire(), None
     if isinstance(value, InputRequired):
         if on_input_required is None:
             unsupported = InternalRuntimeError(
@@ -82,9 +110,13 @@ async def call_tool(
                 error_code="input_required_unsupported",
                 suggested_action="Connect with protocol version 2026-07-28 to answer the tool's questions.",
             )
-            return error_result(unsupported, context.request_id)
-        return on_input_required(value, context, arguments)
-    return success_result(value, result_format=result_format, wrap=tool.wrap_result)
+            return error_result(unsupported, context.request_id), unsupported
+        return on_input_required(value, context, arguments), None
+    return success_result(value, result_format=result_format, wrap=tool.wrap_result), None
+
+
+def _labels(context: CallContext) -> dict[str, str]:
+    return {"tool": context.tool_name, "request_id": context.request_id, **context.labels}
 
 
 def success_result(value: Any, *, result_format: str, wrap: bool) -> JSONObject:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from crank import _json
 from crank.exceptions import ConfigurationError
 from crank.mcp.formats import UnknownFormatError, check_format
 from crank.mcp.headers import HeaderParam, find_header_params
-from crank.mcp.tools import TOOL_NAME_PATTERN, Tool
+from crank.mcp.tools import TOOL_NAME_PATTERN, CallObserver, Tool
 from crank.mcp.translations import Translations
 from crank.mcp.validation import ArgumentValidator
 from crank.types import JSONObject
@@ -53,10 +53,16 @@ class Catalog:
         version: str = "1",
         translations: Translations | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
+        labels: Mapping[str, str] | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         if page_size < 1:
             raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
         self.version = version
+        self.labels = dict(labels or {})
+        """Put on every call's context, for logs (the gateway's workspace and agent)."""
+        self.observer = observer
+        """Told about every finished call (metrics, logs)."""
         self.translations = translations or Translations()
         self.default_language = self.translations.default_language
         self.languages = self.translations.languages

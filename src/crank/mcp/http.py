@@ -283,7 +283,9 @@ class MCPEndpoint:
             result_format = self.server.result_format(RequestInfo(headers, _format_query(scope)), entry.tool.format)
         except UnknownFormatError as exc:
             return _plain_error(400, INVALID_PARAMS, str(exc))
-        context = CallContext(tool_name=entry.tool.name, protocol_version="plain", headers=headers)
+        context = CallContext(
+            tool_name=entry.tool.name, protocol_version="plain", headers=headers, labels=catalog.labels
+        )
         try:
             result = await call_tool(
                 entry,
@@ -292,6 +294,7 @@ class MCPEndpoint:
                 result_format=result_format,
                 invalid_arguments=self.server.invalid_arguments,
                 debug=self.server.debug,
+                observer=catalog.observer,
             )
         except ArgumentsRejectedError as exc:
             data = {"violations": [violation.to_wire() for violation in exc.violations]}

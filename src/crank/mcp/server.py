@@ -238,7 +238,7 @@ class MCPServer:
             result_format = self.result_format(info, entry.tool.format)
         except UnknownFormatError as exc:
             raise JSONRPCError(INVALID_PARAMS, str(exc)) from None
-        context = CallContext(tool_name=name, protocol_version=version, headers=info.headers)
+        context = CallContext(tool_name=name, protocol_version=version, headers=info.headers, labels=catalog.labels)
         on_input_required = None
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
@@ -252,6 +252,7 @@ class MCPServer:
                 invalid_arguments=self.invalid_arguments,
                 debug=self.debug,
                 on_input_required=on_input_required,
+                observer=catalog.observer,
             )
         except ArgumentsRejectedError as exc:
             data = {"violations": [violation.to_wire() for violation in exc.violations]}

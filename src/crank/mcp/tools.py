@@ -11,11 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from crank.exceptions import ToolError
 from crank.ids import new_request_id
 from crank.types import JSONObject
 
 __all__ = [
     "TOOL_NAME_PATTERN",
+    "CallObserver",
     "CallContext",
     "Icon",
     "Invoker",
@@ -89,6 +91,8 @@ class CallContext:
     """The client's answers to an earlier `InputRequired`, keyed as the requests were."""
     request_state: Any = None
     """The state returned with that `InputRequired`, verified."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The endpoint's labels for logs (the gateway's workspace and agent)."""
     _request_id: str | None = None
 
     @property
@@ -154,3 +158,13 @@ class Tool:
     required_client_capabilities: JSONObject | None = None
     """Client capabilities the tool needs (for example `{"sampling": {}}`); a 2026-07-28 call from a
     client that did not declare them is refused with -32021 before the invoker runs."""
+
+
+class CallObserver(Protocol):
+    """Told about every finished call: metrics and logs with the endpoint's labels (see `crank.telemetry`).
+
+    `error` is the structured error the client got, or None on success; `request_id` is set for failures
+    (the same id the client sees), and None for successes, which do not pay for generating one.
+    """
+
+    def __call__(self, tool: str, error: ToolError | None, seconds: float, request_id: str | None) -> None: ...

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from crank.registry.database import default_url, migrate, open_engine
-from crank.registry.service import KeyScope, PublishedAgent, Registry, RegistryError, key_digest
+from crank.registry.service import (
+    AgentDraft,
+    KeyScope,
+    PublishedAgent,
+    Registry,
+    RegistryConflictError,
+    RegistryError,
+    RegistryNotFoundError,
+    VersionInfo,
+    key_digest,
+)
 
 __all__ = [
+    "AgentDraft",
     "KeyScope",
     "PublishedAgent",
     "Registry",
+    "RegistryConflictError",
     "RegistryError",
+    "RegistryNotFoundError",
+    "VersionInfo",
     "default_url",
     "key_digest",
     "migrate",

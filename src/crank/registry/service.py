@@ -23,7 +23,18 @@ from crank.exceptions import ConfigurationError
 from crank.registry.models import Agent, AgentVersion, ApiKey, Operation, RegistryState, Workspace
 from crank.types import JSONObject
 
-__all__ = ["RUNTIME_OPERATION_FIELDS", "KeyScope", "PublishedAgent", "Registry", "RegistryError", "key_digest"]
+__all__ = [
+    "RUNTIME_OPERATION_FIELDS",
+    "AgentDraft",
+    "KeyScope",
+    "PublishedAgent",
+    "Registry",
+    "RegistryConflictError",
+    "RegistryError",
+    "RegistryNotFoundError",
+    "VersionInfo",
+    "key_digest",
+]
 
 RUNTIME_OPERATION_FIELDS = (
     "protocol", "target", "input_schema", "output_schema", "input_mapping", "output_mapping", "execution_config",
@@ -39,6 +50,14 @@ class RegistryError(ConfigurationError):
     """A registry action that cannot be done; the message says what and where."""
 
 
+class RegistryNotFoundError(RegistryError):
+    """The workspace, operation, agent or version named does not exist."""
+
+
+class RegistryConflictError(RegistryError):
+    """The thing to create exists already."""
+
+
 def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -52,6 +71,21 @@ class KeyScope:
 
     def allows(self, workspace: str, agent: str) -> bool:
         return workspace == self.workspace and (self.agents is None or agent in self.agents)
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    version: int
+    created_at: str
+    current: bool
+
+
+@dataclass(frozen=True)
+class AgentDraft:
+    """An agent as it will be applied: its draft spec (description and bindings)."""
+
+    slug: str
+    spec: JSONObject
 
 
 @dataclass(frozen=True)
@@ -74,7 +108,55 @@ class Registry:
             try:
                 session.flush()
             except IntegrityError:
-                raise RegistryError(f"workspace {slug!r} already exists") from None
+                raise RegistryConflictError(f"workspace {slug!r} already exists") from None
+
+    def put_workspace(self, slug: str, name: str, default_language: str = "en") -> None:
+        """Create the workspace, or update its name and default language."""
+        with Session(self.engine) as session, session.begin():
+            self._put_workspace(session, slug, name, default_language)
+
+    def workspaces(self) -> list[JSONObject]:
+        with Session(self.engine) as session:
+            rows = session.scalars(select(Workspace).order_by(Workspace.slug)).all()
+            return [_workspace_info(row) for row in rows]
+
+    def workspace(self, slug: str) -> JSONObject:
+        with Session(self.engine) as session:
+            return _workspace_info(self._workspace(session, slug))
+
+    def operations(self, workspace: str) -> dict[str, JSONObject]:
+        """Every operation draft of the workspace, by name."""
+        with Session(self.engine) as session:
+            ws = self._workspace(session, workspace)
+            rows = session.scalars(select(Operation).filter_by(workspace_id=ws.id).order_by(Operation.name)).all()
+            return {row.name: dict(row.spec) for row in rows}
+
+    def operation(self, workspace: str, name: str) -> JSONObject:
+        with Session(self.engine) as session:
+            return dict(self._operation(session, self._workspace(session, workspace), name).spec)
+
+    def delete_operation(self, workspace: str, name: str) -> None:
+        """Remove an operation's draft. Published versions keep their own copy and keep serving."""
+        with Session(self.engine) as session, session.begin():
+            session.delete(self._operation(session, self._workspace(session, workspace), name))
+
+    def put_operations(self, workspace: str, specs: dict[str, JSONObject]) -> None:
+        """Create or replace many operation drafts in one transaction (an import: all or nothing)."""
+        with Session(self.engine) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            for name, spec in specs.items():
+                self._put_row(session, Operation, ws, {"name": name}, spec)
+
+    def agents(self, workspace: str) -> list[JSONObject]:
+        with Session(self.engine) as session:
+            ws = self._workspace(session, workspace)
+            rows = session.scalars(select(Agent).filter_by(workspace_id=ws.id).order_by(Agent.slug)).all()
+            return [_agent_info(row) for row in rows]
+
+    def agent(self, workspace: str, slug: str) -> JSONObject:
+        """The agent's draft (description, bindings) and the version it serves."""
+        with Session(self.engine) as session:
+            return _agent_info(self._agent(session, self._workspace(session, workspace), slug))
 
     def put_operation(self, workspace: str, name: str, spec: JSONObject) -> None:
         """Create or replace an operation's draft."""
@@ -86,29 +168,93 @@ class Registry:
 
     def _put_draft(self, model: type[_Draft], workspace: str, key: dict[str, str], spec: JSONObject) -> None:
         with Session(self.engine) as session, session.begin():
-            ws = self._workspace(session, workspace)
-            row = session.scalar(select(model).filter_by(workspace_id=ws.id, **key))
-            if row is None:
-                session.add(model(workspace_id=ws.id, spec=dict(spec), **key))
-            else:
-                row.spec = dict(spec)
+            self._put_row(session, model, self._workspace(session, workspace), key, spec)
+
+    @staticmethod
+    def _put_row(session: Session, model: type[_Draft], ws: Workspace, key: dict[str, str], spec: JSONObject) -> None:
+        row = session.scalar(select(model).filter_by(workspace_id=ws.id, **key))
+        if row is None:
+            session.add(model(workspace_id=ws.id, spec=dict(spec), **key))
+        else:
+            row.spec = dict(spec)
+
+    def apply(
+        self,
+        workspace: JSONObject,
+        operations: dict[str, JSONObject],
+        agents: list[AgentDraft],
+        check: Callable[[JSONObject], None] | None = None,
+    ) -> dict[str, tuple[int, bool]]:
+        """Create or update a workspace, its operations and agents, and publish every agent whose runtime
+        view changed, all in one transaction. Returns each agent's served version and whether it is new."""
+        with Session(self.engine) as session, session.begin():
+            ws = self._put_workspace(session, workspace["slug"], workspace["name"],
+                                     workspace.get("default_language") or "en")  # fmt: skip
+            for name, spec in operations.items():
+                self._put_row(session, Operation, ws, {"name": name}, spec)
+            for draft in agents:
+                self._put_row(session, Agent, ws, {"slug": draft.slug}, draft.spec)
+            session.flush()
+            return {
+                draft.slug: self._publish(session, ws, self._agent(session, ws, draft.slug), check, skip_unchanged=True)
+                for draft in agents
+            }
+
+    def _put_workspace(self, session: Session, slug: str, name: str, default_language: str) -> Workspace:
+        ws = session.scalar(select(Workspace).filter_by(slug=slug))
+        if ws is None:
+            ws = Workspace(slug=slug, name=name, default_language=default_language)
+            session.add(ws)
+            session.flush()
+        else:
+            ws.name, ws.default_language = name, default_language
+        return ws
 
     # -- publishing --------------------------------------------------------------------------------
 
-    def publish(self, workspace: str, agent_slug: str, check: Callable[[JSONObject], None] | None = None) -> int:
-        """Publish the agent's draft as a new immutable version; returns its number."""
+    def publish(
+        self,
+        workspace: str,
+        agent_slug: str,
+        check: Callable[[JSONObject], None] | None = None,
+        *,
+        skip_unchanged: bool = False,
+    ) -> int:
+        """Publish the agent's draft as a new immutable version; returns its number. With `skip_unchanged`,
+        a draft whose runtime view equals the served version's publishes nothing and returns that version."""
         with Session(self.engine) as session, session.begin():
             ws = self._workspace(session, workspace)
-            agent = self._agent(session, ws, agent_slug)
-            runtime = self._runtime_view(session, ws, agent)
-            if check is not None:
-                check(runtime)
-            latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
-            version = latest + 1
-            session.add(AgentVersion(agent_id=agent.id, version=version, runtime=runtime))
-            agent.published_version = version
-            self._bump(session)
+            version, _ = self._publish(session, ws, self._agent(session, ws, agent_slug), check, skip_unchanged)
         return version
+
+    def draft_runtime(self, workspace: str, agent_slug: str) -> JSONObject:
+        """The runtime view the agent's draft would publish now (for checks and lint); nothing is written."""
+        with Session(self.engine) as session:
+            ws = self._workspace(session, workspace)
+            return self._runtime_view(session, ws, self._agent(session, ws, agent_slug))
+
+    def _publish(
+        self,
+        session: Session,
+        ws: Workspace,
+        agent: Agent,
+        check: Callable[[JSONObject], None] | None,
+        skip_unchanged: bool,
+    ) -> tuple[int, bool]:
+        runtime = self._runtime_view(session, ws, agent)
+        if check is not None:
+            check(runtime)
+        if skip_unchanged and agent.published_version is not None:
+            served = session.scalar(
+                select(AgentVersion.runtime).filter_by(agent_id=agent.id, version=agent.published_version)
+            )
+            if served == runtime:
+                return agent.published_version, False
+        latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
+        session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=runtime))
+        agent.published_version = latest + 1
+        self._bump(session)
+        return latest + 1, True
 
     def rollback(self, workspace: str, agent_slug: str, version: int) -> None:
         """Serve an earlier published version again."""
@@ -116,14 +262,20 @@ class Registry:
             ws = self._workspace(session, workspace)
             agent = self._agent(session, ws, agent_slug)
             if session.scalar(select(AgentVersion).filter_by(agent_id=agent.id, version=version)) is None:
-                raise RegistryError(f"agent {workspace}/{agent_slug} has no version {version}")
+                raise RegistryNotFoundError(f"agent {workspace}/{agent_slug} has no version {version}")
             agent.published_version = version
             self._bump(session)
 
     def versions(self, workspace: str, agent_slug: str) -> list[int]:
+        return [info.version for info in self.version_history(workspace, agent_slug)]
+
+    def version_history(self, workspace: str, agent_slug: str) -> list[VersionInfo]:
         with Session(self.engine) as session:
             agent = self._agent(session, self._workspace(session, workspace), agent_slug)
-            return [v.version for v in agent.versions]
+            return [
+                VersionInfo(v.version, v.created_at.isoformat(), v.version == agent.published_version)
+                for v in agent.versions
+            ]
 
     # -- API keys ----------------------------------------------------------------------------------
 
@@ -141,7 +293,7 @@ class Registry:
         with Session(self.engine) as session, session.begin():
             row = session.scalar(select(ApiKey).filter_by(digest=key_digest(key)))
             if row is None:
-                raise RegistryError("no such API key")
+                raise RegistryNotFoundError("no such API key")
             session.delete(row)
             self._bump(session)
 
@@ -194,6 +346,9 @@ class Registry:
             }
             tool.update({field: spec.get(field) for field in RUNTIME_OPERATION_FIELDS})
             tool.update({field: binding.get(field) for field in _BINDING_FIELDS if field != "description"})
+            # Hints derived at import (from the HTTP method) are the default; the binding overrides each one.
+            hints = {**(spec.get("annotations") or {}), **(binding.get("annotations") or {})}
+            tool["annotations"] = hints or None
             tools.append(tool)
         names = [tool["tool_name"] for tool in tools]
         duplicates = sorted({name for name in names if names.count(name) > 1})
@@ -209,18 +364,38 @@ class Registry:
     def _workspace(session: Session, slug: str) -> Workspace:
         ws = session.scalar(select(Workspace).filter_by(slug=slug))
         if ws is None:
-            raise RegistryError(f"no workspace {slug!r}")
+            raise RegistryNotFoundError(f"no workspace {slug!r}")
         return ws
 
     @staticmethod
     def _agent(session: Session, ws: Workspace, slug: str) -> Agent:
         agent = session.scalar(select(Agent).filter_by(workspace_id=ws.id, slug=slug))
         if agent is None:
-            raise RegistryError(f"no agent {slug!r} in workspace {ws.slug!r}")
+            raise RegistryNotFoundError(f"no agent {slug!r} in workspace {ws.slug!r}")
         return agent
+
+    @staticmethod
+    def _operation(session: Session, ws: Workspace, name: str) -> Operation:
+        operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=name))
+        if operation is None:
+            raise RegistryNotFoundError(f"no operation {name!r} in workspace {ws.slug!r}")
+        return operation
 
     @staticmethod
     def _bump(session: Session) -> None:
         session.execute(
             update(RegistryState).where(RegistryState.id == 1).values(generation=RegistryState.generation + 1)
         )
+
+
+def _workspace_info(row: Workspace) -> JSONObject:
+    return {"slug": row.slug, "name": row.name, "default_language": row.default_language}
+
+
+def _agent_info(row: Agent) -> JSONObject:
+    return {
+        "slug": row.slug,
+        "description": row.spec.get("description"),
+        "bindings": list(row.spec.get("bindings", [])),
+        "published_version": row.published_version,
+    }

@@ -150,8 +150,14 @@ def _model_name(method_name: str) -> str:
 
 
 def wrap_output(schema: JSONObject) -> JSONObject:
-    """Seed 001: the result travels as `{"result": ...}`, so its schema is wrapped the same way."""
-    return {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+    """Seed 001: the result travels as `{"result": ...}`, so its schema is wrapped the same way.
+
+    Tool-local `$defs` move up to the wrapper: their `#/$defs/...` references resolve from the root.
+    """
+    if "$defs" not in schema:
+        return {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+    inner = {key: value for key, value in schema.items() if key != "$defs"}
+    return {"type": "object", "properties": {"result": inner}, "required": ["result"], "$defs": schema["$defs"]}
 
 
 def tool_local(schema: JSONObject, components: dict[str, JSONObject]) -> JSONObject:

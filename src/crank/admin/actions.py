@@ -1,0 +1,105 @@
+"""Admin actions shared by the admin HTTP API and the CLI: import, check, publish.
+
+A publish compiles the agent's catalog first (schemas, mappings, adapters, translations), so a tool
+that cannot be served fails the publish with a message naming it, and the previous version keeps
+serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import httpx
+
+from crank.admin.documents import load_document
+from crank.admin.openapi import import_openapi
+from crank.admin.openrpc import import_openrpc
+from crank.mcp.agent_source import build_catalog
+from crank.registry import Registry, RegistryNotFoundError
+from crank.types import JSONObject
+
+__all__ = [
+    "ImportFormat",
+    "bind_tool",
+    "check_runtime",
+    "import_operations",
+    "imported_specs",
+    "publish_agent",
+    "unbind_tool",
+]
+
+ImportFormat = Literal["openapi", "openrpc"]
+
+# Building a catalog creates the adapters, which hold a client; a check never sends a request with it.
+_UNUSED_CLIENT = httpx.AsyncClient()
+
+
+def check_runtime(runtime: JSONObject) -> None:
+    """Compile the catalog of a runtime view; raises `ConfigurationError` naming the tool that is wrong."""
+    build_catalog(runtime, _UNUSED_CLIENT)
+
+
+def publish_agent(registry: Registry, workspace: str, agent: str, *, skip_unchanged: bool = False) -> int:
+    return registry.publish(workspace, agent, check=check_runtime, skip_unchanged=skip_unchanged)
+
+
+def imported_specs(
+    kind: ImportFormat,
+    document: JSONObject,
+    *,
+    base_url: str | None = None,
+    include: Sequence[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, JSONObject]:
+    """Operation drafts from an OpenAPI or OpenRPC document, by name. Raises `SpecError` naming the place."""
+    if kind == "openapi":
+        imported = import_openapi(document, base_url=base_url, include=include, progress=progress)
+    else:
+        imported = import_openrpc(document, url=base_url, include=include, progress=progress)
+    return {operation.name: operation.spec for operation in imported}
+
+
+def import_operations(
+    registry: Registry,
+    workspace: str,
+    kind: ImportFormat,
+    source: str | JSONObject,
+    *,
+    base_url: str | None = None,
+    include: Sequence[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """Import every operation of a document (a path, a URL or the parsed document) into the workspace's
+    drafts, in one transaction: an invalid document imports nothing. Returns the operation names."""
+    registry.workspace(workspace)  # an unknown workspace fails before the document is read
+    document = load_document(source) if isinstance(source, str) else source
+    specs = imported_specs(kind, document, base_url=base_url, include=include, progress=progress)
+    registry.put_operations(workspace, specs)
+    return list(specs)
+
+
+def bind_tool(registry: Registry, workspace: str, agent: str, binding: JSONObject) -> JSONObject:
+    """Add a binding to the agent's draft, or replace the one with the same tool name in its place."""
+    draft = registry.agent(workspace, agent)
+    tool_name = tool_name_of(binding)
+    bindings = list(draft["bindings"])
+    names = [tool_name_of(existing) for existing in bindings]
+    if tool_name in names:
+        bindings[names.index(tool_name)] = binding
+    else:
+        bindings.append(binding)
+    registry.put_agent(workspace, agent, {"description": draft["description"], "bindings": bindings})
+    return registry.agent(workspace, agent)
+
+
+def unbind_tool(registry: Registry, workspace: str, agent: str, tool_name: str) -> None:
+    draft = registry.agent(workspace, agent)
+    bindings = [binding for binding in draft["bindings"] if tool_name_of(binding) != tool_name]
+    if len(bindings) == len(draft["bindings"]):
+        raise RegistryNotFoundError(f"agent {workspace}/{agent} has no tool {tool_name!r}")
+    registry.put_agent(workspace, agent, {"description": draft["description"], "bindings": bindings})
+
+
+def tool_name_of(binding: JSONObject) -> str:
+    return str(binding.get("tool_name") or binding.get("operation"))

@@ -1,0 +1,324 @@
+"""The admin HTTP API: JSON over HTTP for workspaces, operations, agents, bindings, imports, publishing,
+versions, rollback and API keys, under `/admin/v1`, with its own OpenAPI document at
+`/admin/v1/openapi.json`.
+
+Every request except the OpenAPI document needs `Authorization: Bearer <admin token>` (compared in
+constant time). Errors are `{"error": {"code", "message"}}` with a fitting status: 400 for a body
+that is not JSON, 401 without the token, 404 for what does not exist, 409 for what exists already,
+422 for a body or a definition that is wrong (the message names the place).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from crank import __version__, _json
+from crank.admin.actions import bind_tool, import_operations, publish_agent, unbind_tool
+from crank.admin.apply import apply_catalog
+from crank.admin.models import (
+    AgentIn,
+    ApiKeyIn,
+    BindingIn,
+    CatalogFile,
+    ImportIn,
+    OperationIn,
+    RollbackIn,
+    WorkspaceIn,
+)
+from crank.exceptions import ConfigurationError
+from crank.registry import Registry, RegistryConflictError, RegistryNotFoundError
+from crank.types import JSONObject
+
+__all__ = ["AdminAPI"]
+
+PREFIX = "/admin/v1"
+Handler = Callable[["AdminAPI", Request, Any], Any]
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    method: str
+    path: str
+    summary: str
+    handler: Handler
+    body: type[BaseModel] | None = None
+    status: int = 200
+
+
+def _json_response(payload: Any, status: int = 200) -> Response:
+    return Response(_json.dumps(payload), status, media_type="application/json")
+
+
+class AdminAPI:
+    """An ASGI app serving the admin API for one registry."""
+
+    def __init__(self, registry: Registry, *, token: str) -> None:
+        if len(token) < 16:
+            raise ConfigurationError("the admin token must be at least 16 characters")
+        self.registry = registry
+        self._token = token.encode()
+        routes = [Route(PREFIX + "/openapi.json", self._openapi, methods=["GET"])]
+        routes += [Route(PREFIX + e.path, self._route(e), methods=[e.method]) for e in ENDPOINTS]
+        self._app = Starlette(routes=routes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._app(scope, receive, send)
+
+    def _route(self, endpoint: _Endpoint) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(request: Request) -> Response:
+            try:
+                self._authorize(request)
+                body = await _body(request, endpoint.body) if endpoint.body is not None else None
+                # The registry is synchronous (SQLAlchemy): run it off the event loop.
+                result = await run_in_threadpool(endpoint.handler, self, request, body)
+            except _HTTPError as exc:
+                return _error(exc.status, exc.code, exc.message)
+            except RegistryNotFoundError as exc:
+                return _error(404, "not_found", str(exc))
+            except RegistryConflictError as exc:
+                return _error(409, "conflict", str(exc))
+            except ConfigurationError as exc:
+                return _error(422, "invalid_definition", str(exc))
+            if endpoint.status == 204:
+                return Response(status_code=204)
+            return _json_response(result, endpoint.status)
+
+        return handle
+
+    def _authorize(self, request: Request) -> None:
+        kind, _, token = request.headers.get("authorization", "").partition(" ")
+        if kind.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
+            raise _HTTPError(401, "unauthorized", "the admin API needs 'Authorization: Bearer <admin token>'")
+
+    async def _openapi(self, request: Request) -> Response:
+        return _json_response(openapi_document())
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    response = _json_response({"error": {"code": code, "message": message}}, status)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="crank-admin"'
+    return response
+
+
+async def _body(request: Request, model: type[BaseModel]) -> Any:
+    raw = await request.body()
+    try:
+        if "yaml" in request.headers.get("content-type", ""):
+            data = yaml.safe_load(raw)
+        else:
+            data = _json.loads(raw) if raw else {}
+    except (ValueError, yaml.YAMLError):
+        raise _HTTPError(400, "bad_request", "the body is not valid JSON (or YAML with Content-Type yaml)") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc']) or 'body'}: {item['msg']}" for item in exc.errors()
+        )
+        raise _HTTPError(422, "invalid_body", problems) from None
+
+
+# -- handlers (run in a worker thread) ---------------------------------------------------------------
+
+
+def _path(request: Request, name: str) -> str:
+    value: str = request.path_params[name]
+    return value
+
+
+def list_workspaces(api: AdminAPI, request: Request, body: None) -> Any:
+    return {"workspaces": api.registry.workspaces()}
+
+
+def put_workspace(api: AdminAPI, request: Request, body: WorkspaceIn) -> Any:
+    slug = _path(request, "workspace")
+    api.registry.put_workspace(slug, body.name, body.default_language)
+    return api.registry.workspace(slug)
+
+
+def get_workspace(api: AdminAPI, request: Request, body: None) -> Any:
+    return api.registry.workspace(_path(request, "workspace"))
+
+
+def list_operations(api: AdminAPI, request: Request, body: None) -> Any:
+    return {"operations": api.registry.operations(_path(request, "workspace"))}
+
+
+def get_operation(api: AdminAPI, request: Request, body: None) -> Any:
+    return api.registry.operation(_path(request, "workspace"), _path(request, "operation"))
+
+
+def put_operation(api: AdminAPI, request: Request, body: OperationIn) -> Any:
+    workspace, name = _path(request, "workspace"), _path(request, "operation")
+    api.registry.put_operation(workspace, name, body.model_dump(exclude_none=True))
+    return api.registry.operation(workspace, name)
+
+
+def delete_operation(api: AdminAPI, request: Request, body: None) -> Any:
+    api.registry.delete_operation(_path(request, "workspace"), _path(request, "operation"))
+
+
+def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
+    source: str | JSONObject | None = body.document if body.document is not None else body.url
+    if source is None or (body.document is not None and body.url is not None):
+        raise _HTTPError(422, "invalid_body", "give exactly one of 'url' or 'document'")
+    if isinstance(source, str) and not source.startswith(("http://", "https://")):
+        raise _HTTPError(422, "invalid_body", "url: only http(s) URLs (the admin API does not read server files)")
+    names = import_operations(api.registry, _path(request, "workspace"), body.format, source,
+                              base_url=body.base_url, include=body.include)  # fmt: skip
+    return {"imported": names}
+
+
+def list_agents(api: AdminAPI, request: Request, body: None) -> Any:
+    return {"agents": api.registry.agents(_path(request, "workspace"))}
+
+
+def get_agent(api: AdminAPI, request: Request, body: None) -> Any:
+    return api.registry.agent(_path(request, "workspace"), _path(request, "agent"))
+
+
+def put_agent(api: AdminAPI, request: Request, body: AgentIn) -> Any:
+    workspace, slug = _path(request, "workspace"), _path(request, "agent")
+    api.registry.put_agent(workspace, slug, body.model_dump(exclude_none=True))
+    return api.registry.agent(workspace, slug)
+
+
+def put_binding(api: AdminAPI, request: Request, body: BindingIn) -> Any:
+    """Add or replace the binding whose tool name is in the path."""
+    binding = {**body.model_dump(exclude_none=True), "tool_name": _path(request, "tool")}
+    return bind_tool(api.registry, _path(request, "workspace"), _path(request, "agent"), binding)
+
+
+def delete_binding(api: AdminAPI, request: Request, body: None) -> Any:
+    unbind_tool(api.registry, _path(request, "workspace"), _path(request, "agent"), _path(request, "tool"))
+
+
+def publish(api: AdminAPI, request: Request, body: None) -> Any:
+    workspace, slug = _path(request, "workspace"), _path(request, "agent")
+    return {"version": publish_agent(api.registry, workspace, slug)}
+
+
+def list_versions(api: AdminAPI, request: Request, body: None) -> Any:
+    history = api.registry.version_history(_path(request, "workspace"), _path(request, "agent"))
+    return {"versions": [{"version": v.version, "created_at": v.created_at, "current": v.current} for v in history]}
+
+
+def rollback(api: AdminAPI, request: Request, body: RollbackIn) -> Any:
+    workspace, slug = _path(request, "workspace"), _path(request, "agent")
+    api.registry.rollback(workspace, slug, body.version)
+    return {"version": body.version}
+
+
+def create_api_key(api: AdminAPI, request: Request, body: ApiKeyIn) -> Any:
+    key = api.registry.create_api_key(_path(request, "workspace"), body.agents)
+    return {"key": key, "note": "Shown once: only its digest is stored."}
+
+
+def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
+    locations = [location for s in body.sources for location in (s.openapi, s.openrpc) if location]
+    if any("://" not in location for location in locations):
+        raise _HTTPError(
+            422, "invalid_body", "sources: only URLs through the admin API (it does not read server files)"
+        )
+    report = apply_catalog(api.registry, body)
+    return {
+        "workspace": report.workspace,
+        "operations": report.operations,
+        "agents": {slug: {"version": v, "published": new} for slug, (v, new) in report.versions.items()},
+    }
+
+
+_WS = "/workspaces/{workspace}"
+_AGENT = _WS + "/agents/{agent}"
+ENDPOINTS = (
+    _Endpoint("GET", "/workspaces", "List workspaces", list_workspaces),
+    _Endpoint("PUT", _WS, "Create or update a workspace", put_workspace, WorkspaceIn),
+    _Endpoint("GET", _WS, "Show a workspace", get_workspace),
+    _Endpoint("GET", _WS + "/operations", "List operation drafts", list_operations),
+    _Endpoint("GET", _WS + "/operations/{operation}", "Show an operation draft", get_operation),
+    _Endpoint(
+        "PUT", _WS + "/operations/{operation}", "Create or replace an operation draft", put_operation, OperationIn
+    ),  # fmt: skip
+    _Endpoint("DELETE", _WS + "/operations/{operation}", "Delete an operation draft", delete_operation, status=204),
+    _Endpoint("POST", _WS + "/imports", "Import operations from OpenAPI or OpenRPC", import_document, ImportIn),
+    _Endpoint("GET", _WS + "/agents", "List agents", list_agents),
+    _Endpoint("GET", _AGENT, "Show an agent draft", get_agent),
+    _Endpoint("PUT", _AGENT, "Create or replace an agent draft", put_agent, AgentIn),
+    _Endpoint("PUT", _AGENT + "/bindings/{tool}", "Bind an operation as a tool", put_binding, BindingIn),
+    _Endpoint("DELETE", _AGENT + "/bindings/{tool}", "Remove a tool", delete_binding, status=204),
+    _Endpoint("POST", _AGENT + "/publish", "Publish the draft as a new version", publish, status=201),
+    _Endpoint("GET", _AGENT + "/versions", "List published versions", list_versions),
+    _Endpoint("POST", _AGENT + "/rollback", "Serve an earlier version again", rollback, RollbackIn),
+    _Endpoint("POST", _WS + "/api-keys", "Create an API key (shown once)", create_api_key, ApiKeyIn, status=201),
+    _Endpoint("POST", "/apply", "Apply a declarative catalog (JSON or YAML)", apply, CatalogFile),
+)
+
+
+def openapi_document() -> JSONObject:
+    """The admin API's OpenAPI 3.1 document, built from the endpoint table and the pydantic models."""
+    schemas: dict[str, Any] = {
+        "Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+            "code": {"type": "string"}, "message": {"type": "string"}}}}},
+    }  # fmt: skip
+    paths: dict[str, Any] = {}
+    for endpoint in ENDPOINTS:
+        operation: dict[str, Any] = {
+            "operationId": endpoint.handler.__name__,
+            "summary": endpoint.summary,
+            "security": [{"adminToken": []}],
+            "parameters": [
+                {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                for name in _placeholders(endpoint.path)
+            ],
+            "responses": {
+                str(endpoint.status): {"description": "Done."},
+                "401": _error_response("No or wrong admin token."),
+                "404": _error_response("Not found."),
+                "422": _error_response("The body or the definition is wrong."),
+            },
+        }
+        if endpoint.body is not None:
+            schema = endpoint.body.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(schema.pop("$defs", {}))
+            schemas[endpoint.body.__name__] = schema
+            ref = {"$ref": f"#/components/schemas/{endpoint.body.__name__}"}
+            operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref}}}
+        paths.setdefault(PREFIX + endpoint.path, {})[endpoint.method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Crank admin API", "version": __version__},
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"adminToken": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _placeholders(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{")]
+
+
+def _error_response(description: str) -> JSONObject:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }

@@ -1,0 +1,124 @@
+"""`crank apply FILE`: a declarative catalog kept in git, applied in one transaction.
+
+The file names one workspace, operations imported from OpenAPI/OpenRPC `sources` and/or written
+inline, and agents binding them. Applying creates or updates all of it and publishes every agent
+whose runtime view changed (an unchanged agent keeps its version). Everything is checked before
+anything is written: a mistake anywhere applies nothing. `${NAME}` and `${NAME:-default}` in string
+values are replaced from the environment, so one file serves several environments; secrets stay
+references (`env:NAME`) that the gateway resolves when it calls.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from crank.admin.actions import ImportFormat, check_runtime, imported_specs
+from crank.admin.documents import SpecError, load_document
+from crank.admin.models import CatalogFile, SourceIn
+from crank.exceptions import ConfigurationError
+from crank.registry import AgentDraft, Registry
+from crank.types import JSONObject
+
+__all__ = ["ApplyError", "ApplyReport", "apply_catalog", "load_catalog_file"]
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ApplyError(ConfigurationError):
+    """The catalog file is wrong; the message names the file and the place."""
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    workspace: str
+    operations: list[str]
+    versions: dict[str, tuple[int, bool]]  # agent -> (served version, newly published)
+
+
+def load_catalog_file(path: str | Path, *, variables: Mapping[str, str] | None = None) -> CatalogFile:
+    """Read and check a catalog file (YAML or JSON). `${NAME}` comes from `variables`, then the environment."""
+    path = Path(path)
+    lookup = {**os.environ, **(variables or {})}
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ApplyError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ApplyError(f"{path}:{where} not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    try:
+        return CatalogFile.model_validate(_substitute(raw, path, lookup))
+    except ValidationError as exc:
+        raise ApplyError(f"{path}: invalid catalog file:\n{_describe(exc)}") from None
+
+
+def apply_catalog(
+    registry: Registry,
+    catalog: CatalogFile,
+    *,
+    base_dir: Path = Path("."),
+    progress: Callable[[int, int], None] | None = None,
+) -> ApplyReport:
+    """Create or update the workspace, operations and agents, and publish what changed: all or nothing."""
+    operations: dict[str, JSONObject] = {}
+    for index, source in enumerate(catalog.sources):
+        try:
+            kind, location = _source(source, index)
+            reference = location if "://" in location else str(base_dir / location)
+            operations.update(imported_specs(kind, load_document(reference), base_url=source.base_url,
+                                             include=source.include, progress=progress))  # fmt: skip
+        except SpecError as exc:
+            raise ApplyError(f"sources[{index}]: {exc}") from None
+    operations.update({name: spec.model_dump(exclude_none=True) for name, spec in catalog.operations.items()})
+    agents = [
+        AgentDraft(slug, agent.model_dump(exclude_none=True, exclude_defaults=False))
+        for slug, agent in catalog.agents.items()
+    ]
+    versions = registry.apply(catalog.workspace.model_dump(), operations, agents, check=check_runtime)
+    return ApplyReport(catalog.workspace.slug, sorted(operations), versions)
+
+
+def _source(source: SourceIn, index: int) -> tuple[ImportFormat, str]:
+    if (source.openapi is None) == (source.openrpc is None):
+        raise ApplyError(f"sources[{index}]: give exactly one of 'openapi' or 'openrpc'")
+    if source.openapi is not None:
+        return "openapi", source.openapi
+    assert source.openrpc is not None
+    return "openrpc", source.openrpc
+
+
+def _substitute(value: Any, path: Path, lookup: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return _VARIABLE.sub(lambda match: _variable(match, path, lookup), value)
+    if isinstance(value, list):
+        return [_substitute(item, path, lookup) for item in value]
+    if isinstance(value, dict):
+        return {key: _substitute(item, path, lookup) for key, item in value.items()}
+    return value
+
+
+def _variable(match: re.Match[str], path: Path, lookup: Mapping[str, str]) -> str:
+    name, default = match.group(1), match.group(2)
+    value = lookup.get(name, default)
+    if value is None:
+        raise ApplyError(f"{path}: ${{{name}}} is used but the environment variable {name} is not set")
+    return value
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ""
+        for part in item["loc"]:
+            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+        lines.append(f"  {where}: {item['msg']}")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""What the admin API and the declarative catalog file accept, as pydantic models.
+
+The same models check an admin request body and a `crank apply` file, so a mistake gets the same
+message with its place (`agents.support.bindings[0].operation: Field required`) either way. They also
+give the admin API's OpenAPI document its schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AgentIn",
+    "ApiKeyIn",
+    "BindingIn",
+    "CatalogFile",
+    "ImportIn",
+    "OperationIn",
+    "RollbackIn",
+    "SourceIn",
+    "WorkspaceIn",
+    "WorkspaceRef",
+]
+
+SLUG = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WorkspaceIn(_Model):
+    name: str = Field(min_length=1, max_length=200)
+    default_language: str = Field("en", min_length=2, max_length=16)
+
+
+class WorkspaceRef(WorkspaceIn):
+    slug: str = Field(pattern=SLUG, description="Lower-case letters, digits, '-' and '_'; part of the MCP URL.")
+
+
+class OperationIn(BaseModel):
+    """An operation draft. Fields beyond these (samples, notes, import metadata) are kept in the draft and
+    never reach the runtime view."""
+
+    model_config = ConfigDict(extra="allow")
+
+    protocol: Literal["http", "jsonrpc"]
+    target: dict[str, Any] = Field(description='http: {"method", "url"}; jsonrpc: {"url", "method"}.')
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    input_mapping: list[dict[str, Any]] | None = None
+    output_mapping: dict[str, Any] | None = None
+    execution_config: dict[str, Any] | None = Field(
+        None, description="timeout, retries, idempotent, auth (secret references), forward_headers."
+    )
+    annotations: dict[str, Any] | None = None
+
+
+class BindingIn(_Model):
+    operation: str = Field(min_length=1)
+    tool_name: str | None = Field(None, pattern=TOOL_NAME, description="Default: the operation's name.")
+    title: str | None = None
+    description: str | None = None
+    annotations: dict[str, Any] | None = None
+    translations: dict[str, dict[str, str]] | None = Field(None, description="language -> {title, description}.")
+
+
+class AgentIn(_Model):
+    description: str | None = None
+    bindings: list[BindingIn] = Field(default_factory=list)
+
+
+class SourceIn(_Model):
+    """Operations imported from an API description (OpenAPI 3.0/3.1 or OpenRPC)."""
+
+    openapi: str | None = Field(None, description="Path (relative to the file) or URL of an OpenAPI document.")
+    openrpc: str | None = Field(None, description="Path (relative to the file) or URL of an OpenRPC document.")
+    base_url: str | None = Field(None, description="Overrides the document's server URL.")
+    include: list[str] | None = Field(None, description="Patterns of operation names, operationIds or tags.")
+
+
+class ImportIn(_Model):
+    """An import through the admin API: a URL, or the document itself."""
+
+    format: Literal["openapi", "openrpc"]
+    url: str | None = None
+    document: dict[str, Any] | None = None
+    base_url: str | None = None
+    include: list[str] | None = None
+
+
+class RollbackIn(_Model):
+    version: int = Field(ge=1)
+
+
+class ApiKeyIn(_Model):
+    agents: list[str] | None = Field(None, description="Limit the key to these agents (default: all).")
+
+
+class CatalogFile(_Model):
+    """A declarative catalog (`crank apply FILE`): one workspace, its operations and agents."""
+
+    workspace: WorkspaceRef
+    sources: list[SourceIn] = Field(default_factory=list)
+    operations: dict[str, OperationIn] = Field(default_factory=dict)
+    agents: dict[str, AgentIn] = Field(default_factory=dict)

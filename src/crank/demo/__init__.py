@@ -1,0 +1,77 @@
+"""`crank demo`: the gateway with a demo workspace fronting a small shipped REST API (`api.py`).
+
+One process, one port: the demo API is served under `/demo-api` beside the gateway, the demo catalog
+(`catalog.yaml`, importing `openapi.yaml`) is applied to a fresh registry, an API key is made, and the
+MCP URL and a ready-to-paste client configuration are printed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from crank import _json
+from crank.admin.apply import apply_catalog, load_catalog_file
+from crank.demo.api import create_app
+from crank.server import CrankServer
+from crank.settings import load_settings
+from crank.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["CATALOG", "DemoServer", "build_demo", "run_demo"]
+
+CATALOG = Path(__file__).parent / "catalog.yaml"
+API_PATH = "/demo-api"
+
+
+@dataclass
+class DemoServer:
+    app: ASGIApp
+    server: CrankServer
+    mcp_url: str
+    api_key: str
+
+    def client_config(self) -> str:
+        """The `mcpServers` entry most MCP clients accept (Claude Code's .mcp.json, Cursor, VS Code...)."""
+        entry = {"type": "http", "url": self.mcp_url, "headers": {"Authorization": f"Bearer {self.api_key}"}}
+        return _json.dumps_pretty({"mcpServers": {"crank-demo": entry}}).decode()
+
+
+def build_demo(listen: str, data_dir: Path) -> DemoServer:
+    """The demo app for `listen` (host:port), with its registry under `data_dir`."""
+    settings = load_settings(listen=listen, data_dir=data_dir, role="all", log_format="text", poll_interval=0.2)
+    server = CrankServer(settings)
+    base = f"http://{settings.listen}"
+    catalog = load_catalog_file(CATALOG, variables={"CRANK_DEMO_API": base + API_PATH})
+    apply_catalog(server.registry, catalog, base_dir=CATALOG.parent)
+    key = server.registry.create_api_key("demo")
+    api = create_app()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] == "http" and (path == API_PATH or path.startswith(API_PATH + "/")):
+            scope = {**scope, "path": path[len(API_PATH) :] or "/", "root_path": scope.get("root_path", "") + API_PATH}
+            await api(scope, receive, send)
+        else:
+            await server(scope, receive, send)
+
+    return DemoServer(app, server, f"{base}/mcp/v1/demo/bookshop", key)
+
+
+def run_demo(listen: str, data_dir: Path | None = None) -> None:
+    import uvicorn
+
+    from crank.telemetry import configure_logging
+
+    folder = data_dir or Path(tempfile.mkdtemp(prefix="crank-demo-"))
+    demo = build_demo(listen, folder)
+    configure_logging("text", "info")
+    print(f"Demo REST API:  http://{listen}{API_PATH}/books")
+    print(f"MCP endpoint:   {demo.mcp_url}")
+    print(f"API key:        {demo.api_key}")
+    print(f"Admin API:      http://{listen}/admin/v1 (token in {folder / 'admin-token'})")
+    print("\nClient configuration (paste into your MCP client's settings):\n")
+    print(demo.client_config())
+    print(f"\nTry it:\n  curl -s {demo.mcp_url}/tools -H 'Authorization: Bearer {demo.api_key}'\n")
+    uvicorn.run(demo.app, host=demo.server.settings.host, port=demo.server.settings.port, access_log=False,
+                log_config=None)  # fmt: skip

@@ -1,0 +1,185 @@
+"""Settings of a Crank server: environment variables prefixed `CRANK_`, or a settings file.
+
+Precedence, highest first: command-line options, `CRANK_*` environment variables, the settings file
+(`CRANK_SETTINGS_FILE` or `crank serve --settings`, TOML or YAML, keys without the prefix), defaults.
+Everything is checked when the server starts; `load_settings` raises `SettingsError` listing every bad
+value with the variable that carries it.
+
+    CRANK_DATA_DIR=/var/lib/crank CRANK_ADMIN_TOKEN=... crank serve --role admin
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from crank.exceptions import ConfigurationError
+
+__all__ = ["Role", "Settings", "SettingsError", "load_settings"]
+
+Role = Literal["admin", "mcp", "all"]
+ENV_PREFIX = "CRANK_"
+_DATABASES = ("sqlite", "postgresql")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_UNSHOWN = ("admin_token", "database_url", "redis_url")  # may carry credentials
+_settings_file: ContextVar[Path | None] = ContextVar("crank_settings_file", default=None)
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "crank"
+
+
+class SettingsError(ConfigurationError):
+    """One or more settings are wrong; the message has one line per bad value."""
+
+
+class Settings(BaseSettings):
+    """What a `crank serve` process needs. Every field is `CRANK_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    data_dir: Path = Field(default_factory=_default_data_dir, description="Where the SQLite registry lives.")
+    database_url: str | None = Field(None, description="sqlite:///path or postgresql+psycopg://...; default: SQLite.")
+    redis_url: str | None = Field(None, description="redis://host:port/db for shared state and notifications.")
+    admin_token: SecretStr | None = Field(None, description="Bearer token of the admin API (generated if unset).")
+    listen: str = Field("127.0.0.1:8000", description="host:port to listen on ([::1]:8000 for IPv6).")
+    role: Role = Field("all", description="admin, mcp or all.")
+    require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
+    poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("database_url")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise ValueError("not a database URL (sqlite:///path or postgresql+psycopg://user@host/db)") from None
+        if url.get_backend_name() not in _DATABASES:
+            raise ValueError(f"database {url.get_backend_name()!r} is not supported (supported: sqlite, postgresql)")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(_REDIS_SCHEMES):
+            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("the admin token must be at least 16 characters")
+        return value
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, port = _split_address(value)
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected host:port with a port from 1 to 65535, e.g. 127.0.0.1:8000 or [::1]:8000")
+        return value
+
+    @property
+    def host(self) -> str:
+        return _split_address(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        return int(_split_address(self.listen)[1])
+
+    @property
+    def registry_url(self) -> str:
+        """The database URL, or the SQLite file under the data folder (created on first use)."""
+        if self.database_url is not None:
+            return self.database_url
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.data_dir / 'registry.sqlite3'}"
+
+    def admin_secret(self) -> str:
+        """The admin token; when none is set, one is generated once and kept in the data folder (mode 0600)."""
+        if self.admin_token is not None:
+            return self.admin_token.get_secret_value()
+        path = self.data_dir / "admin-token"
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write(secrets.token_urlsafe(32))
+        return path.read_text().strip()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        file = _settings_file.get() or os.environ.get(f"{ENV_PREFIX}SETTINGS_FILE")
+        if file:
+            sources.append(_file_source(settings_cls, Path(file)))
+        return tuple(sources)
+
+
+def _split_address(value: str) -> tuple[str, str]:
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        return host, rest.removeprefix(":")
+    host, _, port = value.rpartition(":")
+    return host, port
+
+
+def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    if not path.is_file():
+        raise SettingsError(f"{ENV_PREFIX}SETTINGS_FILE: no such file {str(path)!r}")
+    if path.suffix == ".toml":
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    if path.suffix in (".yaml", ".yml"):
+        return YamlConfigSettingsSource(settings_cls, yaml_file=path)
+    raise SettingsError(f"{ENV_PREFIX}SETTINGS_FILE: {str(path)!r} must be a .toml, .yaml or .yml file")
+
+
+def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read and check the settings; `overrides` (command-line options) win over everything else."""
+    token = _settings_file.set(Path(settings_file) if settings_file is not None else None)
+    try:
+        return Settings(**{key: value for key, value in overrides.items() if value is not None})
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+    except ValueError as exc:  # a settings file that is not valid TOML/YAML
+        raise SettingsError(f"{ENV_PREFIX}SETTINGS_FILE: {exc}") from None
+    finally:
+        _settings_file.reset(token)
+
+
+def _describe(error: ValidationError) -> str:
+    lines = ["invalid settings:"]
+    for item in error.errors():
+        name = ".".join(str(part) for part in item["loc"])
+        variable = f"{ENV_PREFIX}{name.upper()}" if name else "settings"
+        message = item["msg"].removeprefix("Value error, ")
+        shown = "" if name in _UNSHOWN else f" (got {item.get('input')!r})"
+        lines.append(f"  {variable}: {message}{shown}")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""Usage metrics (Prometheus) and structured JSON logs, labelled by workspace, agent, tool and request id.
+
+`Metrics` owns its own `CollectorRegistry`, so two servers in one process (tests, say) never share
+counters. `Metrics.observer(...)` gives a catalog the `CallObserver` that counts its calls:
+
+    crank_tool_calls_total{workspace, agent, tool, outcome}            outcome: ok | error
+    crank_tool_errors_total{workspace, agent, tool, error_class, error_code}
+    crank_tool_call_duration_seconds{workspace, agent, tool}          histogram
+
+Failures are also logged (one line each, with the request id the client got); successes are logged
+only at debug level, so that the hot path does not format a log line per call.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from crank import _json
+from crank.exceptions import ToolError
+from crank.mcp.tools import CallObserver
+
+__all__ = ["METRICS_CONTENT_TYPE", "JSONLogFormatter", "Metrics", "configure_logging"]
+
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+_LABELS = ("workspace", "agent", "tool")
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+logger = logging.getLogger("crank.calls")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.calls = Counter(
+            "crank_tool_calls", "Tool calls, by outcome.", [*_LABELS, "outcome"], registry=self.registry
+        )
+        self.errors = Counter(
+            "crank_tool_errors", "Failed tool calls, by error class and code.",
+            [*_LABELS, "error_class", "error_code"], registry=self.registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "crank_tool_call_duration_seconds", "Time to answer a tool call, upstream included.",
+            list(_LABELS), buckets=_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+
+    def observer(self, workspace: str, agent: str) -> CallObserver:
+        """The observer of one agent's catalog; label children are cached per tool (no lookup per call)."""
+        children: dict[str, tuple[Counter, Histogram]] = {}
+        labels = {"workspace": workspace, "agent": agent}
+
+        def observe(tool: str, error: ToolError | None, seconds: float, request_id: str | None) -> None:
+            known = children.get(tool)
+            if known is None:
+                known = children[tool] = (self.calls.labels(workspace, agent, tool, "ok"),
+                                          self.latency.labels(workspace, agent, tool))  # fmt: skip
+            known[1].observe(seconds)
+            if error is None:
+                known[0].inc()
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("tool call", extra={**labels, "tool": tool, "duration_ms": round(seconds * 1000, 2)})
+                return
+            self.calls.labels(workspace, agent, tool, "error").inc()
+            self.errors.labels(workspace, agent, tool, error.error_class, error.error_code).inc()
+            logger.info(
+                "tool %s failed: %s (request_id=%s)", tool, error.error_code, request_id,
+                extra={**labels, "tool": tool, "request_id": request_id, "error_class": error.error_class,
+                       "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2)},
+            )  # fmt: skip
+
+        return observe
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
+
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+class JSONLogFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and every `extra` label."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update(_extra(record.__dict__))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return _json.dumps(entry).decode()
+
+
+def _extra(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in attributes.items() if key not in _STANDARD and not key.startswith("_")}
+
+
+def configure_logging(log_format: str = "json", level: str = "info") -> None:
+    """Route Crank's (and uvicorn's) logs to stderr, as JSON lines or plain text."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JSONLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("crank", "uvicorn", "uvicorn.error"):
+        target = logging.getLogger(name)
+        target.handlers[:] = [handler]
+        target.setLevel(level.upper())
+        target.propagate = False

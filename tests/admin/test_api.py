@@ -1,0 +1,172 @@
+"""The admin HTTP API over real HTTP, end to end with the gateway and the official MCP client: import an
+OpenAPI document, bind an agent, publish, list and call, republish while a client keeps calling, roll back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from openapi_spec_validator import validate
+
+from crank.admin.api import AdminAPI, openapi_document
+from crank.demo.api import create_app
+from crank.registry import Registry
+from crank.server import GatewayService
+from mcp import Client
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "admin-token-for-tests-0123456789"
+DEMO_SPEC = Path(__file__).resolve().parents[2] / "src" / "crank" / "demo" / "openapi.yaml"
+
+
+class Admin:
+    def __init__(self, base: str) -> None:
+        self.client = httpx.AsyncClient(base_url=base + "/admin/v1", headers={"Authorization": f"Bearer {TOKEN}"})
+
+    async def __call__(self, method: str, path: str, body: Any = None, status: int = 200) -> Any:
+        response = await self.client.request(method, path, json=body)
+        assert response.status_code == status, response.text
+        return response.json() if response.content else None
+
+
+@pytest.fixture
+async def admin(registry: Registry, serve: Callable[..., str]) -> Any:
+    api = Admin(serve(AdminAPI(registry, token=TOKEN)))
+    yield api
+    await api.client.aclose()
+
+
+async def test_the_token_is_required(registry: Registry, serve: Callable[..., str]) -> None:
+    base = serve(AdminAPI(registry, token=TOKEN)) + "/admin/v1"
+    async with httpx.AsyncClient() as client:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": TOKEN}):
+            response = await client.get(base + "/workspaces", headers=headers)
+            assert response.status_code == 401
+            assert response.headers["www-authenticate"] == 'Bearer realm="crank-admin"'
+            assert response.json()["error"]["code"] == "unauthorized"
+        assert (await client.get(base + "/openapi.json")).status_code == 200  # the document is public
+
+
+def test_the_admin_openapi_document_is_valid() -> None:
+    document = openapi_document()
+    validate(document)
+    assert "/admin/v1/workspaces/{workspace}/agents/{agent}/publish" in document["paths"]
+    body = document["paths"]["/admin/v1/workspaces/{workspace}/agents/{agent}"]["put"]["requestBody"]
+    assert body["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/AgentIn"}
+    assert "BindingIn" in document["components"]["schemas"]
+
+
+async def test_errors_say_what_and_where(admin: Admin) -> None:
+    await admin("PUT", "/workspaces/acme", {"name": "Acme"})
+    missing = await admin("GET", "/workspaces/nope/agents", status=404)
+    assert missing["error"]["message"] == "no workspace 'nope'"
+    bad = await admin("PUT", "/workspaces/acme/agents/desk", {"bindings": [{"tool_name": "x y"}]}, status=422)
+    assert "bindings.0.operation: Field required" in bad["error"]["message"]
+    assert "bindings.0.tool_name: String should match pattern" in bad["error"]["message"]
+    response = await admin.client.put("/workspaces/acme/agents/desk", content=b"{not json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "bad_request"
+    await admin("PUT", "/workspaces/acme/agents/desk", {"bindings": [{"operation": "ghost"}]})
+    publish = await admin("POST", "/workspaces/acme/agents/desk/publish", status=422)
+    assert "binding 0: no operation 'ghost'" in publish["error"]["message"]
+    broken = {"protocol": "http", "target": {"method": "GET"}}  # no url
+    await admin("PUT", "/workspaces/acme/operations/broken", broken)
+    await admin("PUT", "/workspaces/acme/agents/desk", {"bindings": [{"operation": "broken"}]})
+    publish = await admin("POST", "/workspaces/acme/agents/desk/publish", status=422)
+    assert "tool 'broken': an http target needs a 'url'" in publish["error"]["message"]
+    assert (await admin("GET", "/workspaces/acme/agents/desk/versions")) == {"versions": []}
+    invalid_spec = {"format": "openapi", "document": {"openapi": "3.0.3", "paths": {}}}
+    failed = await admin("POST", "/workspaces/acme/imports", invalid_spec, status=422)
+    assert "info" in failed["error"]["message"]
+    assert (await admin("GET", "/workspaces/acme/operations"))["operations"].keys() == {"broken"}
+
+
+async def test_import_bind_publish_call_republish_and_roll_back(
+    admin: Admin, registry: Registry, serve: Callable[..., str]
+) -> None:
+    shop = serve(create_app())
+    await admin("PUT", "/workspaces/shop", {"name": "Shop", "default_language": "en"})
+    document = yaml.safe_load(DEMO_SPEC.read_text())
+    imported = await admin("POST", "/workspaces/shop/imports", {"format": "openapi", "document": document,
+                                                                "base_url": shop}, status=200)  # fmt: skip
+    assert sorted(imported["imported"]) == ["cancel_order", "create_order", "get_book", "get_order", "search_books"]
+    await admin("PUT", "/workspaces/shop/agents/desk", {"description": "Books", "bindings": []})
+    await admin("PUT", "/workspaces/shop/agents/desk/bindings/find_books", {"operation": "search_books"})
+    await admin("PUT", "/workspaces/shop/agents/desk/bindings/get_book", {"operation": "get_book"})
+    assert (await admin("POST", "/workspaces/shop/agents/desk/publish", status=201)) == {"version": 1}
+    key = (await admin("POST", "/workspaces/shop/api-keys", {"agents": ["desk"]}, status=201))["key"]
+
+    url = serve(GatewayService(registry, poll_interval=0.05)) + "/mcp/v1/shop/desk"
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert list(tools) == ["find_books", "get_book"]
+            assert tools["get_book"].annotations is not None and tools["get_book"].annotations.read_only_hint
+            found = await client.call_tool("find_books", {"query": "kotsiubynsky", "limit": 1})
+            assert found.structured_content is not None
+            assert [b["id"] for b in found.structured_content["result"]["items"]] == [3]
+            book = await client.call_tool("get_book", {"book_id": 2})
+            assert book.structured_content == {"result": {"id": 2, "title": "The Forest Song", "author":
+                                               "Lesya Ukrainka", "year": 1911, "price": 9.0, "stock": 7}}  # fmt: skip
+
+            # Republish with one more tool while the client keeps calling; then roll back.
+            seen: list[frozenset[str]] = []
+            errors: list[BaseException] = []
+            stop = asyncio.Event()
+
+            async def keep_calling() -> None:
+                while not stop.is_set():
+                    try:
+                        seen.append(frozenset(t.name for t in (await client.list_tools()).tools))
+                        result = await client.call_tool("get_book", {"book_id": 1})
+                        assert result.structured_content["result"]["title"] == "Kobzar"  # type: ignore[index]
+                    except Exception as exc:
+                        errors.append(exc)
+
+            worker = asyncio.create_task(keep_calling())
+            await admin("PUT", "/workspaces/shop/agents/desk/bindings/get_order", {"operation": "get_order"})
+            assert (await admin("POST", "/workspaces/shop/agents/desk/publish", status=201)) == {"version": 2}
+            await _until(lambda: bool(seen) and "get_order" in seen[-1])
+            await admin("POST", "/workspaces/shop/agents/desk/rollback", {"version": 1})
+            await _until(lambda: "get_order" not in seen[-1])
+            stop.set()
+            await worker
+    assert errors == []
+    assert set(seen) <= {frozenset({"find_books", "get_book"}), frozenset({"find_books", "get_book", "get_order"})}
+    versions = await admin("GET", "/workspaces/shop/agents/desk/versions")
+    assert [(v["version"], v["current"]) for v in versions["versions"]] == [(1, True), (2, False)]
+
+
+async def test_apply_through_the_api_publishes_only_what_changed(admin: Admin, serve: Callable[..., str]) -> None:
+    shop = serve(create_app())
+    catalog = {
+        "workspace": {"slug": "shop", "name": "Shop"},
+        "operations": {"book": {"protocol": "http", "target": {"method": "GET", "url": shop + "/books/{book_id}"},
+                                "input_schema": {"type": "object", "properties": {"book_id": {"type": "integer"}}}}},
+        "agents": {"desk": {"bindings": [{"operation": "book"}]}},
+    }  # fmt: skip
+    first = await admin("POST", "/apply", catalog)
+    assert first["agents"] == {"desk": {"version": 1, "published": True}}
+    again = await admin("POST", "/apply", catalog)
+    assert again["agents"] == {"desk": {"version": 1, "published": False}}
+    response = await admin.client.post("/apply", content=yaml.safe_dump(catalog).replace("book", "volume"),
+                                       headers={"Content-Type": "application/yaml"})  # fmt: skip
+    assert response.status_code == 200 and response.json()["agents"]["desk"] == {"version": 2, "published": True}
+    local = {**catalog, "sources": [{"openapi": "/etc/passwd"}]}
+    refused = await admin("POST", "/apply", local, status=422)
+    assert "only URLs" in refused["error"]["message"]
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not served in time"
+        await asyncio.sleep(0.02)

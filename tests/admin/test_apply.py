@@ -1,0 +1,93 @@
+"""`crank apply`: a declarative catalog file, checked whole, applied in one transaction, published when changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crank.admin.apply import ApplyError, apply_catalog, load_catalog_file
+from crank.demo import CATALOG
+from crank.registry import Registry, RegistryError
+
+VARIABLES = {"CRANK_DEMO_API": "http://shop.test/api"}
+
+
+def test_the_shipped_example_applies_and_publishes(registry: Registry) -> None:
+    report = apply_catalog(registry, load_catalog_file(CATALOG, variables=VARIABLES), base_dir=CATALOG.parent)
+    assert report.workspace == "demo" and report.versions == {"bookshop": (1, True)}
+    operations = registry.operations("demo")
+    assert set(operations) == {"bestseller", "cancel_order", "create_order", "get_book", "get_order", "search_books"}
+    assert operations["get_book"]["target"] == {"method": "GET", "url": "http://shop.test/api/books/{book_id}"}
+    assert operations["bestseller"]["target"]["url"] == "http://shop.test/api/books/1"
+    (published,) = registry.published()
+    tools = {tool["tool_name"]: tool for tool in published.runtime["tools"]}
+    assert list(tools) == ["search_books", "get_book", "bestseller", "order_book", "get_order", "cancel_order"]
+    assert tools["cancel_order"]["annotations"]["destructiveHint"] is True  # derived from DELETE at import
+    assert tools["search_books"]["translations"]["uk"]["title"] == "Пошук книжок"
+
+
+def test_applying_again_publishes_only_what_changed(registry: Registry, tmp_path: Path) -> None:
+    text = CATALOG.read_text()
+    file = tmp_path / "catalog.yaml"
+    (tmp_path / "openapi.yaml").write_text((CATALOG.parent / "openapi.yaml").read_text())
+    file.write_text(text)
+    assert apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path).versions == {
+        "bookshop": (1, True)
+    }
+    assert apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path).versions == {
+        "bookshop": (1, False)
+    }
+    file.write_text(text.replace("title: Order a book", "title: Buy a book"))
+    assert apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path).versions == {
+        "bookshop": (2, True)
+    }
+    assert registry.versions("demo", "bookshop") == [1, 2]
+
+
+def test_a_mistake_anywhere_applies_nothing(registry: Registry, tmp_path: Path) -> None:
+    file = tmp_path / "catalog.yaml"
+    file.write_text(
+        "workspace: {slug: acme, name: Acme}\n"
+        "operations:\n  ok: {protocol: http, target: {url: 'http://u/x'}}\n"
+        "agents:\n  desk: {bindings: [{operation: ok}]}\n  broken: {bindings: [{operation: missing}]}\n"
+    )
+    with pytest.raises(RegistryError, match="agent acme/broken, binding 0: no operation 'missing'"):
+        apply_catalog(registry, load_catalog_file(file))
+    assert registry.workspaces() == [] and registry.published() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workspace: [unclosed\n", r"line \d+ not valid YAML"),
+        ("workspace: {slug: Bad Slug, name: x}\n", r"workspace.slug: String should match pattern"),
+        ("workspace: {slug: a, name: x}\nagents: {desk: {bindings: [{tool_name: t}]}}\n",
+         r"agents.desk.bindings\[0\].operation: Field required"),
+        ("workspace: {slug: a, name: x}\noperations: {o: {protocol: soap, target: {}}}\n",
+         r"operations.o.protocol: Input should be 'http' or 'jsonrpc'"),
+        ("workspace: {slug: a, name: '${NOT_SET_ANYWHERE}'}\n", r"\$\{NOT_SET_ANYWHERE\} is used but .* not set"),
+    ],
+)  # fmt: skip
+def test_bad_files_name_the_place(tmp_path: Path, text: str, message: str) -> None:
+    file = tmp_path / "catalog.yaml"
+    file.write_text(text)
+    with pytest.raises(ApplyError, match=message):
+        load_catalog_file(file)
+
+
+def test_an_invalid_source_names_it_and_writes_nothing(registry: Registry, tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("openapi: 3.0.3\ninfo: {title: x, version: '1'}\npaths: {/x: {get: {}}}\n")
+    file = tmp_path / "catalog.yaml"
+    file.write_text("workspace: {slug: acme, name: Acme}\nsources: [{openapi: bad.yaml, base_url: 'http://u'}]\n")
+    with pytest.raises(ApplyError, match=r"sources\[0\]: .*responses"):
+        apply_catalog(registry, load_catalog_file(file), base_dir=tmp_path)
+    assert registry.workspaces() == []
+
+
+def test_defaults_and_environment_fill_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    file = tmp_path / "catalog.yaml"
+    file.write_text("workspace: {slug: acme, name: '${SHOP_NAME}', default_language: '${LANG_X:-uk}'}\n")
+    monkeypatch.setenv("SHOP_NAME", "Acme shop")
+    catalog = load_catalog_file(file)
+    assert (catalog.workspace.name, catalog.workspace.default_language) == ("Acme shop", "uk")

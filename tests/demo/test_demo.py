@@ -1,0 +1,41 @@
+"""`crank demo` (the README's `make run`): the gateway fronting the shipped bookshop, driven by the official
+MCP client with the printed configuration."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from crank.demo import build_demo
+from mcp import Client
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_demo_serves_the_bookshop_to_an_mcp_client(tmp_path: Path, serve: Callable[..., str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo = build_demo(f"127.0.0.1:{port}", tmp_path)
+    serve(demo.app, port=port)
+    config = json.loads(demo.client_config())["mcpServers"]["crank-demo"]
+    assert config["url"] == f"http://127.0.0.1:{port}/mcp/v1/demo/bookshop"
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers=config["headers"]) as http:
+        async with Client(streamable_http_client(config["url"], http_client=http)) as client:
+            names = [tool.name for tool in (await client.list_tools()).tools]
+            bestseller = await client.call_tool("bestseller", {})
+            order = await client.call_tool("order_book", {"book_id": 2, "quantity": 2})
+            too_many = await client.call_tool("order_book", {"book_id": 1, "quantity": 50})
+    assert names == ["search_books", "get_book", "bestseller", "order_book", "get_order", "cancel_order"]
+    # No output schema: an object result is the structured content as it is.
+    assert bestseller.structured_content == {"title": "Kobzar", "author": "Taras Shevchenko", "price": 12.5}
+    assert order.structured_content is not None and order.structured_content["result"]["total"] == 18.0
+    assert too_many.is_error and "only 4 copies" in too_many.content[0].text  # type: ignore[union-attr]
