@@ -5,14 +5,30 @@ import types
 import pytest
 
 import crank
+import crank.admin
 import crank.exceptions
 import crank.mcp
 import crank.rpc
 import crank.schema
 import crank.server
+import crank.settings
+import crank.telemetry
 
 
-@pytest.mark.parametrize("module", [crank, crank.mcp, crank.exceptions, crank.rpc, crank.schema, crank.server])
+@pytest.mark.parametrize(
+    "module",
+    [
+        crank,
+        crank.admin,
+        crank.mcp,
+        crank.exceptions,
+        crank.rpc,
+        crank.schema,
+        crank.server,
+        crank.settings,
+        crank.telemetry,
+    ],
+)
 def test_every_public_name_is_exported_and_every_export_exists(module: types.ModuleType) -> None:
     public = {
         name

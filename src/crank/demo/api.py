@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 __all__ = ["BOOKS", "create_app"]
 
-BOOKS = [
+BOOKS: list[dict[str, Any]] = [
     {"id": 1, "title": "Kobzar", "author": "Taras Shevchenko", "year": 1840, "price": 12.5, "stock": 4},
     {"id": 2, "title": "The Forest Song", "author": "Lesya Ukrainka", "year": 1911, "price": 9.0, "stock": 7},
     {"id": 3, "title": "Shadows of Forgotten Ancestors", "author": "Mykhailo Kotsiubynsky", "year": 1911,
