@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Benchmark MCP tools/call and tools/list over loopback: uvicorn targets on one core, wrk on the other.
 
+Two groups of targets: MCP servers with an in-process `echo` catalog (scenarios tools_call, tools_list)
+and gateways that turn a tool call into one request to an HTTP upstream, nginx, started here
+(scenarios gateway_call, gateway_list).
+
 Usage: python bench/run.py [--duration 10 --warmup 3 --connections 32 ...]; see bench/README.md.
-The orchestrator needs only the standard library; the targets run under --python.
+The orchestrator needs only the standard library; the targets run under --python (or --peers-python).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -27,16 +32,22 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
+from bench.apps import gateway_catalog  # noqa: E402
 from bench.apps.catalog import tool_specs  # noqa: E402
 
 DATA_FILE = BENCH / "data" / "tools_list_1000.json"
 HOST = "127.0.0.1"
-MCP_PATH = "/"  # every target serves MCP at the root, as Crank's MCPEndpoint does
 ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
-SCENARIOS = ("tools_call", "tools_list")
+SCENARIOS = ("tools_call", "tools_list", "gateway_call", "gateway_list")
+GROUP = {"tools_call": "echo", "tools_list": "echo", "gateway_call": "gateway", "gateway_list": "gateway"}
 REFERENCE, UPPER = "sdk-lowlevel", "bare"
+PROXY = "gateway-proxy"  # the gateway group's reference: the simplest proxy on Crank's upstream client (httpx)
+FAST_PROXY = "gateway-proxy-aiohttp"  # the same proxy on aiohttp, the fastest common Python client
+CRANK_GATEWAYS = ("gateway-crank", "gateway-crank-open")
 DATA_SOURCES = ("crank", "sdk-lowlevel")  # first one that verifies tools/list supplies the bare app's bytes
-PEER_PACKAGES = ("crank", "mcp", "uvicorn", "uvloop", "httptools", "starlette", "orjson", "pydantic")
+PEER_PACKAGES = ("crank", "mcp", "fastmcp", "uvicorn", "uvloop", "httptools", "starlette", "orjson", "pydantic",
+                 "httpx", "httpx2", "aiohttp")  # fmt: skip
+GATEWAY_ITEM_ID = 7  # the id gateway_call.lua asks for
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,10 @@ class Target:
     key: str
     label: str
     app: str  # "module:attribute" for uvicorn
+    group: str = "echo"  # which scenarios it serves: echo (tools_*) or gateway (gateway_*)
+    path: str = "/"  # where it serves MCP
+    peers: bool = False  # runs under --peers-python instead of --python
+    env: tuple[tuple[str, str], ...] = ()
 
 
 TARGETS = (
@@ -51,7 +66,15 @@ TARGETS = (
     Target("sdk-lowlevel", "SDK low-level Server", "bench.apps.sdk_lowlevel:app"),
     Target("sdk-mcpserver", "SDK MCPServer", "bench.apps.sdk_mcpserver:app"),
     Target("bare", "bare ASGI + orjson", "bench.apps.bare:app"),
-)
+    Target("gateway-crank", "Crank gateway (API key)", "bench.apps.gateway_crank:app", "gateway",
+           "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "1"),)),
+    Target("gateway-crank-open", "Crank gateway (no key)", "bench.apps.gateway_crank:app", "gateway",
+           "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "0"),)),
+    Target("gateway-fastmcp", "FastMCP OpenAPI", "bench.apps.gateway_fastmcp:app", "gateway", peers=True),
+    Target(PROXY, "simplest proxy (httpx + orjson)", "bench.apps.gateway_proxy:app", "gateway"),
+    Target(FAST_PROXY, "simplest proxy (aiohttp + orjson)", "bench.apps.gateway_proxy_aiohttp:app", "gateway",
+           peers=True),
+)  # fmt: skip
 
 
 @dataclass
@@ -74,6 +97,13 @@ def parse_args() -> argparse.Namespace:
         default=str(venv if venv.exists() else "/tmp/benchvenv/bin/python"),
         help="interpreter that runs the targets (default: .venv/bin/python, else /tmp/benchvenv)",
     )
+    peers = BENCH / ".venv-peers" / "bin" / "python"
+    p.add_argument(
+        "--peers-python",
+        default=None,
+        help="interpreter for FastMCP, whose packages stay out of Crank's venv (default: bench/.venv-peers if "
+        "it exists, else --python; scripts/bench creates it from bench/requirements.txt)",
+    )
     p.add_argument("--targets", default=",".join(t.key for t in TARGETS), help="comma-separated target keys")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--eras", default=",".join(ERAS), help="request shapes to try: legacy (2025-11-25), modern")
@@ -84,6 +114,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="timed runs per row; the median by req/s is reported")
     p.add_argument("--server-cpu", default="0", help="taskset CPU list for the server")
     p.add_argument("--client-cpu", default="1", help="taskset CPU list for wrk")
+    p.add_argument("--upstream-cpu", default=None, help="taskset CPU list for nginx (default: --client-cpu)")
     p.add_argument("--out", type=Path, default=BENCH / "results", help="where latest.md/latest.json go")
     args = p.parse_args()
     for name, allowed in (("targets", [t.key for t in TARGETS]), ("scenarios", SCENARIOS), ("eras", ERAS)):
@@ -91,19 +122,23 @@ def parse_args() -> argparse.Namespace:
         if bad := set(chosen) - set(allowed):
             p.error(f"unknown {name}: {', '.join(sorted(bad))} (choose from {', '.join(allowed)})")
         setattr(args, name, chosen)
+    if args.peers_python is None:
+        args.peers_python = str(peers if peers.exists() else args.python)
+    if args.upstream_cpu is None:
+        args.upstream_cpu = args.client_cpu
     return args
 
 
-def target_env() -> dict[str, str]:
+def target_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
+    return {**os.environ, "PYTHONPATH": path, **(extra or {})}
 
 
-def import_error(python: str, target: Target) -> str | None:
+def import_error(python: str, target: Target, env: dict[str, str]) -> str | None:
     """Why `target.app` cannot be imported by `python`, or None if it can."""
     module, attr = target.app.split(":")
-    code = f"import importlib; getattr(importlib.import_module({module!r}), {attr!r})"
-    proc = subprocess.run([python, "-c", code], cwd=ROOT, env=target_env(), capture_output=True, text=True)
+    code = f"import importlib; assert getattr(importlib.import_module({module!r}), {attr!r}) is not None"
+    proc = subprocess.run([python, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode == 0:
         return None
     lines = (proc.stderr or proc.stdout).strip().splitlines()
@@ -116,33 +151,108 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_listening(name: str, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with {proc.returncode} before listening; see {log}")
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name} did not listen on port {port} within 120 s; see {log}")
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
-def serve(python: str, target: Target, cpu: str, log: Path) -> Iterator[str]:
+def serve(python: str, target: Target, cpu: str, log: Path, env: dict[str, str]) -> Iterator[str]:
     """Run the target under uvicorn pinned to `cpu`; yield its MCP URL once the port accepts connections."""
     port = free_port()
     cmd = ["taskset", "-c", cpu, python, "-m", "uvicorn", target.app, "--host", HOST, "--port", str(port)]
     cmd += "--workers 1 --loop uvloop --http httptools --log-level warning --no-access-log".split()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as log_file:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=target_env(), stdout=log_file, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"{target.key} exited with {proc.returncode} before listening; see {log}")
-            with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2):
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{target.key} did not listen on port {port} within 120 s; see {log}")
-            time.sleep(0.1)
-        yield f"http://{HOST}:{port}{MCP_PATH}"
+        wait_listening(target.key, proc, port, log)
+        yield f"http://{HOST}:{port}{target.path}"
     finally:
-        proc.terminate()
+        stop(proc)
+
+
+@dataclass
+class Upstream:
+    url: str
+    status_url: str
+    status_requests: int = 0  # how many times served() has asked
+
+    def served(self) -> int:
+        """Requests nginx has handled so far (including this status request)."""
+        self.status_requests += 1
+        with urllib.request.urlopen(self.status_url, timeout=5) as response:
+            text = response.read().decode()
+        return int(text.splitlines()[2].split()[2])  # "server accepts handled requests" / " a h r"
+
+    def settled(self) -> int:
+        """`served()` once no other request has reached nginx for 50 ms (calls still in flight when wrk
+        stopped finish after it), counting this status request."""
+        last = self.served()
+        for _ in range(100):
+            time.sleep(0.05)
+            now = self.served()
+            if now == last + 1:
+                return now
+            last = now
+        raise SystemExit("the upstream kept receiving requests with no load running")
+
+
+@contextlib.contextmanager
+def upstream_server(cpu: str, log: Path) -> Iterator[Upstream]:
+    """nginx (bench/upstream/nginx.conf, one worker) pinned to `cpu`, in the foreground in a temp prefix."""
+    nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+    if nginx is None:
+        raise SystemExit("nginx not found (apt-get install -y nginx); the gateway scenarios need it")
+    port, status_port = free_port(), free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-nginx-") as prefix:
+        (Path(prefix) / "tmp").mkdir()
+        conf = (BENCH / "upstream" / "nginx.conf").read_text()
+        conf = conf.replace("@PORT@", str(port)).replace("@STATUS_PORT@", str(status_port))
+        (Path(prefix) / "nginx.conf").write_text(conf)
+        cmd = ["taskset", "-c", cpu, nginx, "-p", prefix, "-c", "nginx.conf", "-e", f"{prefix}/error.log"]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as log_file:
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            wait_listening("nginx", proc, port, log)
+            wait_listening("nginx", proc, status_port, log)
+            yield Upstream(f"http://{HOST}:{port}", f"http://{HOST}:{status_port}/status")
+        finally:
+            stop(proc)
+            with contextlib.suppress(OSError), log.open("ab") as log_file:
+                log_file.write((Path(prefix) / "error.log").read_bytes())
+
+
+def gateway_registry(python: str, upstream: Upstream, directory: Path) -> tuple[Path, str]:
+    """Create Crank's registry with the published 1,000-tool agent; returns the SQLite file and an API key."""
+    db = directory / "registry.sqlite3"
+    proc = subprocess.run(
+        [python, "-m", "bench.apps.gateway_crank", str(db)],
+        cwd=ROOT,
+        env=target_env({"BENCH_UPSTREAM": upstream.url}),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"creating the gateway registry failed: {proc.stderr.strip()[-2000:]}")
+    return db, proc.stdout.strip().splitlines()[-1]
 
 
 def wrk(
@@ -154,6 +264,7 @@ def wrk(
     connections: int | None = None,
     count: bool = False,
     dump: Path | None = None,
+    auth: str | None = None,
 ) -> dict[str, Any]:
     """Run wrk on the client CPU and return the JSON line printed by the scenario script's done().
 
@@ -166,6 +277,8 @@ def wrk(
     cmd = ["taskset", "-c", args.client_cpu, "wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s"]
     cmd += ["--timeout", "10s", "-s", str(script), url]
     env = {**os.environ, "BENCH_ERA": era}
+    if auth:
+        env["BENCH_AUTH"] = auth
     if count:
         env["BENCH_COUNT"] = "1"
     if dump:
@@ -189,7 +302,27 @@ def check_response(scenario: str, request: dict[str, Any], status: int, ctype: s
     if msg.get("jsonrpc") != "2.0" or msg.get("id") != request["id"] or "result" not in msg:
         return f"not a JSON-RPC result for id {request['id']}: {body[:300]!r}"
     result = msg["result"]
-    if scenario == "tools_call":
+    if scenario == "gateway_call":
+        expected_item = gateway_catalog.item(GATEWAY_ITEM_ID)
+        content = result.get("content") or []
+        try:
+            text_value = json.loads(content[0]["text"]) if len(content) == 1 and content[0]["type"] == "text" else None
+        except (KeyError, TypeError, ValueError):
+            text_value = None
+        structured = result.get("structuredContent")
+        if (
+            text_value != expected_item
+            or structured not in (expected_item, {"result": expected_item})
+            or result.get("isError", False) is not False
+        ):
+            return f"wrong gateway result: {json.dumps(result)[:400]}"
+    elif scenario == "gateway_list":
+        names = [tool.get("name") for tool in result.get("tools", [])]
+        catalog = set(gateway_catalog.tool_names())
+        page = min(gateway_catalog.PAGE_SIZE, gateway_catalog.N_TOOLS)
+        if len(names) != page or len(set(names)) != page or not set(names) <= catalog or not result.get("nextCursor"):
+            return f"expected a first page of {page} of the gateway's tools with a nextCursor, got {len(names)} tools"
+    elif scenario == "tools_call":
         expected = [{"type": "text", "text": request["params"]["arguments"]["text"]}]
         if result.get("content") != expected or result.get("isError", False) is not False:
             return f"wrong echo result: {json.dumps(result)[:300]}"
@@ -201,11 +334,13 @@ def check_response(scenario: str, request: dict[str, Any], status: int, ctype: s
     return None
 
 
-def verify(args: argparse.Namespace, url: str, scenario: str, era: str) -> tuple[str | None, bytes]:
+def verify(
+    args: argparse.Namespace, url: str, scenario: str, era: str, auth: str | None = None
+) -> tuple[str | None, bytes]:
     """Send the exact wrk request over one connection and check a response; returns (problem, body)."""
     with tempfile.TemporaryDirectory() as tmp:
         dump = Path(tmp) / "response"
-        stats = wrk(args, url, scenario, era, seconds=1, connections=1, dump=dump)
+        stats = wrk(args, url, scenario, era, seconds=1, connections=1, dump=dump, auth=auth)
         if not dump.exists():
             return "no response received", b""
         status, ctype, length, rest = dump.read_bytes().split(b"\n", 3)
@@ -218,11 +353,33 @@ def verify(args: argparse.Namespace, url: str, scenario: str, era: str) -> tuple
 
 
 def require_clean(name: str, phase: str, stats: dict[str, Any]) -> None:
-    if stats["non2xx"] or any(stats["errors"].values()):
+    if stats["non2xx"] or stats["body_errors"] or any(stats["errors"].values()):
         raise SystemExit(
-            f"FAIL {name} ({phase}): {stats['non2xx']} non-2xx responses counted, wrk errors "
-            f"{stats['errors']} (status = HTTP >= 400) in {stats['requests']} requests"
+            f"FAIL {name} ({phase}): {stats['non2xx']} non-2xx responses and {stats['body_errors']} error "
+            f"results counted, wrk errors {stats['errors']} (status = HTTP >= 400) in {stats['requests']} requests"
         )
+
+
+def timed(
+    args: argparse.Namespace, name: str, phase: str, url: str, scenario: str, era: str, seconds: int,
+    upstream: Upstream | None, auth: str | None, count: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """One clean wrk run; for the gateway scenarios also checks how many requests reached the upstream:
+    one per completed call (a few more for calls still in flight when wrk stopped), none for tools/list."""
+    before = upstream.settled() if upstream else 0
+    asked = upstream.status_requests if upstream else 0
+    stats = wrk(args, url, scenario, era, seconds, count=count, auth=auth)
+    require_clean(name, phase, stats)
+    if upstream is not None:
+        after = upstream.settled()  # this count includes the status requests made since `before`
+        stats["upstream_requests"] = sent = after - before - (upstream.status_requests - asked)
+        low, high = (stats["requests"], stats["requests"] + args.connections) if scenario == "gateway_call" else (0, 0)
+        if not low <= sent <= high:
+            raise SystemExit(
+                f"FAIL {name} ({phase}): the upstream served {sent} requests for {stats['requests']} completed "
+                f"{scenario} requests (expected {low}..{high})"
+            )
+    return stats
 
 
 def make_row(name: str, scenario: str, era: str, runs: list[dict[str, Any]]) -> Row:
@@ -247,6 +404,32 @@ def interpreter_info(python: str) -> dict[str, Any]:
     return dict(json.loads(proc.stdout))
 
 
+def nginx_version() -> str:
+    proc = subprocess.run(["nginx", "-v"], capture_output=True, text=True)
+    return (proc.stderr or proc.stdout).strip().rpartition("/")[2]
+
+
+def scenarios_of(args: argparse.Namespace, target: Target) -> list[str]:
+    """The chosen scenarios this target serves."""
+    return [s for s in args.scenarios if GROUP[s] == target.group]
+
+
+def crank_source(python: str) -> str:
+    """Which Crank the targets import, and the git state of that tree (the benchmark measures the work tree)."""
+    code = "import crank, pathlib; print(pathlib.Path(crank.__file__).resolve().parents[1])"
+    proc = subprocess.run([python, "-c", code], cwd=ROOT, env=target_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        return "not importable"
+    src = Path(proc.stdout.strip())
+    if src != ROOT / "src":
+        return str(src)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode != 0:
+        return "src/"
+    return f"src/ at {head.stdout.strip()}" + (" with uncommitted changes" if dirty.stdout.strip() else "")
+
+
 def cpu_model() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -262,6 +445,10 @@ def ratio(value: float, ref: float | None) -> str:
     return f"{r:.2f}" if r >= 0.01 else f"{r:.2g}"
 
 
+SCENARIO_LABELS = {"tools_call": "tools/call", "tools_list": "tools/list", "gateway_call": "tools/call",
+                   "gateway_list": "tools/list (first page)"}  # fmt: skip
+
+
 def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
     best: dict[tuple[str, str], float] = {}
     for r in rows:
@@ -273,23 +460,78 @@ def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
         f"wrk `{meta['wrk_args']}` after a {meta['warmup_s']} s warm-up (median of {meta['repeat']} runs), "
         f"on CPU {meta['client_cpu']}; each target under uvicorn (1 worker, uvloop + httptools) "
         f"on CPU {meta['server_cpu']}; {meta['cpu']}; "
-        f"Python {meta['python_version']}; {versions}. "
-        "Ratios are req/s over the reference's best request shape in the same scenario.",
-        "",
-        "| target | scenario | request shape | req/s | p50 ms | p99 ms | × SDK low-level | × bare |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        f"Python {meta['python_version']}; {versions}; Crank from {meta['crank_source']}.",
     ]
     labels = {t.key: t.label for t in TARGETS}
-    for r in sorted(rows, key=lambda r: (SCENARIOS.index(r.scenario), -r.rps)):
-        mark = " (best)" if r.rps == best[r.target, r.scenario] else ""
-        lines.append(
-            f"| {labels[r.target]} | {r.scenario.replace('_', '/')} | {ERAS[r.era]}{mark} | {r.rps:,.0f} "
-            f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {ratio(r.rps, best.get((REFERENCE, r.scenario)))} "
-            f"| {ratio(r.rps, best.get((UPPER, r.scenario)))} |"
-        )
+    echo = [r for r in rows if GROUP[r.scenario] == "echo"]
+    if echo:
+        lines += [
+            "",
+            "Ratios are req/s over the reference's best request shape in the same scenario.",
+            "",
+            "| target | scenario | request shape | req/s | p50 ms | p99 ms | × SDK low-level | × bare |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in sorted(echo, key=lambda r: (SCENARIOS.index(r.scenario), -r.rps)):
+            mark = " (best)" if r.rps == best[r.target, r.scenario] else ""
+            lines.append(
+                f"| {labels[r.target]} | {SCENARIO_LABELS[r.scenario]} | {ERAS[r.era]}{mark} | {r.rps:,.0f} "
+                f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {ratio(r.rps, best.get((REFERENCE, r.scenario)))} "
+                f"| {ratio(r.rps, best.get((UPPER, r.scenario)))} |"
+            )
+    gateway = [r for r in rows if GROUP[r.scenario] == "gateway"]
+    if gateway:
+        peers = ", ".join(f"{k} {v}" for k, v in meta.get("peer_packages", {}).items())
+        lines += [
+            "",
+            "## Gateway",
+            "",
+            f"Upstream: nginx {meta.get('nginx', '?')} (1 worker, fixed JSON item) on CPU {meta['upstream_cpu']}. "
+            f"FastMCP and the aiohttp proxy run under {meta.get('peers_python')}: {peers}. "
+            "Ratios divide by the row of the simplest proxy (on httpx, or on aiohttp) with the same scenario "
+            "and request shape.",
+            "",
+            "| target | scenario | request shape | req/s | p50 ms | p99 ms | × httpx proxy req/s | p99 "
+            "| × aiohttp proxy req/s | p99 |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        refs = {(r.target, r.scenario, r.era): r for r in gateway if r.target in (PROXY, FAST_PROXY)}
+        for r in sorted(gateway, key=lambda r: (SCENARIOS.index(r.scenario), -r.rps)):
+            mark = " (best)" if r.rps == best[r.target, r.scenario] else ""
+            cells = []
+            for key in (PROXY, FAST_PROXY):
+                ref = refs.get((key, r.scenario, r.era))
+                cells += [ratio(r.rps, ref.rps if ref else None), ratio(r.p99_ms, ref.p99_ms if ref else None)]
+            lines.append(
+                f"| {labels[r.target]} | {SCENARIO_LABELS[r.scenario]} | {ERAS[r.era]}{mark} | {r.rps:,.0f} "
+                f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {' | '.join(cells)} |"
+            )
+        lines += gateway_verdict(gateway, labels)
     if skipped:
         lines += ["", "Skipped:", *(f"- {s}" for s in skipped)]
     return "\n".join(lines) + "\n"
+
+
+def gateway_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
+    """The issue's targets for gateway tools/call: >= 70% of the proxy's req/s, p99 < 2x the proxy's.
+
+    Each target's best request shape against the proxy's row of the same shape, for both proxies."""
+    out: list[str] = []
+    for proxy_key in (PROXY, FAST_PROXY):
+        proxy = {r.era: r for r in rows if r.target == proxy_key and r.scenario == "gateway_call"}
+        for key in (*CRANK_GATEWAYS, "gateway-fastmcp"):
+            mine = [r for r in rows if r.target == key and r.scenario == "gateway_call" and r.era in proxy]
+            if not mine:
+                continue
+            r = max(mine, key=lambda r: r.rps)
+            ref = proxy[r.era]
+            rps, p99 = r.rps / ref.rps, r.p99_ms / ref.p99_ms
+            met = "met" if rps >= 0.70 and p99 < 2 else "NOT met"
+            out.append(
+                f"- {labels[key]}, tools/call ({ERAS[r.era]}) against the {labels[proxy_key]}: {rps:.2f}× its "
+                f"req/s (target ≥ 0.70), p99 {p99:.2f}× its p99 (target < 2): {met}"
+            )
+    return ["", *out] if out else []
 
 
 def main() -> int:
@@ -297,23 +539,37 @@ def main() -> int:
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found (apt-get install -y wrk util-linux)")
-    if not Path(args.python).exists():
-        raise SystemExit(f"--python {args.python} does not exist; see bench/README.md for the venv setup")
-    print(f"targets run under {args.python}", file=sys.stderr)
+    for python in {args.python, args.peers_python}:
+        if not Path(python).exists():
+            raise SystemExit(f"{python} does not exist; see bench/README.md for the venv setup")
+    print(f"targets run under {args.python} (FastMCP: {args.peers_python})", file=sys.stderr)
+    chosen = [t for t in TARGETS if t.key in args.targets and scenarios_of(args, t)]
     rows: list[Row] = []
     skipped: list[str] = []
     unverified: list[str] = []
     data_source: str | None = None
     # (name, url, scenario, era) of every verified combination, in target order.
     combos: list[tuple[str, str, str, str]] = []
+    upstream: Upstream | None = None
+    gateway_key: str | None = None
+    gateway_env: dict[str, str] = {}
     with contextlib.ExitStack() as servers:
+        if any(t.group == "gateway" for t in chosen):
+            upstream = servers.enter_context(upstream_server(args.upstream_cpu, args.out / "logs" / "nginx.log"))
+            workdir = Path(servers.enter_context(tempfile.TemporaryDirectory(prefix="bench-gateway-")))
+            db, gateway_key = gateway_registry(args.python, upstream, workdir)
+            gateway_env = {"BENCH_UPSTREAM": upstream.url, "BENCH_GATEWAY_DB": str(db)}
+            print(f"upstream {upstream.url} on CPU {args.upstream_cpu}; gateway registry {db}", file=sys.stderr)
         # All targets listen at once (idle ones cost nothing) so that the timed runs can interleave:
         # the machine's drift then hits every target alike instead of whichever ran during a slow spell.
         # The bare app reads the tools/list bytes when it starts, so it starts after the others.
-        for target in sorted((t for t in TARGETS if t.key in args.targets), key=lambda t: t.key == UPPER):
-            if (why := import_error(args.python, target)) is not None:
+        for target in sorted(chosen, key=lambda t: t.key == UPPER):
+            python = args.peers_python if target.peers else args.python
+            env = target_env({**gateway_env, **dict(target.env)} if target.group == "gateway" else None)
+            auth = gateway_key if target.group == "gateway" else None
+            if (why := import_error(python, target, env)) is not None:
                 if "ModuleNotFoundError" in why and "bench.apps" not in why:
-                    why += f" (install bench/requirements.txt into {args.python}, or pass --python)"
+                    why += f" (install bench/requirements.txt into {python}, or pass --python/--peers-python)"
                 print(f"skip {target.key}: cannot import {target.app}: {why}", file=sys.stderr)
                 skipped.append(f"{target.key}: cannot import `{target.app}`: {why}")
                 continue
@@ -321,12 +577,12 @@ def main() -> int:
                 source = data_source or "an earlier run"
                 print(f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} from {source}", file=sys.stderr)
             log = args.out / "logs" / f"{target.key}.log"
-            url = servers.enter_context(serve(args.python, target, args.server_cpu, log))
-            for scenario in args.scenarios:
+            url = servers.enter_context(serve(python, target, args.server_cpu, log, env))
+            for scenario in scenarios_of(args, target):
                 shapes = 0
                 for era in args.eras:
                     name = f"{target.key} {scenario} {era}"
-                    problem, body = verify(args, url, scenario, era)
+                    problem, body = verify(args, url, scenario, era, auth)
                     if problem is not None:
                         print(f"skip {name}: {problem}", file=sys.stderr)
                         skipped.append(f"{name}: {problem}")
@@ -339,16 +595,19 @@ def main() -> int:
                     combos.append((name, url, scenario, era))
                 if shapes == 0:
                     unverified.append(f"{target.key} {scenario}")
+
+        def context(scenario: str) -> tuple[Upstream | None, str | None]:
+            return (upstream, gateway_key) if GROUP[scenario] == "gateway" else (None, None)
+
         for name, url, scenario, era in combos:
-            require_clean(name, "warm-up", wrk(args, url, scenario, era, args.warmup, count=True))
+            timed(args, name, "warm-up", url, scenario, era, args.warmup, *context(scenario), count=True)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in combos}
         for _ in range(args.repeat):
             for scenario in args.scenarios:
                 for era in args.eras:
                     for name, url, _scenario, _era in (c for c in combos if c[2:] == (scenario, era)):
-                        stats = wrk(args, url, scenario, era, args.duration)
-                        require_clean(name, "timed run", stats)
-                        runs[name].append(stats)
+                        runs[name].append(timed(args, name, "timed run", url, scenario, era, args.duration,
+                                                *context(scenario)))  # fmt: skip
         rows = [make_row(name, scenario, era, runs[name]) for name, _url, scenario, era in combos]
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -361,7 +620,12 @@ def main() -> int:
         "python": args.python,
         **interpreter_info(args.python),
         "tools_list_source": data_source,
+        "crank_source": crank_source(args.python),
     }
+    if upstream is not None:
+        peers = interpreter_info(args.peers_python)
+        meta |= {"upstream_cpu": args.upstream_cpu, "nginx": nginx_version(), "peers_python": args.peers_python,
+                 "peer_packages": peers["packages"]}  # fmt: skip
     report = markdown(meta, rows, skipped)
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)

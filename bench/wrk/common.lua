@@ -8,12 +8,15 @@
 --               (this costs wrk CPU: the body is copied into Lua, so timed runs leave it off and rely
 --               on wrk's own count of statuses >= 400, reported as errors.status)
 --   BENCH_DUMP  if set, the first response is also written to this file for verification
+--   BENCH_AUTH  if set, sent as `Authorization: Bearer <BENCH_AUTH>` (the gateway scenarios' API key)
 
 local VERSIONS = { legacy = "2025-11-25", modern = "2026-07-28" }
 local era = os.getenv("BENCH_ERA") or "legacy"
 local dump_path = os.getenv("BENCH_DUMP")
+local auth = os.getenv("BENCH_AUTH")
 local threads = {}
 non2xx = 0
+body_errors = 0
 
 -- params: the JSON members of "params" (without braces), e.g. '"name":"echo"'.
 function mcp_request(method, name, params)
@@ -24,6 +27,7 @@ function mcp_request(method, name, params)
   wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Accept"] = "application/json, text/event-stream"
   wrk.headers["MCP-Protocol-Version"] = version
+  if auth and auth ~= "" then wrk.headers["Authorization"] = "Bearer " .. auth end
   if era == "modern" then
     members[#members + 1] = '"_meta":{"io.modelcontextprotocol/protocolVersion":"' .. version
       .. '","io.modelcontextprotocol/clientCapabilities":{}}'
@@ -40,6 +44,10 @@ end
 
 local function count_and_dump(status, headers, body)
   if status < 200 or status > 299 then non2xx = non2xx + 1 end
+  -- A 200 can still carry a failed call (isError) or a JSON-RPC error: count those too.
+  if body:find('"isError":true', 1, true) or body:find('"error":{', 1, true) then
+    body_errors = body_errors + 1
+  end
   if dump_path then
     local ctype = ""
     for k, v in pairs(headers) do
@@ -56,14 +64,17 @@ end
 if dump_path or os.getenv("BENCH_COUNT") then response = count_and_dump end
 
 function done(summary, latency, requests)
-  local bad = 0
-  for _, thread in ipairs(threads) do bad = bad + thread:get("non2xx") end
+  local bad, bad_bodies = 0, 0
+  for _, thread in ipairs(threads) do
+    bad = bad + thread:get("non2xx")
+    bad_bodies = bad_bodies + thread:get("body_errors")
+  end
   local e = summary.errors
   io.write(string.format(
     '{"requests":%d,"duration_us":%d,"bytes":%d,"rps":%.2f,"p50_us":%d,"p90_us":%d,"p99_us":%d,'
-      .. '"mean_us":%.1f,"max_us":%d,"non2xx":%d,"non2xx_counted":%s,'
+      .. '"mean_us":%.1f,"max_us":%d,"non2xx":%d,"body_errors":%d,"non2xx_counted":%s,'
       .. '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d}}\n',
     summary.requests, summary.duration, summary.bytes, summary.requests / (summary.duration / 1e6),
     latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean, latency.max,
-    bad, tostring(response ~= nil), e.connect, e.read, e.write, e.status, e.timeout))
+    bad, bad_bodies, tostring(response ~= nil), e.connect, e.read, e.write, e.status, e.timeout))
 end
