@@ -31,8 +31,10 @@ __all__ = [
     "AccessDeniedError",
     "AdapterError",
     "ConfigurationError",
+    "ConfirmationError",
     "CrankError",
     "ExternalServiceError",
+    "IdempotencyError",
     "InternalError",
     "InternalRuntimeError",
     "InvalidParamsError",
@@ -156,6 +158,20 @@ class AdapterError(ToolError):
 class ExternalServiceError(ToolError):
     error_class = "external_service"
     default_code = "upstream_error"
+
+
+class ConfirmationError(ToolError):
+    """A destructive call that needs (or was given a wrong) confirmation token; the upstream was not called."""
+
+    error_class = "confirmation"
+    default_code = "confirmation_required"
+
+
+class IdempotencyError(ToolError):
+    """An idempotency key used with other arguments, or still in flight; the upstream was not called."""
+
+    error_class = "idempotency"
+    default_code = "idempotency_key_reused"
 
 
 class InternalRuntimeError(ToolError):

@@ -33,6 +33,7 @@ from crank.mcp.server import ServerInfo
 from crank.registry import Registry, migrate, open_engine
 from crank.rpc import RPCApp
 from crank.settings import Settings
+from crank.state import StateStore, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics
 from crank.types import ASGIApp, Receive, Scope, Send
 
@@ -84,11 +85,17 @@ class GatewayService:
         require_api_keys: bool = True,
         server_info: ServerInfo | None = None,
         metrics: Metrics | None = None,
+        state: StateStore | None = None,
     ) -> None:
         client = client or httpx.AsyncClient()
         self.metrics = metrics or Metrics()
         self.catalogs = AgentCatalogs(
-            registry, client, poll_interval=poll_interval, require_keys=require_api_keys, metrics=self.metrics
+            registry,
+            client,
+            poll_interval=poll_interval,
+            require_keys=require_api_keys,
+            metrics=self.metrics,
+            state=state,
         )
         self.catalogs.reload()
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
@@ -143,7 +150,10 @@ class CrankServer:
             self.admin = AdminAPI(registry, token=settings.admin_secret())
         if settings.role in ("mcp", "all"):
             self.gateway = GatewayService(
-                registry, poll_interval=settings.poll_interval, require_api_keys=settings.require_api_keys
+                registry,
+                poll_interval=settings.poll_interval,
+                require_api_keys=settings.require_api_keys,
+                state=open_state(settings.redis_url),
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

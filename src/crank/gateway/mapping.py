@@ -52,20 +52,25 @@ class _Rule:
 
 
 class InputMapping:
-    def __init__(self, rules: list[_Rule], http_method: str, url: str) -> None:
+    def __init__(self, rules: list[_Rule], http_method: str, url: str, unplaced: frozenset[str] = frozenset()) -> None:
         self._rules = rules
         self._default_place = "query" if http_method in _QUERY_METHODS else "body"
         self._placeholders = set(_PLACEHOLDER.findall(url))
         self._mapped = {rule.source for rule in rules if rule.kind == "from"}
+        self._unplaced = unplaced - self._mapped
 
     @classmethod
-    def compile(cls, spec: Any, http_method: str, url: str, *, where: str) -> InputMapping:
+    def compile(
+        cls, spec: Any, http_method: str, url: str, *, where: str, unplaced: frozenset[str] = frozenset()
+    ) -> InputMapping:
+        """`unplaced`: arguments that go upstream only where a rule puts them (an idempotency key, say,
+        which travels in its own header), not to the default place."""
         if spec is None:
             spec = []
         if not isinstance(spec, list):
             raise ConfigurationError(f"{where}: input_mapping must be a list of rules")
         rules = [_compile_rule(rule, f"{where}: input_mapping[{index}]") for index, rule in enumerate(spec)]
-        return cls(rules, http_method.upper(), url)
+        return cls(rules, http_method.upper(), url, unplaced)
 
     def apply(self, arguments: dict[str, Any]) -> RequestParts:
         parts = RequestParts()
@@ -80,7 +85,7 @@ class InputMapping:
                 value = _render(rule.source, arguments)
             _put(parts, rule.place, rule.name, value)
         for name, value in arguments.items():
-            if name in self._mapped:
+            if name in self._mapped or name in self._unplaced:
                 continue
             place = "path" if name in self._placeholders else self._default_place
             _put(parts, place, name, value)

@@ -13,9 +13,11 @@ from crank.gateway.adapters.base import Adapter
 from crank.gateway.adapters.http import HTTPAdapter
 from crank.gateway.adapters.jsonrpc import JSONRPCAdapter
 from crank.gateway.mapping import InputMapping, OutputMapping
+from crank.gateway.safety import Confirmation, Idempotency, fingerprint
+from crank.state import MemoryStore, StateStore
 from crank.types import JSONObject
 
-__all__ = ["Outcome", "RemoteOperation"]
+__all__ = ["Outcome", "Placement", "RemoteOperation"]
 
 
 @dataclass(frozen=True)
@@ -24,31 +26,76 @@ class Outcome:
     omitted: int  # list items the output mapping left out
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a published operation serves: what idempotency keys and confirmation tokens are bound to."""
+
+    workspace: str
+    agent: str
+    version: int
+
+
 class RemoteOperation:
-    def __init__(self, runtime: JSONObject, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        runtime: JSONObject,
+        client: httpx.AsyncClient,
+        *,
+        state: StateStore | None = None,
+        placement: Placement | None = None,
+    ) -> None:
         where = f"tool {runtime.get('tool_name')!r}"
         protocol = runtime.get("protocol")
         target = runtime.get("target") or {}
         config = runtime.get("execution_config") or {}
         if protocol == "http":
             self.adapter: Adapter = HTTPAdapter(client, target, config, where=where)
-            method = str(target.get("method", "GET"))
+            method = str(target.get("method", "GET")).upper()
         elif protocol == "jsonrpc":
             self.adapter = JSONRPCAdapter(client, target, config, where=where)
             method = "POST"  # every argument goes to `params` unless the mapping says otherwise
         else:
             raise ConfigurationError(f"{where}: protocol {protocol!r} is not supported (supported: http, jsonrpc)")
+        placement = placement or Placement("", "", 0)
+        operation = f"{placement.workspace}/{runtime.get('operation_id') or runtime.get('tool_name')}"
+        self.state = state or MemoryStore()
+        self.idempotency = Idempotency.compile(
+            config.get("idempotency"), runtime.get("input_schema") or {}, operation, where=where
+        )
+        self.confirmation = Confirmation.compile(
+            config, method, fingerprint(placement.agent, placement.version, operation, runtime), where=where
+        )
+        self.in_flight_ttl = self.adapter.timeout * (self.adapter.retries + 1) + 10
         url = str(target.get("url", "")) if protocol == "http" else ""
-        self.input = InputMapping.compile(runtime.get("input_mapping"), method, url, where=where)
+        unplaced = frozenset({self.idempotency.argument}) if self.idempotency else frozenset()
+        self.input = InputMapping.compile(runtime.get("input_mapping"), method, url, where=where, unplaced=unplaced)
         self.output = OutputMapping.compile(runtime.get("output_mapping"), where=where)
         self.forward_headers = _forward_headers(config.get("forward_headers"), where=where)
 
     async def call(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None = None) -> Outcome:
-        """`client_headers` (lower-case names) are the MCP request's; only `forward_headers` of them go on."""
+        """Confirmation (destructive operations), then idempotency, then the request.
+
+        `client_headers` (lower-case names) are the MCP request's; only `forward_headers` of them go on.
+        """
+        if self.confirmation is not None:
+            arguments = await self.confirmation.check(self.state, arguments)
+        if self.idempotency is None:
+            return await self._send(arguments, client_headers)
+
+        async def once() -> JSONObject:
+            outcome = await self._send(arguments, client_headers)
+            return {"value": outcome.value, "omitted": outcome.omitted}
+
+        stored = await self.idempotency.run(self.state, arguments, self.in_flight_ttl, once)
+        return Outcome(stored["value"], stored["omitted"])
+
+    async def _send(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None) -> Outcome:
         parts = self.input.apply(arguments)
         if self.forward_headers and client_headers:
             forwarded = {name: client_headers[name] for name in self.forward_headers if name in client_headers}
             parts.headers = {**forwarded, **parts.headers}  # the mapping's own headers win
+        if self.idempotency is not None and arguments.get(self.idempotency.argument) is not None:
+            parts.headers[self.idempotency.header] = str(arguments[self.idempotency.argument])
         answer = await self.adapter.call(parts)
         value, omitted = self.output.apply(answer)
         return Outcome(value, omitted)

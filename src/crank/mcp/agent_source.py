@@ -17,13 +17,15 @@ import httpx
 from starlette.concurrency import run_in_threadpool
 
 from crank import _json
-from crank.gateway.operation import RemoteOperation
+from crank.gateway.operation import Placement, RemoteOperation
+from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
 from crank.mcp.catalog import Catalog
 from crank.mcp.http import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations, ToolResult
 from crank.mcp.translations import Translations
 from crank.registry import KeyScope, PublishedAgent, Registry, key_digest
 from crank.schema import wrap_output
+from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
 
@@ -36,11 +38,17 @@ _HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint
 
 
 def build_catalog(
-    runtime: JSONObject, client: httpx.AsyncClient, *, version: int = 0, metrics: Metrics | None = None
+    runtime: JSONObject,
+    client: httpx.AsyncClient,
+    *,
+    version: int = 0,
+    metrics: Metrics | None = None,
+    state: StateStore | None = None,
 ) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong."""
     default_language = runtime["workspace"].get("default_language") or "en"
     labels = {"workspace": runtime["workspace"]["slug"], "agent": runtime["agent"]["slug"]}
+    placement = Placement(labels["workspace"], labels["agent"], version)
     layer: dict[str, dict[str, dict[str, str]]] = {}
     tools = []
     for spec in runtime["tools"]:
@@ -48,16 +56,21 @@ def build_catalog(
         for language, texts in (spec.get("translations") or {}).items():
             layer.setdefault(language, {})[name] = dict(texts)
         output = spec.get("output_schema")
+        operation = RemoteOperation(spec, client, state=state, placement=placement)
+        input_schema = spec.get("input_schema") or {"type": "object", "additionalProperties": False}
+        description = spec.get("tool_description")
+        if operation.confirmation is not None:
+            input_schema, description = _with_confirmation(input_schema, description)
         tools.append(
             Tool(
                 name=name,
                 title=spec.get("title"),
-                description=spec.get("tool_description"),
-                input_schema=spec.get("input_schema") or {"type": "object", "additionalProperties": False},
+                description=description,
+                input_schema=input_schema,
                 output_schema=wrap_output(output) if output else None,
                 wrap_result=bool(output),
                 annotations=_annotations(spec.get("annotations")),
-                invoker=_invoker(RemoteOperation(spec, client)),
+                invoker=_invoker(operation),
             )
         )
     return Catalog(
@@ -67,6 +80,15 @@ def build_catalog(
         labels=labels,
         observer=metrics.observer(**labels) if metrics is not None else None,
     )
+
+
+def _with_confirmation(schema: JSONObject, description: str | None) -> tuple[JSONObject, str]:
+    """The published schema accepts the token and the description tells the model about the second step
+    (so that sentence counts in the catalog's token estimate)."""
+    properties = {**(schema.get("properties") or {}), CONFIRMATION_ARGUMENT: {
+        "type": "string", "description": "Only on the second call: the token the first call returned."}}  # fmt: skip
+    text = f"{description} {CONFIRMATION_SENTENCE}" if description else CONFIRMATION_SENTENCE
+    return {**schema, "type": "object", "properties": properties}, text
 
 
 def _annotations(hints: Any) -> ToolAnnotations | None:
@@ -96,9 +118,11 @@ class AgentCatalogs:
         poll_interval: float = 0.25,
         require_keys: bool = True,
         metrics: Metrics | None = None,
+        state: StateStore | None = None,
     ) -> None:
         self.registry = registry
         self.metrics = metrics
+        self.state = state or MemoryStore()
         self.client = client
         self.poll_interval = poll_interval
         self.require_keys = require_keys
@@ -129,7 +153,9 @@ class AgentCatalogs:
         self._generation = generation
 
     def _build(self, published: PublishedAgent) -> Catalog:
-        return build_catalog(published.runtime, self.client, version=published.version, metrics=self.metrics)
+        return build_catalog(
+            published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state
+        )
 
     async def watch(self) -> None:
         while True:
@@ -151,6 +177,7 @@ class AgentCatalogs:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self.client.aclose()
+        await self.state.aclose()
 
     async def provide(self, scope: Scope) -> Catalog:
         self.ensure_watching()

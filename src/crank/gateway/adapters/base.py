@@ -11,5 +11,10 @@ __all__ = ["Adapter"]
 
 
 class Adapter:
+    timeout: float = 10.0
+    """Seconds one attempt may take."""
+    retries: int = 0
+    """Attempts after the first (idempotent operations only)."""
+
     async def call(self, parts: RequestParts) -> Any:
         raise NotImplementedError

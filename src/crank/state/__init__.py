@@ -1,0 +1,11 @@
+"""Short-lived shared state: idempotency records and confirmation tokens.
+
+In-process by default (`MemoryStore`); Redis when `CRANK_REDIS_URL` is set (`RedisStore`), so that
+any replica honours a token issued or a record written by another.
+"""
+
+from __future__ import annotations
+
+from crank.state.store import MemoryStore, RedisStore, StateStore, open_state
+
+__all__ = ["MemoryStore", "RedisStore", "StateStore", "open_state"]

@@ -1,0 +1,247 @@
+"""Seed 004's guarantees against real upstreams on loopback that count what they receive: idempotency
+(at most one effect per key), two-step confirmation of destructive calls, and one error code per failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from crank.admin.actions import check_runtime
+from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
+from crank.mcp.agent_source import build_catalog
+from crank.registry import Registry
+from crank.server import GatewayService
+from crank.state import RedisStore, StateStore
+
+pytestmark = pytest.mark.anyio
+CHECK_CLIENT = httpx.AsyncClient()  # builds catalogs; never sends a request
+
+
+class Upstream:
+    """Counts every request it gets; `/flaky` fails once with 503, `/slow` and `/hang` take their time."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.flaky_calls = 0
+        self.app = Starlette(routes=[
+            Route("/records", self.create, methods=["POST"]),
+            Route("/records/{id}", self.delete, methods=["DELETE"]),
+            Route("/flaky", self.flaky, methods=["POST"]),
+            Route("/slow", self.slow, methods=["POST"]),
+            Route("/hang", self.hang), Route("/busy", self.busy), Route("/down", self.down),
+        ])  # fmt: skip
+
+    async def create(self, request: Request) -> Response:
+        record = {"body": await request.json(), "key": request.headers.get("idempotency-key")}
+        self.created.append(record)
+        return JSONResponse({"id": len(self.created), **record["body"]}, status_code=201)
+
+    async def delete(self, request: Request) -> Response:
+        self.deleted.append(request.path_params["id"])
+        return JSONResponse({"deleted": request.path_params["id"]})
+
+    async def flaky(self, request: Request) -> Response:
+        self.flaky_calls += 1
+        if self.flaky_calls == 1:
+            return JSONResponse({"message": "try later"}, status_code=503)
+        return JSONResponse({"ok": True, "attempt": self.flaky_calls})
+
+    async def slow(self, request: Request) -> Response:
+        self.created.append({"slow": True})
+        await asyncio.sleep(0.5)
+        return JSONResponse({"ok": True})
+
+    async def hang(self, request: Request) -> Response:
+        await asyncio.sleep(3)
+        return JSONResponse({})
+
+    async def busy(self, request: Request) -> Response:
+        return JSONResponse({"error": "slow down"}, status_code=429, headers={"Retry-After": "3"})
+
+    async def down(self, request: Request) -> Response:
+        return JSONResponse({"detail": "maintenance"}, status_code=503)
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def operations(base: str) -> dict[str, dict[str, Any]]:
+    key = {"type": "string", "description": "A new unique id per intended record."}
+    record = {"type": "object", "properties": {"name": {"type": "string"}, "request_id": key}, "required": ["name"]}
+    idempotency = {"idempotency": {"argument": "request_id"}}
+    by_id = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    empty = {"type": "object"}
+    return {
+        "create_record": {"protocol": "http", "target": {"method": "POST", "url": base + "/records"},
+                          "description": "Creates a record.", "input_schema": record, "execution_config": idempotency},
+        "delete_record": {"protocol": "http", "target": {"method": "DELETE", "url": base + "/records/{id}"},
+                          "description": "Deletes a record.", "input_schema": by_id,
+                          "execution_config": {"confirmation_ttl": 0.3}},
+        "flaky": {"protocol": "http", "target": {"method": "POST", "url": base + "/flaky"}, "input_schema": record,
+                  "execution_config": idempotency},
+        "slow": {"protocol": "http", "target": {"method": "POST", "url": base + "/slow"}, "input_schema": record,
+                 "execution_config": idempotency},
+        "hang": {"protocol": "http", "target": {"url": base + "/hang"}, "input_schema": empty,
+                 "execution_config": {"timeout": 0.3}},
+        "busy": {"protocol": "http", "target": {"url": base + "/busy"}, "input_schema": empty},
+        "down": {"protocol": "http", "target": {"url": base + "/down"}, "input_schema": empty},
+        "refused": {"protocol": "http", "target": {"url": closed_port_url() + "/x"}, "input_schema": empty},
+    }  # fmt: skip
+
+
+def publish(registry: Registry, base: str) -> None:
+    registry.create_workspace("acme", "Acme")
+    for name, spec in operations(base).items():
+        registry.put_operation("acme", name, spec)
+    bindings = [{"operation": name} for name in operations(base)]
+    registry.put_agent("acme", "desk", {"bindings": bindings})
+    registry.put_agent("acme", "other", {"bindings": [{"operation": "delete_record"}]})
+    for agent in ("desk", "other"):
+        registry.publish("acme", agent, check=check_runtime)
+
+
+class Caller:
+    def __init__(self, root: str, client: httpx.AsyncClient) -> None:
+        self.root, self.client = root, client
+
+    async def __call__(self, tool: str, arguments: dict[str, Any], agent: str = "desk") -> dict[str, Any]:
+        url = f"{self.root}/mcp/v1/acme/{agent}/call"
+        result = (await self.client.post(url, json={"name": tool, "arguments": arguments})).json()
+        text = result["content"][0]["text"]
+        return {"error": json.loads(text)} if result.get("isError") else {"value": result.get("structuredContent")}
+
+
+@pytest.fixture
+def upstream() -> Upstream:
+    return Upstream()
+
+
+@pytest.fixture
+async def call(registry: Registry, serve: Callable[..., str], upstream: Upstream) -> AsyncIterator[Caller]:
+    publish(registry, serve(upstream.app))
+    root = serve(GatewayService(registry, require_api_keys=False))
+    async with httpx.AsyncClient(timeout=10) as client:
+        yield Caller(root, client)
+
+
+async def test_a_retried_post_creates_one_record(call: Caller, upstream: Upstream) -> None:
+    arguments = {"name": "invoice", "request_id": "r-1"}
+    first = await call("create_record", arguments)
+    again = await call("create_record", arguments)
+    assert first == again == {"value": {"id": 1, "name": "invoice"}}
+    assert upstream.created == [{"body": {"name": "invoice"}, "key": "r-1"}]  # the key went in its header only
+
+
+async def test_the_same_key_with_other_arguments_is_refused(call: Caller, upstream: Upstream) -> None:
+    await call("create_record", {"name": "a", "request_id": "r-2"})
+    reused = await call("create_record", {"name": "b", "request_id": "r-2"})
+    assert reused["error"]["error_code"] == "idempotency_key_reused"
+    assert reused["error"]["error_class"] == "idempotency" and len(upstream.created) == 1
+
+
+async def test_a_repeat_while_the_first_runs_is_in_progress(call: Caller, upstream: Upstream) -> None:
+    arguments = {"name": "x", "request_id": "r-3"}
+    first, second = await asyncio.gather(call("slow", arguments), call("slow", arguments))
+    codes = sorted(str(result.get("error", {}).get("error_code")) for result in (first, second))
+    assert codes == ["None", "idempotency_in_progress"] and len(upstream.created) == 1
+    assert await call("slow", arguments) == {"value": {"ok": True}} and len(upstream.created) == 1
+
+
+async def test_a_failed_first_attempt_is_not_stored(call: Caller, upstream: Upstream) -> None:
+    arguments = {"name": "x", "request_id": "r-4"}
+    assert (await call("flaky", arguments))["error"]["error_code"] == "upstream_unavailable"
+    assert await call("flaky", arguments) == {"value": {"ok": True, "attempt": 2}}
+    assert await call("flaky", arguments) == {"value": {"ok": True, "attempt": 2}}
+    assert upstream.flaky_calls == 2
+
+
+async def test_a_delete_runs_only_after_confirmation(call: Caller, upstream: Upstream) -> None:
+    first = await call("delete_record", {"id": "7"})
+    assert first["error"]["error_code"] == "confirmation_required" and upstream.deleted == []
+    token = first["error"]["details"]["confirmation_token"]
+    assert CONFIRMATION_ARGUMENT in first["error"]["message"] and token in first["error"]["message"]
+    assert await call("delete_record", {"id": "7", CONFIRMATION_ARGUMENT: token}) == {"value": {"deleted": "7"}}
+    assert upstream.deleted == ["7"]
+
+
+@pytest.mark.parametrize("misuse", ["used", "other_agent", "other_arguments", "expired", "forged"])
+async def test_a_token_never_works_out_of_place(call: Caller, upstream: Upstream, misuse: str) -> None:
+    token = (await call("delete_record", {"id": "7"}))["error"]["details"]["confirmation_token"]
+    arguments, agent = {"id": "7", CONFIRMATION_ARGUMENT: token}, "desk"
+    if misuse == "used":
+        await call("delete_record", arguments)
+        upstream.deleted.clear()
+    elif misuse == "other_agent":
+        agent = "other"
+    elif misuse == "other_arguments":
+        arguments["id"] = "8"
+    elif misuse == "expired":
+        await asyncio.sleep(0.4)  # confirmation_ttl is 0.3 s
+    else:
+        arguments[CONFIRMATION_ARGUMENT] = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    refused = await call("delete_record", arguments, agent=agent)
+    assert refused["error"]["error_code"] == "confirmation_invalid" and upstream.deleted == []
+    assert refused["error"]["error_class"] == "confirmation"
+
+
+def test_the_confirmation_step_is_described_and_counted(registry: Registry) -> None:
+    publish(registry, "http://upstream.test")
+    runtime = registry.draft_runtime("acme", "other")
+    with_step = build_catalog(runtime, CHECK_CLIENT)
+    (entry,) = with_step.tool_entries("en")
+    assert entry["description"].endswith(CONFIRMATION_SENTENCE)
+    assert CONFIRMATION_ARGUMENT in entry["inputSchema"]["properties"]
+    runtime["tools"][0]["execution_config"] = {"confirmation": False}
+    without = build_catalog(runtime, CHECK_CLIENT)
+    assert with_step.token_estimate > without.token_estimate
+    assert "description" not in without.tool_entries("en")[0] or CONFIRMATION_SENTENCE not in str(
+        without.tool_entries("en")
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "code", "fragment"),
+    [
+        ("busy", "upstream_rate_limited", "Wait 3 s"),
+        ("down", "upstream_unavailable", "HTTP 503"),
+        ("refused", "upstream_unavailable", "cannot be reached"),
+        ("hang", "upstream_timeout", "0.3 s"),
+    ],
+)
+async def test_each_upstream_failure_has_its_code(call: Caller, tool: str, code: str, fragment: str) -> None:
+    error = (await call(tool, {}))["error"]
+    assert error["error_code"] == code and fragment in json.dumps(error)
+    assert error["recoverable"] is True and error["suggested_action"] and len(error["request_id"]) == 32
+
+
+async def test_replicas_share_tokens_and_keys_through_redis(
+    registry: Registry, serve: Callable[..., str], upstream: Upstream
+) -> None:
+    publish(registry, serve(upstream.app))
+    prefix = f"crank-test-{uuid.uuid4().hex}:"
+    stores: list[StateStore] = [RedisStore("redis://127.0.0.1:6379/0", prefix=prefix) for _ in range(2)]
+    roots = [serve(GatewayService(registry, require_api_keys=False, state=store)) for store in stores]
+    async with httpx.AsyncClient(timeout=10) as client:
+        one, two = Caller(roots[0], client), Caller(roots[1], client)
+        token = (await one("delete_record", {"id": "9"}))["error"]["details"]["confirmation_token"]
+        assert await two("delete_record", {"id": "9", CONFIRMATION_ARGUMENT: token}) == {"value": {"deleted": "9"}}
+        reused = await one("delete_record", {"id": "9", CONFIRMATION_ARGUMENT: token})
+        assert reused["error"]["error_code"] == "confirmation_invalid"
+        arguments = {"name": "shared", "request_id": "r-9"}
+        assert await one("create_record", arguments) == await two("create_record", arguments)
+    assert upstream.deleted == ["9"] and len(upstream.created) == 1

@@ -1,0 +1,50 @@
+"""The state stores, in process and in a real Redis: atomic claim, single-use take, expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from crank.state import MemoryStore, RedisStore, StateStore
+
+pytestmark = pytest.mark.anyio
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
+    # A fresh prefix per test: nothing depends on what an earlier run left in Redis.
+    chosen: StateStore = (
+        MemoryStore() if request.param == "memory" else RedisStore(REDIS_URL, prefix=f"t-{uuid.uuid4().hex}:")
+    )
+    yield chosen
+    await chosen.aclose()
+
+
+async def test_add_claims_a_key_once(store: StateStore) -> None:
+    assert await store.add("k", {"n": 1}, ttl=5)
+    assert not await store.add("k", {"n": 2}, ttl=5)
+    assert await store.get("k") == {"n": 1}
+
+
+async def test_take_gives_the_value_to_one_taker_only(store: StateStore) -> None:
+    await store.put("token", {"for": "x"}, ttl=5)
+    results = await asyncio.gather(*(store.take("token") for _ in range(5)))
+    assert results.count({"for": "x"}) == 1 and results.count(None) == 4
+
+
+async def test_values_expire(store: StateStore) -> None:
+    await store.put("short", {"v": 1}, ttl=0.05)
+    assert await store.add("claim", {"v": 1}, ttl=0.05)
+    await asyncio.sleep(0.15)
+    assert await store.get("short") is None and await store.take("short") is None
+    assert await store.add("claim", {"v": 2}, ttl=5)  # an expired claim can be made again
+
+
+async def test_delete_releases_a_claim(store: StateStore) -> None:
+    await store.add("k", {}, ttl=5)
+    await store.delete("k")
+    assert await store.add("k", {}, ttl=5)
