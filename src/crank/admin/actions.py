@@ -89,7 +89,7 @@ def bind_tool(registry: Registry, workspace: str, agent: str, binding: JSONObjec
         bindings[names.index(tool_name)] = binding
     else:
         bindings.append(binding)
-    registry.put_agent(workspace, agent, {"description": draft["description"], "bindings": bindings})
+    registry.put_agent(workspace, agent, _with_bindings(draft, bindings))
     return registry.agent(workspace, agent)
 
 
@@ -98,7 +98,12 @@ def unbind_tool(registry: Registry, workspace: str, agent: str, tool_name: str) 
     bindings = [binding for binding in draft["bindings"] if tool_name_of(binding) != tool_name]
     if len(bindings) == len(draft["bindings"]):
         raise RegistryNotFoundError(f"agent {workspace}/{agent} has no tool {tool_name!r}")
-    registry.put_agent(workspace, agent, {"description": draft["description"], "bindings": bindings})
+    registry.put_agent(workspace, agent, _with_bindings(draft, bindings))
+
+
+def _with_bindings(draft: JSONObject, bindings: list[JSONObject]) -> JSONObject:
+    kept = {key: draft[key] for key in ("description", "token_budget") if draft.get(key) is not None}
+    return {**kept, "bindings": bindings}
 
 
 def tool_name_of(binding: JSONObject) -> str:

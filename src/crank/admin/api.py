@@ -150,7 +150,7 @@ def list_workspaces(api: AdminAPI, request: Request, body: None) -> Any:
 
 def put_workspace(api: AdminAPI, request: Request, body: WorkspaceIn) -> Any:
     slug = _path(request, "workspace")
-    api.registry.put_workspace(slug, body.name, body.default_language)
+    api.registry.put_workspace(slug, body.name, body.default_language, body.token_budget)
     return api.registry.workspace(slug)
 
 

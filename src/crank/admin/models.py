@@ -35,6 +35,7 @@ class _Model(BaseModel):
 class WorkspaceIn(_Model):
     name: str = Field(min_length=1, max_length=200)
     default_language: str = Field("en", min_length=2, max_length=16)
+    token_budget: int | None = Field(None, ge=1, description="Default token budget of its agents (4096).")
 
 
 class WorkspaceRef(WorkspaceIn):
@@ -72,6 +73,7 @@ class BindingIn(_Model):
 class AgentIn(_Model):
     description: str | None = None
     bindings: list[BindingIn] = Field(default_factory=list)
+    token_budget: int | None = Field(None, ge=1, description="Token budget of the catalog (the workspace's, 4096).")
 
 
 class SourceIn(_Model):

@@ -35,6 +35,8 @@ class Workspace(Base):
     slug: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(200))
     default_language: Mapped[str] = mapped_column(String(16), default="en")
+    token_budget: Mapped[int | None] = mapped_column(Integer, default=None)
+    """The default token budget of the workspace's agents (an agent's own `token_budget` wins)."""
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

@@ -110,10 +110,12 @@ class Registry:
             except IntegrityError:
                 raise RegistryConflictError(f"workspace {slug!r} already exists") from None
 
-    def put_workspace(self, slug: str, name: str, default_language: str = "en") -> None:
-        """Create the workspace, or update its name and default language."""
+    def put_workspace(
+        self, slug: str, name: str, default_language: str = "en", token_budget: int | None = None
+    ) -> None:
+        """Create the workspace, or update its name, default language and token budget."""
         with Session(self.engine) as session, session.begin():
-            self._put_workspace(session, slug, name, default_language)
+            self._put_workspace(session, slug, name, default_language, token_budget)
 
     def workspaces(self) -> list[JSONObject]:
         with Session(self.engine) as session:
@@ -188,8 +190,10 @@ class Registry:
         """Create or update a workspace, its operations and agents, and publish every agent whose runtime
         view changed, all in one transaction. Returns each agent's served version and whether it is new."""
         with Session(self.engine) as session, session.begin():
-            ws = self._put_workspace(session, workspace["slug"], workspace["name"],
-                                     workspace.get("default_language") or "en")  # fmt: skip
+            language = workspace.get("default_language") or "en"
+            ws = self._put_workspace(
+                session, workspace["slug"], workspace["name"], language, workspace.get("token_budget")
+            )
             for name, spec in operations.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
             for draft in agents:
@@ -200,14 +204,16 @@ class Registry:
                 for draft in agents
             }
 
-    def _put_workspace(self, session: Session, slug: str, name: str, default_language: str) -> Workspace:
+    def _put_workspace(
+        self, session: Session, slug: str, name: str, default_language: str, token_budget: int | None
+    ) -> Workspace:
         ws = session.scalar(select(Workspace).filter_by(slug=slug))
         if ws is None:
-            ws = Workspace(slug=slug, name=name, default_language=default_language)
+            ws = Workspace(slug=slug, name=name, default_language=default_language, token_budget=token_budget)
             session.add(ws)
             session.flush()
         else:
-            ws.name, ws.default_language = name, default_language
+            ws.name, ws.default_language, ws.token_budget = name, default_language, token_budget
         return ws
 
     # -- publishing --------------------------------------------------------------------------------
@@ -356,7 +362,12 @@ class Registry:
             raise RegistryError(f"agent {ws.slug}/{agent.slug}: tool names must be unique, repeated: {duplicates}")
         return {
             "workspace": {"id": ws.id, "slug": ws.slug, "default_language": ws.default_language},
-            "agent": {"id": agent.id, "slug": agent.slug, "description": agent.spec.get("description")},
+            "agent": {
+                "id": agent.id,
+                "slug": agent.slug,
+                "description": agent.spec.get("description"),
+                "token_budget": agent.spec.get("token_budget") or ws.token_budget,
+            },
             "tools": tools,
         }
 
@@ -389,7 +400,12 @@ class Registry:
 
 
 def _workspace_info(row: Workspace) -> JSONObject:
-    return {"slug": row.slug, "name": row.name, "default_language": row.default_language}
+    return {
+        "slug": row.slug,
+        "name": row.name,
+        "default_language": row.default_language,
+        "token_budget": row.token_budget,
+    }
 
 
 def _agent_info(row: Agent) -> JSONObject:
@@ -397,5 +413,6 @@ def _agent_info(row: Agent) -> JSONObject:
         "slug": row.slug,
         "description": row.spec.get("description"),
         "bindings": list(row.spec.get("bindings", [])),
+        "token_budget": row.spec.get("token_budget"),
         "published_version": row.published_version,
     }
