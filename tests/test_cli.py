@@ -133,3 +133,33 @@ def test_apply_command(runner: CliRunner, tmp_path: Path) -> None:
     assert "workspace demo: 6 operations" in result.output and "agent bookshop: version 1 (published)" in result.output
     again = runner.invoke(main, ["apply", str(CATALOG)], env={"CRANK_DEMO_API": "http://shop.test"})
     assert "agent bookshop: version 1 (unchanged)" in again.output
+
+
+def test_lint_gates_ci_and_catalog_shows_the_budget(runner: CliRunner, tmp_path: Path) -> None:
+    from crank.demo import CATALOG
+
+    assert runner.invoke(main, ["apply", str(CATALOG)], env={"CRANK_DEMO_API": "http://shop.test"}).exit_code == 0
+    clean = runner.invoke(main, ["lint", "demo"])
+    assert clean.exit_code == 0 and "bookshop: 0 finding(s)" in clean.output
+    report = runner.invoke(main, ["catalog", "demo"])
+    lines = report.output.splitlines()
+    assert report.exit_code == 0 and lines[0].startswith("bookshop: about ") and lines[0].endswith(" of 4096 tokens")
+    weights = [int(line.split()[0]) for line in lines[1:]]
+    assert len(weights) == 6 and weights == sorted(weights, reverse=True)  # heaviest first
+
+    generic = tmp_path / "generic.yaml"
+    generic.write_text("protocol: http\ntarget: {method: POST, url: 'http://u/run'}\n")
+    runner.invoke(main, ["operation", "put", "demo", "call_api", str(generic)])
+    runner.invoke(main, ["agent", "bind", "demo", "bookshop", "call_api"])
+    failing = runner.invoke(main, ["lint", "demo", "bookshop"])
+    assert failing.exit_code == 1 and "call_api  generic-name" in failing.output and "error(s)" in failing.output
+    tight = runner.invoke(main, ["lint", "demo", "--budget", "100"])
+    assert "over-budget" in tight.output and tight.exit_code == 1
+    published = runner.invoke(main, ["publish", "demo", "bookshop"])  # findings are shown, never blocking
+    assert published.exit_code == 0 and "version 2" in published.output and "generic-name" in published.output
+
+
+def test_lint_reads_in_process_apps() -> None:
+    result = CliRunner().invoke(main, ["lint", "--app", "examples.rpc_app:app"])
+    assert result.exit_code == 0 and "/mcp (v2):" in result.output
+    assert "user.delete  param-description: parameters without a description: id" in result.output

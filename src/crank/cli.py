@@ -132,15 +132,9 @@ def demo(listen: str, data_dir: str | None) -> None:
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
 def openrpc(app: str, version: str | None, app_dir: str) -> None:
     """Print the OpenRPC document of an RPCApp (or RPCService) given as module:attribute."""
-    from uvicorn.importer import ImportFromStringError, import_from_string
-
     from crank.rpc import RPCApp
 
-    sys.path.insert(0, app_dir)
-    try:
-        target = import_from_string(app)
-    except ImportFromStringError as exc:
-        raise click.BadParameter(str(exc), param_hint="APP") from None
+    target = _import_app(app, app_dir)
     target = getattr(target, "rpc", target)  # an RPCService carries its RPCApp
     if not isinstance(target, RPCApp):
         raise click.BadParameter(f"{app} is a {type(target).__name__}, not an RPCApp or RPCService", param_hint="APP")
@@ -148,6 +142,16 @@ def openrpc(app: str, version: str | None, app_dir: str) -> None:
     if chosen not in target.versions:
         raise click.BadParameter(f"unknown version {chosen!r}; the app has {', '.join(target.versions)}")
     _echo_json(target.openrpc(chosen))
+
+
+def _import_app(app: str, app_dir: str) -> Any:
+    from uvicorn.importer import ImportFromStringError, import_from_string
+
+    sys.path.insert(0, app_dir)
+    try:
+        return import_from_string(app)
+    except ImportFromStringError as exc:
+        raise click.BadParameter(str(exc), param_hint="APP") from None
 
 
 # -- the registry ----------------------------------------------------------------------------------
@@ -367,8 +371,17 @@ def publish(workspace: str, agent_slug: str) -> None:
     from crank.admin.actions import publish_agent
 
     with _clear_errors():
-        version = publish_agent(_registry(), workspace, agent_slug)
-    click.echo(f"published {workspace}/{agent_slug} version {version}")
+        report = publish_agent(_registry(), workspace, agent_slug)
+    click.echo(f"published {workspace}/{agent_slug} version {report.version}")
+    _echo_catalog_line(report.catalog)
+    for finding in report.findings:  # never blocking: `crank lint` is the gate for CI
+        click.echo(f"  {finding}")
+    if report.catalog.over_budget:
+        click.echo(f"warning: over the token budget ({report.catalog.estimate} > {report.catalog.budget})", err=True)
+
+
+def _echo_catalog_line(catalog: Any) -> None:
+    click.echo(f"  catalog: about {catalog.estimate} of {catalog.budget} tokens")
 
 
 @main.command()
@@ -429,6 +442,78 @@ def apply(file: str) -> None:
     click.echo(f"workspace {report.workspace}: {len(report.operations)} operations")
     for slug, (version, new) in report.versions.items():
         click.echo(f"  agent {slug}: version {version}{' (published)' if new else ' (unchanged)'}")
+        for finding in report.findings.get(slug, []):
+            click.echo(f"    {finding}")
+
+
+# -- seed 004: lint and budget --------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("workspace", required=False)
+@click.argument("agents", nargs=-1)
+@click.option("--app", default=None, help="Lint an in-process app's MCP tools instead (module:attribute).")
+@click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for --app.")
+@click.option("--budget", type=click.IntRange(min=1), default=None, help="Token budget (default: configured, 4096).")
+def lint(workspace: str | None, agents: tuple[str, ...], app: str | None, app_dir: str, budget: int | None) -> None:
+    """Check agents (their drafts: what a publish would serve) against seed 004's checklist.
+
+    Exits with 1 when any finding is an error, so it can gate a team's CI."""
+    from crank.admin.lint import lint_runtime
+
+    if app is not None:
+        results = _lint_app(app, app_dir, budget)
+    elif workspace is None:
+        raise click.UsageError("give a WORKSPACE (and optionally AGENTS), or --app module:attribute")
+    else:
+        registry = _registry()
+        with _clear_errors():
+            slugs = agents or tuple(agent["slug"] for agent in registry.agents(workspace))
+            results = {slug: lint_runtime(registry.draft_runtime(workspace, slug), budget=budget) for slug in slugs}
+    errors = 0
+    for name, findings in results.items():
+        errors += sum(finding.severity == "error" for finding in findings)
+        click.echo(f"{name}: {len(findings)} finding(s)")
+        for finding in findings:
+            click.echo(f"  {finding}")
+    if errors:
+        raise click.ClickException(f"{errors} error(s)")
+
+
+def _lint_app(app: str, app_dir: str, budget: int | None) -> dict[str, Any]:
+    """Each MCP endpoint of an RPCService (path and API version), linted as one catalog."""
+    from crank.admin.lint import lint_catalog
+    from crank.mcp.rpc_source import MCPSource
+
+    service = _import_app(app, app_dir)
+    results: dict[str, Any] = {}
+    if hasattr(service, "build"):
+        service.build()
+    for path, config in getattr(service, "mcp", {}).items():
+        for version in service.rpc.versions:
+            source = MCPSource(service.rpc, config, version)
+            every_role = frozenset(role for method in source.methods for role in method.roles)
+            catalog = source.catalog_for(every_role)  # every tool some caller can see
+            results[f"{path} ({version})"] = lint_catalog(catalog, name=path, budget=budget)[0]
+    if not results:
+        raise click.BadParameter(f"{app} has no MCP endpoints (an RPCService with mcp=... is expected)")
+    return results
+
+
+@main.command()
+@click.argument("workspace")
+def catalog(workspace: str) -> None:
+    """Each agent's token estimate against its budget, heaviest tools first (drafts: the next publish)."""
+    from crank.admin.lint import catalog_report
+
+    registry = _registry()
+    with _clear_errors():
+        for agent in registry.agents(workspace):
+            report = catalog_report(registry.draft_runtime(workspace, agent["slug"]))
+            flag = "  OVER BUDGET" if report.over_budget else ""
+            click.echo(f"{agent['slug']}: about {report.estimate} of {report.budget} tokens{flag}")
+            for name, tokens in report.tools:
+                click.echo(f"  {tokens:6d}  {name}")
 
 
 if __name__ == "__main__":  # python -m crank.cli

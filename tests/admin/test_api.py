@@ -98,7 +98,10 @@ async def test_import_bind_publish_call_republish_and_roll_back(
     await admin("PUT", "/workspaces/shop/agents/desk", {"description": "Books", "bindings": []})
     await admin("PUT", "/workspaces/shop/agents/desk/bindings/find_books", {"operation": "search_books"})
     await admin("PUT", "/workspaces/shop/agents/desk/bindings/get_book", {"operation": "get_book"})
-    assert (await admin("POST", "/workspaces/shop/agents/desk/publish", status=201)) == {"version": 1}
+    published = await admin("POST", "/workspaces/shop/agents/desk/publish", status=201)
+    assert published["version"] == 1 and published["token_budget"] == 4096 and 0 < published["token_estimate"] < 4096
+    # The linter's findings come with the publish (they never block it): the imported search returns a list.
+    assert {(f["tool"], f["rule"]) for f in published["findings"]} == {("find_books", "uncapped-array")}
     key = (await admin("POST", "/workspaces/shop/api-keys", {"agents": ["desk"]}, status=201))["key"]
 
     url = serve(GatewayService(registry, poll_interval=0.05)) + "/mcp/v1/shop/desk"
@@ -133,7 +136,7 @@ async def test_import_bind_publish_call_republish_and_roll_back(
 
             worker = asyncio.create_task(keep_calling())
             await admin("PUT", "/workspaces/shop/agents/desk/bindings/get_order", {"operation": "get_order"})
-            assert (await admin("POST", "/workspaces/shop/agents/desk/publish", status=201)) == {"version": 2}
+            assert (await admin("POST", "/workspaces/shop/agents/desk/publish", status=201))["version"] == 2
             await _until(lambda: bool(seen) and "get_order" in seen[-1])
             await admin("POST", "/workspaces/shop/agents/desk/rollback", {"version": 1})
             await _until(lambda: "get_order" not in seen[-1])
@@ -154,12 +157,13 @@ async def test_apply_through_the_api_publishes_only_what_changed(admin: Admin, s
         "agents": {"desk": {"bindings": [{"operation": "book"}]}},
     }  # fmt: skip
     first = await admin("POST", "/apply", catalog)
-    assert first["agents"] == {"desk": {"version": 1, "published": True}}
+    assert (first["agents"]["desk"]["version"], first["agents"]["desk"]["published"]) == (1, True)
+    assert "name-shape" in {finding["rule"] for finding in first["agents"]["desk"]["findings"]}  # `book`
     again = await admin("POST", "/apply", catalog)
-    assert again["agents"] == {"desk": {"version": 1, "published": False}}
+    assert (again["agents"]["desk"]["version"], again["agents"]["desk"]["published"]) == (1, False)
     response = await admin.client.post("/apply", content=yaml.safe_dump(catalog).replace("book", "volume"),
                                        headers={"Content-Type": "application/yaml"})  # fmt: skip
-    assert response.status_code == 200 and response.json()["agents"]["desk"] == {"version": 2, "published": True}
+    assert response.status_code == 200 and response.json()["agents"]["desk"]["version"] == 2
     local = {**catalog, "sources": [{"openapi": "/etc/passwd"}]}
     refused = await admin("POST", "/apply", local, status=422)
     assert "only URLs" in refused["error"]["message"]

@@ -17,12 +17,19 @@ def test_the_shipped_example_applies_and_publishes(registry: Registry) -> None:
     report = apply_catalog(registry, load_catalog_file(CATALOG, variables=VARIABLES), base_dir=CATALOG.parent)
     assert report.workspace == "demo" and report.versions == {"bookshop": (1, True)}
     operations = registry.operations("demo")
-    assert set(operations) == {"bestseller", "cancel_order", "create_order", "get_book", "get_order", "search_books"}
+    assert set(operations) == {
+        "get_bestseller",
+        "cancel_order",
+        "create_order",
+        "get_book",
+        "get_order",
+        "search_books",
+    }
     assert operations["get_book"]["target"] == {"method": "GET", "url": "http://shop.test/api/books/{book_id}"}
-    assert operations["bestseller"]["target"]["url"] == "http://shop.test/api/books/1"
+    assert operations["get_bestseller"]["target"]["url"] == "http://shop.test/api/books/1"
     (published,) = registry.published()
     tools = {tool["tool_name"]: tool for tool in published.runtime["tools"]}
-    assert list(tools) == ["search_books", "get_book", "bestseller", "order_book", "get_order", "cancel_order"]
+    assert list(tools) == ["search_books", "get_book", "get_bestseller", "order_book", "get_order", "cancel_order"]
     assert tools["cancel_order"]["annotations"]["destructiveHint"] is True  # derived from DELETE at import
     assert tools["search_books"]["translations"]["uk"]["title"] == "Пошук книжок"
 
@@ -91,3 +98,19 @@ def test_defaults_and_environment_fill_variables(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("SHOP_NAME", "Acme shop")
     catalog = load_catalog_file(file)
     assert (catalog.workspace.name, catalog.workspace.default_language) == ("Acme shop", "uk")
+
+
+def test_operations_in_the_file_change_imported_ones_field_by_field(registry: Registry) -> None:
+    apply_catalog(registry, load_catalog_file(CATALOG, variables=VARIABLES), base_dir=CATALOG.parent)
+    search = registry.operation("demo", "search_books")
+    assert search["output_mapping"] == {"select": "items", "max_items": 3}  # from the file
+    assert search["output_schema"]["type"] == "array"
+    assert search["target"]["url"] == "http://shop.test/api/books" and search["source"]["kind"] == "openapi"
+
+
+def test_an_operation_neither_imported_nor_complete_is_named(registry: Registry, tmp_path: Path) -> None:
+    file = tmp_path / "catalog.yaml"
+    file.write_text("workspace: {slug: acme, name: Acme}\noperations: {lonely: {description: x}}\n")
+    with pytest.raises(ApplyError, match=r"operations.lonely \(not imported by any source.*\n.*protocol"):
+        apply_catalog(registry, load_catalog_file(file))
+    assert registry.workspaces() == []

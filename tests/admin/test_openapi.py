@@ -302,6 +302,22 @@ def test_annotations_follow_the_http_method_and_x_crank_annotations(
     assert library["add_book"]["annotations"] == {"readOnlyHint": False, "openWorldHint": True}  # null removes
 
 
+def test_an_idempotency_key_header_makes_the_operation_idempotent() -> None:
+    document = {
+        "openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "servers": [{"url": "https://api.test"}],
+        "paths": {"/orders": {"post": {
+            "operationId": "createOrder",
+            "parameters": [{"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}}],
+            "responses": {"201": {"description": "ok"}}}}},
+    }  # fmt: skip
+    (imported,) = import_openapi(document)
+    assert imported.spec["execution_config"] == {"idempotency": {"argument": "idempotency_key",
+                                                                 "header": "Idempotency-Key"}}  # fmt: skip
+    del document["paths"]["/orders"]["post"]["parameters"]
+    (plain,) = import_openapi(document)
+    assert "execution_config" not in plain.spec
+
+
 # -- filters and progress ---------------------------------------------------------------------------
 
 

@@ -31,11 +31,17 @@ async def test_the_demo_serves_the_bookshop_to_an_mcp_client(tmp_path: Path, ser
     async with httpx2.AsyncClient(headers=config["headers"]) as http:
         async with Client(streamable_http_client(config["url"], http_client=http)) as client:
             names = [tool.name for tool in (await client.list_tools()).tools]
-            bestseller = await client.call_tool("bestseller", {})
-            order = await client.call_tool("order_book", {"book_id": 2, "quantity": 2})
+            bestseller = await client.call_tool("get_bestseller", {})
+            order = await client.call_tool("order_book", {"book_id": 2, "quantity": 2, "idempotency_key": "o-1"})
+            retried = await client.call_tool("order_book", {"book_id": 2, "quantity": 2, "idempotency_key": "o-1"})
+            everything = await client.call_tool("search_books", {"query": ""})
+            cancel = await client.call_tool("cancel_order", {"order_id": 1001})
             too_many = await client.call_tool("order_book", {"book_id": 1, "quantity": 50})
-    assert names == ["search_books", "get_book", "bestseller", "order_book", "get_order", "cancel_order"]
-    # No output schema: an object result is the structured content as it is.
-    assert bestseller.structured_content == {"title": "Kobzar", "author": "Taras Shevchenko", "price": 12.5}
+    assert names == ["search_books", "get_book", "get_bestseller", "order_book", "get_order", "cancel_order"]
+    assert bestseller.structured_content == {"result": {"title": "Kobzar", "author": "Taras Shevchenko", "price": 12.5}}
     assert order.structured_content is not None and order.structured_content["result"]["total"] == 18.0
+    assert retried.structured_content == order.structured_content  # one order: the key was seen before
+    assert everything.structured_content is not None and len(everything.structured_content["result"]) == 3
+    assert "2 more items were left out" in everything.content[1].text  # type: ignore[union-attr]
+    assert cancel.is_error and "confirmation_required" in cancel.content[0].text  # type: ignore[union-attr]
     assert too_many.is_error and "only 4 copies" in too_many.content[0].text  # type: ignore[union-attr]

@@ -8,11 +8,13 @@ serving.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import httpx
 
 from crank.admin.documents import load_document
+from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtime
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.mcp.agent_source import build_catalog
@@ -20,7 +22,9 @@ from crank.registry import Registry, RegistryNotFoundError
 from crank.types import JSONObject
 
 __all__ = [
+    "CheckAndLint",
     "ImportFormat",
+    "PublishReport",
     "bind_tool",
     "check_runtime",
     "import_operations",
@@ -40,8 +44,45 @@ def check_runtime(runtime: JSONObject) -> None:
     build_catalog(runtime, _UNUSED_CLIENT)
 
 
-def publish_agent(registry: Registry, workspace: str, agent: str, *, skip_unchanged: bool = False) -> int:
-    return registry.publish(workspace, agent, check=check_runtime, skip_unchanged=skip_unchanged)
+@dataclass(frozen=True)
+class PublishReport:
+    """A publish's version, and what the linter says of it (findings never block a publish; seed 004)."""
+
+    version: int
+    findings: list[Finding]
+    catalog: CatalogReport
+
+    def to_json(self) -> JSONObject:
+        return {
+            "version": self.version,
+            "token_estimate": self.catalog.estimate,
+            "token_budget": self.catalog.budget,
+            "findings": [asdict(finding) for finding in self.findings],
+        }
+
+
+class CheckAndLint:
+    """A publish check that compiles each agent's catalog and keeps its lint findings for the report."""
+
+    def __init__(self) -> None:
+        self.findings: dict[str, list[Finding]] = {}
+        self.catalogs: dict[str, CatalogReport] = {}
+
+    def __call__(self, runtime: JSONObject) -> None:
+        check_runtime(runtime)
+        slug = str(runtime["agent"]["slug"])
+        self.findings[slug] = lint_runtime(runtime)
+        self.catalogs[slug] = catalog_report(runtime)
+
+    def report(self, slug: str, version: int) -> PublishReport:
+        return PublishReport(version, self.findings[slug], self.catalogs[slug])
+
+
+def publish_agent(registry: Registry, workspace: str, agent: str) -> PublishReport:
+    """Publish the agent's draft (compiled first); the report carries the linter's findings, budget included."""
+    check = CheckAndLint()
+    version = registry.publish(workspace, agent, check=check)
+    return check.report(agent, version)
 
 
 def imported_specs(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
@@ -213,7 +213,7 @@ def delete_binding(api: AdminAPI, request: Request, body: None) -> Any:
 
 def publish(api: AdminAPI, request: Request, body: None) -> Any:
     workspace, slug = _path(request, "workspace"), _path(request, "agent")
-    return {"version": publish_agent(api.registry, workspace, slug)}
+    return publish_agent(api.registry, workspace, slug).to_json()
 
 
 def list_versions(api: AdminAPI, request: Request, body: None) -> Any:
@@ -242,7 +242,10 @@ def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
     return {
         "workspace": report.workspace,
         "operations": report.operations,
-        "agents": {slug: {"version": v, "published": new} for slug, (v, new) in report.versions.items()},
+        "agents": {
+            slug: {"version": v, "published": new, "findings": [asdict(f) for f in report.findings.get(slug, [])]}
+            for slug, (v, new) in report.versions.items()
+        },
     }
 
 

@@ -20,9 +20,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from crank.admin.actions import ImportFormat, check_runtime, imported_specs
+from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
 from crank.admin.documents import SpecError, load_document
-from crank.admin.models import CatalogFile, SourceIn
+from crank.admin.lint import Finding
+from crank.admin.models import CatalogFile, OperationIn, SourceIn
 from crank.exceptions import ConfigurationError
 from crank.registry import AgentDraft, Registry
 from crank.types import JSONObject
@@ -41,6 +42,7 @@ class ApplyReport:
     workspace: str
     operations: list[str]
     versions: dict[str, tuple[int, bool]]  # agent -> (served version, newly published)
+    findings: dict[str, list[Finding]]  # agent -> what the linter says of it
 
 
 def load_catalog_file(path: str | Path, *, variables: Mapping[str, str] | None = None) -> CatalogFile:
@@ -78,13 +80,24 @@ def apply_catalog(
                                              include=source.include, progress=progress))  # fmt: skip
         except SpecError as exc:
             raise ApplyError(f"sources[{index}]: {exc}") from None
-    operations.update({name: spec.model_dump(exclude_none=True) for name, spec in catalog.operations.items()})
+    for name, patch in catalog.operations.items():
+        operations[name] = _merged(name, operations.get(name, {}), patch.model_dump(exclude_unset=True))
     agents = [
         AgentDraft(slug, agent.model_dump(exclude_none=True, exclude_defaults=False))
         for slug, agent in catalog.agents.items()
     ]
-    versions = registry.apply(catalog.workspace.model_dump(), operations, agents, check=check_runtime)
-    return ApplyReport(catalog.workspace.slug, sorted(operations), versions)
+    check = CheckAndLint()
+    versions = registry.apply(catalog.workspace.model_dump(), operations, agents, check=check)
+    return ApplyReport(catalog.workspace.slug, sorted(operations), versions, check.findings)
+
+
+def _merged(name: str, imported: JSONObject, patch: JSONObject) -> JSONObject:
+    """An inline operation, or an imported one with the fields the file gives replaced."""
+    try:
+        return OperationIn.model_validate({**imported, **patch}).model_dump(exclude_none=True)
+    except ValidationError as exc:
+        where = "" if imported else " (not imported by any source, so it needs protocol and target)"
+        raise ApplyError(f"operations.{name}{where}:\n{_describe(exc)}") from None
 
 
 def _source(source: SourceIn, index: int) -> tuple[ImportFormat, str]:

@@ -18,6 +18,7 @@ __all__ = [
     "CatalogFile",
     "ImportIn",
     "OperationIn",
+    "OperationPatch",
     "RollbackIn",
     "SourceIn",
     "WorkspaceIn",
@@ -59,6 +60,16 @@ class OperationIn(BaseModel):
         None, description="timeout, retries, idempotent, auth (secret references), forward_headers."
     )
     annotations: dict[str, Any] | None = None
+
+
+class OperationPatch(BaseModel):
+    """An operation in a catalog file: complete, or only the fields to change of one imported from `sources`
+    (its output mapping and schema, say). Checked as an `OperationIn` once merged."""
+
+    model_config = ConfigDict(extra="allow")
+
+    protocol: Literal["http", "jsonrpc"] | None = None
+    target: dict[str, Any] | None = None
 
 
 class BindingIn(_Model):
@@ -108,5 +119,7 @@ class CatalogFile(_Model):
 
     workspace: WorkspaceRef
     sources: list[SourceIn] = Field(default_factory=list)
-    operations: dict[str, OperationIn] = Field(default_factory=dict)
+    operations: dict[str, OperationPatch] = Field(
+        default_factory=dict, description="Operations written here, or changes to imported ones (merged by field)."
+    )
     agents: dict[str, AgentIn] = Field(default_factory=dict)

@@ -282,6 +282,16 @@ def _source(op: _Operation) -> JSONObject:
 # -- conversion -------------------------------------------------------------------------------------
 
 
+def _idempotency(arguments: Arguments) -> JSONObject | None:
+    """An `Idempotency-Key` header parameter makes its argument the operation's idempotency key, so the
+    gateway itself guarantees one effect per key (see `crank.gateway.safety`)."""
+    for rule in arguments.mapping:
+        place, _, name = str(rule["to"]).partition(".")
+        if place == "header" and name.lower() == "idempotency-key":
+            return {"argument": rule["from"], "header": name}
+    return None
+
+
 class _Converter:
     def __init__(self, schemas: Schemas, base_url: str | None) -> None:
         self.schemas = schemas
@@ -309,6 +319,9 @@ class _Converter:
             "annotations": merge_annotations(derived, op.operation.get("x-crank-annotations")),
             "source": _source(op),
         }
+        idempotency = _idempotency(arguments)
+        if idempotency is not None:
+            spec["execution_config"] = {"idempotency": idempotency}
         # A copy per draft: definitions that tools share must not be shared objects.
         copied: JSONObject = json_copy(spec)
         return copied
