@@ -1,0 +1,62 @@
+"""Gateway target: Crank's `GatewayService` serving the published agent `bench/agent` at /mcp/v1/bench/agent.
+
+`bench/run.py` first runs `python -m bench.apps.gateway_crank DB_PATH` (with `BENCH_UPSTREAM` set) to
+create the registry: workspace `bench`, one operation per tool of `gateway_catalog` (GET to the
+upstream, with input and output schemas), agent `agent` binding all 1,000, published, plus one
+workspace API key, printed on stdout. The app then opens that SQLite file (`BENCH_GATEWAY_DB`).
+`BENCH_GATEWAY_KEYS=1` serves it as deployed by default (every request needs the key,
+`Authorization: Bearer ...`); `0` passes `require_api_keys=False`. Everything else is
+`GatewayService`'s default, including its own pooled `httpx.AsyncClient()` for the upstream.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import httpx
+
+from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, N_TOOLS, OUTPUT_SCHEMA, tool_name, tool_path
+from crank.mcp.agent_source import build_catalog
+from crank.registry import Registry, migrate, open_engine
+from crank.server import GatewayService
+
+WORKSPACE, AGENT = "bench", "agent"
+PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
+
+
+def setup(db_path: str, upstream: str) -> str:
+    """Create and publish the 1,000-tool agent in a new SQLite registry; returns a workspace API key."""
+    engine = open_engine(f"sqlite:///{db_path}")
+    migrate(engine)
+    registry = Registry(engine)
+    registry.create_workspace(WORKSPACE, "Bench")
+    for i in range(N_TOOLS):
+        registry.put_operation(
+            WORKSPACE,
+            tool_name(i),
+            {
+                "protocol": "http",
+                "target": {"method": "GET", "url": upstream.rstrip("/") + tool_path(i)},
+                "description": DESCRIPTION,
+                "input_schema": INPUT_SCHEMA,
+                "output_schema": OUTPUT_SCHEMA,
+            },
+        )
+    registry.put_agent(WORKSPACE, AGENT, {"bindings": [{"operation": tool_name(i)} for i in range(N_TOOLS)]})
+    check_client = httpx.AsyncClient()  # only builds the catalog to check the publish; sends nothing
+    registry.publish(WORKSPACE, AGENT, check=lambda runtime: build_catalog(runtime, check_client) and None)
+    key = registry.create_api_key(WORKSPACE)
+    engine.dispose()
+    return key
+
+
+def make_app() -> GatewayService:
+    registry = Registry(open_engine(f"sqlite:///{os.environ['BENCH_GATEWAY_DB']}"))
+    return GatewayService(registry, require_api_keys=os.environ.get("BENCH_GATEWAY_KEYS", "1") == "1")
+
+
+app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None
+
+if __name__ == "__main__":
+    print(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"]))
