@@ -202,15 +202,17 @@ class Upstream:
         return int(text.splitlines()[2].split()[2])  # "server accepts handled requests" / " a h r"
 
     def settled(self) -> int:
-        """`served()` once no other request has reached nginx for 50 ms (calls still in flight when wrk
-        stopped finish after it), counting this status request."""
-        last = self.served()
-        for _ in range(100):
+        """`served()` once no other request has reached nginx for 300 ms (calls still in flight when wrk
+        stopped finish after it; a slow target can pause longer than 50 ms between two of them, in a
+        garbage collection say), counting this status request."""
+        last, quiet = self.served(), 0
+        for _ in range(400):
             time.sleep(0.05)
             now = self.served()
-            if now == last + 1:
-                return now
+            quiet = quiet + 1 if now == last + 1 else 0
             last = now
+            if quiet == 6:
+                return now
         raise SystemExit("the upstream kept receiving requests with no load running")
 
 

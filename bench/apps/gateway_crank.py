@@ -6,7 +6,7 @@ upstream, with input and output schemas), agent `agent` binding all 1,000, publi
 workspace API key, printed on stdout. The app then opens that SQLite file (`BENCH_GATEWAY_DB`).
 `BENCH_GATEWAY_KEYS=1` serves it as deployed by default (every request needs the key,
 `Authorization: Bearer ...`); `0` passes `require_api_keys=False`. Everything else is
-`GatewayService`'s default, including its own pooled `httpx.AsyncClient()` for the upstream.
+`GatewayService`'s default, including its own pooled `UpstreamClient` (aiohttp) for the upstream.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-import httpx
-
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, N_TOOLS, OUTPUT_SCHEMA, tool_name, tool_path
-from crank.mcp.agent_source import build_catalog
+from crank.admin.actions import check_runtime
 from crank.registry import Registry, migrate, open_engine
 from crank.server import GatewayService
 
@@ -44,8 +42,7 @@ def setup(db_path: str, upstream: str) -> str:
             },
         )
     registry.put_agent(WORKSPACE, AGENT, {"bindings": [{"operation": tool_name(i)} for i in range(N_TOOLS)]})
-    check_client = httpx.AsyncClient()  # only builds the catalog to check the publish; sends nothing
-    registry.publish(WORKSPACE, AGENT, check=lambda runtime: build_catalog(runtime, check_client) and None)
+    registry.publish(WORKSPACE, AGENT, check=check_runtime)
     key = registry.create_api_key(WORKSPACE)
     engine.dispose()
     return key

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 
 import crank.admin.lint
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.admin.lint import DEFAULT_BUDGET, RULES, CatalogReport, Finding, catalog_report, lint_runtime
 from crank.demo import CATALOG
+from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
 from crank.mcp.catalog import estimate_tokens
 from crank.registry import Registry
 from crank.types import JSONObject
 
-UNUSED_CLIENT = httpx.AsyncClient()  # building a catalog needs a client; nothing is sent
+UNUSED_CLIENT = UpstreamClient()  # building a catalog needs a client; nothing is sent
 
 GOOD_DESCRIPTION = (
     "Gets a customer by email. Use it when you need the customer id before opening a ticket. "

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema_rs
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from crank.admin.documents import DESCRIPTION_LIMIT, SpecError, load_document
 from crank.admin.openapi import import_openapi
+from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation
 from crank.mcp.tools import TOOL_NAME_PATTERN
@@ -457,23 +463,29 @@ def test_mappings_put_each_argument_where_the_document_says(petstore: dict[str, 
 
 
 @pytest.mark.anyio
-async def test_a_draft_makes_the_request_the_document_describes(petstore: dict[str, JSONObject]) -> None:
-    seen: list[httpx.Request] = []
+async def test_a_draft_makes_the_request_the_document_describes(serve: Callable[..., str]) -> None:
+    seen: list[dict[str, Any]] = []
 
-    def upstream(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(201, json={"id": 1, "name": "Rex"})
+    async def record(request: Request) -> Response:
+        seen.append({"method": request.method, "path": request.scope["raw_path"], "body": await request.body(),
+                     "query": request.scope["query_string"], "headers": dict(request.headers)})  # fmt: skip
+        return JSONResponse({"id": 1, "name": "Rex"}, status_code=201)
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+    base = serve(Starlette(routes=[Route("/{path:path}", record, methods=["GET", "POST"])]))
+    petstore = drafts("petstore.yaml", base_url=base + "/v1")
+    client = UpstreamClient()
+    try:
         listing = RemoteOperation({"tool_name": "list_pets", **petstore["list_pets"]}, client)
         await listing.call({"limit": 5, "status": ["sold", "available"], "x_trace_id": "t-1"})
         adding = RemoteOperation({"tool_name": "add_owner_pet", **petstore["add_owner_pet"]}, client)
         outcome = await adding.call({"name": "Olena K", "body_name": "Rex", "tag": "dog"})
+    finally:
+        await client.aclose()
     assert outcome.value == {"id": 1, "name": "Rex"}
-    assert seen[0].method == "GET" and seen[0].headers["x-trace-id"] == "t-1"
-    assert str(seen[0].url) == SERVER + "/pets?limit=5&status=sold&status=available"
-    assert seen[1].method == "POST" and str(seen[1].url) == SERVER + "/owners/Olena%20K/pets"
-    assert json.loads(seen[1].content) == {"name": "Rex", "tag": "dog"}
+    assert seen[0]["method"] == "GET" and seen[0]["headers"]["x-trace-id"] == "t-1"
+    assert (seen[0]["path"], seen[0]["query"]) == (b"/v1/pets", b"limit=5&status=sold&status=available")
+    assert seen[1]["method"] == "POST" and seen[1]["path"] == b"/v1/owners/Olena%20K/pets"
+    assert json.loads(seen[1]["body"]) == {"name": "Rex", "tag": "dog"}
 
 
 # -- a large document -------------------------------------------------------------------------------

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jsonschema_rs
 import pytest
 from examples.rpc_app import app as rpc_service
 
 from crank.admin.documents import SpecError, load_document
 from crank.admin.openrpc import import_openrpc
+from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation
 from crank.mcp.validation import ArgumentValidator
@@ -123,11 +123,14 @@ def test_crank_own_document_gives_the_schemas_crank_publishes(version: str) -> N
 async def test_an_imported_method_calls_crank_own_service(serve: Callable[..., str]) -> None:
     base = serve(rpc_service)
     imported = {op.name: op.spec for op in import_openrpc(rpc_service.rpc.openrpc("v1"), url=base + "/rpc")}
-    async with httpx.AsyncClient() as client:
+    client = UpstreamClient()
+    try:
         get = RemoteOperation({"tool_name": "catalog_get", **imported["catalog_get"]}, client)
         search = RemoteOperation({"tool_name": "catalog_search", **imported["catalog_search"]}, client)
         product = (await get.call({"id": 2})).value
         found = (await search.call({"query": "o", "category": "music", "limit": 1})).value
+    finally:
+        await client.aclose()
     assert product["name"] == "Forest Song"
     assert jsonschema_rs.validator_for(imported["catalog_get"]["output_schema"]).is_valid(product)
     assert [item["name"] for item in found] == ["Vinyl: Okean Elzy"]

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
 from crank.registry import Registry
 from crank.server import GatewayService
@@ -19,7 +20,7 @@ from tests.gateway import upstream
 
 pytestmark = pytest.mark.anyio
 
-CHECK_CLIENT = httpx.AsyncClient()  # only builds catalogs to check a publish; never sends a request
+CHECK_CLIENT = UpstreamClient()  # only builds catalogs to check a publish; never sends a request
 USER_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
 
 

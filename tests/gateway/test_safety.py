@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crank.admin.actions import check_runtime
+from crank.gateway.client import UpstreamClient
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
 from crank.mcp.agent_source import build_catalog
 from crank.registry import Registry
@@ -25,7 +26,7 @@ from crank.server import GatewayService
 from crank.state import RedisStore, StateStore
 
 pytestmark = pytest.mark.anyio
-CHECK_CLIENT = httpx.AsyncClient()  # builds catalogs; never sends a request
+CHECK_CLIENT = UpstreamClient()  # builds catalogs; never sends a request
 
 
 class Upstream:

@@ -11,12 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-import httpx
-
 from crank.admin.documents import load_document
 from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtime
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
+from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
 from crank.registry import Registry, RegistryNotFoundError
 from crank.types import JSONObject
@@ -36,7 +35,7 @@ __all__ = [
 ImportFormat = Literal["openapi", "openrpc"]
 
 # Building a catalog creates the adapters, which hold a client; a check never sends a request with it.
-_UNUSED_CLIENT = httpx.AsyncClient()
+_UNUSED_CLIENT = UpstreamClient()  # its session is made on first use, which a check never reaches
 
 
 def check_runtime(runtime: JSONObject) -> None:

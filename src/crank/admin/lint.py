@@ -64,9 +64,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
-
 from crank.exceptions import ConfigurationError
+from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.types import JSONObject
@@ -136,7 +135,7 @@ class CatalogReport:
 
 
 # Building a catalog creates the adapters, which hold a client; measuring never sends a request with it.
-_UNUSED_CLIENT = httpx.AsyncClient()
+_UNUSED_CLIENT = UpstreamClient()
 
 
 def catalog_report(runtime: JSONObject, *, budget: int | None = None) -> CatalogReport:

@@ -6,12 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from crank.exceptions import ConfigurationError
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.adapters.http import HTTPAdapter
 from crank.gateway.adapters.jsonrpc import JSONRPCAdapter
+from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping, OutputMapping
 from crank.gateway.safety import Confirmation, Idempotency, fingerprint
 from crank.state import MemoryStore, StateStore
@@ -39,7 +38,7 @@ class RemoteOperation:
     def __init__(
         self,
         runtime: JSONObject,
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         *,
         state: StateStore | None = None,
         placement: Placement | None = None,

@@ -1,4 +1,4 @@
-"""The `http` adapter: one request to an upstream REST API through a shared, pooled httpx client.
+"""The `http` adapter: one request to an upstream REST API through the shared, pooled `UpstreamClient`.
 
 Path parameters are percent-encoded; header values with line breaks are refused (header injection);
 retries only for idempotent operations, only on connection failures, timeouts and 502/503/504; TLS
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
+from crank import _json
 from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError, MappingError
 from crank.gateway.adapters.base import Adapter
+from crank.gateway.client import UpstreamClient, UpstreamConnectionError, UpstreamResponse, UpstreamTimeoutError
 from crank.gateway.mapping import RequestParts
 
 __all__ = ["HTTPAdapter", "resolve_secret", "trimmed"]
@@ -42,10 +42,11 @@ def resolve_secret(reference: str, *, where: str) -> str:
     raise ConfigurationError(f"{where}: a secret is 'env:NAME' or 'file:/path', got {reference!r}")
 
 
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
 class HTTPAdapter(Adapter):
-    def __init__(
-        self, client: httpx.AsyncClient, target: dict[str, Any], config: dict[str, Any], *, where: str
-    ) -> None:
+    def __init__(self, client: UpstreamClient, target: dict[str, Any], config: dict[str, Any], *, where: str) -> None:
         if not isinstance(target, dict) or not isinstance(target.get("url"), str):
             raise ConfigurationError(f"{where}: an http target needs a 'url' (and a 'method', GET by default)")
         self.client = client
@@ -57,31 +58,33 @@ class HTTPAdapter(Adapter):
         self.auth_headers = _auth_headers(config.get("auth"), where=where)
 
     async def call(self, parts: RequestParts) -> Any:
-        request = self._request(parts)
+        url, headers, query, body = self._request(parts)
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
-                response = await self.client.send(request)
-            except httpx.TimeoutException:
+                response = await self.client.request(
+                    self.method, url, params=query, headers=headers, body=body, timeout=self.timeout
+                )
+            except UpstreamTimeoutError:
                 if last:
                     raise ExternalServiceError(
                         f"The upstream did not answer within {self.timeout:g} s.", error_code="upstream_timeout",
                         recoverable=True, suggested_action="Retry later, or narrow the request.",
                     ) from None  # fmt: skip
                 continue
-            except httpx.TransportError:
+            except UpstreamConnectionError:
                 if last:
                     raise ExternalServiceError(
                         "The upstream service cannot be reached.", error_code="upstream_unavailable",
                         recoverable=True, suggested_action="Retry in a minute.",
                     ) from None  # fmt: skip
                 continue
-            if response.status_code in _RETRY_STATUSES and not last:
+            if response.status in _RETRY_STATUSES and not last:
                 continue
             return _decode(response)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _request(self, parts: RequestParts) -> httpx.Request:
+    def _request(self, parts: RequestParts) -> tuple[str, dict[str, str], list[tuple[str, str]], bytes | None]:
         url = self.url
         for name, value in parts.path.items():
             url = url.replace("{" + name + "}", quote(str(value), safe=""))
@@ -93,17 +96,29 @@ class HTTPAdapter(Adapter):
         for name, value in headers.items():
             if "\r" in value or "\n" in value:
                 raise MappingError(f"header {name!r} may not contain line breaks", recoverable=True)
-        query = {key: _query_value(value) for key, value in parts.query.items() if value is not None}
-        return self.client.build_request(
-            self.method, url, params=query, headers=headers, json=parts.body if parts.body is not None else None,
-            timeout=self.timeout,
-        )  # fmt: skip
+        body = None
+        if parts.body is not None:
+            body = _json.dumps(parts.body)
+            headers = {**_JSON_HEADERS, **headers}
+        return url, headers, _query_items(parts.query), body
 
 
-def _query_value(value: Any) -> Any:
+def _query_items(query: dict[str, Any]) -> list[tuple[str, str]]:
+    """Query parameters as pairs: a list repeats its key (`tag=a&tag=b`), None leaves the key out."""
+    items = []
+    for key, value in query.items():
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None:
+                items.append((key, _query_value(item)))
+    return items
+
+
+def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return value
+    if isinstance(value, (dict, list)):
+        return _json.dumps(value).decode()
+    return str(value)
 
 
 def _auth_headers(auth: Any, *, where: str) -> dict[str, str]:
@@ -117,8 +132,8 @@ def _auth_headers(auth: Any, *, where: str) -> dict[str, str]:
     return {str(auth.get("name", "X-Api-Key")): secret}
 
 
-def _decode(response: httpx.Response) -> Any:
-    status = response.status_code
+def _decode(response: UpstreamResponse) -> Any:
+    status = response.status
     if status == 429:
         retry_after = response.headers.get("retry-after", "")
         known = retry_after.isdigit()
@@ -137,7 +152,7 @@ def _decode(response: httpx.Response) -> Any:
             f"The upstream refused the request (HTTP {status}): {_excerpt(response)}", error_code="upstream_rejected",
             recoverable=True, suggested_action="Check the arguments against the tool's description and try again.",
         )  # fmt: skip
-    if status == 204 or not response.content:
+    if status == 204 or not response.body:
         return None
     try:
         return response.json()
@@ -145,7 +160,7 @@ def _decode(response: httpx.Response) -> Any:
         raise AdapterError("The upstream did not answer with JSON.", error_code="upstream_bad_response") from None
 
 
-def _excerpt(response: httpx.Response) -> str:
+def _excerpt(response: UpstreamResponse) -> str:
     try:
         payload = response.json()
         text = (

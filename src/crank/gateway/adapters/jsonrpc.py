@@ -10,10 +10,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import httpx
-
 from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError
 from crank.gateway.adapters.http import HTTPAdapter, trimmed
+from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import RequestParts
 
 __all__ = ["JSONRPCAdapter"]
@@ -22,9 +21,7 @@ _ids = itertools.count(1)
 
 
 class JSONRPCAdapter(HTTPAdapter):
-    def __init__(
-        self, client: httpx.AsyncClient, target: dict[str, Any], config: dict[str, Any], *, where: str
-    ) -> None:
+    def __init__(self, client: UpstreamClient, target: dict[str, Any], config: dict[str, Any], *, where: str) -> None:
         if not isinstance(target, dict) or not isinstance(target.get("method"), str):
             raise ConfigurationError(f"{where}: a jsonrpc target needs a 'url' and the remote 'method' name")
         super().__init__(client, {"url": target.get("url"), "method": "POST"}, config, where=where)

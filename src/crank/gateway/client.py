@@ -1,0 +1,98 @@
+"""`UpstreamClient`: the gateway's one pooled HTTP client for every upstream, on aiohttp.
+
+Why aiohttp and not httpx (which the rest of Crank's tests and the admin layer use): on the gateway's
+hot path the client is most of the cost of a call. Measured in-process against nginx (bench/
+profile_gateway.py, docs/benchmarks.md), one call through httpx 0.28 cost about 1,300 to 1,800 µs of
+CPU, because httpcore's pool polls every idle connection's socket on each request, against about
+100 µs through aiohttp's C-accelerated client.
+
+The aiohttp session is made on first use, inside the event loop that serves requests (aiohttp wants
+that), with connections pooled per host. TLS certificates are verified (aiohttp's default). Failures
+reach the adapters as `UpstreamTimeoutError` or `UpstreamConnectionError`, so that no adapter knows
+the library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+from crank import _json
+
+__all__ = ["UpstreamClient", "UpstreamConnectionError", "UpstreamResponse", "UpstreamTimeoutError"]
+
+
+class UpstreamTimeoutError(Exception):
+    """No answer within the operation's timeout."""
+
+
+class UpstreamConnectionError(Exception):
+    """The upstream could not be reached, or dropped the connection."""
+
+
+@dataclass(frozen=True)
+class UpstreamResponse:
+    status: int
+    headers: Mapping[str, str]  # case-insensitive
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON; raises `ValueError` when it is not."""
+        return _json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+class UpstreamClient:
+    def __init__(self, *, limit_per_host: int = 100, keepalive_timeout: float = 30.0) -> None:
+        self._limit_per_host = limit_per_host
+        self._keepalive_timeout = keepalive_timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=0, limit_per_host=self._limit_per_host, keepalive_timeout=self._keepalive_timeout
+            )
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: list[tuple[str, str]] | None,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout: float,
+    ) -> UpstreamResponse:
+        """One request; `url` is already percent-encoded (path parameters), `params` are encoded here."""
+        session = self._open()
+        try:
+            async with session.request(
+                method,
+                URL(url, encoded=True),
+                params=params or None,
+                headers=headers,
+                data=body,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                allow_redirects=False,
+            ) as response:
+                payload = await response.read()
+                return UpstreamResponse(response.status, response.headers, payload)
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise UpstreamTimeoutError from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamConnectionError(type(exc).__name__) from None
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
