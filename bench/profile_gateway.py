@@ -33,6 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_item","arguments":{"id":7}}}'
+MODERN_BODY = (
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_item","arguments":{"id":7},'
+    b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
+)
+MODERN_HEADERS = [(b"mcp-method", b"tools/call"), (b"mcp-name", b"get_item")]
 PACKAGES = (
     *("crank", "httpx", "httpcore", "h11", "anyio", "aiohttp", "starlette", "uvicorn", "asyncio", "importlib"),
     *("orjson", "jsonschema_rs", "hashlib", "ipaddress", "urllib", "idna", "email", "typing", "contextlib"),
@@ -40,14 +45,22 @@ PACKAGES = (
 
 
 def stub_upstream(client: Any) -> None:
-    """Make an httpx client answer every request at once with the upstream's item, without any I/O: what is
-    left is the target's own work (for Crank that includes building the httpx.Request and decoding the
-    httpx.Response, which its HTTP adapter does)."""
+    """Make the client answer every request at once with the upstream's item, without any I/O: what is
+    left is the target's own work. Crank's `UpstreamClient` (aiohttp) is stubbed at its `request`, so
+    building the request's parts and decoding the answer stay measured; an httpx client at `send`."""
     import httpx
 
     from bench.apps.gateway_catalog import item
+    from crank.gateway.client import UpstreamClient, UpstreamResponse
 
     content = json.dumps(item(7), separators=(",", ":")).encode()
+    if isinstance(client, UpstreamClient):
+
+        async def request(method: str, url: str, **_: Any) -> UpstreamResponse:
+            return UpstreamResponse(200, {"content-type": "application/json"}, content)
+
+        client.request = request  # type: ignore[method-assign]
+        return
 
     async def send(request: httpx.Request, **_: Any) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": "application/json"}, content=content, request=request)
@@ -86,6 +99,11 @@ def load(target: str, tmp: str, stub: bool) -> tuple[Any, str, list[tuple[bytes,
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         app, path, headers = load(args.target, tmp, args.stub_upstream)
+        body = BODY
+        if args.era == "modern":  # the 2026-07-28 shape of bench/wrk/common.lua
+            body = MODERN_BODY
+            version = [(b"mcp-protocol-version", b"2026-07-28")]
+            headers = [h for h in headers if h[0] != b"mcp-protocol-version"] + version + MODERN_HEADERS
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                  "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
                  "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}  # fmt: skip
@@ -99,7 +117,7 @@ async def run(args: argparse.Namespace) -> None:
                 if sent:
                     await asyncio.sleep(3600)
                 sent = True
-                return {"type": "http.request", "body": BODY, "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
 
             async def send(message: dict[str, Any]) -> None:
                 if message["type"] == "http.response.body" and not first:
@@ -155,6 +173,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--profile", action="store_true", help="cProfile the timed calls")
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--era", choices=("legacy", "modern"), default="legacy", help="request shape (bench/wrk/common.lua)")
     p.add_argument("--stub-upstream", action="store_true", help="answer upstream requests in-process (no I/O)")
     args = p.parse_args()
     if "BENCH_UPSTREAM" not in os.environ:

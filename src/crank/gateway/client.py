@@ -54,6 +54,7 @@ class UpstreamClient:
         self._limit_per_host = limit_per_host
         self._keepalive_timeout = keepalive_timeout
         self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # one per distinct operation timeout
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -82,7 +83,7 @@ class UpstreamClient:
                 params=params or None,
                 headers=headers,
                 data=body,
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                timeout=self._timeout(timeout),
                 allow_redirects=False,
             ) as response:
                 payload = await response.read()
@@ -91,6 +92,12 @@ class UpstreamClient:
             raise UpstreamTimeoutError from None
         except aiohttp.ClientError as exc:
             raise UpstreamConnectionError(type(exc).__name__) from None
+
+    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
+        timeout = self._timeouts.get(seconds)
+        if timeout is None:
+            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
+        return timeout
 
     async def aclose(self) -> None:
         if self._session is not None:

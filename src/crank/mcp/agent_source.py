@@ -33,6 +33,7 @@ from crank.types import JSONObject, Scope
 __all__ = ["AgentCatalogs", "build_catalog"]
 
 logger = logging.getLogger("crank.gateway")
+_DIGEST_CACHE = 4096
 
 _HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint",
           "idempotentHint": "idempotent_hint", "openWorldHint": "open_world_hint", "title": "title"}  # fmt: skip
@@ -144,6 +145,7 @@ class AgentCatalogs:
         self.poll_interval = poll_interval
         self.require_keys = require_keys
         self._keys: dict[str, KeyScope] = {}
+        self._digests: dict[bytes, str] = {}  # Authorization header -> key digest, so a call hashes no key
         self._catalogs: dict[tuple[str, str], tuple[int, Catalog]] = {}
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
@@ -215,7 +217,13 @@ class AgentCatalogs:
     def _key_scope(self, scope: Scope) -> KeyScope | None:
         for name, value in scope.get("headers", []):
             if name == b"authorization":
-                kind, _, token = value.decode("latin-1").partition(" ")
-                if kind.lower() == "bearer" and token.strip():
-                    return self._keys.get(key_digest(token.strip()))
+                digest = self._digests.get(value)
+                if digest is None:
+                    kind, _, token = value.decode("latin-1").partition(" ")
+                    if kind.lower() != "bearer" or not token.strip():
+                        return None
+                    if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
+                        self._digests.clear()
+                    digest = self._digests[value] = key_digest(token.strip())
+                return self._keys.get(digest)
         return None
