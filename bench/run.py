@@ -41,7 +41,9 @@ ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
 SCENARIOS = ("tools_call", "tools_list", "gateway_call", "gateway_list")
 GROUP = {"tools_call": "echo", "tools_list": "echo", "gateway_call": "gateway", "gateway_list": "gateway"}
 REFERENCE, UPPER = "sdk-lowlevel", "bare"
-PROXY = "gateway-proxy"  # the gateway group's reference: the simplest proxy on Crank's upstream client (httpx)
+PROXY = (
+    "gateway-proxy"  # the simplest proxy on httpx: what Crank measured before it moved its upstream client to aiohttp
+)
 FAST_PROXY = "gateway-proxy-aiohttp"  # the same proxy on aiohttp, the fastest common Python client
 CRANK_GATEWAYS = ("gateway-crank", "gateway-crank-open")
 DATA_SOURCES = ("crank", "sdk-lowlevel")  # first one that verifies tools/list supplies the bare app's bytes
