@@ -1,11 +1,12 @@
-"""Gateway target: the simplest Python MCP-to-HTTP proxy, as a raw ASGI app (the reference for the gateway).
+"""Gateway target: the simplest Python MCP-to-HTTP proxy on httpx, as a raw ASGI app.
 
 Per `tools/call`: parse the JSON-RPC body with orjson, look the tool's upstream path up in a dict, make
 one request through a pooled `httpx.AsyncClient` (default settings; the client library Crank's gateway
 used before it moved to aiohttp, kept to show why it moved), and wrap the upstream JSON into a
-`CallToolResult` (the body as text, the parsed value as `structuredContent: {"result": ...}`, the shape Crank's gateway returns). No argument
-validation, no auth, no protocol-version handling. `tools/list` pages are serialized once at import,
-100 tools a page. `gateway_proxy_aiohttp` is the same app with aiohttp as the client.
+`CallToolResult` (the body as text, the parsed value as `structuredContent: {"result": ...}`, the
+shape Crank's gateway returns). No argument validation, no auth, no protocol-version handling.
+`tools/list` pages are serialized once at import, 100 tools a page. `gateway_proxy_aiohttp` is the
+same app with aiohttp as the client, and the reference of the gateway's targets.
 """
 
 from __future__ import annotations
