@@ -11,7 +11,7 @@ from crank.gateway.adapters.base import Adapter
 from crank.gateway.adapters.http import HTTPAdapter
 from crank.gateway.adapters.jsonrpc import JSONRPCAdapter
 from crank.gateway.client import UpstreamClient
-from crank.gateway.mapping import InputMapping, OutputMapping
+from crank.gateway.mapping import InputMapping, OutputMapping, RequestParts
 from crank.gateway.safety import Confirmation, Idempotency, fingerprint
 from crank.state import MemoryStore, StateStore
 from crank.types import JSONObject
@@ -78,26 +78,25 @@ class RemoteOperation:
         """
         if self.confirmation is not None:
             arguments = await self.confirmation.check(self.state, arguments)
-        if self.idempotency is None:
-            return await self._send(arguments, client_headers)
+        if self.idempotency is None:  # the common case, awaited here: one coroutine level less per call
+            value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers)))
+            return Outcome(value, omitted)
 
         async def once() -> JSONObject:
-            outcome = await self._send(arguments, client_headers)
-            return {"value": outcome.value, "omitted": outcome.omitted}
+            value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers)))
+            return {"value": value, "omitted": omitted}
 
         stored = await self.idempotency.run(self.state, arguments, self.in_flight_ttl, once)
         return Outcome(stored["value"], stored["omitted"])
 
-    async def _send(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None) -> Outcome:
+    def _parts(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None) -> RequestParts:
         parts = self.input.apply(arguments)
         if self.forward_headers and client_headers:
             forwarded = {name: client_headers[name] for name in self.forward_headers if name in client_headers}
             parts.headers = {**forwarded, **parts.headers}  # the mapping's own headers win
         if self.idempotency is not None and arguments.get(self.idempotency.argument) is not None:
             parts.headers[self.idempotency.header] = str(arguments[self.idempotency.argument])
-        answer = await self.adapter.call(parts)
-        value, omitted = self.output.apply(answer)
-        return Outcome(value, omitted)
+        return parts
 
 
 # The caller's credentials for Crank, and what describes the MCP request itself, never go upstream.

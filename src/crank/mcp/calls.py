@@ -54,65 +54,83 @@ async def call_tool(
     on_input_required: Callable[[InputRequired, CallContext, dict[str, Any]], JSONObject] | None = None,
     observer: CallObserver | None = None,
 ) -> JSONObject:
-    """Run one call and return the `CallToolResult` object. Never raises for a tool's own failure."""
+    """Run one call and return the `CallToolResult` object. Never raises for a tool's own failure.
+
+    The invoker is awaited here, not in a helper coroutine: every `await` level is resumed again at each
+    suspension of the upstream call, so the hot path keeps its coroutine chain short (docs/benchmarks.md).
+    """
     started = time.perf_counter() if observer is not None else 0.0
-    result, error = await _run(entry, arguments, context, result_format, invalid_arguments, debug, on_input_required)
+    tool = entry.tool
+    error: ToolError | None
+    violations = entry.validator.violations(arguments)
+    if violations:
+        result, error = _rejected(tool.name, violations, invalid_arguments, context)
+    else:
+        try:
+            value = await tool.invoker(arguments, context)
+        except ToolError as exc:
+            result, error = error_result(exc, context.request_id), exc
+        except Exception as exc:
+            result, error = _unexpected(exc, tool.name, context, debug)
+        else:
+            result, error = _shaped(value, tool.name, tool.wrap_result, result_format, context, arguments,
+                                    on_input_required)  # fmt: skip
     if observer is not None:
         seconds = time.perf_counter() - started
-        observer(entry.tool.name, error, seconds, context.request_id if error is not None else None)
+        observer(tool.name, error, seconds, context.request_id if error is not None else None)
     elif error is not None:  # without an observer, failures are still logged
-        logger.info("tool %s failed: %s (request_id=%s)", entry.tool.name, error.error_code, context.request_id,
+        logger.info("tool %s failed: %s (request_id=%s)", tool.name, error.error_code, context.request_id,
                     extra=_labels(context))  # fmt: skip
     return result
 
 
-async def _run(
-    entry: CatalogEntry,
-    arguments: dict[str, Any],
-    context: CallContext,
+def _rejected(
+    name: str, violations: list[Violation], invalid_arguments: InvalidArgumentsMode, context: CallContext
+) -> tuple[JSONObject, ToolError]:
+    if invalid_arguments == "error":
+        raise ArgumentsRejectedError(name, violations)
+    rejected = SchemaValidationError(
+        f"Invalid arguments for tool {name!r}: {len(violations)} violation(s)",
+        recoverable=True,
+        suggested_action="Correct the arguments listed in details and call the tool again.",
+        details=[violation.to_wire() for violation in violations],
+    )
+    return error_result(rejected, context.request_id), rejected
+
+
+def _unexpected(exc: Exception, name: str, context: CallContext, debug: bool) -> tuple[JSONObject, ToolError]:
+    logger.exception("tool %s raised an unexpected error (request_id=%s)", name, context.request_id,
+                     extra=_labels(context))  # fmt: skip
+    details = {"exception": type(exc).__name__, "trace": traceback.format_exc()} if debug else None
+    internal = InternalRuntimeError(
+        "The tool failed unexpectedly.",
+        suggested_action="Retry later; if it keeps failing, report the request_id to the operator.",
+        details=details,
+    )
+    return error_result(internal, context.request_id), internal
+
+
+def _shaped(
+    value: Any,
+    name: str,
+    wrap: bool,
     result_format: str,
-    invalid_arguments: InvalidArgumentsMode,
-    debug: bool,
+    context: CallContext,
+    arguments: dict[str, Any],
     on_input_required: Callable[[InputRequired, CallContext, dict[str, Any]], JSONObject] | None,
 ) -> tuple[JSONObject, ToolError | None]:
-    tool = entry.tool
-    violations = entry.validator.violations(arguments)
-    if violations:
-        if invalid_arguments == "error":
-            raise ArgumentsRejectedError(tool.name, violations)
-        rejected = SchemaValidationError(
-            f"Invalid arguments for tool {tool.name!r}: {len(violations)} violation(s)",
-            recoverable=True,
-            suggested_action="Correct the arguments listed in details and call the tool again.",
-            details=[violation.to_wire() for violation in violations],
-        )
-        return error_result(rejected, context.request_id), rejected
-    try:
-        value = await tool.invoker(arguments, context)
-    except ToolError as exc:
-        return error_result(exc, context.request_id), exc
-    except Exception as exc:
-        logger.exception("tool %s raised an unexpected error (request_id=%s)", tool.name, context.request_id,
-                         extra=_labels(context))  # fmt: skip
-        details = {"exception": type(exc).__name__, "trace": traceback.format_exc()} if debug else None
-        internal = InternalRuntimeError(
-            "The tool failed unexpectedly.",
-            suggested_action="Retry later; if it keeps failing, report the request_id to the operator.",
-            details=details,
-        )
-        return error_result(internal, context.request_id), internal
     if isinstance(value, ToolResult):
         return value.to_wire(), None
     if isinstance(value, InputRequired):
         if on_input_required is None:
             unsupported = InternalRuntimeError(
-                f"Tool {tool.name!r} needs input from the client, which this protocol version cannot carry.",
+                f"Tool {name!r} needs input from the client, which this protocol version cannot carry.",
                 error_code="input_required_unsupported",
                 suggested_action="Connect with protocol version 2026-07-28 to answer the tool's questions.",
             )
             return error_result(unsupported, context.request_id), unsupported
         return on_input_required(value, context, arguments), None
-    return success_result(value, result_format=result_format, wrap=tool.wrap_result), None
+    return success_result(value, result_format=result_format, wrap=wrap), None
 
 
 def _labels(context: CallContext) -> dict[str, str]:
