@@ -81,7 +81,7 @@ class UpstreamClient:
                 method,
                 URL(url, encoded=True),
                 params=params or None,
-                headers=headers,
+                headers=headers or None,
                 data=body,
                 timeout=self._timeout(timeout),
                 allow_redirects=False,
