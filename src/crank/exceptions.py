@@ -108,6 +108,9 @@ class ToolError(CrankError):
 
     error_class: ClassVar[str] = "tool"
     default_code: ClassVar[str] = "tool_error"
+    may_have_taken_effect: bool = True
+    """Whether the upstream may have acted on the request (a timeout, say). Idempotency keeps the key of
+    such a failure instead of releasing it for a retry; errors raised before anything was sent say False."""
 
     def __init__(
         self,
@@ -143,11 +146,13 @@ class ToolError(CrankError):
 class SchemaValidationError(ToolError):
     error_class = "schema_validation"
     default_code = "invalid_arguments"
+    may_have_taken_effect = False
 
 
 class MappingError(ToolError):
     error_class = "mapping"
     default_code = "mapping_error"
+    may_have_taken_effect = False
 
 
 class AdapterError(ToolError):
@@ -165,6 +170,7 @@ class ConfirmationError(ToolError):
 
     error_class = "confirmation"
     default_code = "confirmation_required"
+    may_have_taken_effect = False
 
 
 class IdempotencyError(ToolError):
@@ -172,6 +178,7 @@ class IdempotencyError(ToolError):
 
     error_class = "idempotency"
     default_code = "idempotency_key_reused"
+    may_have_taken_effect = False
 
 
 class InternalRuntimeError(ToolError):

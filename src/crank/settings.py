@@ -29,7 +29,7 @@ from sqlalchemy.exc import ArgumentError
 
 from crank.exceptions import ConfigurationError
 
-__all__ = ["Role", "Settings", "SettingsError", "load_settings"]
+__all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
 
 Role = Literal["admin", "mcp", "all"]
 ENV_PREFIX = "CRANK_"
@@ -141,6 +141,28 @@ class Settings(BaseSettings):
         if file:
             sources.append(_file_source(settings_cls, Path(file)))
         return tuple(sources)
+
+
+class _GivenOnly(Settings):
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def given_settings(**values: Any) -> Settings:
+    """Settings from these values and the defaults only: no `CRANK_*` variable, no settings file (the demo
+    must never write into the registry a real deployment's environment names)."""
+    try:
+        return _GivenOnly(**values)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
 
 
 def _split_address(value: str) -> tuple[str, str]:

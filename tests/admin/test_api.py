@@ -164,9 +164,10 @@ async def test_apply_through_the_api_publishes_only_what_changed(admin: Admin, s
     response = await admin.client.post("/apply", content=yaml.safe_dump(catalog).replace("book", "volume"),
                                        headers={"Content-Type": "application/yaml"})  # fmt: skip
     assert response.status_code == 200 and response.json()["agents"]["desk"]["version"] == 2
-    local = {**catalog, "sources": [{"openapi": "/etc/passwd"}]}
-    refused = await admin("POST", "/apply", local, status=422)
-    assert "only URLs" in refused["error"]["message"]
+    for location in ("/etc/passwd", "file:///etc/passwd", "x://../../etc/passwd"):
+        local = {**catalog, "sources": [{"openapi": location}]}
+        refused = await admin("POST", "/apply", local, status=422)
+        assert "only URLs" in refused["error"]["message"]
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:

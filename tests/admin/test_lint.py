@@ -492,3 +492,10 @@ def test_the_demo_catalog_is_clean(registry: Registry) -> None:
     view = registry.draft_runtime("demo", "bookshop")
     assert [str(finding) for finding in lint_runtime(view)] == []
     assert not catalog_report(view).over_budget
+
+
+def test_a_malformed_draft_is_a_finding_not_a_crash() -> None:
+    view = runtime()
+    view["tools"][0]["input_schema"] = {"type": "object", "properties": ["not", "a", "mapping"]}
+    findings = lint_runtime(view)
+    assert "compile-error" in {finding.rule for finding in findings}

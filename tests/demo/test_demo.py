@@ -45,3 +45,10 @@ async def test_the_demo_serves_the_bookshop_to_an_mcp_client(tmp_path: Path, ser
     assert "2 more items were left out" in everything.content[1].text  # type: ignore[union-attr]
     assert cancel.is_error and "confirmation_required" in cancel.content[0].text  # type: ignore[union-attr]
     assert too_many.is_error and "only 4 copies" in too_many.content[0].text  # type: ignore[union-attr]
+
+
+def test_the_demo_ignores_a_deployments_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRANK_DATABASE_URL", "postgresql+psycopg://nobody@127.0.0.1:1/production")
+    monkeypatch.setenv("CRANK_SETTINGS_FILE", str(tmp_path / "missing.toml"))
+    demo = build_demo("127.0.0.1:8123", tmp_path)
+    assert demo.server.settings.registry_url == f"sqlite:///{tmp_path / 'registry.sqlite3'}"

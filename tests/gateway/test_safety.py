@@ -97,6 +97,8 @@ def operations(base: str) -> dict[str, dict[str, Any]]:
                   "execution_config": idempotency},
         "slow": {"protocol": "http", "target": {"method": "POST", "url": base + "/slow"}, "input_schema": record,
                  "execution_config": idempotency},
+        "slow_timeout": {"protocol": "http", "target": {"method": "POST", "url": base + "/slow"},
+                         "input_schema": record, "execution_config": {**idempotency, "timeout": 0.2}},
         "hang": {"protocol": "http", "target": {"url": base + "/hang"}, "input_schema": empty,
                  "execution_config": {"timeout": 0.3}},
         "busy": {"protocol": "http", "target": {"url": base + "/busy"}, "input_schema": empty},
@@ -146,6 +148,16 @@ async def test_a_retried_post_creates_one_record(call: Caller, upstream: Upstrea
     again = await call("create_record", arguments)
     assert first == again == {"value": {"id": 1, "name": "invoice"}}
     assert upstream.created == [{"body": {"name": "invoice"}, "key": "r-1"}]  # the key went in its header only
+
+
+async def test_a_first_attempt_that_may_have_acted_keeps_its_key(call: Caller, upstream: Upstream) -> None:
+    arguments = {"name": "x", "request_id": "r-5"}
+    assert (await call("slow_timeout", arguments))["error"]["error_code"] == "upstream_timeout"
+    repeat = await call("slow_timeout", arguments)
+    assert repeat["error"]["error_code"] == "idempotency_outcome_unknown"
+    assert "read it back" in repeat["error"]["suggested_action"]
+    await asyncio.sleep(0.5)  # the first request reached the upstream, which acted on it; the repeat did not
+    assert upstream.created == [{"slow": True}]
 
 
 async def test_the_same_key_with_other_arguments_is_refused(call: Caller, upstream: Upstream) -> None:

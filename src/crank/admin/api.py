@@ -234,7 +234,7 @@ def create_api_key(api: AdminAPI, request: Request, body: ApiKeyIn) -> Any:
 
 def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
     locations = [location for s in body.sources for location in (s.openapi, s.openrpc) if location]
-    if any("://" not in location for location in locations):
+    if not all(location.startswith(("http://", "https://")) for location in locations):
         raise _HTTPError(
             422, "invalid_body", "sources: only URLs through the admin API (it does not read server files)"
         )

@@ -75,7 +75,8 @@ def apply_catalog(
     for index, source in enumerate(catalog.sources):
         try:
             kind, location = _source(source, index)
-            reference = location if "://" in location else str(base_dir / location)
+            remote = location.startswith(("http://", "https://"))
+            reference = location if remote else str(base_dir / location)
             operations.update(imported_specs(kind, load_document(reference), base_url=source.base_url,
                                              include=source.include, progress=progress))  # fmt: skip
         except SpecError as exc:

@@ -170,11 +170,21 @@ def lint_catalog(catalog: Catalog, *, name: str, budget: int | None = None) -> t
 def lint_runtime(runtime: JSONObject, *, budget: int | None = None) -> list[Finding]:
     """Every finding for the agent's runtime view: tool by tool in catalog order, then the agent's own."""
     tools: list[JSONObject] = list(runtime.get("tools") or [])
-    findings = [finding for tool in tools for rule in _TOOL_RULES for finding in rule(tool)]
+    findings = [finding for tool in tools for rule in _TOOL_RULES for finding in _checked(rule, tool)]
     findings += _duplicate_targets(tools)
     order = {str(tool["tool_name"]): index for index, tool in enumerate(tools)}
     findings.sort(key=lambda finding: order.get(finding.tool or "", 0))  # duplicates beside their tool
     return findings + _agent_findings(runtime, budget)
+
+
+def _checked(rule: Callable[[JSONObject], Iterable[Finding]], tool: JSONObject) -> list[Finding]:
+    """A rule's findings; a definition too malformed to read (a draft, unchecked) is one finding, not a crash."""
+    try:
+        return list(rule(tool))
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        name = str(tool.get("tool_name"))
+        return [_finding(name, "compile-error", f"the definition cannot be read ({type(exc).__name__}: {exc}).",
+                         "fix the tool's schemas and config; a publish refuses it too.")]  # fmt: skip
 
 
 def _budget(runtime: JSONObject, budget: int | None) -> int:

@@ -15,7 +15,7 @@ from crank import _json
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.demo.api import create_app
 from crank.server import CrankServer
-from crank.settings import load_settings
+from crank.settings import given_settings
 from crank.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["CATALOG", "DemoServer", "build_demo", "run_demo"]
@@ -39,7 +39,9 @@ class DemoServer:
 
 def build_demo(listen: str, data_dir: Path) -> DemoServer:
     """The demo app for `listen` (host:port), with its registry under `data_dir`."""
-    settings = load_settings(listen=listen, data_dir=data_dir, role="all", log_format="text", poll_interval=0.2)
+    # Only what is given here: a CRANK_DATABASE_URL (or any CRANK_*) of the environment must not make the
+    # demo write into a real registry.
+    settings = given_settings(listen=listen, data_dir=data_dir, log_format="text", poll_interval=0.2)
     server = CrankServer(settings)
     base = f"http://{settings.listen}"
     catalog = load_catalog_file(CATALOG, variables={"CRANK_DEMO_API": base + API_PATH})

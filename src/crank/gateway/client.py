@@ -23,7 +23,17 @@ from yarl import URL
 
 from crank import _json
 
-__all__ = ["UpstreamClient", "UpstreamConnectionError", "UpstreamResponse", "UpstreamTimeoutError"]
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "UpstreamClient",
+    "UpstreamConnectionError",
+    "UpstreamResponse",
+    "UpstreamTimeoutError",
+    "UpstreamTooLargeError",
+]
+
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""The largest upstream answer read (a model cannot use more; a compressed bomb cannot fill memory)."""
 
 
 class UpstreamTimeoutError(Exception):
@@ -31,7 +41,16 @@ class UpstreamTimeoutError(Exception):
 
 
 class UpstreamConnectionError(Exception):
-    """The upstream could not be reached, or dropped the connection."""
+    """The upstream could not be reached (`sent` False: nothing left this process), or dropped the
+    connection after the request was sent (`sent` True: it may have acted on it)."""
+
+    def __init__(self, reason: str, *, sent: bool) -> None:
+        super().__init__(reason)
+        self.sent = sent
+
+
+class UpstreamTooLargeError(Exception):
+    """The answer is larger than the client accepts."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +69,14 @@ class UpstreamResponse:
 
 
 class UpstreamClient:
-    def __init__(self, *, limit_per_host: int = 100, keepalive_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        limit_per_host: int = 100,
+        keepalive_timeout: float = 30.0,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
+        self._max_response_bytes = max_response_bytes
         self._limit_per_host = limit_per_host
         self._keepalive_timeout = keepalive_timeout
         self._session: aiohttp.ClientSession | None = None
@@ -61,7 +87,11 @@ class UpstreamClient:
             connector = aiohttp.TCPConnector(
                 limit=0, limit_per_host=self._limit_per_host, keepalive_timeout=self._keepalive_timeout
             )
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+            # No cookie jar: the session is shared by every workspace and caller, and a cookie one upstream
+            # set for one caller must never go out with another's request.
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar()
+            )
         return self._session
 
     async def request(
@@ -86,12 +116,28 @@ class UpstreamClient:
                 timeout=self._timeout(timeout),
                 allow_redirects=False,
             ) as response:
-                payload = await response.read()
-                return UpstreamResponse(response.status, response.headers, payload)
+                return UpstreamResponse(response.status, response.headers, await self._body(response))
         except (TimeoutError, aiohttp.ServerTimeoutError):
             raise UpstreamTimeoutError from None
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamConnectionError(type(exc).__name__, sent=False) from None
         except aiohttp.ClientError as exc:
-            raise UpstreamConnectionError(type(exc).__name__) from None
+            raise UpstreamConnectionError(type(exc).__name__, sent=True) from None
+
+    async def _body(self, response: aiohttp.ClientResponse) -> bytes:
+        limit = self._max_response_bytes
+        length = response.content_length
+        if length is not None:
+            if length > limit:
+                raise UpstreamTooLargeError
+            return await response.read()
+        chunks, size = [], 0  # no Content-Length (chunked, or until close): read with a running total
+        async for chunk in response.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise UpstreamTooLargeError
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         timeout = self._timeouts.get(seconds)

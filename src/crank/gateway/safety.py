@@ -6,7 +6,9 @@ The key goes upstream in the header, and the gateway guarantees at most one effe
 the window: the first call claims the key (an atomic add in the state store), a repeat with the same
 arguments gets the stored result without calling the upstream, the same key with other arguments is
 `idempotency_key_reused`, a repeat while the first runs is `idempotency_in_progress`. A first call
-that fails (and so may not have reached the upstream) releases the key instead of storing anything.
+that fails before the upstream acted (a refused connection, a 4xx, 429 or 503, a mapping error) is not
+stored and frees the key for a retry; one that may have acted (a timeout, another 5xx, a dropped
+connection, a cancelled call) keeps the key as `idempotency_outcome_unknown` until the window ends.
 
 **Two-step confirmation.** A destructive operation (DELETE by default; `execution_config.confirmation`
 true or false says otherwise) never reaches the upstream on its first call: that returns
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crank import _json
-from crank.exceptions import ConfigurationError, ConfirmationError, IdempotencyError
+from crank.exceptions import ConfigurationError, ConfirmationError, IdempotencyError, ToolError
 from crank.state import StateStore
 from crank.types import JSONObject
 
@@ -85,8 +87,14 @@ class Idempotency:
             return self._repeat(await state.get(key), arguments_print)
         try:
             outcome = await call()
-        except BaseException:
-            await state.delete(key)  # may not have reached the upstream: never stored as a success
+        except ToolError as exc:
+            if exc.may_have_taken_effect:  # a timeout, a 5xx: the upstream may have acted; keep the key
+                await state.put(key, {"state": "unknown", "arguments": arguments_print}, self.window)
+            else:  # nothing happened upstream (refused, 4xx, 503, bad mapping): free the key for a retry
+                await state.delete(key)
+            raise
+        except BaseException:  # cancelled or failed mid-call: the outcome is not known either
+            await state.put(key, {"state": "unknown", "arguments": arguments_print}, self.window)
             raise
         await state.put(key, {"state": "done", "arguments": arguments_print, "outcome": outcome}, self.window)
         return outcome
@@ -99,6 +107,14 @@ class Idempotency:
                 f"The idempotency key {self.argument!r} was already used with other arguments.",
                 error_code="idempotency_key_reused", recoverable=True,
                 suggested_action=f"Use a new {self.argument} for a new request; reuse one only to repeat a call.",
+            )  # fmt: skip
+        if record.get("state") == "unknown":
+            raise IdempotencyError(
+                f"An earlier call with this {self.argument} failed in a way that may still have changed data "
+                "upstream (a timeout or a server error), so it is not repeated.",
+                error_code="idempotency_outcome_unknown", recoverable=True,
+                suggested_action="Check whether the change happened (read it back) before trying again with a "
+                f"new {self.argument}.",
             )  # fmt: skip
         if record.get("state") != "done":
             raise IdempotencyError(

@@ -38,6 +38,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._items: dict[str, tuple[float, JSONObject]] = {}
+        self._writes = 0
 
     def _live(self, key: str) -> JSONObject | None:
         item = self._items.get(key)
@@ -59,6 +60,7 @@ class MemoryStore:
         return self._live(key)
 
     async def put(self, key: str, value: JSONObject, ttl: float) -> None:
+        self._prune()
         self._items[key] = (time.monotonic() + ttl, value)
 
     async def take(self, key: str) -> JSONObject | None:
@@ -73,8 +75,9 @@ class MemoryStore:
         self._items.clear()
 
     def _prune(self) -> None:
-        """Drop expired items now and then, so that the dict does not grow without bound."""
-        if len(self._items) % 1024 == 0:
+        """Every 1,024 writes, drop what expired, so that the dict does not grow without bound."""
+        self._writes += 1
+        if self._writes % 1024 == 0:
             now = time.monotonic()
             for key in [key for key, (expires, _) in self._items.items() if expires <= now]:
                 del self._items[key]

@@ -16,30 +16,64 @@ from urllib.parse import quote
 from crank import _json
 from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError, MappingError
 from crank.gateway.adapters.base import Adapter
-from crank.gateway.client import UpstreamClient, UpstreamConnectionError, UpstreamResponse, UpstreamTimeoutError
+from crank.gateway.client import (
+    UpstreamClient,
+    UpstreamConnectionError,
+    UpstreamResponse,
+    UpstreamTimeoutError,
+    UpstreamTooLargeError,
+)
 from crank.gateway.mapping import RequestParts
 
-__all__ = ["HTTPAdapter", "resolve_secret", "trimmed"]
+__all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _EXCERPT = 300
 
 
-def resolve_secret(reference: str, *, where: str) -> str:
-    """`env:NAME` or `file:/path`: secrets are referenced, never stored in the registry."""
+SECRET_DIRS_VARIABLE = "CRANK_SECRET_DIRS"
+_DEFAULT_SECRET_DIRS = ("/run/secrets", "/var/run/secrets")
+
+
+def check_secret_reference(reference: str, *, where: str) -> tuple[str, str]:
+    """`env:NAME` or `file:/path`, checked without reading it. Crank's own `CRANK_*` variables are never a
+    secret of an upstream, and files must lie in a secrets folder (`CRANK_SECRET_DIRS`, separated by
+    `:`; /run/secrets and /var/run/secrets by default), so that whoever may define operations cannot
+    make the gateway send any variable or file it can read."""
     kind, _, name = reference.partition(":")
     if kind == "env" and name:
+        if name.upper().startswith("CRANK_"):
+            raise ConfigurationError(f"{where}: Crank's own settings ({name}) cannot be an upstream secret")
+        return kind, name
+    if kind == "file" and name:
+        path = Path(name)
+        folders = os.environ.get(SECRET_DIRS_VARIABLE, ":".join(_DEFAULT_SECRET_DIRS)).split(":")
+        if not path.is_absolute() or not any(_inside(path, Path(folder)) for folder in folders if folder):
+            raise ConfigurationError(
+                f"{where}: secret files must be in one of {folders} ({SECRET_DIRS_VARIABLE}), got {name!r}"
+            )
+        return kind, name
+    raise ConfigurationError(f"{where}: a secret is 'env:NAME' or 'file:/path', got {reference!r}")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == os.path.realpath(folder)
+
+
+def resolve_secret(reference: str, *, where: str) -> str:
+    """The value of an `env:NAME` or `file:/path` reference: secrets are referenced, never stored in the
+    registry. A missing one is a `ConfigurationError` (the call fails as `internal_error`; the log says why)."""
+    kind, name = check_secret_reference(reference, where=where)
+    if kind == "env":
         value = os.environ.get(name)
         if value is None:
             raise ConfigurationError(f"{where}: environment variable {name!r} is not set")
         return value
-    if kind == "file" and name:
-        try:
-            return Path(name).read_text().strip()
-        except OSError as exc:
-            raise ConfigurationError(f"{where}: cannot read secret file {name!r}: {exc.strerror}") from None
-    raise ConfigurationError(f"{where}: a secret is 'env:NAME' or 'file:/path', got {reference!r}")
+    try:
+        return Path(name).read_text().strip()
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: cannot read secret file {name!r}: {exc.strerror}") from None
 
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -52,10 +86,24 @@ class HTTPAdapter(Adapter):
         self.client = client
         self.method = str(target.get("method", "GET")).upper()
         self.url = target["url"]
-        self.timeout = float(config.get("timeout", 10))
+        self.timeout = _number(config.get("timeout", 10), "timeout", where, minimum=0.001)
         idempotent = config.get("idempotent", self.method in _IDEMPOTENT)
-        self.retries = int(config.get("retries", 0)) if idempotent else 0
-        self.auth_headers = _auth_headers(config.get("auth"), where=where)
+        self.retries = int(_number(config.get("retries", 0), "retries", where, minimum=0)) if idempotent else 0
+        self._auth = _auth(config.get("auth"), where=where)
+        self._auth_cache: dict[str, str] | None = None
+        self._where = where
+
+    def auth_headers(self) -> dict[str, str]:
+        """The upstream credentials, read from their references on first use (on the serving process: a
+        publish or a lint elsewhere never needs them), then kept for this published version."""
+        if self._auth_cache is None:
+            if self._auth is None:
+                self._auth_cache = {}
+            else:
+                kind, name, reference = self._auth
+                secret = resolve_secret(reference, where=self._where)
+                self._auth_cache = {"Authorization": f"Bearer {secret}"} if kind == "bearer" else {name: secret}
+        return self._auth_cache
 
     async def call(self, parts: RequestParts) -> Any:
         url, headers, query, body = self._request(parts)
@@ -67,18 +115,19 @@ class HTTPAdapter(Adapter):
                 )
             except UpstreamTimeoutError:
                 if last:
-                    raise ExternalServiceError(
-                        f"The upstream did not answer within {self.timeout:g} s.", error_code="upstream_timeout",
-                        recoverable=True, suggested_action="Retry later, or narrow the request.",
+                    raise _external(
+                        f"The upstream did not answer within {self.timeout:g} s.", "upstream_timeout",
+                        "Retry later, or narrow the request.", applied=True,
                     ) from None  # fmt: skip
                 continue
-            except UpstreamConnectionError:
+            except UpstreamConnectionError as exc:
                 if last:
-                    raise ExternalServiceError(
-                        "The upstream service cannot be reached.", error_code="upstream_unavailable",
-                        recoverable=True, suggested_action="Retry in a minute.",
-                    ) from None  # fmt: skip
+                    raise _external("The upstream service cannot be reached.", "upstream_unavailable",
+                                    "Retry in a minute.", applied=exc.sent) from None  # fmt: skip
                 continue
+            except UpstreamTooLargeError:
+                raise AdapterError("The upstream's answer is too large to pass on.",
+                                   error_code="upstream_bad_response") from None  # fmt: skip
             if response.status in _RETRY_STATUSES and not last:
                 continue
             return _decode(response)
@@ -87,12 +136,12 @@ class HTTPAdapter(Adapter):
     def _request(self, parts: RequestParts) -> tuple[str, dict[str, str], list[tuple[str, str]], bytes | None]:
         url = self.url
         for name, value in parts.path.items():
-            url = url.replace("{" + name + "}", quote(str(value), safe=""))
+            url = url.replace("{" + name + "}", _path_segment(name, value))
         if "{" in url:
             missing = url[url.index("{") + 1 : url.index("}")] if "}" in url else url
             raise MappingError(f"no value for path parameter {missing!r}", recoverable=True,
                                suggested_action=f"Pass {missing!r}.")  # fmt: skip
-        headers = {**parts.headers, **self.auth_headers}
+        headers = {**parts.headers, **self.auth_headers()}
         for name, value in headers.items():
             if "\r" in value or "\n" in value:
                 raise MappingError(f"header {name!r} may not contain line breaks", recoverable=True)
@@ -121,37 +170,63 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
-def _auth_headers(auth: Any, *, where: str) -> dict[str, str]:
+def _auth(auth: Any, *, where: str) -> tuple[str, str, str] | None:
+    """(type, header name, secret reference), checked when the version is built; resolved on first call."""
     if not auth:
-        return {}
+        return None
     if not isinstance(auth, dict) or auth.get("type") not in ("bearer", "header"):
         raise ConfigurationError(f"{where}: auth is {{'type': 'bearer'|'header', 'secret': 'env:NAME', ...}}")
-    secret = resolve_secret(str(auth.get("secret", "")), where=where)
-    if auth["type"] == "bearer":
-        return {"Authorization": f"Bearer {secret}"}
-    return {str(auth.get("name", "X-Api-Key")): secret}
+    reference = str(auth.get("secret", ""))
+    check_secret_reference(reference, where=where)
+    return auth["type"], str(auth.get("name", "X-Api-Key")), reference
+
+
+def _number(value: Any, name: str, where: str, *, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise ConfigurationError(f"{where}: {name} must be a number of at least {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _path_segment(name: str, value: Any) -> str:
+    """One percent-encoded path segment. `.` and `..` are refused: a server would resolve them and reach
+    another endpoint with this operation's credentials."""
+    text = _query_value(value)
+    if text in ("", ".", ".."):
+        raise MappingError(f"path parameter {name!r} may not be {text!r}", recoverable=True,
+                           suggested_action=f"Pass the real value of {name!r}.")  # fmt: skip
+    return quote(text, safe="")
+
+
+def _external(message: str, code: str, action: str, *, applied: bool, **extra: Any) -> ExternalServiceError:
+    error = ExternalServiceError(message, error_code=code, recoverable=True, suggested_action=action, **extra)
+    error.may_have_taken_effect = applied
+    return error
 
 
 def _decode(response: UpstreamResponse) -> Any:
+    """The JSON answer, or the structured error of a failure. Whether the upstream may have acted: not
+    on 429, 503 and other 4xx (it says it did not), perhaps on other 5xx and on 3xx (a 303 after a POST)."""
     status = response.status
     if status == 429:
         retry_after = response.headers.get("retry-after", "")
-        known = retry_after.isdigit()
-        raise ExternalServiceError(
-            "The upstream is rate limiting calls.",
-            error_code="upstream_rate_limited",
-            recoverable=True,
-            suggested_action=f"Wait {retry_after} s, then retry." if known else "Wait a little, then retry.",
+        known = retry_after.isascii() and retry_after.isdigit()
+        raise _external(
+            "The upstream is rate limiting calls.", "upstream_rate_limited",
+            f"Wait {retry_after} s, then retry." if known else "Wait a little, then retry.", applied=False,
             details={"retry_after": int(retry_after)} if known else None,
-        )
-    if status >= 500:
-        raise ExternalServiceError(f"The upstream failed (HTTP {status}).", error_code="upstream_unavailable",
-                                   recoverable=True, suggested_action="Retry later.")  # fmt: skip
-    if status >= 400:
-        raise ExternalServiceError(
-            f"The upstream refused the request (HTTP {status}): {_excerpt(response)}", error_code="upstream_rejected",
-            recoverable=True, suggested_action="Check the arguments against the tool's description and try again.",
         )  # fmt: skip
+    if status >= 500:
+        raise _external(f"The upstream failed (HTTP {status}).", "upstream_unavailable", "Retry later.",
+                        applied=status != 503)  # fmt: skip
+    if status >= 400:
+        raise _external(
+            f"The upstream refused the request (HTTP {status}): {_excerpt(response)}", "upstream_rejected",
+            "Check the arguments against the tool's description and try again.", applied=False,
+        )  # fmt: skip
+    if status >= 300:  # redirects are not followed: a tool's request goes only where the operation says
+        raise _external(f"The upstream answered with a redirect (HTTP {status}).", "upstream_rejected",
+                        "Tell the operator: the operation's URL may be out of date.", applied=True,
+                        details={"status": status})  # fmt: skip
     if status == 204 or not response.body:
         return None
     try:

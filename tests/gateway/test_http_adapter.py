@@ -1,0 +1,117 @@
+"""The http adapter against a real upstream on loopback: credentials from secret references, cookies never
+shared, path segments that cannot climb, redirects and oversized answers as errors, config checked."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from crank.exceptions import ConfigurationError, ExternalServiceError, MappingError, ToolError
+from crank.gateway.client import UpstreamClient
+from crank.gateway.operation import RemoteOperation
+
+pytestmark = pytest.mark.anyio
+seen: list[dict[str, Any]] = []
+UNUSED = UpstreamClient()  # builds operations; never sends
+
+
+async def echo(request: Request) -> Response:
+    seen.append({"path": request.scope["raw_path"], "headers": dict(request.headers)})
+    return JSONResponse({"ok": True})
+
+
+async def set_cookie(request: Request) -> Response:
+    response = JSONResponse({"ok": True})
+    response.set_cookie("session", "tenant-a-secret")
+    return response
+
+
+upstream = Starlette(routes=[
+    Route("/echo/{rest:path}", echo), Route("/set-cookie", set_cookie),
+    Route("/moved", lambda request: RedirectResponse("/echo/x", status_code=302)),
+    Route("/big", lambda request: JSONResponse({"blob": "x" * 5000})),
+])  # fmt: skip
+
+
+@pytest.fixture
+def base(serve: Callable[..., str]) -> str:
+    seen.clear()
+    # `localhost`, not an IP: a cookie jar would keep cookies for a host name.
+    return serve(upstream).replace("127.0.0.1", "localhost")
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[UpstreamClient]:
+    upstream_client = UpstreamClient(max_response_bytes=1000)
+    yield upstream_client
+    await upstream_client.aclose()
+
+
+def operation(client: UpstreamClient, url: str, **config: Any) -> RemoteOperation:
+    spec = {"tool_name": "t", "protocol": "http", "target": {"method": "GET", "url": url}, "execution_config": config}
+    return RemoteOperation(spec, client)
+
+
+async def test_credentials_come_from_references_when_called(
+    base: str, client: UpstreamClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "shop-key").write_text("file-secret\n")
+    monkeypatch.setenv("CRANK_SECRET_DIRS", str(tmp_path))
+    bearer = operation(client, base + "/echo/a", auth={"type": "bearer", "secret": "env:SHOP_TOKEN"})
+    header = operation(client, base + "/echo/b", auth={"type": "header", "name": "X-Key",
+                                                       "secret": f"file:{tmp_path / 'shop-key'}"})  # fmt: skip
+    monkeypatch.setenv("SHOP_TOKEN", "env-secret")  # read on the first call, not when the version was built
+    await bearer.call({})
+    await header.call({})
+    assert seen[0]["headers"]["authorization"] == "Bearer env-secret" and seen[1]["headers"]["x-key"] == "file-secret"
+
+
+@pytest.mark.parametrize(
+    ("secret", "message"),
+    [
+        ("env:CRANK_DATABASE_URL", "Crank's own settings"),
+        ("file:/etc/passwd", "secret files must be in one of"),
+        ("file:relative/key", "secret files must be in one of"),
+        ("vault:x", "a secret is 'env:NAME' or 'file:/path'"),
+    ],
+)
+def test_references_that_could_leak_the_server_are_refused(secret: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        operation(UNUSED, "http://u/x", auth={"type": "bearer", "secret": secret})
+
+
+async def test_cookies_an_upstream_sets_never_go_out_again(base: str, client: UpstreamClient) -> None:
+    await operation(client, base + "/set-cookie").call({})
+    await operation(client, base + "/echo/other").call({})
+    assert "cookie" not in seen[-1]["headers"]
+
+
+@pytest.mark.parametrize("value", ["..", ".", ""])
+async def test_a_path_segment_cannot_climb(base: str, client: UpstreamClient, value: str) -> None:
+    with pytest.raises(MappingError, match="may not be"):
+        await operation(client, base + "/echo/{id}/posts").call({"id": value})
+    await operation(client, base + "/echo/{id}").call({"id": "a/../b c"})
+    assert seen[-1]["path"] == b"/echo/a%2F..%2Fb%20c"
+
+
+async def test_redirects_and_oversized_answers_are_errors(base: str, client: UpstreamClient) -> None:
+    with pytest.raises(ExternalServiceError) as redirect:
+        await operation(client, base + "/moved").call({})
+    assert redirect.value.error_code == "upstream_rejected" and redirect.value.details == {"status": 302}
+    assert seen == []  # not followed
+    with pytest.raises(ToolError) as big:
+        await operation(client, base + "/big").call({})
+    assert big.value.error_code == "upstream_bad_response"
+
+
+@pytest.mark.parametrize(("config", "message"), [({"timeout": 0}, "timeout"), ({"retries": -1}, "retries")])
+def test_timeouts_and_retries_are_checked(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{message} must be a number"):
+        operation(UNUSED, "http://u/x", **config)
