@@ -122,9 +122,16 @@ class Settings(BaseSettings):
         path = self.data_dir / "admin-token"
         if not path.exists():
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fresh = path.with_name(f".admin-token-{secrets.token_hex(8)}")
+            fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as file:
                 file.write(secrets.token_urlsafe(32))
+            try:  # written whole, then linked into place: two processes starting at once agree on one
+                os.link(fresh, path)
+            except FileExistsError:
+                pass
+            finally:
+                fresh.unlink()
         return path.read_text().strip()
 
     @classmethod

@@ -499,3 +499,10 @@ def test_a_malformed_draft_is_a_finding_not_a_crash() -> None:
     view["tools"][0]["input_schema"] = {"type": "object", "properties": ["not", "a", "mapping"]}
     findings = lint_runtime(view)
     assert "compile-error" in {finding.rule for finding in findings}
+
+
+def test_a_destructive_put_without_a_word_on_confirmation_is_flagged() -> None:
+    put = {**good_tool(), "target": {"method": "PUT", "url": "http://u/x"}, "annotations": {"destructiveHint": True}}
+    assert "unconfirmed-destructive" in rules(put)
+    assert "unconfirmed-destructive" not in rules({**put, "execution_config": {"confirmation": True}})
+    assert "unconfirmed-destructive" not in rules({**put, "annotations": {"destructiveHint": False}})

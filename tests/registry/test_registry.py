@@ -108,3 +108,19 @@ def test_clear_errors_for_missing_things(registry: Registry) -> None:
     registry.publish("acme", "support")
     with pytest.raises(RegistryError, match="has no version 7"):
         registry.rollback("acme", "support", 7)
+
+
+def test_concurrent_binding_edits_lose_nothing(registry: Registry) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from crank.admin.actions import bind_tool
+
+    seeded(registry)
+
+    def bind(index: int) -> None:
+        bind_tool(registry, "acme", "support", {"operation": "get_user", "tool_name": f"t{index}"})
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(bind, range(16)))
+    names = {binding["tool_name"] for binding in registry.agent("acme", "support")["bindings"]}
+    assert names == {f"t{i}" for i in range(16)}

@@ -121,29 +121,29 @@ def import_operations(
 
 def bind_tool(registry: Registry, workspace: str, agent: str, binding: JSONObject) -> JSONObject:
     """Add a binding to the agent's draft, or replace the one with the same tool name in its place."""
-    draft = registry.agent(workspace, agent)
     tool_name = tool_name_of(binding)
-    bindings = list(draft["bindings"])
-    names = [tool_name_of(existing) for existing in bindings]
-    if tool_name in names:
-        bindings[names.index(tool_name)] = binding
-    else:
-        bindings.append(binding)
-    registry.put_agent(workspace, agent, _with_bindings(draft, bindings))
+
+    def edit(spec: JSONObject) -> JSONObject:
+        bindings = list(spec.get("bindings", []))
+        names = [tool_name_of(existing) for existing in bindings]
+        if tool_name in names:
+            bindings[names.index(tool_name)] = binding
+        else:
+            bindings.append(binding)
+        return {**spec, "bindings": bindings}
+
+    registry.edit_agent(workspace, agent, edit)
     return registry.agent(workspace, agent)
 
 
 def unbind_tool(registry: Registry, workspace: str, agent: str, tool_name: str) -> None:
-    draft = registry.agent(workspace, agent)
-    bindings = [binding for binding in draft["bindings"] if tool_name_of(binding) != tool_name]
-    if len(bindings) == len(draft["bindings"]):
-        raise RegistryNotFoundError(f"agent {workspace}/{agent} has no tool {tool_name!r}")
-    registry.put_agent(workspace, agent, _with_bindings(draft, bindings))
+    def edit(spec: JSONObject) -> JSONObject:
+        bindings = [binding for binding in spec.get("bindings", []) if tool_name_of(binding) != tool_name]
+        if len(bindings) == len(spec.get("bindings", [])):
+            raise RegistryNotFoundError(f"agent {workspace}/{agent} has no tool {tool_name!r}")
+        return {**spec, "bindings": bindings}
 
-
-def _with_bindings(draft: JSONObject, bindings: list[JSONObject]) -> JSONObject:
-    kept = {key: draft[key] for key in ("description", "token_budget") if draft.get(key) is not None}
-    return {**kept, "bindings": bindings}
+    registry.edit_agent(workspace, agent, edit)
 
 
 def tool_name_of(binding: JSONObject) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import IntegrityError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -94,6 +95,8 @@ class AdminAPI:
                 return _error(404, "not_found", str(exc))
             except RegistryConflictError as exc:
                 return _error(409, "conflict", str(exc))
+            except IntegrityError:  # two writers at once (two publishes of one agent, say): the second loses
+                return _error(409, "conflict", "a concurrent change got there first; repeat the request")
             except ConfigurationError as exc:
                 return _error(422, "invalid_definition", str(exc))
             if endpoint.status == 204:

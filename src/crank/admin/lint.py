@@ -43,6 +43,8 @@ POST that cannot create a duplicate, a list short by nature, a parameter whose m
   duplicate
 - `confirmation-off` (error): `execution_config.confirmation` is `false` on a DELETE or on a tool with
   `destructiveHint`
+- `unconfirmed-destructive` (warning): a tool marked `destructiveHint` that is not a DELETE (an
+  imported PUT, say) and says nothing about confirmation, so it runs in one step
 - `uncapped-array` (warning): the output schema is a list, or an object holding lists, and
   `output_mapping` does not cap it (`max_items` caps only a list the mapping returns, so an object
   holding lists also needs a `select`)
@@ -100,6 +102,7 @@ RULES: dict[str, Severity] = {
     "multi-action": "error",
     "missing-idempotency-key": "warning",
     "confirmation-off": "error",
+    "unconfirmed-destructive": "warning",
     "uncapped-array": "warning",
     "raw-output": "warning",
     "duplicate-target": "warning",
@@ -497,6 +500,14 @@ def _check_confirmation(tool: JSONObject) -> Iterator[Finding]:
             "confirmation-off",
             "a destructive tool runs without the two-step confirmation.",
             "remove execution_config.confirmation: false, so the user confirms before anything is deleted.",
+        )
+    elif destructive and _http_method(tool) not in (None, "DELETE") and "confirmation" not in config:
+        yield _finding(
+            tool["tool_name"],
+            "unconfirmed-destructive",
+            f"the tool is marked destructive but, as a {_http_method(tool)}, runs without confirmation "
+            "(only DELETE asks by default).",
+            "set execution_config.confirmation: true if it can destroy data, or destructiveHint: false if not.",
         )
 
 

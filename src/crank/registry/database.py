@@ -29,14 +29,24 @@ def open_engine(url: str, *, pooled: bool = True) -> Engine:
     engine = create_engine(url, pool_pre_ping=True) if pooled else create_engine(url, poolclass=NullPool)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
 def _sqlite_pragmas(connection: Any, record: Any) -> None:
+    # The driver's own transaction handling starts a transaction only at the first write, so a read and the
+    # write that follows it would not be one transaction; Crank begins them itself (`_sqlite_begin`).
+    connection.isolation_level = None
     cursor = connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")  # off by default in SQLite
     cursor.execute("PRAGMA journal_mode=WAL")  # readers (MCP) do not wait for a publishing writer
     cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    """`BEGIN IMMEDIATE`: a transaction takes the write lock when it starts, so read-modify-write edits
+    (bindings, publishes) run one after the other instead of losing one another's changes."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def migrate(engine: Engine) -> None:

@@ -149,6 +149,16 @@ class Registry:
             for name, spec in specs.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
 
+    def edit_agent(self, workspace: str, slug: str, edit: Callable[[JSONObject], JSONObject]) -> None:
+        """Read, change and write an agent's draft in one transaction, the row locked (PostgreSQL) or the
+        database written by one writer at a time (SQLite): two concurrent edits never lose one another."""
+        with Session(self.engine) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            agent = session.scalar(select(Agent).filter_by(workspace_id=ws.id, slug=slug).with_for_update())
+            if agent is None:
+                raise RegistryNotFoundError(f"no agent {slug!r} in workspace {ws.slug!r}")
+            agent.spec = dict(edit(dict(agent.spec)))
+
     def agents(self, workspace: str) -> list[JSONObject]:
         with Session(self.engine) as session:
             ws = self._workspace(session, workspace)
