@@ -44,9 +44,11 @@ def _sqlite_pragmas(connection: Any, record: Any) -> None:
 
 
 def _sqlite_begin(connection: Any) -> None:
-    """`BEGIN IMMEDIATE`: a transaction takes the write lock when it starts, so read-modify-write edits
-    (bindings, publishes) run one after the other instead of losing one another's changes."""
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    """A writing transaction (`crank_write` execution option, see `Registry`) begins `IMMEDIATE`: it takes
+    the write lock when it starts, so read-modify-write edits (bindings, publishes) run one after the
+    other instead of losing one another's changes. Reads begin deferred and never wait for a writer."""
+    write = connection.get_execution_options().get("crank_write", False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
 def migrate(engine: Engine) -> None:

@@ -99,11 +99,14 @@ class PublishedAgent:
 class Registry:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # Transactions that write take SQLite's write lock when they begin (see `crank.registry.database`),
+        # so a read-modify-write never loses a concurrent change; reads stay concurrent.
+        self._writer = engine.execution_options(crank_write=True)
 
     # -- drafts ------------------------------------------------------------------------------------
 
     def create_workspace(self, slug: str, name: str, default_language: str = "en") -> None:
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             session.add(Workspace(slug=slug, name=name, default_language=default_language))
             try:
                 session.flush()
@@ -114,7 +117,7 @@ class Registry:
         self, slug: str, name: str, default_language: str = "en", token_budget: int | None = None
     ) -> None:
         """Create the workspace, or update its name, default language and token budget."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             self._put_workspace(session, slug, name, default_language, token_budget)
 
     def workspaces(self) -> list[JSONObject]:
@@ -139,12 +142,12 @@ class Registry:
 
     def delete_operation(self, workspace: str, name: str) -> None:
         """Remove an operation's draft. Published versions keep their own copy and keep serving."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             session.delete(self._operation(session, self._workspace(session, workspace), name))
 
     def put_operations(self, workspace: str, specs: dict[str, JSONObject]) -> None:
         """Create or replace many operation drafts in one transaction (an import: all or nothing)."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             for name, spec in specs.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
@@ -152,7 +155,7 @@ class Registry:
     def edit_agent(self, workspace: str, slug: str, edit: Callable[[JSONObject], JSONObject]) -> None:
         """Read, change and write an agent's draft in one transaction, the row locked (PostgreSQL) or the
         database written by one writer at a time (SQLite): two concurrent edits never lose one another."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             agent = session.scalar(select(Agent).filter_by(workspace_id=ws.id, slug=slug).with_for_update())
             if agent is None:
@@ -179,7 +182,7 @@ class Registry:
         self._put_draft(Agent, workspace, {"slug": slug}, spec)
 
     def _put_draft(self, model: type[_Draft], workspace: str, key: dict[str, str], spec: JSONObject) -> None:
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             self._put_row(session, model, self._workspace(session, workspace), key, spec)
 
     @staticmethod
@@ -199,7 +202,7 @@ class Registry:
     ) -> dict[str, tuple[int, bool]]:
         """Create or update a workspace, its operations and agents, and publish every agent whose runtime
         view changed, all in one transaction. Returns each agent's served version and whether it is new."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             language = workspace.get("default_language") or "en"
             ws = self._put_workspace(
                 session, workspace["slug"], workspace["name"], language, workspace.get("token_budget")
@@ -238,7 +241,7 @@ class Registry:
     ) -> int:
         """Publish the agent's draft as a new immutable version; returns its number. With `skip_unchanged`,
         a draft whose runtime view equals the served version's publishes nothing and returns that version."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             version, _ = self._publish(session, ws, self._agent(session, ws, agent_slug), check, skip_unchanged)
         return version
@@ -274,7 +277,7 @@ class Registry:
 
     def rollback(self, workspace: str, agent_slug: str, version: int) -> None:
         """Serve an earlier published version again."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             agent = self._agent(session, ws, agent_slug)
             if session.scalar(select(AgentVersion).filter_by(agent_id=agent.id, version=version)) is None:
@@ -298,7 +301,7 @@ class Registry:
     def create_api_key(self, workspace: str, agents: Iterable[str] | None = None) -> str:
         """A new key for the workspace (optionally only some agents). Shown once: only its digest is kept."""
         key = "crk_" + secrets.token_urlsafe(32)
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             scope = {"agents": sorted(agents)} if agents is not None else None
             session.add(ApiKey(workspace_id=ws.id, digest=key_digest(key), agents=scope))
@@ -306,7 +309,7 @@ class Registry:
         return key
 
     def revoke_api_key(self, key: str) -> None:
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             row = session.scalar(select(ApiKey).filter_by(digest=key_digest(key)))
             if row is None:
                 raise RegistryNotFoundError("no such API key")
