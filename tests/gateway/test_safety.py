@@ -258,3 +258,35 @@ async def test_replicas_share_tokens_and_keys_through_redis(
         arguments = {"name": "shared", "request_id": "r-9"}
         assert await one("create_record", arguments) == await two("create_record", arguments)
     assert upstream.deleted == ["9"] and len(upstream.created) == 1
+
+
+async def test_a_call_that_outlived_its_claim_leaves_the_next_claim_alone() -> None:
+    from crank.exceptions import MappingError
+    from crank.gateway.safety import Idempotency, fingerprint
+    from crank.state import MemoryStore
+
+    state = MemoryStore()
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op")
+    arguments = {"request_id": "r-1"}
+    first_started, release_first = asyncio.Event(), asyncio.Event()
+
+    async def slow_failure() -> dict[str, Any]:
+        first_started.set()
+        await release_first.wait()
+        raise MappingError("nothing was sent")  # would free the key, were it still ours
+
+    async def second() -> dict[str, Any]:
+        await asyncio.sleep(0.3)
+        return {"value": 2, "omitted": 0}
+
+    first = asyncio.create_task(idempotency.run(state, arguments, 0.05, slow_failure))  # claim lasts 50 ms
+    await first_started.wait()
+    await asyncio.sleep(0.1)  # the first claim expired; a second call claims the key
+    running = asyncio.create_task(idempotency.run(state, arguments, 5, second))
+    await asyncio.sleep(0.05)
+    release_first.set()
+    with pytest.raises(MappingError):
+        await first
+    record = await state.get(f"idem:acme/op:{fingerprint('r-1')}")
+    assert record is not None and record["state"] == "running"  # the second caller's claim survived
+    assert await running == {"value": 2, "omitted": 0}

@@ -48,3 +48,13 @@ async def test_delete_releases_a_claim(store: StateStore) -> None:
     await store.add("k", {}, ttl=5)
     await store.delete("k")
     assert await store.add("k", {}, ttl=5)
+
+
+async def test_replace_if_touches_only_its_own_claim(store: StateStore) -> None:
+    await store.add("k", {"claim": "mine", "state": "running"}, ttl=5)
+    assert not await store.replace_if("k", "theirs", None, ttl=5)
+    assert await store.get("k") == {"claim": "mine", "state": "running"}
+    assert await store.replace_if("k", "mine", {"claim": "mine", "state": "done"}, ttl=5)
+    assert await store.get("k") == {"claim": "mine", "state": "done"}
+    assert await store.replace_if("k", "mine", None, ttl=5)
+    assert await store.get("k") is None and not await store.replace_if("k", "mine", None, ttl=5)

@@ -83,20 +83,23 @@ class Idempotency:
             return await call()  # no key given: nothing to deduplicate on
         key = f"idem:{self.scope}:{fingerprint(value)}"
         arguments_print = fingerprint(arguments)
-        if not await state.add(key, {"state": "running", "arguments": arguments_print}, in_flight_ttl):
+        claim = secrets.token_hex(16)  # ours: every later write checks it, in case our claim expired meanwhile
+        if not await state.add(key, {"state": "running", "arguments": arguments_print, "claim": claim}, in_flight_ttl):
             return self._repeat(await state.get(key), arguments_print)
+        unknown = {"state": "unknown", "arguments": arguments_print, "claim": claim}
         try:
             outcome = await call()
         except ToolError as exc:
             if exc.may_have_taken_effect:  # a timeout, a 5xx: the upstream may have acted; keep the key
-                await state.put(key, {"state": "unknown", "arguments": arguments_print}, self.window)
+                await state.replace_if(key, claim, unknown, self.window)
             else:  # nothing happened upstream (refused, 4xx, 503, bad mapping): free the key for a retry
-                await state.delete(key)
+                await state.replace_if(key, claim, None, self.window)
             raise
         except BaseException:  # cancelled or failed mid-call: the outcome is not known either
-            await state.put(key, {"state": "unknown", "arguments": arguments_print}, self.window)
+            await state.replace_if(key, claim, unknown, self.window)
             raise
-        await state.put(key, {"state": "done", "arguments": arguments_print, "outcome": outcome}, self.window)
+        done = {"state": "done", "arguments": arguments_print, "claim": claim, "outcome": outcome}
+        await state.replace_if(key, claim, done, self.window)
         return outcome
 
     def _repeat(self, record: JSONObject | None, arguments_print: str) -> JSONObject:

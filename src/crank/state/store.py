@@ -29,6 +29,10 @@ class StateStore(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
+    async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
+        """Replace (or, with None, delete) the value only while its `claim` field is `claim`: a caller whose
+        claim expired and was taken by another never overwrites the other's. True when done."""
+
     async def aclose(self) -> None: ...
 
 
@@ -71,6 +75,16 @@ class MemoryStore:
     async def delete(self, key: str) -> None:
         self._items.pop(key, None)
 
+    async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
+        current = self._live(key)
+        if current is None or current.get("claim") != claim:
+            return False
+        if value is None:
+            del self._items[key]
+        else:
+            self._items[key] = (time.monotonic() + ttl, value)
+        return True
+
     async def aclose(self) -> None:
         self._items.clear()
 
@@ -91,6 +105,7 @@ class RedisStore:
 
         self._redis: Any = redis.asyncio.Redis.from_url(url)
         self._prefix = prefix
+        self._replace_if = self._redis.register_script(_REPLACE_IF)
 
     async def add(self, key: str, value: JSONObject, ttl: float) -> bool:
         return bool(await self._redis.set(self._prefix + key, _json.dumps(value), nx=True, px=_ms(ttl)))
@@ -107,8 +122,23 @@ class RedisStore:
     async def delete(self, key: str) -> None:
         await self._redis.delete(self._prefix + key)
 
+    async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
+        new = _json.dumps(value).decode() if value is not None else ""
+        return bool(await self._replace_if(keys=[self._prefix + key], args=[claim, new, _ms(ttl)]))
+
     async def aclose(self) -> None:
         await self._redis.aclose()
+
+
+# One atomic step in Redis: compare the stored value's claim, then set or delete.
+_REPLACE_IF = """
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local ok, decoded = pcall(cjson.decode, current)
+if not ok or decoded['claim'] ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+return 1
+"""
 
 
 def _ms(seconds: float) -> int:
