@@ -27,6 +27,7 @@ from starlette.routing import Route
 from crank import __version__, _json
 from crank.admin.actions import bind_tool, import_operations, publish_agent, unbind_tool
 from crank.admin.apply import apply_catalog
+from crank.admin.documents import is_url
 from crank.admin.models import (
     AgentIn,
     ApiKeyIn,
@@ -183,7 +184,7 @@ def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
     source: str | JSONObject | None = body.document if body.document is not None else body.url
     if source is None or (body.document is not None and body.url is not None):
         raise _HTTPError(422, "invalid_body", "give exactly one of 'url' or 'document'")
-    if isinstance(source, str) and not source.startswith(("http://", "https://")):
+    if isinstance(source, str) and not is_url(source):
         raise _HTTPError(422, "invalid_body", "url: only http(s) URLs (the admin API does not read server files)")
     names = import_operations(api.registry, _path(request, "workspace"), body.format, source,
                               base_url=body.base_url, include=body.include)  # fmt: skip
@@ -237,7 +238,7 @@ def create_api_key(api: AdminAPI, request: Request, body: ApiKeyIn) -> Any:
 
 def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
     locations = [location for s in body.sources for location in (s.openapi, s.openrpc) if location]
-    if not all(location.startswith(("http://", "https://")) for location in locations):
+    if not all(is_url(location) for location in locations):
         raise _HTTPError(
             422, "invalid_body", "sources: only URLs through the admin API (it does not read server files)"
         )

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
-from crank.admin.documents import SpecError, load_document
+from crank.admin.documents import SpecError, is_url, load_document
 from crank.admin.lint import Finding
 from crank.admin.models import CatalogFile, OperationIn, SourceIn
 from crank.exceptions import ConfigurationError
@@ -75,8 +75,7 @@ def apply_catalog(
     for index, source in enumerate(catalog.sources):
         try:
             kind, location = _source(source, index)
-            remote = location.startswith(("http://", "https://"))
-            reference = location if remote else str(base_dir / location)
+            reference = location if is_url(location) else str(base_dir / location)
             operations.update(imported_specs(kind, load_document(reference), base_url=source.base_url,
                                              include=source.include, progress=progress))  # fmt: skip
         except SpecError as exc:

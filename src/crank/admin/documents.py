@@ -63,6 +63,7 @@ __all__ = [
     "check_unique_names",
     "claim",
     "describe",
+    "is_url",
     "json_copy",
     "load_document",
     "merge_annotations",
@@ -109,9 +110,14 @@ class ImportedOperation:
 # -- loading ----------------------------------------------------------------------------------------
 
 
+def is_url(source: str) -> bool:
+    """Whether a document location is an http(s) URL (anything else is a file path)."""
+    return source.startswith(("http://", "https://"))
+
+
 def load_document(source: str, *, client: httpx.Client | None = None) -> JSONObject:
     """Read a JSON or YAML document from a file path or an http(s) URL; raises `SpecError`."""
-    if source.startswith(("http://", "https://")):
+    if is_url(source):
         data = _fetch(source, client)
     else:
         data = _read(source)
