@@ -15,7 +15,6 @@ from crank.admin.documents import load_document
 from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtime
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
-from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
 from crank.registry import Registry, RegistryNotFoundError
 from crank.types import JSONObject
@@ -34,13 +33,10 @@ __all__ = [
 
 ImportFormat = Literal["openapi", "openrpc"]
 
-# Building a catalog creates the adapters, which hold a client; a check never sends a request with it.
-_UNUSED_CLIENT = UpstreamClient()  # its session is made on first use, which a check never reaches
-
 
 def check_runtime(runtime: JSONObject) -> None:
     """Compile the catalog of a runtime view; raises `ConfigurationError` naming the tool that is wrong."""
-    build_catalog(runtime, _UNUSED_CLIENT)
+    build_catalog(runtime)
 
 
 @dataclass(frozen=True)
@@ -68,10 +64,10 @@ class CheckAndLint:
         self.catalogs: dict[str, CatalogReport] = {}
 
     def __call__(self, runtime: JSONObject) -> None:
-        check_runtime(runtime)
+        catalog = build_catalog(runtime)  # the check; the linter and the budget report reuse what it built
         slug = str(runtime["agent"]["slug"])
-        self.findings[slug] = lint_runtime(runtime)
-        self.catalogs[slug] = catalog_report(runtime)
+        self.findings[slug] = lint_runtime(runtime, catalog=catalog)
+        self.catalogs[slug] = catalog_report(runtime, catalog=catalog)
 
     def report(self, slug: str, version: int) -> PublishReport:
         return PublishReport(version, self.findings[slug], self.catalogs[slug])

@@ -67,7 +67,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from crank.exceptions import ConfigurationError
-from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.types import JSONObject
@@ -137,19 +136,21 @@ class CatalogReport:
         return self.estimate > self.budget
 
 
-# Building a catalog creates the adapters, which hold a client; measuring never sends a request with it.
-_UNUSED_CLIENT = UpstreamClient()
-
-
-def catalog_report(runtime: JSONObject, *, budget: int | None = None) -> CatalogReport:
-    """The size of the agent's `tools/list` in its default language, and each tool's share.
+def catalog_report(runtime: JSONObject, *, budget: int | None = None, catalog: Catalog | None = None) -> CatalogReport:
+    """The size of the agent's `tools/list` in its default language, and each tool's share. `catalog`: the
+    runtime view's catalog when the caller has built it already.
 
     Raises `ConfigurationError` naming the tool when the catalog cannot be built."""
-    catalog = build_catalog(runtime, _UNUSED_CLIENT)
+    if catalog is None:  # not `or`: a Catalog has a length, and an empty one is falsy
+        catalog = build_catalog(runtime)
+    return _report(str(runtime["agent"]["slug"]), catalog, _budget(runtime, budget))
+
+
+def _report(name: str, catalog: Catalog, budget: int) -> CatalogReport:
     entries = catalog.tool_entries(catalog.default_language)
     shares = [(str(entry["name"]), estimate_tokens([entry])) for entry in entries]
     shares.sort(key=lambda share: share[1], reverse=True)  # stable: equal shares keep the catalog's order
-    return CatalogReport(str(runtime["agent"]["slug"]), catalog.token_estimate, _budget(runtime, budget), shares)
+    return CatalogReport(name, catalog.token_estimate, budget, shares)
 
 
 def lint_catalog(catalog: Catalog, *, name: str, budget: int | None = None) -> tuple[list[Finding], CatalogReport]:
@@ -163,21 +164,21 @@ def lint_catalog(catalog: Catalog, *, name: str, budget: int | None = None) -> t
         for entry in entries
     ]  # fmt: skip
     findings = [finding for tool in tools for rule in _TOOL_RULES for finding in rule(tool)]
-    shares = sorted(((str(e["name"]), estimate_tokens([e])) for e in entries), key=lambda s: s[1], reverse=True)
-    report = CatalogReport(name, catalog.token_estimate, budget or DEFAULT_BUDGET, shares)
+    report = _report(name, catalog, budget or DEFAULT_BUDGET)
     if report.over_budget:
         findings.append(_over_budget(report))
     return findings, report
 
 
-def lint_runtime(runtime: JSONObject, *, budget: int | None = None) -> list[Finding]:
-    """Every finding for the agent's runtime view: tool by tool in catalog order, then the agent's own."""
+def lint_runtime(runtime: JSONObject, *, budget: int | None = None, catalog: Catalog | None = None) -> list[Finding]:
+    """Every finding for the agent's runtime view: tool by tool in catalog order, then the agent's own.
+    `catalog`: the runtime view's catalog when the caller has built it already (a publish)."""
     tools: list[JSONObject] = list(runtime.get("tools") or [])
     findings = [finding for tool in tools for rule in _TOOL_RULES for finding in _checked(rule, tool)]
     findings += _duplicate_targets(tools)
     order = {str(tool["tool_name"]): index for index, tool in enumerate(tools)}
     findings.sort(key=lambda finding: order.get(finding.tool or "", 0))  # duplicates beside their tool
-    return findings + _agent_findings(runtime, budget)
+    return findings + _agent_findings(runtime, budget, catalog)
 
 
 def _checked(rule: Callable[[JSONObject], Iterable[Finding]], tool: JSONObject) -> list[Finding]:
@@ -586,7 +587,7 @@ def _duplicate_targets(tools: list[JSONObject]) -> Iterator[Finding]:
         seen.setdefault(key, str(tool["tool_name"]))
 
 
-def _agent_findings(runtime: JSONObject, budget: int | None) -> list[Finding]:
+def _agent_findings(runtime: JSONObject, budget: int | None, catalog: Catalog | None) -> list[Finding]:
     findings = []
     if not str((runtime.get("agent") or {}).get("description") or "").strip():
         findings.append(
@@ -598,7 +599,7 @@ def _agent_findings(runtime: JSONObject, budget: int | None) -> list[Finding]:
             )
         )
     try:
-        report = catalog_report(runtime, budget=budget)
+        report = catalog_report(runtime, budget=budget, catalog=catalog)
     except ConfigurationError as exc:
         findings.append(_finding(None, "compile-error", str(exc), "fix the tool it names; a publish refuses it too."))
         return findings

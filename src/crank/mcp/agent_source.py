@@ -41,13 +41,17 @@ _HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint
 
 def build_catalog(
     runtime: JSONObject,
-    client: UpstreamClient,
+    client: UpstreamClient | None = None,
     *,
     version: int = 0,
     metrics: Metrics | None = None,
     state: StateStore | None = None,
 ) -> Catalog:
-    """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong."""
+    """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong.
+
+    Without a `client` (a publish check, the linter) each build gets its own, which opens nothing until a
+    call is made through it."""
+    client = client or UpstreamClient()
     default_language = runtime["workspace"].get("default_language") or "en"
     labels = {"workspace": runtime["workspace"]["slug"], "agent": runtime["agent"]["slug"]}
     placement = Placement(labels["workspace"], labels["agent"], version)
