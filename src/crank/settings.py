@@ -37,6 +37,7 @@ _DATABASES = ("sqlite", "postgresql")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _UNSHOWN = ("admin_token", "database_url", "redis_url")  # may carry credentials
 _settings_file: ContextVar[Path | None] = ContextVar("crank_settings_file", default=None)
+_given_only: ContextVar[bool] = ContextVar("crank_settings_given_only", default=False)
 
 
 def _default_data_dir() -> Path:
@@ -143,6 +144,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if _given_only.get():  # `given_settings`: no environment, no file
+            return (init_settings,)
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         file = _settings_file.get() or os.environ.get(f"{ENV_PREFIX}SETTINGS_FILE")
         if file:
@@ -150,26 +153,14 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-class _GivenOnly(Settings):
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
-
-
 def given_settings(**values: Any) -> Settings:
     """Settings from these values and the defaults only: no `CRANK_*` variable, no settings file (the demo
     must never write into the registry a real deployment's environment names)."""
+    token = _given_only.set(True)
     try:
-        return _GivenOnly(**values)
-    except ValidationError as exc:
-        raise SettingsError(_describe(exc)) from None
+        return _checked(values)
+    finally:
+        _given_only.reset(token)
 
 
 def _split_address(value: str) -> tuple[str, str]:
@@ -194,13 +185,18 @@ def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> 
     """Read and check the settings; `overrides` (command-line options) win over everything else."""
     token = _settings_file.set(Path(settings_file) if settings_file is not None else None)
     try:
-        return Settings(**{key: value for key, value in overrides.items() if value is not None})
+        return _checked({key: value for key, value in overrides.items() if value is not None})
+    finally:
+        _settings_file.reset(token)
+
+
+def _checked(values: dict[str, Any]) -> Settings:
+    try:
+        return Settings(**values)
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
     except ValueError as exc:  # a settings file that is not valid TOML/YAML
         raise SettingsError(f"{ENV_PREFIX}SETTINGS_FILE: {exc}") from None
-    finally:
-        _settings_file.reset(token)
 
 
 def _describe(error: ValidationError) -> str:
