@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute
 from crank.admin.api import AdminAPI
 from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import AgentCatalogs
-from crank.mcp.http import MCPEndpoint
+from crank.mcp.http import MCPEndpoint, serve_lifespan
 from crank.mcp.routing import mount
 from crank.mcp.rpc_source import MCPConfig, MCPSource
 from crank.mcp.server import ServerInfo
@@ -113,7 +113,7 @@ class GatewayService:
         The hot path of every call, so no router: it cost about 8 % of a call's CPU (docs/benchmarks.md).
         """
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await serve_lifespan(receive, send, startup=self.catalogs.ensure_watching, shutdown=self.catalogs.aclose)
             return
         path: str = scope.get("path", "")
         if path.startswith(_MCP_PREFIX):
@@ -129,17 +129,6 @@ class GatewayService:
         else:
             response = JSONResponse({"error": {"code": "not_found", "message": "no MCP endpoint here"}}, 404)
         await response(scope, receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self.catalogs.ensure_watching()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.catalogs.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
 
 class CrankServer:
@@ -171,7 +160,10 @@ class CrankServer:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await (self.gateway or _no_lifespan)(scope, receive, send)
+            if self.gateway is not None:
+                await self.gateway(scope, receive, send)
+            else:
+                await serve_lifespan(receive, send)
             return
         path: str = scope.get("path", "")
         if path == "/healthz":
@@ -184,13 +176,3 @@ class CrankServer:
             await JSONResponse({"error": {"code": "not_found", "message": "not served in this role"}}, 404)(
                 scope, receive, send
             )
-
-
-async def _no_lifespan(scope: Scope, receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -48,6 +48,7 @@ __all__ = [
     "CatalogProvider",
     "CatalogUnauthorizedError",
     "MCPEndpoint",
+    "serve_lifespan",
 ]
 
 logger = logging.getLogger("crank.mcp")
@@ -133,7 +134,7 @@ class MCPEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await serve_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -445,11 +446,22 @@ async def _send(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
+async def serve_lifespan(
+    receive: Receive,
+    send: Send,
+    *,
+    startup: Callable[[], None] | None = None,
+    shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Answer an ASGI lifespan scope, running `startup` and `shutdown` (if any) at their messages."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            if startup is not None:
+                startup()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            if shutdown is not None:
+                await shutdown()
             await send({"type": "lifespan.shutdown.complete"})
             return
