@@ -16,7 +16,7 @@ from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtim
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.mcp.agent_source import build_catalog
-from crank.registry import Registry, RegistryNotFoundError
+from crank.registry import Registry, RegistryNotFoundError, tool_name_of
 from crank.types import JSONObject
 
 __all__ = [
@@ -140,7 +140,3 @@ def unbind_tool(registry: Registry, workspace: str, agent: str, tool_name: str) 
         return {**spec, "bindings": bindings}
 
     registry.edit_agent(workspace, agent, edit)
-
-
-def tool_name_of(binding: JSONObject) -> str:
-    return str(binding.get("tool_name") or binding.get("operation"))

@@ -13,6 +13,7 @@ from crank.registry.service import (
     RegistryNotFoundError,
     VersionInfo,
     key_digest,
+    tool_name_of,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "key_digest",
     "migrate",
     "open_engine",
+    "tool_name_of",
 ]

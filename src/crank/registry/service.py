@@ -34,6 +34,7 @@ __all__ = [
     "RegistryNotFoundError",
     "VersionInfo",
     "key_digest",
+    "tool_name_of",
 ]
 
 RUNTIME_OPERATION_FIELDS = (
@@ -56,6 +57,11 @@ class RegistryNotFoundError(RegistryError):
 
 class RegistryConflictError(RegistryError):
     """The thing to create exists already."""
+
+
+def tool_name_of(binding: JSONObject) -> str:
+    """The name a binding publishes its operation under: its own `tool_name`, else the operation's name."""
+    return str(binding.get("tool_name") or binding.get("operation"))
 
 
 def key_digest(key: str) -> str:
@@ -357,7 +363,7 @@ class Registry:
                 raise RegistryError(f"{where}: no operation {operation_name!r} in workspace {ws.slug!r}")
             spec = operation.spec
             tool: dict[str, Any] = {
-                "tool_name": binding.get("tool_name") or operation.name,
+                "tool_name": tool_name_of(binding),
                 "workspace_id": ws.id,
                 "agent_id": agent.id,
                 "operation_id": operation.id,
