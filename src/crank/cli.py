@@ -184,11 +184,12 @@ def workspace_create(slug: str, name: str | None, language: str) -> None:
 def _validated(model: Any, data: Any) -> Any:
     from pydantic import ValidationError
 
+    from crank.admin.models import problems
+
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
-        raise click.ClickException(problems) from None
+        raise click.ClickException(problems(exc, whole="value")) from None
 
 
 @main.group()

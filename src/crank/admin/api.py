@@ -37,6 +37,7 @@ from crank.admin.models import (
     OperationIn,
     RollbackIn,
     WorkspaceIn,
+    problems,
 )
 from crank.exceptions import ConfigurationError
 from crank.registry import Registry, RegistryConflictError, RegistryNotFoundError
@@ -134,10 +135,7 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc']) or 'body'}: {item['msg']}" for item in exc.errors()
-        )
-        raise _HTTPError(422, "invalid_body", problems) from None
+        raise _HTTPError(422, "invalid_body", problems(exc, whole="body")) from None
 
 
 # -- handlers (run in a worker thread) ---------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
     "AgentIn",
@@ -23,7 +23,16 @@ __all__ = [
     "SourceIn",
     "WorkspaceIn",
     "WorkspaceRef",
+    "problems",
 ]
+
+
+def problems(error: ValidationError, *, whole: str) -> str:
+    """`place: message` for each problem, `; `-separated; `whole` names a problem of the value as a whole."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']) or whole}: {item['msg']}" for item in error.errors()
+    )
+
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
