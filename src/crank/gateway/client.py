@@ -1,27 +1,44 @@
-"""`UpstreamClient`: the gateway's one pooled HTTP client for every upstream, on aiohttp.
+"""`UpstreamClient`: the gateway's one pooled HTTP/1.1 client for every upstream.
 
-Why aiohttp and not httpx (which the rest of Crank's tests and the admin layer use): on the gateway's
-hot path the client is most of the cost of a call. Measured in-process against nginx (bench/
-profile_gateway.py, docs/benchmarks.md), one call through httpx 0.28 cost about 1,300 to 1,800 µs of
-CPU, because httpcore's pool polls every idle connection's socket on each request, against about
-100 µs through aiohttp's C-accelerated client.
+Why our own client and not a library: on the gateway's hot path the client is most of the cost of a
+call. Measured in-process against nginx at 32 requests in flight (bench/profile_client.py,
+docs/benchmarks.md): httpx 0.28 cost 1,300 to 1,800 µs of CPU per request (httpcore's pool polls every
+idle connection's socket on each request), aiohttp about 70 µs, this client (an asyncio protocol per
+connection and httptools' C parser, the one uvicorn uses) a fraction of that. What it leaves out is
+what the gateway never needs: redirects (not followed: a tool's request goes only where its operation
+says), cookies (the client is shared by every workspace and caller), proxies, HTTP/2, streaming.
 
-The aiohttp session is made on first use, inside the event loop that serves requests (aiohttp wants
-that), with connections pooled per host. TLS certificates are verified (aiohttp's default). Failures
-reach the adapters as `UpstreamTimeoutError` or `UpstreamConnectionError`, so that no adapter knows
-the library.
+Per origin (scheme, host, port): a pool of keep-alive connections, at most `limit_per_host` at once,
+the most recently used first; an idle connection is dropped after `keepalive_timeout` or as soon as
+the upstream closes it. TLS certificates and host names are verified against the system's trust
+store (or the `ssl_context` given). Each request has one deadline covering the wait for a connection,
+connecting and the answer. An idempotent request that finds its reused connection closed before any
+answer is sent again once on a new connection (RFC 9110, 9.2.2): the upstream dropped an idle
+keep-alive connection as the request went out.
+
+Failures reach the adapters as `UpstreamTimeoutError`, `UpstreamConnectionError` (with `sent`:
+whether the upstream may have acted) or `UpstreamTooLargeError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import contextlib
+import functools
+import re
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
 
-import aiohttp
-from yarl import URL
-
-from crank import _json
+from crank.gateway.connection import (
+    Connection,
+    UpstreamConnectionError,
+    UpstreamResponse,
+    UpstreamTimeoutError,
+    UpstreamTooLargeError,
+)
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
@@ -33,66 +50,125 @@ __all__ = [
 ]
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
-"""The largest upstream answer read (a model cannot use more; a compressed bomb cannot fill memory)."""
+"""The largest upstream answer read, after decompression (a model cannot use more; a gzip bomb cannot
+fill memory)."""
+
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_DEFAULT_HEADERS = "Accept: */*\r\nAccept-Encoding: gzip, deflate\r\nUser-Agent: crank\r\n"
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
+_UNSAFE_TARGET = re.compile(r"[\x00-\x20\x7f]")  # a space or control character would end the request line
 
 
-class UpstreamTimeoutError(Exception):
-    """No answer within the operation's timeout."""
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    key: str  # scheme://authority, as written in the URL
+    host: str
+    port: int
+    tls: bool
+    host_line: str  # the Host header, with its line end
 
 
-class UpstreamConnectionError(Exception):
-    """The upstream could not be reached (`sent` False: nothing left this process), or dropped the
-    connection after the request was sent (`sent` True: it may have acted on it)."""
+class _Pool:
+    """The connections to one origin."""
 
-    def __init__(self, reason: str, *, sent: bool) -> None:
-        super().__init__(reason)
-        self.sent = sent
+    def __init__(self, connect: Callable[[float], Awaitable[Connection]], limit: int, keepalive: float) -> None:
+        self.connect = connect  # a new connection to the origin, before the deadline
+        self.limit = limit
+        self.keepalive = keepalive
+        self.idle: list[Connection] = []
+        self.size = 0  # connections open or opening, idle or busy
+        self.waiters: deque[asyncio.Future[Connection | None]] = deque()
+        self.closed = False  # the client was closed: connections still busy are closed when given back
 
+    def take(self, now: float) -> Connection | None:
+        """The most recently used idle connection that is still open and fresh, if any."""
+        while self.idle:
+            connection = self.idle.pop()
+            if not connection.closed and now - connection.idle_since < self.keepalive:
+                return connection
+            self._drop(connection)
+        return None
 
-class UpstreamTooLargeError(Exception):
-    """The answer is larger than the client accepts."""
+    def give_back(self, connection: Connection, now: float) -> None:
+        """After an exchange: to the next waiter, or idle; closed when it cannot carry another request."""
+        if self.closed or not connection.reusable:
+            self._drop(connection)
+        elif not self._hand_on(connection):
+            connection.idle_since = now
+            self.idle.append(connection)
 
+    def _drop(self, connection: Connection | None) -> None:
+        """One connection less (closed, or never opened): its slot goes to the next waiter."""
+        if connection is not None:
+            connection.close()
+        self.size -= 1
+        self._hand_on(None)
 
-@dataclass(frozen=True)
-class UpstreamResponse:
-    status: int
-    headers: Mapping[str, str]  # case-insensitive
-    body: bytes
+    def _hand_on(self, given: Connection | None) -> bool:
+        """Wake the next waiter with a connection, or with None for a free slot; False if none waits."""
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(given)
+                return True
+        return False
 
-    def json(self) -> Any:
-        """The body as JSON; raises `ValueError` when it is not."""
-        return _json.loads(self.body)
+    async def open(self, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
+        """A connection when none is idle: a new one while under the limit, else the next given back."""
+        while self.size >= self.limit:
+            waiter: asyncio.Future[Connection | None] = loop.create_future()
+            self.waiters.append(waiter)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    given = await waiter
+            except TimeoutError:
+                self._pass_on(waiter, loop)
+                raise UpstreamTimeoutError from None
+            except BaseException:
+                self._pass_on(waiter, loop)
+                raise
+            if given is not None:
+                return given
+        self.size += 1
+        try:
+            return await self.connect(deadline)
+        except BaseException:
+            self._drop(None)
+            raise
 
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", "replace")
+    def _pass_on(self, waiter: asyncio.Future[Connection | None], loop: asyncio.AbstractEventLoop) -> None:
+        """A waiter gave up (deadline, cancellation), perhaps just after being handed a connection or a
+        free slot: the next one gets it."""
+        if not waiter.done():
+            waiter.cancel()
+        elif not waiter.cancelled():
+            given = waiter.result()
+            if given is None:
+                self._hand_on(None)
+            else:
+                self.give_back(given, loop.time())
 
 
 class UpstreamClient:
+    """Pooled HTTP/1.1 requests to any upstream. Made anywhere; its connections belong to the event loop
+    of the first request (a request from another loop starts new pools)."""
+
     def __init__(
         self,
         *,
         limit_per_host: int = 100,
         keepalive_timeout: float = 30.0,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._max_response_bytes = max_response_bytes
         self._limit_per_host = limit_per_host
         self._keepalive_timeout = keepalive_timeout
-        self._session: aiohttp.ClientSession | None = None
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # one per distinct operation timeout
-
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=0, limit_per_host=self._limit_per_host, keepalive_timeout=self._keepalive_timeout
-            )
-            # No cookie jar: the session is shared by every workspace and caller, and a cookie one upstream
-            # set for one caller must never go out with another's request.
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar()
-            )
-        return self._session
+        self._max_response_bytes = max_response_bytes
+        self._ssl_context = ssl_context
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pools: dict[str, _Pool] = {}
+        self._origins: dict[str, _Origin] = {}
+        self._names: set[str] = set()  # header names already checked
 
     async def request(
         self,
@@ -104,48 +180,127 @@ class UpstreamClient:
         body: bytes | None,
         timeout: float,
     ) -> UpstreamResponse:
-        """One request; `url` is already percent-encoded (path parameters), `params` are encoded here."""
-        session = self._open()
-        try:
-            async with session.request(
-                method,
-                URL(url, encoded=True),
-                params=params or None,
-                headers=headers or None,
-                data=body,
-                timeout=self._timeout(timeout),
-                allow_redirects=False,
-            ) as response:
-                return UpstreamResponse(response.status, response.headers, await self._body(response))
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise UpstreamTimeoutError from None
-        except aiohttp.ClientConnectorError as exc:
-            raise UpstreamConnectionError(type(exc).__name__, sent=False) from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamConnectionError(type(exc).__name__, sent=True) from None
+        """One request; `url` is already percent-encoded (path parameters), `params` are encoded here. A
+        URL, header name or header value that would change the request's framing is a `ValueError`."""
+        origin, target = self._split(url)
+        if params:
+            target += ("&" if "?" in target else "?") + urlencode(params, quote_via=quote)
+        data = self._serialize(method, target, origin, headers, body)
+        loop = asyncio.get_running_loop()
+        pool = self._pool(origin, loop)
+        deadline = loop.time() + timeout
+        for attempt in (1, 2):
+            connection = pool.take(loop.time()) or await pool.open(loop, deadline)
+            reused = connection.exchanges > 0
+            waiter = connection.send(data, head_only=method == "HEAD")
+            timer = loop.call_at(deadline, connection.time_out)
+            try:
+                return await waiter
+            except UpstreamConnectionError:
+                if attempt == 1 and reused and not connection.answered and method in _IDEMPOTENT:
+                    continue  # the upstream had closed this idle connection as the request went out
+                raise
+            finally:
+                timer.cancel()
+                pool.give_back(connection, loop.time())
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _body(self, response: aiohttp.ClientResponse) -> bytes:
+    def _pool(self, origin: _Origin, loop: asyncio.AbstractEventLoop) -> _Pool:
+        if loop is not self._loop:  # connections cannot move between event loops
+            self._close_pools()
+            self._loop = loop
+        pool = self._pools.get(origin.key)
+        if pool is None:
+            connect = functools.partial(self._connect, origin, loop)
+            pool = self._pools[origin.key] = _Pool(connect, self._limit_per_host, self._keepalive_timeout)
+        return pool
+
+    async def _connect(self, origin: _Origin, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
+        context = (self._ssl_context or _default_ssl_context()) if origin.tls else None
         limit = self._max_response_bytes
-        length = response.content_length
-        if length is not None:
-            if length > limit:
-                raise UpstreamTooLargeError
-            return await response.read()
-        chunks, size = [], 0  # no Content-Length (chunked, or until close): read with a running total
-        async for chunk in response.content.iter_any():
-            size += len(chunk)
-            if size > limit:
-                raise UpstreamTooLargeError
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            async with asyncio.timeout_at(deadline):
+                _, connection = await loop.create_connection(
+                    lambda: Connection(loop, limit), origin.host, origin.port,
+                    ssl=context, server_hostname=origin.host if context else None,
+                )  # fmt: skip
+        except TimeoutError:
+            raise UpstreamTimeoutError from None
+        except OSError as exc:  # refused, unreachable, unknown host, a certificate that does not verify
+            raise UpstreamConnectionError(type(exc).__name__, sent=False) from None
+        return connection
 
-    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
-        timeout = self._timeouts.get(seconds)
-        if timeout is None:
-            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
-        return timeout
+    def _split(self, url: str) -> tuple[_Origin, str]:
+        """The origin of `url` (parsed once per origin) and the request target (path and query)."""
+        scheme_end = url.find("://")
+        start = scheme_end + 3
+        end = min((i for i in (url.find("/", start), url.find("?", start), url.find("#", start)) if i >= 0),
+                  default=len(url))  # fmt: skip
+        key = url[:end]
+        origin = self._origins.get(key)
+        if origin is None:
+            origin = self._origins[key] = _parse_origin(key)
+        target = url[end:].partition("#")[0]
+        if not target.startswith("/"):
+            target = "/" + target
+        if _UNSAFE_TARGET.search(target):
+            raise ValueError(f"the URL's path may not contain spaces or control characters: {url!r}")
+        return origin, target
+
+    def _serialize(
+        self, method: str, target: str, origin: _Origin, headers: Mapping[str, str], body: bytes | None
+    ) -> bytes:
+        lines = [f"{method} {target} HTTP/1.1\r\n{origin.host_line}"]
+        for name, value in headers.items():
+            if name not in self._names:
+                if not _TOKEN.fullmatch(name) or name.lower() in ("host", "content-length", "transfer-encoding"):
+                    raise ValueError(f"{name!r} cannot be sent as a header name")
+                self._names.add(name)
+            if "\r" in value or "\n" in value:
+                raise ValueError(f"the value of header {name!r} may not contain line breaks")
+            lines.append(f"{name}: {value}\r\n")
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}\r\n")
+        lines.append(_DEFAULT_HEADERS)
+        lines.append("\r\n")
+        head = "".join(lines).encode()
+        return head + body if body else head
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close every connection; the client can still be used afterwards (it opens new ones)."""
+        self._close_pools()
+
+    def _close_pools(self) -> None:
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.closed = True
+            for connection in pool.idle:
+                with contextlib.suppress(RuntimeError):  # its event loop is closed, and its sockets with it
+                    connection.close()
+
+
+def _parse_origin(key: str) -> _Origin:
+    parts = urlsplit(key)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"an upstream URL is http:// or https:// with a host, got {key!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in an upstream URL are not sent; use the operation's auth")
+    tls = parts.scheme == "https"
+    default_port = 443 if tls else 80
+    port = parts.port or default_port
+    host = parts.hostname
+    authority = f"[{host}]" if ":" in host else host
+    if port != default_port:
+        authority += f":{port}"
+    return _Origin(key, host, port, tls, f"Host: {authority}\r\n")
+
+
+_ssl_context: ssl.SSLContext | None = None
+
+
+def _default_ssl_context() -> ssl.SSLContext:
+    """The system's trust store, host names checked; made once (loading the store is slow)."""
+    global _ssl_context
+    if _ssl_context is None:
+        _ssl_context = ssl.create_default_context()
+    return _ssl_context

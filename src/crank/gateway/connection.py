@@ -1,0 +1,225 @@
+"""`Connection`: one HTTP/1.1 connection to an upstream, an asyncio protocol fed to httptools' parser.
+
+One exchange at a time (no pipelining): `send` writes a request and returns a future of its
+`UpstreamResponse`, which the parser's callbacks complete. The connection only reads and writes
+bytes; pooling, deadlines and retries are `UpstreamClient`'s (crank/gateway/client.py).
+
+Answers are read whole, up to a size limit, and decoded from gzip or deflate (the client asks for
+both); 1xx answers are skipped; a body that runs until the connection closes is supported; the answer
+to HEAD ends with its headers (the parser, not knowing the request, would wait for a body, so the
+connection is then closed rather than reused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+
+from crank import _json
+
+__all__ = [
+    "Connection",
+    "UpstreamConnectionError",
+    "UpstreamResponse",
+    "UpstreamTimeoutError",
+    "UpstreamTooLargeError",
+]
+
+
+class UpstreamTimeoutError(Exception):
+    """No answer within the operation's timeout."""
+
+
+class UpstreamConnectionError(Exception):
+    """The upstream could not be reached (`sent` False: nothing left this process), or dropped the
+    connection or answered with something that is not HTTP after the request was sent (`sent` True:
+    it may have acted on it)."""
+
+    def __init__(self, reason: str, *, sent: bool) -> None:
+        super().__init__(reason)
+        self.sent = sent
+
+
+class UpstreamTooLargeError(Exception):
+    """The answer is larger than the client accepts."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamResponse:
+    status: int
+    headers: dict[str, str]  # names in lower case; repeated headers joined with ", "
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON; raises `ValueError` when it is not."""
+        return _json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection. `exchanges` counts the requests sent on it (more than one: reused);
+    `reusable` says whether it may carry another request now."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_response_bytes: int) -> None:
+        self._loop = loop
+        self._limit = max_response_bytes
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[UpstreamResponse] | None = None
+        self._keep_alive = False
+        self.closed = False
+        self.exchanges = 0
+        self.idle_since = 0.0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._status = 0
+        self._headers: dict[str, str] = {}
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._until_close = False
+        self._head_only = False
+        self.answered = False  # any byte of the answer arrived
+
+    @property
+    def reusable(self) -> bool:
+        return self._keep_alive and self._waiter is None and not self.closed
+
+    def send(self, request: bytes, *, head_only: bool = False) -> asyncio.Future[UpstreamResponse]:
+        """Write one request (head and body in one buffer) and return the future of its answer."""
+        assert self._transport is not None and self._waiter is None, "one exchange at a time"
+        self._clear()
+        self._keep_alive = False
+        self._head_only = head_only
+        waiter = self._waiter = self._loop.create_future()
+        self.exchanges += 1
+        self._transport.write(request)
+        return waiter
+
+    def time_out(self) -> None:
+        """The deadline passed: fail the exchange and drop the connection (a late answer cannot be matched)."""
+        self._fail(UpstreamTimeoutError())
+
+    def close(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiter is None:  # bytes nobody asked for: the stream can no longer be trusted
+            self.close()
+            return
+        self.answered = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            self._fail(cause if isinstance(cause, UpstreamTooLargeError) else _bad_answer(exc))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._fail(_bad_answer(exc))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is None:
+            return
+        if exc is None and self._until_close and self._status:  # a body delimited by the end of the connection
+            self._complete()
+        else:
+            self._fail(UpstreamConnectionError("the upstream closed the connection", sent=True))
+
+    # httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        known = self._headers.get(key)
+        self._headers[key] = text if known is None else f"{known}, {text}"
+
+    def on_headers_complete(self) -> None:
+        self._status = self._parser.get_status_code()
+        if self._status < 200:
+            return  # 1xx: another head follows
+        length = self._headers.get("content-length", "")
+        if length.isdigit() and int(length) > self._limit:
+            raise UpstreamTooLargeError
+        if self._head_only:
+            self._complete()
+            return
+        chunked = "chunked" in self._headers.get("transfer-encoding", "").lower()
+        self._until_close = not length and not chunked and self._status not in (204, 304)
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > self._limit:
+            raise UpstreamTooLargeError
+        self._chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._status < 200:
+            self._clear()
+            self.answered = True
+            return
+        if self._waiter is not None:
+            self._keep_alive = self._parser.should_keep_alive()
+            self._complete()
+
+    # the end of an exchange
+
+    def _complete(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if self._head_only:
+            self._keep_alive = False
+        try:
+            body = _decoded(self._headers.get("content-encoding"), b"".join(self._chunks), self._limit)
+        except (UpstreamTooLargeError, UpstreamConnectionError) as exc:
+            self._waiter = waiter
+            self._fail(exc)
+            return
+        if waiter is not None and not waiter.done():
+            waiter.set_result(UpstreamResponse(self._status, self._headers, body))
+        if not self._keep_alive:
+            self.close()
+
+    def _fail(self, exc: Exception) -> None:
+        waiter, self._waiter = self._waiter, None
+        self._keep_alive = False
+        self.close()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+
+def _bad_answer(exc: Exception) -> UpstreamConnectionError:
+    return UpstreamConnectionError(f"the upstream's answer is not valid HTTP/1.1 ({exc})", sent=True)
+
+
+def _decoded(encoding: str | None, body: bytes, limit: int) -> bytes:
+    """The body without its content coding, at most `limit` bytes of it (a small gzip can inflate to
+    gigabytes). Codings the client did not ask for are passed through as they are."""
+    if not encoding or not body:
+        return body
+    encoding = encoding.strip().lower()
+    if encoding in ("gzip", "x-gzip"):
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding == "deflate":  # zlib-wrapped as the RFC says, or raw as some servers send it
+        inflater = zlib.decompressobj(zlib.MAX_WBITS if body[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+    else:
+        return body
+    try:
+        inflated = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise UpstreamConnectionError(f"the upstream's {encoding} body is corrupt ({exc})", sent=True) from None
+    if len(inflated) > limit or inflater.unconsumed_tail:
+        raise UpstreamTooLargeError
+    return inflated
