@@ -39,14 +39,15 @@ MODERN_BODY = (
 )
 MODERN_HEADERS = [(b"mcp-method", b"tools/call"), (b"mcp-name", b"get_item")]
 PACKAGES = (
-    *("crank", "httpx", "httpcore", "h11", "anyio", "aiohttp", "starlette", "uvicorn", "asyncio", "importlib"),
+    *("crank", "httpx", "httpcore", "h11", "anyio", "aiohttp", "httptools", "starlette", "uvicorn", "asyncio"),
+    "importlib",
     *("orjson", "jsonschema_rs", "hashlib", "ipaddress", "urllib", "idna", "email", "typing", "contextlib"),
 )
 
 
 def stub_upstream(client: Any) -> None:
     """Make the client answer every request at once with the upstream's item, without any I/O: what is
-    left is the target's own work. Crank's `UpstreamClient` (aiohttp) is stubbed at its `request`, so
+    left is the target's own work. Crank's `UpstreamClient` is stubbed at its `request`, so
     building the request's parts and decoding the answer stay measured; an httpx client at `send`."""
     import httpx
 
@@ -87,9 +88,15 @@ def load(target: str, tmp: str, stub: bool) -> tuple[Any, str, list[tuple[bytes,
         if stub:
             stub_upstream(gateway_proxy.client)
         return gateway_proxy.app, "/", headers
+    if target == "proxy-crank-client":
+        from bench.apps import gateway_proxy_crank_client
+
+        if stub:
+            stub_upstream(gateway_proxy_crank_client._client)
+        return gateway_proxy_crank_client.app, "/", headers
     if target == "proxy-aiohttp":
         if stub:
-            raise SystemExit("--stub-upstream stubs an httpx client: crank or proxy only")
+            raise SystemExit("--stub-upstream stubs Crank's client or httpx: not aiohttp")
         from bench.apps import gateway_proxy_aiohttp
 
         return gateway_proxy_aiohttp.app, "/", headers
@@ -168,7 +175,7 @@ def report(profiler: cProfile.Profile, top: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", choices=("crank", "proxy", "proxy-aiohttp"))
+    p.add_argument("target", choices=("crank", "proxy", "proxy-aiohttp", "proxy-crank-client"))
     p.add_argument("--calls", type=int, default=5000)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--profile", action="store_true", help="cProfile the timed calls")

@@ -6,7 +6,7 @@ upstream, with input and output schemas), agent `agent` binding all 1,000, publi
 workspace API key, printed on stdout. The app then opens that SQLite file (`BENCH_GATEWAY_DB`).
 `BENCH_GATEWAY_KEYS=1` serves it as deployed by default (every request needs the key,
 `Authorization: Bearer ...`); `0` passes `require_api_keys=False`. Everything else is
-`GatewayService`'s default, including its own pooled `UpstreamClient` (aiohttp) for the upstream.
+`GatewayService`'s default, including its own pooled `UpstreamClient` for the upstream.
 """
 
 from __future__ import annotations
