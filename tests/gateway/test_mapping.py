@@ -21,6 +21,14 @@ def test_rules_defaults_and_url_placeholders() -> None:
     assert parts.body == {"full_name": "Olena K", "first": "Olena", "last": "K", "note": "hi"}
 
 
+def test_header_values_are_written_as_in_the_query() -> None:
+    rules = [{"from": name, "to": f"header.X-{name}"} for name in ("flag", "ids", "count", "missing")]
+    parts = InputMapping.compile(rules, "GET", "http://x", where="t").apply(
+        {"flag": True, "ids": [1, 2], "count": 3, "missing": None}
+    )
+    assert parts.headers == {"X-flag": "true", "X-ids": "[1,2]", "X-count": "3"}
+
+
 def test_get_sends_unmapped_arguments_as_query() -> None:
     parts = InputMapping.compile(None, "GET", "http://x/users", where="t").apply({"limit": 5})
     assert parts.query == {"limit": 5} and parts.body is None
@@ -48,6 +56,7 @@ def test_template_with_a_missing_argument_is_a_mapping_error() -> None:
         ([{"from": "a", "to": "cookie.x"}], "path.<name>"),
         ([{"from": "a", "to": "query"}], "path.<name>"),
         ([{"template": "{", "to": "body.x"}], "not a valid format string"),
+        ([{"from": "a", "to": "header.X Tenant"}], "not a valid header name"),
     ],
 )
 def test_bad_input_mapping_names_the_rule(rules: Any, message: str) -> None:

@@ -27,11 +27,13 @@ import jmespath
 import jmespath.exceptions
 import jmespath.parser
 
+from crank import _json
 from crank.exceptions import ConfigurationError, MappingError
 
-__all__ = ["InputMapping", "OutputMapping", "RequestParts"]
+__all__ = ["InputMapping", "OutputMapping", "RequestParts", "as_text"]
 
 _PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name is a token
 _QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 
 
@@ -103,6 +105,8 @@ def _compile_rule(rule: Any, where: str) -> _Rule:
         raise ConfigurationError(
             f"{where}: 'to' must be path.<name>, query.<name>, header.<name>, body or body.<field>"
         )
+    if place == "header" and not _HEADER_NAME.fullmatch(name):
+        raise ConfigurationError(f"{where}: {name!r} is not a valid header name")
     if kinds[0] == "template":
         try:
             list(string.Formatter().parse(rule["template"]))
@@ -130,9 +134,22 @@ def _put(parts: RequestParts, place: str, name: str | None, value: Any) -> None:
             parts.body[name] = value
     elif place == "header":
         assert name is not None
-        parts.headers[name] = value if isinstance(value, str) else str(value)
+        if value is not None:  # as in the query: a missing optional value leaves the header out
+            parts.headers[name] = as_text(value)
     else:
         getattr(parts, place)[name] = value
+
+
+def as_text(value: Any) -> str:
+    """A JSON value as it goes into a path, query or header: booleans as `true`/`false` (as JSON writes
+    them, not Python's `True`), objects and arrays as JSON, anything else as its string."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return _json.dumps(value).decode()
+    return str(value)
 
 
 class OutputMapping:

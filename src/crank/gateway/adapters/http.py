@@ -23,7 +23,7 @@ from crank.gateway.client import (
     UpstreamTimeoutError,
     UpstreamTooLargeError,
 )
-from crank.gateway.mapping import RequestParts
+from crank.gateway.mapping import RequestParts, as_text
 
 __all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
 
@@ -158,16 +158,8 @@ def _query_items(query: dict[str, Any]) -> list[tuple[str, str]]:
     for key, value in query.items():
         for item in value if isinstance(value, list) else [value]:
             if item is not None:
-                items.append((key, _query_value(item)))
+                items.append((key, as_text(item)))
     return items
-
-
-def _query_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return _json.dumps(value).decode()
-    return str(value)
 
 
 def _auth(auth: Any, *, where: str) -> tuple[str, str, str] | None:
@@ -190,7 +182,7 @@ def _number(value: Any, name: str, where: str, *, minimum: float) -> float:
 def _path_segment(name: str, value: Any) -> str:
     """One percent-encoded path segment. `.` and `..` are refused: a server would resolve them and reach
     another endpoint with this operation's credentials."""
-    text = _query_value(value)
+    text = as_text(value)
     if text in ("", ".", ".."):
         raise MappingError(f"path parameter {name!r} may not be {text!r}", recoverable=True,
                            suggested_action=f"Pass the real value of {name!r}.")  # fmt: skip
