@@ -115,3 +115,18 @@ async def test_redirects_and_oversized_answers_are_errors(base: str, client: Ups
 def test_timeouts_and_retries_are_checked(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=f"{message} must be a number"):
         operation(UNUSED, "http://u/x", **config)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://u/x", "http:// or https://"),
+        ("/relative/path", "http:// or https://"),
+        ("http://user:secret@u/x", "credentials"),
+        ("http://u/a b", "spaces"),
+        ("http://u:99999/x", "not a valid URL"),
+    ],
+)
+def test_target_urls_are_checked_when_the_version_is_built(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        operation(UNUSED, url)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from crank import _json
 from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError, MappingError
@@ -85,7 +85,7 @@ class HTTPAdapter(Adapter):
             raise ConfigurationError(f"{where}: an http target needs a 'url' (and a 'method', GET by default)")
         self.client = client
         self.method = str(target.get("method", "GET")).upper()
-        self.url = target["url"]
+        self.url = _checked_url(target["url"], where=where)
         self.timeout = _number(config.get("timeout", 10), "timeout", where, minimum=0.001)
         idempotent = config.get("idempotent", self.method in _IDEMPOTENT)
         self.retries = int(_number(config.get("retries", 0), "retries", where, minimum=0)) if idempotent else 0
@@ -171,6 +171,23 @@ def _auth(auth: Any, *, where: str) -> tuple[str, str, str] | None:
     reference = str(auth.get("secret", ""))
     check_secret_reference(reference, where=where)
     return auth["type"], str(auth.get("name", "X-Api-Key")), reference
+
+
+def _checked_url(url: str, *, where: str) -> str:
+    """An upstream URL is http(s) with a host, no credentials and nothing that would break the request line,
+    checked when the version is built rather than on the first call."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigurationError(f"{where}: target url {url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"{where}: target url must be http:// or https:// with a host, got {url!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError(f"{where}: target url may not carry credentials; use execution_config.auth")
+    if any(ord(c) <= 0x20 or c == "\x7f" for c in url) or port == 0:
+        raise ConfigurationError(f"{where}: target url {url!r} has spaces, control characters or port 0")
+    return url
 
 
 def _number(value: Any, name: str, where: str, *, minimum: float) -> float:
