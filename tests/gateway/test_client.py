@@ -4,6 +4,7 @@ exact bytes of an answer (chunked, gzip, 1xx, cut short, never) and records what
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gzip
 import ssl
 import zlib
@@ -35,6 +36,9 @@ class Close(bytes):
     pass
 
 
+CONNECTION: contextvars.ContextVar[int] = contextvars.ContextVar("CONNECTION")  # which connection a script serves
+
+
 Script = Callable[[bytes, int], Awaitable[bytes | None] | bytes | None]
 
 
@@ -57,6 +61,7 @@ async def upstream() -> AsyncIterator[Callable[..., Awaitable[Upstream]]]:
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             record.connections += 1
+            CONNECTION.set(record.connections)
             record.open_now += 1
             record.most_open = max(record.most_open, record.open_now)
             try:
@@ -134,6 +139,20 @@ async def test_the_request_goes_out_as_written(upstream: Any, client: UpstreamCl
     assert body == b'{"a":1}'
 
 
+async def test_the_callers_headers_replace_the_defaults(upstream: Any, client: UpstreamClient) -> None:
+    server = await upstream(lambda request, n: OK)
+    await get(client, server.url + "/", headers={"accept": "application/json", "User-Agent": "agent/1"})
+    lines = server.requests[0].decode().lower().split("\r\n")
+    assert [line.split(":")[0] for line in lines].count("accept") == 1
+    assert [line.split(":")[0] for line in lines].count("user-agent") == 1
+    assert {"accept: application/json", "user-agent: agent/1", "accept-encoding: gzip, deflate"} <= set(lines)
+
+
+async def test_repeated_answer_headers_are_joined(upstream: Any, client: UpstreamClient) -> None:
+    server = await upstream(lambda request, n: answer(b"{}", "Vary: a", "Content-Length: 2", "Vary: b", "vary: c"))
+    assert (await get(client, server.url + "/")).headers["vary"] == "a, b, c"
+
+
 async def test_keep_alive_connections_are_reused(upstream: Any, client: UpstreamClient) -> None:
     server = await upstream(lambda request, n: OK)
     for _ in range(3):
@@ -164,6 +183,41 @@ async def test_answers_are_read_whole(upstream: Any, client: UpstreamClient, raw
     assert server.connections == 1
 
 
+async def test_bytes_after_the_answer_never_reach_the_next_request(upstream: Any, client: UpstreamClient) -> None:
+    # A desynchronized upstream sends a second answer nobody asked for, in the same write as the first.
+    injected = b"HTTP/1.1 200 OK\r\nX-Injected: yes\r\nContent-Length: 11\r\n\r\n" + b'{"ok":"no"}'
+    server = await upstream(lambda request, n: OK + injected if n == 1 else OK)
+    first = await get(client, server.url + "/")
+    assert (first.json(), "x-injected" in first.headers, first.headers["content-length"]) == ({"ok": True}, False, "11")
+    second = await get(client, server.url + "/", method="POST", body=b"{}")
+    assert second.json() == {"ok": True}
+    assert server.connections == 2  # the first connection was dropped, not reused
+
+
+async def test_the_answer_to_head_after_a_1xx_still_has_no_body(upstream: Any, client: UpstreamClient) -> None:
+    server = await upstream(
+        lambda request, n: b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + answer(b"", "Content-Length: 50")
+    )
+    response = await get(client, server.url + "/", method="HEAD", timeout=2)
+    assert (response.status, response.body) == (200, b"")
+
+
+@pytest.mark.parametrize("method, status", [("HEAD", "200 OK"), ("GET", "304 Not Modified")])
+async def test_answers_without_a_body_are_not_held_to_the_size_cap(
+    upstream: Any, client: UpstreamClient, method: str, status: str
+) -> None:
+    server = await upstream(lambda request, n: answer(b"", "Content-Length: 5000", status=status))
+    response = await get(client, server.url + "/", method=method)
+    assert (response.status, response.body, response.headers["content-length"]) == (int(status[:3]), b"", "5000")
+
+
+async def test_oversized_heads_are_refused(upstream: Any, client: UpstreamClient) -> None:
+    head = [f"X-Filler: {'x' * 60}" for _ in range(1200)]  # ~80 KB of headers, over the 64 KB limit
+    server = await upstream(lambda request, n: answer(b"{}", *head, "Content-Length: 2"))
+    with pytest.raises(UpstreamTooLargeError):
+        await get(client, server.url + "/")
+
+
 async def test_an_answer_delimited_by_the_end_of_the_connection(upstream: Any, client: UpstreamClient) -> None:
     server = await upstream(lambda request, n: Close(answer(b'{"long": "answer"}', "Connection: close")))
     assert (await get(client, server.url + "/")).json() == {"long": "answer"}
@@ -186,6 +240,21 @@ async def test_compressed_answers_are_decoded(
         lambda request, n: answer(data, f"Content-Encoding: {encoding}", f"Content-Length: {len(data)}")
     )
     assert (await get(client, server.url + "/")).json() == {"text": "a" * 900}
+
+
+async def test_gzip_members_are_all_read(upstream: Any, client: UpstreamClient) -> None:
+    data = gzip.compress(b'{"a":') + gzip.compress(b" 1}")
+    server = await upstream(lambda request, n: answer(data, "Content-Encoding: gzip", f"Content-Length: {len(data)}"))
+    assert (await get(client, server.url + "/")).json() == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    "data", [gzip.compress(b'{"a": 1}')[:-6], gzip.compress(b'{"a": 1}') + b"junk"], ids=["cut short", "trailing bytes"]
+)
+async def test_broken_gzip_is_an_error(upstream: Any, client: UpstreamClient, data: bytes) -> None:
+    server = await upstream(lambda request, n: answer(data, "Content-Encoding: gzip", f"Content-Length: {len(data)}"))
+    with pytest.raises(UpstreamConnectionError, match="gzip"):
+        await get(client, server.url + "/")
 
 
 @pytest.mark.parametrize(
@@ -251,6 +320,26 @@ async def test_a_keep_alive_connection_the_upstream_dropped_is_retried_when_idem
         with pytest.raises(UpstreamConnectionError):
             await get(client, server.url + "/", method=method)
         assert (server.connections, len(server.requests)) == (1, 2)
+
+
+async def test_the_retry_after_a_dropped_keep_alive_connection_takes_a_new_one(upstream: Any) -> None:
+    # Two idle connections; then the upstream restarts: both are dead, which the client learns on use.
+    async def script(request: bytes, n: int) -> bytes | None:
+        if CONNECTION.get() > 2:
+            return OK
+        if n > 1:
+            return None  # the connections from before the restart
+        await asyncio.sleep(0.05)  # so that two requests in flight open two connections
+        return OK
+
+    server = await upstream(script)
+    client = UpstreamClient()
+    await asyncio.gather(get(client, server.url + "/"), get(client, server.url + "/"))
+    assert server.connections == 2
+    assert (await get(client, server.url + "/")).status == 200  # one dead connection, then a new one
+    assert (await get(client, server.url + "/", method="POST", body=b"{}")).status == 200  # the other dead one is gone
+    await client.aclose()
+    assert server.connections == 3
 
 
 async def test_a_connection_the_upstream_closed_while_idle_is_not_used(upstream: Any, client: UpstreamClient) -> None:
@@ -332,6 +421,7 @@ async def test_aclose_closes_idle_connections(upstream: Any, client: UpstreamCli
         ("http://127.0.0.1:1/x", {"headers": {"Bad Name": "x"}}, "header name"),
         ("http://127.0.0.1:1/x", {"headers": {"Content-Length": "5"}}, "header name"),
         ("http://127.0.0.1:1/x", {"headers": {"X-A": "1\r\nX-B: 2"}}, "line breaks"),
+        ("http://127.0.0.1:1/x", {"method": "GET /admin HTTP/1.1\r\nX-Evil: 1\r\nX-Pad:"}, "request method"),
     ],
 )
 async def test_requests_that_cannot_be_written_safely_are_refused(

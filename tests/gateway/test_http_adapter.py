@@ -130,3 +130,9 @@ def test_timeouts_and_retries_are_checked(config: dict[str, Any], message: str) 
 def test_target_urls_are_checked_when_the_version_is_built(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         operation(UNUSED, url)
+
+
+def test_the_method_is_checked_when_the_version_is_built() -> None:
+    spec = {"tool_name": "t", "protocol": "http", "target": {"method": "GET /admin HTTP/1.1\r\nX:", "url": "http://u"}}
+    with pytest.raises(ConfigurationError, match="is not an HTTP method"):
+        RemoteOperation(spec, UNUSED)

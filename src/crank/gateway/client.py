@@ -9,12 +9,16 @@ what the gateway never needs: redirects (not followed: a tool's request goes onl
 says), cookies (the client is shared by every workspace and caller), proxies, HTTP/2, streaming.
 
 Per origin (scheme, host, port): a pool of keep-alive connections, at most `limit_per_host` at once,
-the most recently used first; an idle connection is dropped after `keepalive_timeout` or as soon as
-the upstream closes it. TLS certificates and host names are verified against the system's trust
+the most recently used first; an idle connection is not used again after `keepalive_timeout` or once
+the upstream has closed it (idle sockets are closed by the upstream's own idle timeout, by the next
+request to that origin, or by `aclose`). TLS certificates and host names are verified against the system's trust
 store (or the `ssl_context` given). Each request has one deadline covering the wait for a connection,
 connecting and the answer. An idempotent request that finds its reused connection closed before any
 answer is sent again once on a new connection (RFC 9110, 9.2.2): the upstream dropped an idle
-keep-alive connection as the request went out.
+keep-alive connection as the request went out (and the other idle ones, as old, are dropped too).
+The request line and headers are checked so that no value can change the request's framing, and an
+answer must end where its framing says: bytes after it close the connection, so that nothing an
+upstream sends can be read as the answer to the next request on that connection.
 
 Failures reach the adapters as `UpstreamTimeoutError`, `UpstreamConnectionError` (with `sent`:
 whether the upstream may have acted) or `UpstreamTooLargeError`.
@@ -54,7 +58,9 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 fill memory)."""
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-_DEFAULT_HEADERS = "Accept: */*\r\nAccept-Encoding: gzip, deflate\r\nUser-Agent: crank\r\n"
+_DEFAULT_HEADERS = {"accept": "Accept: */*\r\n", "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
+                    "user-agent": "User-Agent: crank\r\n"}  # fmt: skip
+_ALL_DEFAULT_HEADERS = "".join(_DEFAULT_HEADERS.values())
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
 _UNSAFE_TARGET = re.compile(r"[\x00-\x20\x7f]")  # a space or control character would end the request line
 
@@ -88,6 +94,10 @@ class _Pool:
                 return connection
             self._drop(connection)
         return None
+
+    def drop_idle(self) -> None:
+        while self.idle:
+            self._drop(self.idle.pop())
 
     def give_back(self, connection: Connection, now: float) -> None:
         """After an exchange: to the next waiter, or idle; closed when it cannot carry another request."""
@@ -169,6 +179,7 @@ class UpstreamClient:
         self._pools: dict[str, _Pool] = {}
         self._origins: dict[str, _Origin] = {}
         self._names: set[str] = set()  # header names already checked
+        self._methods: set[str] = set()  # methods already checked
 
     async def request(
         self,
@@ -190,7 +201,9 @@ class UpstreamClient:
         pool = self._pool(origin, loop)
         deadline = loop.time() + timeout
         for attempt in (1, 2):
-            connection = pool.take(loop.time()) or await pool.open(loop, deadline)
+            # The second attempt follows a connection the upstream had closed: the other idle ones are
+            # as old (an upstream restart closes them all), so it goes out on a new one.
+            connection = (pool.take(loop.time()) if attempt == 1 else None) or await pool.open(loop, deadline)
             reused = connection.exchanges > 0
             waiter = connection.send(data, head_only=method == "HEAD")
             timer = loop.call_at(deadline, connection.time_out)
@@ -198,6 +211,7 @@ class UpstreamClient:
                 return await waiter
             except UpstreamConnectionError:
                 if attempt == 1 and reused and not connection.answered and method in _IDEMPOTENT:
+                    pool.drop_idle()
                     continue  # the upstream had closed this idle connection as the request went out
                 raise
             finally:
@@ -250,7 +264,12 @@ class UpstreamClient:
     def _serialize(
         self, method: str, target: str, origin: _Origin, headers: Mapping[str, str], body: bytes | None
     ) -> bytes:
+        if method not in self._methods:
+            if not _TOKEN.fullmatch(method):
+                raise ValueError(f"{method!r} cannot be sent as a request method")
+            self._methods.add(method)
         lines = [f"{method} {target} HTTP/1.1\r\n{origin.host_line}"]
+        given: set[str] = set()
         for name, value in headers.items():
             if name not in self._names:
                 if not _TOKEN.fullmatch(name) or name.lower() in ("host", "content-length", "transfer-encoding"):
@@ -259,9 +278,13 @@ class UpstreamClient:
             if "\r" in value or "\n" in value:
                 raise ValueError(f"the value of header {name!r} may not contain line breaks")
             lines.append(f"{name}: {value}\r\n")
+            given.add(name.lower())
         if body is not None:
             lines.append(f"Content-Length: {len(body)}\r\n")
-        lines.append(_DEFAULT_HEADERS)
+        if given.isdisjoint(_DEFAULT_HEADERS):
+            lines.append(_ALL_DEFAULT_HEADERS)
+        else:  # the caller's Accept, Accept-Encoding or User-Agent replaces the default one
+            lines.extend(line for name, line in _DEFAULT_HEADERS.items() if name not in given)
         lines.append("\r\n")
         head = "".join(lines).encode()
         return head + body if body else head

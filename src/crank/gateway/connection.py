@@ -22,6 +22,7 @@ import httptools
 from crank import _json
 
 __all__ = [
+    "MAX_HEAD_BYTES",
     "Connection",
     "UpstreamConnectionError",
     "UpstreamResponse",
@@ -63,6 +64,14 @@ class UpstreamResponse:
         return self.body.decode("utf-8", "replace")
 
 
+MAX_HEAD_BYTES = 64 * 1024
+"""The most header bytes an answer may carry (names and values); llhttp itself sets no limit."""
+
+
+class _Overflow(Exception):
+    """Raised inside a parser callback: bytes beyond the answer that was asked for."""
+
+
 class Connection(asyncio.Protocol):
     """One HTTP/1.1 connection. `exchanges` counts the requests sent on it (more than one: reused);
     `reusable` says whether it may carry another request now."""
@@ -74,19 +83,22 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[UpstreamResponse] | None = None
         self._keep_alive = False
+        self._head_only = False
         self.closed = False
         self.exchanges = 0
         self.idle_since = 0.0
+        self.answered = False  # any byte of the answer arrived
         self._clear()
 
     def _clear(self) -> None:
+        """Ready for the next head: a new exchange's, or the final one after a 1xx."""
         self._status = 0
         self._headers: dict[str, str] = {}
+        self._repeated: dict[str, list[str]] | None = None  # headers sent more than once
+        self._head_size = 0
         self._chunks: list[bytes] = []
         self._size = 0
         self._until_close = False
-        self._head_only = False
-        self.answered = False  # any byte of the answer arrived
 
     @property
     def reusable(self) -> bool:
@@ -98,6 +110,7 @@ class Connection(asyncio.Protocol):
         self._clear()
         self._keep_alive = False
         self._head_only = head_only
+        self.answered = False
         waiter = self._waiter = self._loop.create_future()
         self.exchanges += 1
         self._transport.write(request)
@@ -141,24 +154,43 @@ class Connection(asyncio.Protocol):
 
     # httptools callbacks
 
+    def on_message_begin(self) -> None:
+        # A second answer in the same stream (what a desynchronized or hostile upstream sends): it must
+        # never be read as the answer to the next request on this connection.
+        if self._waiter is None:
+            raise _Overflow
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > MAX_HEAD_BYTES:
+            raise UpstreamTooLargeError
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         known = self._headers.get(key)
-        self._headers[key] = text if known is None else f"{known}, {text}"
+        if known is None:
+            self._headers[key] = text
+            return
+        if self._repeated is None:
+            self._repeated = {}
+        self._repeated.setdefault(key, [known]).append(text)  # joined once, at the end of the head
 
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
+        if self._repeated:
+            for key, values in self._repeated.items():
+                self._headers[key] = ", ".join(values)
         if self._status < 200:
-            return  # 1xx: another head follows
+            return  # 1xx: the final head follows
+        if self._head_only:
+            self._complete()  # an answer to HEAD has no body, whatever its headers say
+            return
+        if self._status in (204, 304):
+            return
         length = self._headers.get("content-length", "")
         if length.isdigit() and int(length) > self._limit:
             raise UpstreamTooLargeError
-        if self._head_only:
-            self._complete()
-            return
         chunked = "chunked" in self._headers.get("transfer-encoding", "").lower()
-        self._until_close = not length and not chunked and self._status not in (204, 304)
+        self._until_close = not length and not chunked
 
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
@@ -169,7 +201,6 @@ class Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._status < 200:
             self._clear()
-            self.answered = True
             return
         if self._waiter is not None:
             self._keep_alive = self._parser.should_keep_alive()
@@ -189,6 +220,7 @@ class Connection(asyncio.Protocol):
             return
         if waiter is not None and not waiter.done():
             waiter.set_result(UpstreamResponse(self._status, self._headers, body))
+        self._headers = {}  # the answer owns its headers now
         if not self._keep_alive:
             self.close()
 
@@ -218,8 +250,14 @@ def _decoded(encoding: str | None, body: bytes, limit: int) -> bytes:
         return body
     try:
         inflated = inflater.decompress(body, limit + 1)
+        while inflater.eof and inflater.unused_data and len(inflated) <= limit and encoding != "deflate":
+            rest = inflater.unused_data  # gzip allows several members one after the other (RFC 1952, 2.2)
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            inflated += inflater.decompress(rest, limit + 1 - len(inflated))
     except zlib.error as exc:
         raise UpstreamConnectionError(f"the upstream's {encoding} body is corrupt ({exc})", sent=True) from None
     if len(inflated) > limit or inflater.unconsumed_tail:
         raise UpstreamTooLargeError
+    if not inflater.eof or inflater.unused_data:
+        raise UpstreamConnectionError(f"the upstream's {encoding} body is cut short or has trailing bytes", sent=True)
     return inflated

@@ -9,6 +9,7 @@ messages a model can act on; raw upstream bodies are never passed through beyond
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -28,6 +29,7 @@ from crank.gateway.mapping import RequestParts, as_text
 __all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Z-]+")  # a token (RFC 9110 9.1), upper case here
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _EXCERPT = 300
 
@@ -85,6 +87,8 @@ class HTTPAdapter(Adapter):
             raise ConfigurationError(f"{where}: an http target needs a 'url' (and a 'method', GET by default)")
         self.client = client
         self.method = str(target.get("method", "GET")).upper()
+        if not _METHOD.fullmatch(self.method):
+            raise ConfigurationError(f"{where}: {self.method!r} is not an HTTP method")
         self.url = _checked_url(target["url"], where=where)
         self.timeout = _number(config.get("timeout", 10), "timeout", where, minimum=0.001)
         idempotent = config.get("idempotent", self.method in _IDEMPOTENT)
