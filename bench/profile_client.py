@@ -22,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+
+from bench.inprocess import run_against_upstream  # noqa: E402
 
 Get = Callable[[int], Awaitable[bytes]]
 
@@ -101,12 +104,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=10000)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--rounds", type=int, default=5)
-    args = p.parse_args()
-    if "BENCH_UPSTREAM" not in os.environ:
-        raise SystemExit("set BENCH_UPSTREAM to the upstream's base URL (nginx with bench/upstream/nginx.conf)")
-    import uvloop
-
-    uvloop.run(run(args))
+    run_against_upstream(run, p.parse_args())
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.inprocess import run_against_upstream  # noqa: E402
+
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_item","arguments":{"id":7}}}'
 MODERN_BODY = (
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_item","arguments":{"id":7},'
@@ -182,12 +184,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--era", choices=("legacy", "modern"), default="legacy", help="request shape (bench/wrk/common.lua)")
     p.add_argument("--stub-upstream", action="store_true", help="answer upstream requests in-process (no I/O)")
-    args = p.parse_args()
-    if "BENCH_UPSTREAM" not in os.environ:
-        raise SystemExit("set BENCH_UPSTREAM to the upstream's base URL (nginx with bench/upstream/nginx.conf)")
-    import uvloop
-
-    uvloop.run(run(args))
+    run_against_upstream(run, p.parse_args())
 
 
 if __name__ == "__main__":
