@@ -489,6 +489,32 @@ async def test_provider_can_answer_404_for_an_unknown_endpoint(serve: Callable[.
     assert response.status_code == 404
 
 
+async def test_list_answers_are_built_once_per_page_language_and_era(
+    serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import crank.mcp.catalog
+
+    url = serve(make_endpoint())
+    shapes = [
+        (legacy_request("tools/list", request_id=1), legacy_headers(), legacy_request("tools/list", request_id="b")),
+        (
+            modern_request("tools/list", request_id=1),
+            modern_headers("tools/list"),
+            modern_request("tools/list", request_id=2),
+        ),
+    ]
+    first = [(await post(url, body, headers)).json() for body, headers, _ in shapes]
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the answer was built again")
+
+    monkeypatch.setattr(crank.mcp.catalog.Catalog, "page_at", forbidden)
+    for (_, headers, again), before in zip(shapes, first, strict=True):
+        answer = (await post(url, again, headers)).json()
+        assert answer["id"] == again["id"] and answer["result"] == before["result"]
+    assert "resultType" not in first[0]["result"] and first[1]["result"]["resultType"] == "complete"
+
+
 async def test_requests_never_compile_schemas_or_serialize_pages(
     serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from crank import _json
@@ -75,7 +75,12 @@ class Catalog:
                 _json.dumps(wire[start : start + page_size]) for start in range(0, max(len(wire), 1), page_size)
             ]
             self._listing[language] = _json.dumps({"tools": wire})
+        self._page_count = len(self._pages[self.default_language])
+        self._next_cursors = [_encode_cursor(index) for index in range(1, self._page_count)] + [None]
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
+        self.derived: dict[Hashable, bytes] = {}
+        """Bytes an endpoint derives from this catalog (a whole `tools/list` answer but its id, say), kept as
+        long as the catalog: a new version starts empty. Keys must come from a bounded set."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -98,10 +103,14 @@ class Catalog:
 
     def page(self, language: str, cursor: str | None) -> tuple[bytes, str | None]:
         """The serialized `tools` array of one page and the cursor of the next page, if any."""
-        pages = self._pages[language]
-        index = 0 if cursor is None else _decode_cursor(cursor, len(pages))
-        next_cursor = _encode_cursor(index + 1) if index + 1 < len(pages) else None
-        return pages[index], next_cursor
+        return self.page_at(language, self.page_index(cursor))
+
+    def page_index(self, cursor: str | None) -> int:
+        """The page a cursor points to (0 for none); raises `InvalidCursorError` for one not issued here."""
+        return 0 if cursor is None else _decode_cursor(cursor, self._page_count)
+
+    def page_at(self, language: str, index: int) -> tuple[bytes, str | None]:
+        return self._pages[language][index], self._next_cursors[index]
 
     def _wire_entry(self, tool: Tool, language: str) -> JSONObject:
         texts = self.translations

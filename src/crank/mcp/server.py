@@ -113,6 +113,8 @@ class MCPServer:
         self.signer = RequestStateSigner(request_state_secret)
         self._server_info_wire = server_info.to_wire()
         self._stamp = {SERVER_INFO_META_KEY: self._server_info_wire}
+        # What this server adds to a 2026-07-28 `tools/list` page: part of the key of the answers it keeps.
+        self._modern_list_tail = _json.dumps([ttl_ms, cache_scope, self._stamp])
 
     async def handle(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange:
         """Answer one request (a dict with an `id`) whose envelope is already known to be valid."""
@@ -208,19 +210,23 @@ class MCPServer:
             raise JSONRPCError(INVALID_PARAMS, "tools/list: params.cursor must be a string")
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
         try:
-            page, next_cursor = catalog.page(language, cursor)
+            index = catalog.page_index(cursor)
         except InvalidCursorError as exc:
             raise JSONRPCError(INVALID_PARAMS, f"tools/list: {exc}") from None
-        # The page is serialized once per catalog version and language; only the envelope is built here.
-        tail: JSONObject = {}
-        if next_cursor is not None:
-            tail["nextCursor"] = next_cursor
-        if modern:
-            tail.update(resultType="complete", ttlMs=self.ttl_ms, cacheScope=self.cache_scope, _meta=self._stamp)
-        head = b'{"jsonrpc":"2.0","id":' + _json.dumps(request_id) + b',"result":{"tools":'
-        body = head + page + (b"," + _json.dumps(tail)[1:] if tail else b"}") + b"}"
-        headers = [(b"content-language", language.encode()), (b"vary", b"Accept-Language")]
-        return Exchange(200, body, headers)
+        # Everything after the id is built once per catalog version, language, page and era (the page itself
+        # is serialized with the catalog): a request costs one copy of the page, not one per piece.
+        key = ("tools/list", language, index, self._modern_list_tail if modern else None)
+        rest = catalog.derived.get(key)
+        if rest is None:
+            page, next_cursor = catalog.page_at(language, index)
+            tail: JSONObject = {}
+            if next_cursor is not None:
+                tail["nextCursor"] = next_cursor
+            if modern:
+                tail.update(resultType="complete", ttlMs=self.ttl_ms, cacheScope=self.cache_scope, _meta=self._stamp)
+            rest = catalog.derived[key] = b"".join((page, b"," + _json.dumps(tail)[1:] if tail else b"}", b"}"))
+        body = b"".join((b'{"jsonrpc":"2.0","id":', _json.dumps(request_id), b',"result":{"tools":', rest))
+        return Exchange(200, body, [(b"content-language", language.encode()), (b"vary", b"Accept-Language")])
 
     async def _call(self, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo) -> JSONObject:
         name = params.get("name")
