@@ -405,6 +405,15 @@ async def test_waiting_for_a_connection_counts_against_the_deadline(upstream: An
     assert server.connections == 1
 
 
+async def test_idle_connections_are_closed_after_the_keepalive_timeout(upstream: Any) -> None:
+    server = await upstream(lambda request, n: OK)
+    client = UpstreamClient(keepalive_timeout=0.1)
+    await asyncio.gather(get(client, server.url + "/"), get(client, server.url + "/"))
+    await _until(lambda: server.closed_by_client == server.connections)  # with no further request to that origin
+    assert (await get(client, server.url + "/")).status == 200  # and a new one is opened when needed
+    await client.aclose()
+
+
 async def test_aclose_closes_idle_connections(upstream: Any, client: UpstreamClient) -> None:
     server = await upstream(lambda request, n: OK)
     await get(client, server.url + "/")

@@ -9,13 +9,13 @@ what the gateway never needs: redirects (not followed: a tool's request goes onl
 says), cookies (the client is shared by every workspace and caller), proxies, HTTP/2, streaming.
 
 Per origin (scheme, host, port): a pool of keep-alive connections, at most `limit_per_host` at once,
-the most recently used first; an idle connection is not used again after `keepalive_timeout` or once
-the upstream has closed it (idle sockets are closed by the upstream's own idle timeout, by the next
-request to that origin, or by `aclose`). TLS certificates and host names are verified against the system's trust
-store (or the `ssl_context` given). Each request has one deadline covering the wait for a connection,
-connecting and the answer. An idempotent request that finds its reused connection closed before any
-answer is sent again once on a new connection (RFC 9110, 9.2.2): the upstream dropped an idle
-keep-alive connection as the request went out (and the other idle ones, as old, are dropped too).
+the most recently used first; an idle connection is closed after `keepalive_timeout` (one timer per
+pool sweeps them) and never used once the upstream has closed it. TLS certificates and host names
+are verified against the system's trust store (or the `ssl_context` given). Each request has one
+deadline covering the wait for a connection, connecting and the answer. An idempotent request that
+finds its reused connection closed before any answer is sent again once on a new connection (RFC
+9110, 9.2.2): the upstream dropped an idle keep-alive connection as the request went out (and the
+other idle ones, as old, are dropped too).
 The request line and headers are checked so that no value can change the request's framing, and an
 answer must end where its framing says: bytes after it close the connection, so that nothing an
 upstream sends can be read as the answer to the next request on that connection.
@@ -77,7 +77,14 @@ class _Origin:
 class _Pool:
     """The connections to one origin."""
 
-    def __init__(self, connect: Callable[[float], Awaitable[Connection]], limit: int, keepalive: float) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        connect: Callable[[float], Awaitable[Connection]],
+        limit: int,
+        keepalive: float,
+    ) -> None:
+        self.loop = loop
         self.connect = connect  # a new connection to the origin, before the deadline
         self.limit = limit
         self.keepalive = keepalive
@@ -85,6 +92,7 @@ class _Pool:
         self.size = 0  # connections open or opening, idle or busy
         self.waiters: deque[asyncio.Future[Connection | None]] = deque()
         self.closed = False  # the client was closed: connections still busy are closed when given back
+        self._sweep_timer: asyncio.TimerHandle | None = None
 
     def take(self, now: float) -> Connection | None:
         """The most recently used idle connection that is still open and fresh, if any."""
@@ -106,6 +114,30 @@ class _Pool:
         elif not self._hand_on(connection):
             connection.idle_since = now
             self.idle.append(connection)
+            if self._sweep_timer is None:
+                self._sweep_timer = self.loop.call_at(now + self.keepalive, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close the connections idle for `keepalive` or more, even if no request comes to this origin again;
+        one timer per pool while any connection is idle."""
+        self._sweep_timer = None
+        now = self.loop.time()
+        fresh = [c for c in self.idle if not c.closed and now - c.idle_since < self.keepalive]
+        for connection in self.idle:
+            if connection not in fresh:
+                self._drop(connection)
+        self.idle = fresh
+        if fresh:
+            self._sweep_timer = self.loop.call_at(fresh[0].idle_since + self.keepalive, self._sweep)
+
+    def close(self) -> None:
+        self.closed = True
+        timer, self._sweep_timer = self._sweep_timer, None
+        if timer is not None:
+            timer.cancel()
+        for connection in self.idle:
+            with contextlib.suppress(RuntimeError):  # its event loop is closed, and its sockets with it
+                connection.close()
 
     def _drop(self, connection: Connection | None) -> None:
         """One connection less (closed, or never opened): its slot goes to the next waiter."""
@@ -226,7 +258,7 @@ class UpstreamClient:
         pool = self._pools.get(origin.key)
         if pool is None:
             connect = functools.partial(self._connect, origin, loop)
-            pool = self._pools[origin.key] = _Pool(connect, self._limit_per_host, self._keepalive_timeout)
+            pool = self._pools[origin.key] = _Pool(loop, connect, self._limit_per_host, self._keepalive_timeout)
         return pool
 
     async def _connect(self, origin: _Origin, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
@@ -296,10 +328,7 @@ class UpstreamClient:
     def _close_pools(self) -> None:
         pools, self._pools = self._pools, {}
         for pool in pools.values():
-            pool.closed = True
-            for connection in pool.idle:
-                with contextlib.suppress(RuntimeError):  # its event loop is closed, and its sockets with it
-                    connection.close()
+            pool.close()
 
 
 def _parse_origin(key: str) -> _Origin:
