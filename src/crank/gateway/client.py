@@ -94,37 +94,43 @@ class _Pool:
         self.closed = False  # the client was closed: connections still busy are closed when given back
         self._sweep_timer: asyncio.TimerHandle | None = None
 
-    def take(self, now: float) -> Connection | None:
+    def take(self) -> Connection | None:
         """The most recently used idle connection that is still open and fresh, if any."""
+        now = self.loop.time()
         while self.idle:
             connection = self.idle.pop()
-            if not connection.closed and now - connection.idle_since < self.keepalive:
+            if self._fresh(connection, now):
                 return connection
             self._drop(connection)
         return None
+
+    def _fresh(self, connection: Connection, now: float) -> bool:
+        return not connection.closed and now - connection.idle_since < self.keepalive
 
     def drop_idle(self) -> None:
         while self.idle:
             self._drop(self.idle.pop())
 
-    def give_back(self, connection: Connection, now: float) -> None:
+    def give_back(self, connection: Connection) -> None:
         """After an exchange: to the next waiter, or idle; closed when it cannot carry another request."""
         if self.closed or not connection.reusable:
             self._drop(connection)
         elif not self._hand_on(connection):
-            connection.idle_since = now
+            connection.idle_since = self.loop.time()
             self.idle.append(connection)
             if self._sweep_timer is None:
-                self._sweep_timer = self.loop.call_at(now + self.keepalive, self._sweep)
+                self._sweep_timer = self.loop.call_at(connection.idle_since + self.keepalive, self._sweep)
 
     def _sweep(self) -> None:
         """Close the connections idle for `keepalive` or more, even if no request comes to this origin again;
         one timer per pool while any connection is idle."""
         self._sweep_timer = None
         now = self.loop.time()
-        fresh = [c for c in self.idle if not c.closed and now - c.idle_since < self.keepalive]
-        for connection in self.idle:
-            if connection not in fresh:
+        fresh = []
+        for connection in self.idle:  # oldest first: `take` pops the newest
+            if self._fresh(connection, now):
+                fresh.append(connection)
+            else:
                 self._drop(connection)
         self.idle = fresh
         if fresh:
@@ -155,19 +161,18 @@ class _Pool:
                 return True
         return False
 
-    async def open(self, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
+    async def open(self, deadline: float) -> Connection:
         """A connection when none is idle: a new one while under the limit, else the next given back."""
         while self.size >= self.limit:
-            waiter: asyncio.Future[Connection | None] = loop.create_future()
+            waiter: asyncio.Future[Connection | None] = self.loop.create_future()
             self.waiters.append(waiter)
             try:
                 async with asyncio.timeout_at(deadline):
                     given = await waiter
-            except TimeoutError:
-                self._pass_on(waiter, loop)
-                raise UpstreamTimeoutError from None
-            except BaseException:
-                self._pass_on(waiter, loop)
+            except BaseException as exc:  # the deadline, or the caller cancelled
+                self._pass_on(waiter)
+                if isinstance(exc, TimeoutError):
+                    raise UpstreamTimeoutError from None
                 raise
             if given is not None:
                 return given
@@ -178,7 +183,7 @@ class _Pool:
             self._drop(None)
             raise
 
-    def _pass_on(self, waiter: asyncio.Future[Connection | None], loop: asyncio.AbstractEventLoop) -> None:
+    def _pass_on(self, waiter: asyncio.Future[Connection | None]) -> None:
         """A waiter gave up (deadline, cancellation), perhaps just after being handed a connection or a
         free slot: the next one gets it."""
         if not waiter.done():
@@ -188,7 +193,7 @@ class _Pool:
             if given is None:
                 self._hand_on(None)
             else:
-                self.give_back(given, loop.time())
+                self.give_back(given)
 
 
 class UpstreamClient:
@@ -235,7 +240,7 @@ class UpstreamClient:
         for attempt in (1, 2):
             # The second attempt follows a connection the upstream had closed: the other idle ones are
             # as old (an upstream restart closes them all), so it goes out on a new one.
-            connection = (pool.take(loop.time()) if attempt == 1 else None) or await pool.open(loop, deadline)
+            connection = (pool.take() if attempt == 1 else None) or await pool.open(deadline)
             reused = connection.exchanges > 0
             waiter = connection.send(data, head_only=method == "HEAD")
             timer = loop.call_at(deadline, connection.time_out)
@@ -248,7 +253,7 @@ class UpstreamClient:
                 raise
             finally:
                 timer.cancel()
-                pool.give_back(connection, loop.time())
+                pool.give_back(connection)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _pool(self, origin: _Origin, loop: asyncio.AbstractEventLoop) -> _Pool:
