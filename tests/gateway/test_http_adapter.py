@@ -125,6 +125,7 @@ def test_timeouts_and_retries_are_checked(config: dict[str, Any], message: str) 
         ("http://user:secret@u/x", "credentials"),
         ("http://u/a b", "spaces"),
         ("http://u:99999/x", "not a valid URL"),
+        ("http://u:0/x", "port 0"),
     ],
 )
 def test_target_urls_are_checked_when_the_version_is_built(url: str, message: str) -> None:

@@ -34,7 +34,7 @@ import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import SplitResult, quote, urlencode, urlsplit
 
 from crank.gateway.connection import (
     Connection,
@@ -51,6 +51,8 @@ __all__ = [
     "UpstreamResponse",
     "UpstreamTimeoutError",
     "UpstreamTooLargeError",
+    "is_token",
+    "parse_upstream_url",
 ]
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
@@ -61,7 +63,7 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _DEFAULT_HEADERS = {"accept": "Accept: */*\r\n", "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
                     "user-agent": "User-Agent: crank\r\n"}  # fmt: skip
 _ALL_DEFAULT_HEADERS = "".join(_DEFAULT_HEADERS.values())
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _UNSAFE_TARGET = re.compile(r"[\x00-\x20\x7f]")  # a space or control character would end the request line
 
 
@@ -302,14 +304,14 @@ class UpstreamClient:
         self, method: str, target: str, origin: _Origin, headers: Mapping[str, str], body: bytes | None
     ) -> bytes:
         if method not in self._methods:
-            if not _TOKEN.fullmatch(method):
+            if not is_token(method):
                 raise ValueError(f"{method!r} cannot be sent as a request method")
             self._methods.add(method)
         lines = [f"{method} {target} HTTP/1.1\r\n{origin.host_line}"]
         given: set[str] = set()
         for name, value in headers.items():
             if name not in self._names:
-                if not _TOKEN.fullmatch(name) or name.lower() in ("host", "content-length", "transfer-encoding"):
+                if not is_token(name) or name.lower() in ("host", "content-length", "transfer-encoding"):
                     raise ValueError(f"{name!r} cannot be sent as a header name")
                 self._names.add(name)
             if "\r" in value or "\n" in value:
@@ -336,16 +338,37 @@ class UpstreamClient:
             pool.close()
 
 
-def _parse_origin(key: str) -> _Origin:
-    parts = urlsplit(key)
+def is_token(text: str) -> bool:
+    """Whether `text` is an HTTP token (RFC 9110 5.6.2), as a method or a header name must be."""
+    return _TOKEN.fullmatch(text) is not None
+
+
+def parse_upstream_url(url: str) -> SplitResult:
+    """`url` split, if it can name an upstream: http(s) with a host and a usable port, no credentials, no
+    space or control character (they would break the request line); else a `ValueError` saying why."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{url!r} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"an upstream URL is http:// or https:// with a host, got {key!r}")
+        raise ValueError(f"an upstream URL is http:// or https:// with a host, got {url!r}")
     if parts.username is not None or parts.password is not None:
         raise ValueError("credentials in an upstream URL are not sent; use the operation's auth")
+    if _UNSAFE_TARGET.search(url):
+        raise ValueError(f"an upstream URL may not contain spaces or control characters: {url!r}")
+    if port == 0:
+        raise ValueError(f"port 0 cannot be connected to: {url!r}")
+    return parts
+
+
+def _parse_origin(key: str) -> _Origin:
+    parts = parse_upstream_url(key)
     tls = parts.scheme == "https"
     default_port = 443 if tls else 80
     port = parts.port or default_port
     host = parts.hostname
+    assert host is not None  # parse_upstream_url refuses a URL without one
     authority = f"[{host}]" if ":" in host else host
     if port != default_port:
         authority += f":{port}"

@@ -29,11 +29,11 @@ import jmespath.parser
 
 from crank import _json
 from crank.exceptions import ConfigurationError, MappingError
+from crank.gateway.client import is_token
 
 __all__ = ["InputMapping", "OutputMapping", "RequestParts", "as_text"]
 
 _PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name is a token
 _QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 
 
@@ -105,7 +105,7 @@ def _compile_rule(rule: Any, where: str) -> _Rule:
         raise ConfigurationError(
             f"{where}: 'to' must be path.<name>, query.<name>, header.<name>, body or body.<field>"
         )
-    if place == "header" and not _HEADER_NAME.fullmatch(name):
+    if place == "header" and not is_token(name):
         raise ConfigurationError(f"{where}: {name!r} is not a valid header name")
     if kinds[0] == "template":
         try:

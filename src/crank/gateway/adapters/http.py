@@ -9,10 +9,9 @@ messages a model can act on; raw upstream bodies are never passed through beyond
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from crank import _json
 from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError, MappingError
@@ -23,13 +22,14 @@ from crank.gateway.client import (
     UpstreamResponse,
     UpstreamTimeoutError,
     UpstreamTooLargeError,
+    is_token,
+    parse_upstream_url,
 )
 from crank.gateway.mapping import RequestParts, as_text
 
 __all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
 
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Z-]+")  # a token (RFC 9110 9.1), upper case here
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _EXCERPT = 300
 
@@ -87,7 +87,7 @@ class HTTPAdapter(Adapter):
             raise ConfigurationError(f"{where}: an http target needs a 'url' (and a 'method', GET by default)")
         self.client = client
         self.method = str(target.get("method", "GET")).upper()
-        if not _METHOD.fullmatch(self.method):
+        if not is_token(self.method):
             raise ConfigurationError(f"{where}: {self.method!r} is not an HTTP method")
         self.url = _checked_url(target["url"], where=where)
         self.timeout = _number(config.get("timeout", 10), "timeout", where, minimum=0.001)
@@ -178,19 +178,11 @@ def _auth(auth: Any, *, where: str) -> tuple[str, str, str] | None:
 
 
 def _checked_url(url: str, *, where: str) -> str:
-    """An upstream URL is http(s) with a host, no credentials and nothing that would break the request line,
-    checked when the version is built rather than on the first call."""
+    """The client's rules for an upstream URL, checked when the version is built rather than on the first call."""
     try:
-        parts = urlsplit(url)
-        port = parts.port
+        parse_upstream_url(url)
     except ValueError as exc:
-        raise ConfigurationError(f"{where}: target url {url!r} is not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"{where}: target url must be http:// or https:// with a host, got {url!r}")
-    if parts.username is not None or parts.password is not None:
-        raise ConfigurationError(f"{where}: target url may not carry credentials; use execution_config.auth")
-    if any(ord(c) <= 0x20 or c == "\x7f" for c in url) or port == 0:
-        raise ConfigurationError(f"{where}: target url {url!r} has spaces, control characters or port 0")
+        raise ConfigurationError(f"{where}: target url: {exc}") from None
     return url
 
 
