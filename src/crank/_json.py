@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "dumps", "dumps_pretty", "dumps_sorted", "loads"]
+__all__ = ["JSONDecodeError", "as_text", "dumps", "dumps_pretty", "dumps_sorted", "loads"]
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -39,3 +39,18 @@ def dumps_sorted(value: Any) -> bytes:
 
 def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
+
+
+def as_text(value: Any) -> str:
+    """A JSON value written as text, where a path, a query, a header or a plain result needs one: strings
+    as they are, booleans as JSON writes them (`true`, not Python's `True`), null as nothing, numbers as
+    their digits, objects and arrays as compact JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, int | float):
+        return str(value)
+    return dumps(value).decode()

@@ -2,21 +2,44 @@
 
 ```
 CrankError
-├── ConfigurationError      a bad definition or setting, found at start or publish; never sent to a client
-├── RPCError                a JSON-RPC error `{code, message, data}` from a method or the rpc pipeline
-│   ├── InvalidParamsError      -32602
-│   ├── MethodNotFoundError     -32601
-│   ├── InternalError           -32603
-│   ├── AccessDeniedError       -32001
-│   ├── NotFoundError           -32002  (raise it from a method: "no such user")
-│   └── RateLimitedError        -32003  (with `retry_after` seconds)
-└── ToolError               a tool call failed: the client gets `isError: true` with a structured error
-    │                           (raised as is by a tool for its own business failure: class `tool`)
-    ├── SchemaValidationError   arguments do not match the tool's inputSchema (class `schema_validation`)
-    ├── MappingError            input/output mapping failed (class `mapping`)
-    ├── AdapterError            the adapter could not execute the call (class `adapter`)
-    ├── ExternalServiceError    the upstream service failed or refused (class `external_service`)
-    └── InternalRuntimeError    anything unexpected (class `internal_runtime`)
+├── ConfigurationError          a bad definition or setting, found at start, import or publish; never sent to a client
+│   ├── SettingsError               `CRANK_*` settings or the settings file (one line per bad value)
+│   ├── SpecError                   an API description that cannot be loaded or imported
+│   ├── ApplyError                  a catalog file for `crank apply`
+│   └── RegistryError               a registry action that cannot be done
+│       ├── RegistryNotFoundError       the workspace, operation, agent or version does not exist
+│       └── RegistryConflictError       the thing to create exists already
+├── UnknownFormatError          a result format name Crank does not know (a setting, or a request: -32602)
+├── RPCError                    the one JSON-RPC error `{code, message, data}`: rpc methods, the rpc pipeline and
+│   │                               the MCP core's protocol errors (`http_status` forces an HTTP status)
+│   ├── ParseError                  -32700
+│   ├── InvalidRequestError         -32600
+│   ├── MethodNotFoundError         -32601
+│   ├── InvalidParamsError          -32602
+│   ├── InternalError               -32603
+│   ├── AccessDeniedError           -32001
+│   ├── NotFoundError               -32002  (raise it from a method: "no such user")
+│   └── RateLimitedError            -32003  (with `retry_after` seconds)
+├── RequestTooLargeError        a request body over the endpoint's limit (413)
+├── CatalogNotFoundError        no MCP endpoint at the requested path (404)
+├── CatalogUnauthorizedError    the request's credentials do not open this endpoint (401)
+├── InvalidCursorError          a `tools/list` cursor this catalog did not issue
+├── InvalidRequestStateError    a `requestState` not issued for this call, altered, or expired
+├── ArgumentsRejectedError      arguments failed the inputSchema where the endpoint answers -32602
+├── UpstreamError               the gateway's HTTP client could not get an answer
+│   ├── UpstreamTimeoutError        no answer within the deadline
+│   ├── UpstreamConnectionError     not reached (`sent` False), or dropped after the request was sent
+│   └── UpstreamTooLargeError       an answer larger than the client accepts
+└── ToolError                   a tool call failed: the client gets `isError: true` with a structured error
+    │                               (raised as is by a tool for its own business failure: class `tool`)
+    ├── SchemaValidationError       arguments do not match the tool's inputSchema (class `schema_validation`)
+    ├── MappingError                input/output mapping failed (class `mapping`)
+    ├── AdapterError                the adapter could not execute the call (class `adapter`)
+    ├── ExternalServiceError        the upstream service failed or refused (class `external_service`)
+    ├── ConfirmationError           a destructive call without (or with a wrong) confirmation token
+    ├── IdempotencyError            an idempotency key reused with other arguments, or still in flight
+    ├── RPCToolError                an rpc method's `RPCError` as a tool error (class `rpc`)
+    └── InternalRuntimeError        anything unexpected (class `internal_runtime`)
 ```
 
 Every `ToolError` carries the structured fields of DESIGN.md: `error_code`, `message`,
@@ -25,11 +48,19 @@ Every `ToolError` carries the structured fields of DESIGN.md: `error_code`, `mes
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from crank.types import JSONObject
 
 __all__ = [
     "AccessDeniedError",
     "AdapterError",
+    "ApplyError",
+    "ArgumentsRejectedError",
+    "CatalogNotFoundError",
+    "CatalogUnauthorizedError",
     "ConfigurationError",
     "ConfirmationError",
     "CrankError",
@@ -37,14 +68,30 @@ __all__ = [
     "IdempotencyError",
     "InternalError",
     "InternalRuntimeError",
+    "InvalidCursorError",
     "InvalidParamsError",
+    "InvalidRequestError",
+    "InvalidRequestStateError",
     "MappingError",
     "MethodNotFoundError",
     "NotFoundError",
+    "ParseError",
     "RPCError",
+    "RPCToolError",
     "RateLimitedError",
+    "RegistryConflictError",
+    "RegistryError",
+    "RegistryNotFoundError",
+    "RequestTooLargeError",
     "SchemaValidationError",
+    "SettingsError",
+    "SpecError",
     "ToolError",
+    "UnknownFormatError",
+    "UpstreamConnectionError",
+    "UpstreamError",
+    "UpstreamTimeoutError",
+    "UpstreamTooLargeError",
 ]
 
 
@@ -52,31 +99,93 @@ class CrankError(Exception):
     """Base of every error Crank raises on purpose."""
 
 
+# -- definitions and settings -------------------------------------------------------------------------
+
+
 class ConfigurationError(CrankError, ValueError):
     """A definition or setting is invalid. The message names what is wrong and where."""
 
 
+class SettingsError(ConfigurationError):
+    """One or more settings are wrong; the message has one line per bad value."""
+
+
+class SpecError(ConfigurationError):
+    """An API description that cannot be loaded or imported. The message names the place and the problem."""
+
+
+class ApplyError(ConfigurationError):
+    """The catalog file is wrong; the message names the file and the place."""
+
+
+class RegistryError(ConfigurationError):
+    """A registry action that cannot be done; the message says what and where."""
+
+
+class RegistryNotFoundError(RegistryError):
+    """The workspace, operation, agent or version named does not exist."""
+
+
+class RegistryConflictError(RegistryError):
+    """The thing to create exists already."""
+
+
+class UnknownFormatError(CrankError, ValueError):
+    """A format name that Crank does not know; the message lists the allowed ones."""
+
+    def __init__(self, name: str, where: str, allowed: Sequence[str]) -> None:
+        super().__init__(f"unknown result format {name!r} in {where}; allowed: {', '.join(allowed)}")
+        self.name = name
+
+
+# -- JSON-RPC -----------------------------------------------------------------------------------------
+
+
 class RPCError(CrankError):
-    """A JSON-RPC error. Raise a subclass (or this with your own code) from a method."""
+    """A JSON-RPC error object. Raise a subclass (or this with your own code) from a method.
+
+    `http_status` forces the HTTP status of an MCP protocol error; when None the endpoint decides
+    (200 on /rpc and in the legacy MCP era, the 2026-07-28 status table in the modern one).
+    """
 
     default_code: ClassVar[int] = -32000
     default_message: ClassVar[str] = "Server error"
 
-    def __init__(self, message: str | None = None, *, data: Any = None, code: int | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, code: int | None = None, data: Any = None, http_status: int | None = None
+    ) -> None:
         self.message = message or self.default_message
         super().__init__(self.message)
-        self.data = data
         self.code = self.default_code if code is None else code
+        self.data = data
+        self.http_status = http_status
+
+    def to_wire(self) -> JSONObject:
+        """The error object as JSON-RPC sends it; `data` only when there is some."""
+        error: JSONObject = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
 
 
-class InvalidParamsError(RPCError):
-    default_code = -32602
-    default_message = "Invalid params"
+class ParseError(RPCError):
+    default_code = -32700
+    default_message = "Parse error"
+
+
+class InvalidRequestError(RPCError):
+    default_code = -32600
+    default_message = "Invalid Request"
 
 
 class MethodNotFoundError(RPCError):
     default_code = -32601
     default_message = "Method not found"
+
+
+class InvalidParamsError(RPCError):
+    default_code = -32602
+    default_message = "Invalid params"
 
 
 class InternalError(RPCError):
@@ -101,6 +210,71 @@ class RateLimitedError(RPCError):
     def __init__(self, message: str | None = None, *, retry_after: int = 1, data: Any = None) -> None:
         super().__init__(message, data=data)
         self.retry_after = retry_after
+
+
+# -- serving ------------------------------------------------------------------------------------------
+
+
+class RequestTooLargeError(CrankError):
+    """A request body larger than the endpoint accepts (413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Request body exceeds {limit} bytes")
+        self.limit = limit
+
+
+class CatalogNotFoundError(CrankError, LookupError):
+    """Raised by a `CatalogProvider` when no endpoint exists at the requested path (404)."""
+
+
+class CatalogUnauthorizedError(CrankError, PermissionError):
+    """Raised by a `CatalogProvider` when the request's credentials do not open this endpoint (401)."""
+
+
+class InvalidCursorError(CrankError, ValueError):
+    """A `tools/list` cursor this catalog did not issue."""
+
+
+class InvalidRequestStateError(CrankError, ValueError):
+    """A `requestState` that was not issued for this call, was altered, or expired."""
+
+
+class ArgumentsRejectedError(CrankError):
+    """Arguments failed the inputSchema on an endpoint that answers such calls with JSON-RPC -32602.
+
+    `violations` are the wire objects (`{"path": ..., "message": ...}`) of every problem found."""
+
+    def __init__(self, tool_name: str, violations: list[JSONObject]) -> None:
+        super().__init__(f"Invalid arguments for tool {tool_name!r}")
+        self.violations = violations
+
+
+# -- the gateway's upstream client --------------------------------------------------------------------
+
+
+class UpstreamError(CrankError):
+    """The upstream HTTP client could not get a usable answer."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """No answer within the operation's timeout."""
+
+
+class UpstreamConnectionError(UpstreamError):
+    """The upstream could not be reached (`sent` False: nothing left this process), or dropped the
+    connection or answered with something that is not HTTP after the request was sent (`sent` True:
+    it may have acted on it)."""
+
+    def __init__(self, reason: str, *, sent: bool) -> None:
+        super().__init__(reason)
+        self.sent = sent
+
+
+class UpstreamTooLargeError(UpstreamError):
+    """The answer is larger than the client accepts."""
+
+
+# -- tool calls ---------------------------------------------------------------------------------------
 
 
 class ToolError(CrankError):
@@ -179,6 +353,20 @@ class IdempotencyError(ToolError):
     error_class = "idempotency"
     default_code = "idempotency_key_reused"
     may_have_taken_effect = False
+
+
+class RPCToolError(ToolError):
+    """An rpc method's error as a tool error: the client reads seed 001's `{code, message, data}` object
+    (`wire`), with the request id of the call."""
+
+    error_class = "rpc"
+
+    def __init__(self, error: RPCError, wire: JSONObject) -> None:
+        super().__init__(error.message, error_code=str(error.code))
+        self.wire = wire
+
+    def to_payload(self, request_id: str) -> dict[str, Any]:
+        return self.wire
 
 
 class InternalRuntimeError(ToolError):

@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute
 from crank.admin.api import AdminAPI
 from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import AgentCatalogs
-from crank.mcp.http import MCPEndpoint, serve_lifespan
+from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.rpc_source import MCPConfig, MCPSource
 from crank.mcp.server import ServerInfo
@@ -35,6 +35,7 @@ from crank.settings import Settings
 from crank.state import StateStore, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics
 from crank.types import ASGIApp, Receive, Scope, Send
+from crank.wire.asgi import serve_lifespan
 
 __all__ = ["CrankServer", "GatewayService", "MCPConfig", "RPCService"]
 

@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from crank import _json
 from crank.exceptions import ToolError
-from crank.mcp.tools import CallObserver
 
 __all__ = ["METRICS_CONTENT_TYPE", "JSONLogFormatter", "Metrics", "configure_logging"]
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LABELS = ("workspace", "agent", "tool")
+Observe = Callable[[str, ToolError | None, float, str | None], None]
+"""What `Metrics.observer` returns: it has the shape of the MCP core's `CallObserver`, which the core
+declares; telemetry sits below the core and never imports it."""
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 logger = logging.getLogger("crank.calls")
 
@@ -47,7 +49,7 @@ class Metrics:
             list(_LABELS), buckets=_BUCKETS, registry=self.registry,
         )  # fmt: skip
 
-    def observer(self, workspace: str, agent: str) -> CallObserver:
+    def observer(self, workspace: str, agent: str) -> Observe:
         """The observer of one agent's catalog; label children are cached per tool (no lookup per call)."""
         children: dict[str, tuple[Counter, Histogram]] = {}
         labels = {"workspace": workspace, "agent": agent}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from crank.mcp.security import HostOriginPolicy, is_loopback
+from crank.wire.security import HostOriginPolicy, is_loopback
 
 LOOPBACK = ("127.0.0.1", 8000)
 PUBLIC = ("10.1.2.3", 8000)

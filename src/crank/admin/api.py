@@ -41,11 +41,14 @@ from crank.admin.models import (
 )
 from crank.exceptions import ConfigurationError
 from crank.registry import Registry, RegistryConflictError, RegistryNotFoundError
-from crank.types import JSONObject
+from crank.types import JSONObject, Scope
+from crank.wire.middleware import BearerAuthMiddleware
 
 __all__ = ["AdminAPI"]
 
 PREFIX = "/admin/v1"
+_OPENAPI_PATH = PREFIX + "/openapi.json"
+_UNAUTHORIZED = "the admin API needs 'Authorization: Bearer <admin token>'"
 Handler = Callable[["AdminAPI", Request, Any], Any]
 
 
@@ -77,9 +80,17 @@ class AdminAPI:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
         self._token = token.encode()
-        routes = [Route(PREFIX + "/openapi.json", self._openapi, methods=["GET"])]
+        routes = [Route(_OPENAPI_PATH, self._openapi, methods=["GET"])]
         routes += [Route(PREFIX + e.path, self._route(e), methods=[e.method]) for e in ENDPOINTS]
-        self._app = Starlette(routes=routes)
+        # Every request but the OpenAPI document needs the admin token: checked around the whole app.
+        self._app = BearerAuthMiddleware(
+            Starlette(routes=routes),
+            self._authenticate,
+            realm="crank-admin",
+            message=_UNAUTHORIZED,
+            refusal=_refusal,
+            exempt=lambda scope: scope.get("path") == _OPENAPI_PATH,
+        )
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self._app(scope, receive, send)
@@ -87,7 +98,6 @@ class AdminAPI:
     def _route(self, endpoint: _Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
             try:
-                self._authorize(request)
                 body = await _body(request, endpoint.body) if endpoint.body is not None else None
                 # The registry is synchronous (SQLAlchemy): run it off the event loop.
                 result = await run_in_threadpool(endpoint.handler, self, request, body)
@@ -107,20 +117,22 @@ class AdminAPI:
 
         return handle
 
-    def _authorize(self, request: Request) -> None:
-        kind, _, token = request.headers.get("authorization", "").partition(" ")
-        if kind.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
-            raise _HTTPError(401, "unauthorized", "the admin API needs 'Authorization: Bearer <admin token>'")
+    def _authenticate(self, token: str | None) -> bool | None:
+        """True for the admin token (compared in constant time), else None: refused with 401."""
+        if token is None or not hmac.compare_digest(token.encode(), self._token):
+            return None
+        return True
 
     async def _openapi(self, request: Request) -> Response:
         return _json_response(openapi_document())
 
 
 def _error(status: int, code: str, message: str) -> Response:
-    response = _json_response({"error": {"code": code, "message": message}}, status)
-    if status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="crank-admin"'
-    return response
+    return _json_response({"error": {"code": code, "message": message}}, status)
+
+
+def _refusal(scope: Scope, status: int, message: str) -> bytes:
+    return _json.dumps({"error": {"code": "unauthorized", "message": message}})
 
 
 async def _body(request: Request, model: type[BaseModel]) -> Any:

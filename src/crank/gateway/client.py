@@ -36,22 +36,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, quote, urlencode, urlsplit
 
-from crank.gateway.connection import (
-    Connection,
-    UpstreamConnectionError,
-    UpstreamResponse,
-    UpstreamTimeoutError,
-    UpstreamTooLargeError,
-)
+from crank.exceptions import UpstreamConnectionError, UpstreamTimeoutError
+from crank.gateway.connection import Connection, UpstreamResponse
+from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
     "UpstreamClient",
-    "UpstreamConnectionError",
     "UpstreamResponse",
-    "UpstreamTimeoutError",
-    "UpstreamTooLargeError",
-    "is_token",
     "parse_upstream_url",
 ]
 
@@ -59,11 +51,9 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 """The largest upstream answer read, after decompression (a model cannot use more; a gzip bomb cannot
 fill memory)."""
 
-_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _DEFAULT_HEADERS = {"accept": "Accept: */*\r\n", "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
                     "user-agent": "User-Agent: crank\r\n"}  # fmt: skip
 _ALL_DEFAULT_HEADERS = "".join(_DEFAULT_HEADERS.values())
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _UNSAFE_TARGET = re.compile(r"[\x00-\x20\x7f]")  # a space or control character would end the request line
 
 
@@ -249,7 +239,7 @@ class UpstreamClient:
             try:
                 return await waiter
             except UpstreamConnectionError:
-                if attempt == 1 and reused and not connection.answered and method in _IDEMPOTENT:
+                if attempt == 1 and reused and not connection.answered and method in IDEMPOTENT_METHODS:
                     pool.drop_idle()
                     continue  # the upstream had closed this idle connection as the request went out
                 raise
@@ -336,11 +326,6 @@ class UpstreamClient:
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             pool.close()
-
-
-def is_token(text: str) -> bool:
-    """Whether `text` is an HTTP token (RFC 9110 5.6.2), as a method or a header name must be."""
-    return _TOKEN.fullmatch(text) is not None
 
 
 def parse_upstream_url(url: str) -> SplitResult:

@@ -20,33 +20,13 @@ from typing import Any
 import httptools
 
 from crank import _json
+from crank.exceptions import UpstreamConnectionError, UpstreamTimeoutError, UpstreamTooLargeError
 
 __all__ = [
     "MAX_HEAD_BYTES",
     "Connection",
-    "UpstreamConnectionError",
     "UpstreamResponse",
-    "UpstreamTimeoutError",
-    "UpstreamTooLargeError",
 ]
-
-
-class UpstreamTimeoutError(Exception):
-    """No answer within the operation's timeout."""
-
-
-class UpstreamConnectionError(Exception):
-    """The upstream could not be reached (`sent` False: nothing left this process), or dropped the
-    connection or answered with something that is not HTTP after the request was sent (`sent` True:
-    it may have acted on it)."""
-
-    def __init__(self, reason: str, *, sent: bool) -> None:
-        super().__init__(reason)
-        self.sent = sent
-
-
-class UpstreamTooLargeError(Exception):
-    """The answer is larger than the client accepts."""
 
 
 @dataclass(frozen=True, slots=True)

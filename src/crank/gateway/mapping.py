@@ -29,7 +29,7 @@ import jmespath.parser
 
 from crank import _json
 from crank.exceptions import ConfigurationError, MappingError
-from crank.gateway.client import is_token
+from crank.wire.http import is_token
 
 __all__ = ["InputMapping", "OutputMapping", "RequestParts", "as_text"]
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.mcp.after_response import call_after_response
 from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.mcp.formats import FORMATS
-from crank.mcp.http import CatalogNotFoundError, CatalogProvider, CatalogUnauthorizedError, MCPEndpoint
+from crank.mcp.http import CatalogProvider, MCPEndpoint
 from crank.mcp.input_required import InputRequired, elicitation, roots_listing, sampling
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo

@@ -17,11 +17,11 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from crank import _json
+from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
 from crank.mcp.catalog import Catalog
-from crank.mcp.http import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations, ToolResult
 from crank.mcp.translations import Translations
 from crank.registry import KeyScope, PublishedAgent, Registry, key_digest

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from crank import _json
-from crank.exceptions import InternalRuntimeError, SchemaValidationError, ToolError
+from crank.exceptions import ArgumentsRejectedError, InternalRuntimeError, SchemaValidationError, ToolError
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired
@@ -21,7 +21,6 @@ from crank.mcp.validation import Violation
 from crank.types import JSONObject
 
 __all__ = [
-    "ArgumentsRejectedError",
     "InvalidArgumentsMode",
     "call_tool",
     "error_result",
@@ -33,14 +32,6 @@ logger = logging.getLogger("crank.mcp")
 InvalidArgumentsMode = Literal["result", "error"]
 """`result`: a tool execution error (`isError: true`), as the current MCP specification asks, so that a
 model can correct itself. `error`: JSON-RPC -32602, as seed 001 describes."""
-
-
-class ArgumentsRejectedError(Exception):
-    """Arguments failed the inputSchema on an endpoint that answers such calls with JSON-RPC -32602."""
-
-    def __init__(self, tool_name: str, violations: list[Violation]) -> None:
-        super().__init__(f"Invalid arguments for tool {tool_name!r}")
-        self.violations = violations
 
 
 async def call_tool(
@@ -88,7 +79,7 @@ def _rejected(
     name: str, violations: list[Violation], invalid_arguments: InvalidArgumentsMode, context: CallContext
 ) -> tuple[JSONObject, ToolError]:
     if invalid_arguments == "error":
-        raise ArgumentsRejectedError(name, violations)
+        raise ArgumentsRejectedError(name, [violation.to_wire() for violation in violations])
     rejected = SchemaValidationError(
         f"Invalid arguments for tool {name!r}: {len(violations)} violation(s)",
         recoverable=True,

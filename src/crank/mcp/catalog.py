@@ -13,22 +13,18 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from crank import _json
-from crank.exceptions import ConfigurationError
-from crank.mcp.formats import UnknownFormatError, check_format
+from crank.exceptions import ConfigurationError, InvalidCursorError, UnknownFormatError
+from crank.mcp.formats import check_format
 from crank.mcp.headers import HeaderParam, find_header_params
 from crank.mcp.tools import TOOL_NAME_PATTERN, CallObserver, Tool
 from crank.mcp.translations import Translations
 from crank.mcp.validation import ArgumentValidator
 from crank.types import JSONObject
 
-__all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "InvalidCursorError", "estimate_tokens"]
+__all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "estimate_tokens"]
 
 DEFAULT_PAGE_SIZE = 100
 _CURSOR_PREFIX = "crank-page:"
-
-
-class InvalidCursorError(ValueError):
-    """A `tools/list` cursor this catalog did not issue."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,24 +11,17 @@ from typing import Any, Final
 import toon_format
 
 from crank import _json
+from crank.exceptions import UnknownFormatError
 
-__all__ = ["DEFAULT_FORMAT", "FORMATS", "UnknownFormatError", "check_format", "render"]
+__all__ = ["DEFAULT_FORMAT", "FORMATS", "check_format", "render"]
 
 DEFAULT_FORMAT: Final = "json"
 FORMATS: Final = ("json", "pretty_json", "markdown", "plain", "toon")
 
 
-class UnknownFormatError(ValueError):
-    """A format name that Crank does not know; the message lists the allowed ones."""
-
-    def __init__(self, name: str, where: str) -> None:
-        super().__init__(f"unknown result format {name!r} in {where}; allowed: {', '.join(FORMATS)}")
-        self.name = name
-
-
 def check_format(name: str, where: str) -> str:
     if name not in FORMATS:
-        raise UnknownFormatError(name, where)
+        raise UnknownFormatError(name, where, FORMATS)
     return name
 
 
@@ -39,20 +32,10 @@ def render(value: Any, fmt: str) -> str:
     if fmt == "pretty_json":
         return _json.dumps_pretty(value).decode()
     if fmt == "plain":
-        return _plain(value)
+        return _json.as_text(value)
     if fmt == "markdown":
         return _markdown(value)
     return str(toon_format.encode(value))
-
-
-def _plain(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str | int | float):
-        return str(value)
-    return _json.dumps(value).decode()
 
 
 def _is_scalar(value: Any) -> bool:
@@ -71,10 +54,10 @@ def _markdown(value: Any) -> str:
             lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in value]
             return "\n".join(lines)
     if _is_scalar(value):
-        return _plain(value)
+        return _json.as_text(value)
     return "```json\n" + _json.dumps_pretty(value).decode() + "\n```"
 
 
 def _cell(value: Any) -> str:
     # A pipe or a line break would end the cell or the row early.
-    return _plain(value).replace("|", "\\|").replace("\n", " ")
+    return _json.as_text(value).replace("|", "\\|").replace("\n", " ")

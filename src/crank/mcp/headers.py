@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from crank import _json
 from crank.exceptions import ConfigurationError
 from crank.types import JSONObject
+from crank.wire.http import is_token
 
 __all__ = ["HeaderParam", "decode_header_value", "find_header_params", "param_header_mismatch"]
 
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 §5.6.2
 _HEADER_TYPES = frozenset({"string", "integer", "boolean"})
 _SENTINEL = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$")
 
@@ -64,7 +65,7 @@ def find_header_params(schema: JSONObject, *, tool_name: str) -> tuple[HeaderPar
         token = node.get("x-mcp-header")
         if token is not None and path:
             where = f"tool {tool_name!r}, property {'.'.join(path)!r}"
-            if not isinstance(token, str) or not _TOKEN.match(token):
+            if not isinstance(token, str) or not is_token(token):
                 raise ConfigurationError(f"{where}: x-mcp-header must be an HTTP header token, got {token!r}")
             if node.get("type") not in _HEADER_TYPES:
                 raise ConfigurationError(f"{where}: x-mcp-header is only allowed on string, integer or boolean")
@@ -78,10 +79,9 @@ def find_header_params(schema: JSONObject, *, tool_name: str) -> tuple[HeaderPar
 
 
 def _render(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str | int | float):
-        return str(value)
+    """A scalar as its header text; None for anything a header cannot carry."""
+    if isinstance(value, str | int | float):  # bool is an int
+        return _json.as_text(value)
     return None
 
 

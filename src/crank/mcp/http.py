@@ -15,67 +15,63 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from crank import _json
+from crank.exceptions import (
+    ArgumentsRejectedError,
+    CatalogNotFoundError,
+    CatalogUnauthorizedError,
+    InvalidRequestError,
+    RequestTooLargeError,
+    RPCError,
+    UnknownFormatError,
+)
 from crank.mcp.after_response import run_after_response, start_after_response
-from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_tool
+from crank.mcp.calls import InvalidArgumentsMode, call_tool
 from crank.mcp.catalog import Catalog
-from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError
-from crank.mcp.jsonrpc import JSONRPCError, RequestId, encode_error, is_request_id, request_envelope_error
+from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.protocol import (
     BATCH_PROTOCOL_VERSIONS,
     HANDSHAKE_PROTOCOL_VERSIONS,
     HEADER_MISMATCH,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
     MODERN_PROTOCOL_VERSIONS,
-    PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from crank.mcp.security import HostOriginPolicy
 from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
-from crank.types import JSONObject, Receive, Scope, Send
+from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, read_headers, send_response, serve_lifespan
+from crank.wire.http import accepts_json, is_json_media_type
+from crank.wire.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RequestId,
+    encode_error,
+    is_request_id,
+    request_envelope_error,
+)
+from crank.wire.middleware import BodyLimitMiddleware, HostOriginMiddleware, jsonrpc_refusal
+from crank.wire.security import HostOriginPolicy
 
-__all__ = [
-    "DEFAULT_MAX_BODY_SIZE",
-    "CatalogNotFoundError",
-    "CatalogProvider",
-    "CatalogUnauthorizedError",
-    "MCPEndpoint",
-    "serve_lifespan",
-]
+__all__ = ["CatalogProvider", "MCPEndpoint"]
 
 logger = logging.getLogger("crank.mcp")
 
-DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 CatalogProvider = Callable[[Scope], Awaitable[Catalog]]
 """Returns the catalog that serves a request (for example the published version of an agent)."""
 
+UNAUTHORIZED_MESSAGE = "A valid API key is required: Authorization: Bearer <key>"
 _ROUTING_HEADERS = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
-_JSON = b"application/json"
+_PLAIN_ROUTES = ("/tools", "/call")
 
 
-class CatalogNotFoundError(LookupError):
-    """Raised by a `CatalogProvider` when no endpoint exists at the requested path (404)."""
-
-
-class CatalogUnauthorizedError(PermissionError):
-    """Raised by a `CatalogProvider` when the request's credentials do not open this endpoint (401)."""
-
-
-class _BadBodyError(Exception):
-    """A body too large (413) or not JSON (400); each route answers it in its own shape."""
-
-    def __init__(self, status: int, code: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
+class _NotJSONError(Exception):
+    """A body that is not JSON (400); each route answers it in its own shape."""
 
 
 class MCPEndpoint:
@@ -131,28 +127,25 @@ class MCPEndpoint:
         self.max_body_size = max_body_size
         self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
         self.plain_http = plain_http
+        # The checks wrap the endpoint: a request that reaches `_serve` passed Host/Origin and the body limit.
+        body_limit = BodyLimitMiddleware(self._serve, max_body_size, refusal=_refusal)
+        self._app: ASGIApp = HostOriginMiddleware(body_limit, self.policy)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
+        elif scope["type"] == "http":
+            await self._app(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         after = start_after_response()
-        headers, duplicated = _read_headers(scope)
-        refused = self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin"))
-        if refused is not None:
-            await _send(send, refused, _json.dumps({"error": "Forbidden host or origin"}))
-            return
-        route = scope["path"]
-        root = scope.get("root_path")
-        if root and route.startswith(root):
-            route = route[len(root) :]
+        headers, duplicated = read_headers(scope, _ROUTING_HEADERS)
+        route = _route(scope)
         method = scope["method"]
         try:
             if route in ("", "/"):
                 if method != "POST":
-                    await _send(send, 405, b"", [(b"allow", b"POST")], content_type=None)
+                    await send_response(send, 405, b"", [(b"allow", b"POST")], content_type=None)
                     return
                 exchange = await self._mcp_post(scope, receive, headers, duplicated)
             elif self.plain_http and route == "/tools":
@@ -164,20 +157,25 @@ class MCPEndpoint:
             else:
                 exchange = Exchange(404, _json.dumps({"error": "Not found"}))
         except CatalogNotFoundError:
-            exchange = Exchange(404, encode_error(None, JSONRPCError(INVALID_REQUEST, "No MCP endpoint at this path")))
+            exchange = Exchange(404, encode_error(None, InvalidRequestError("No MCP endpoint at this path")))
         except CatalogUnauthorizedError:
-            error = JSONRPCError(INVALID_REQUEST, "A valid API key is required: Authorization: Bearer <key>")
-            exchange = Exchange(401, encode_error(None, error), [(b"www-authenticate", b'Bearer realm="crank"')])
+            exchange = Exchange(
+                401,
+                encode_error(None, InvalidRequestError(UNAUTHORIZED_MESSAGE)),
+                [(b"www-authenticate", b'Bearer realm="crank"')],
+            )
+        except RequestTooLargeError:
+            raise  # answered by BodyLimitMiddleware, around this app
         except Exception as exc:
             # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees
             # for the plain pair); the request id in its data is also in the log.
             error = self.server.internal_error(exc)
-            plain = route in ("/tools", "/call")
+            plain = route in _PLAIN_ROUTES
             exchange = _plain_error(200, error.code, error.message, error.data) if plain else _internal(None, error)
         if exchange.body is None:
-            await _send(send, exchange.status, b"", exchange.headers, content_type=None)
+            await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
         else:
-            await _send(send, exchange.status, exchange.body, exchange.headers)
+            await send_response(send, exchange.status, exchange.body, exchange.headers)
         if after:
             await run_after_response(after)
 
@@ -186,14 +184,14 @@ class MCPEndpoint:
     async def _mcp_post(
         self, scope: Scope, receive: Receive, headers: dict[str, str], duplicated: str | None
     ) -> Exchange:
-        if not _accepts_json(headers.get("accept")):
+        if not accepts_json(headers.get("accept")):
             return _protocol_error(406, INVALID_REQUEST, "Accept must allow application/json")
-        if not _is_json(headers.get("content-type")):
+        if not is_json_media_type(headers.get("content-type")):
             return _protocol_error(415, INVALID_REQUEST, "Content-Type must be application/json")
         try:
-            message = await _read_json(scope, receive, headers, self.max_body_size)
-        except _BadBodyError as bad:
-            return _protocol_error(bad.status, bad.code, str(bad))
+            message = await _read_json(receive)
+        except _NotJSONError as bad:
+            return _protocol_error(400, PARSE_ERROR, str(bad))
         if duplicated is not None:
             return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
         info = RequestInfo(headers, _format_query(scope))
@@ -243,10 +241,10 @@ class MCPEndpoint:
 
         async def one(item: Any) -> bytes | None:
             if not isinstance(item, dict):
-                return encode_error(None, JSONRPCError(INVALID_REQUEST, "Invalid request: batch items must be objects"))
+                return encode_error(None, InvalidRequestError("Invalid request: batch items must be objects"))
             if item.get("method") == "initialize":
-                error = JSONRPCError(INVALID_REQUEST, "initialize must not be part of a batch")
-                return encode_error(item.get("id"), error)
+                error = InvalidRequestError("initialize must not be part of a batch")
+                return encode_error(item.get("id") if is_request_id(item.get("id")) else None, error)
             exchange = await self._single(item, catalog, info)
             return exchange.body if exchange is not None else None
 
@@ -266,9 +264,9 @@ class MCPEndpoint:
 
     async def _plain_call(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Exchange:
         try:
-            request = await _read_json(scope, receive, headers, self.max_body_size)
-        except _BadBodyError as bad:
-            return _plain_error(bad.status, bad.code, str(bad))
+            request = await _read_json(receive)
+        except _NotJSONError as bad:
+            return _plain_error(400, PARSE_ERROR, str(bad))
         if not isinstance(request, dict) or not isinstance(request.get("name"), str):
             return _plain_error(400, INVALID_REQUEST, 'Invalid request: expected {"name": string, "arguments": object}')
         arguments = request.get("arguments")
@@ -298,7 +296,7 @@ class MCPEndpoint:
                 observer=catalog.observer,
             )
         except ArgumentsRejectedError as exc:
-            data = {"violations": [violation.to_wire() for violation in exc.violations]}
+            data = {"violations": exc.violations}
             return _plain_error(200, INVALID_PARAMS, str(exc), data)
         if result.get("isError") and result["content"] and result["content"][0].get("type") == "text":
             try:
@@ -319,20 +317,21 @@ def _not_allowed(allow: bytes) -> Exchange:
     return Exchange(405, b"", [(b"allow", allow)])
 
 
-def _internal(request_id: RequestId | None, error: JSONRPCError) -> Exchange:
+def _internal(request_id: RequestId | None, error: RPCError) -> Exchange:
     return Exchange(200, encode_error(request_id, error))
 
 
 def _protocol_error(status: int, code: int, message: str) -> Exchange:
-    return Exchange(status, encode_error(None, JSONRPCError(code, message)))
+    return Exchange(status, encode_error(None, RPCError(message, code=code)))
 
 
 def _plain_error(status: int, code: int, message: str, data: Any = None) -> Exchange:
-    error: JSONObject = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    body = {"isError": True, "error": error, "content": [{"type": "text", "text": message}]}
-    return Exchange(status, _json.dumps(body))
+    return Exchange(status, _plain_error_body(code, message, data))
+
+
+def _plain_error_body(code: int, message: str, data: Any = None) -> bytes:
+    error = RPCError(message, code=code, data=data).to_wire()
+    return _json.dumps({"isError": True, "error": error, "content": [{"type": "text", "text": message}]})
 
 
 def _is_plain_request(message: JSONObject) -> bool:
@@ -347,29 +346,6 @@ def _is_plain_request(message: JSONObject) -> bool:
     )
 
 
-def _read_headers(scope: Scope) -> tuple[dict[str, str], str | None]:
-    """Headers as a dict (ASGI names are lowercase), and the name of a routing header sent twice, if any."""
-    raw = scope["headers"]
-    try:
-        # UTF-8 first: it is the faster codec here and agrees with latin-1 on the ASCII that headers carry.
-        headers = {name.decode(): value.decode() for name, value in raw}
-    except UnicodeDecodeError:
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
-    if len(headers) == len(raw):
-        return headers, None
-    # Rare: a repeated header. Join the values as HTTP does, and note a repeated routing header.
-    headers = {}
-    duplicated: str | None = None
-    for raw_name, raw_value in raw:
-        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
-        if name in headers:
-            duplicated = name if name in _ROUTING_HEADERS else duplicated
-            headers[name] = headers[name] + ", " + value
-        else:
-            headers[name] = value
-    return headers, duplicated
-
-
 def _format_query(scope: Scope) -> str | None:
     query: bytes = scope.get("query_string", b"")
     if not query or b"format=" not in query:
@@ -377,91 +353,25 @@ def _format_query(scope: Scope) -> str | None:
     return dict(parse_qsl(query.decode("latin-1"))).get("format")
 
 
-@lru_cache(maxsize=256)
-def _accepts_json(accept: str | None) -> bool:
-    # A missing Accept is taken as "anything"; a present one must allow JSON.
-    if accept is None:
-        return True
-    for item in accept.split(","):
-        media = item.split(";", 1)[0].strip().lower()
-        if media in ("application/json", "application/*", "*/*"):
-            return True
-    return False
-
-
-def _is_json(content_type: str | None) -> bool:
-    if content_type == "application/json":
-        return True
-    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
-
-
-async def _read_json(scope: Scope, receive: Receive, headers: dict[str, str], limit: int) -> Any:
-    body = await _read_body(scope, receive, headers, limit)
+async def _read_json(receive: Receive) -> Any:
+    body = await read_body(receive)
     try:
         return _json.loads(body)
     except _json.JSONDecodeError:
-        raise _BadBodyError(400, PARSE_ERROR, "Parse error: the body is not valid JSON") from None
+        raise _NotJSONError("Parse error: the body is not valid JSON") from None
 
 
-async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    declared = headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BadBodyError(413, INVALID_REQUEST, f"Request body exceeds {limit} bytes")
-    message = await receive()
-    if message["type"] == "http.request" and not message.get("more_body", False):  # the whole body at once
-        body: bytes = message.get("body", b"")
-        if len(body) > limit:
-            raise _BadBodyError(413, INVALID_REQUEST, f"Request body exceeds {limit} bytes")
-        return body
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _BadBodyError(413, INVALID_REQUEST, f"Request body exceeds {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-        message = await receive()
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+def _route(scope: Scope) -> str:
+    """The path below where the endpoint is mounted."""
+    route: str = scope["path"]
+    root = scope.get("root_path")
+    if root and route.startswith(root):
+        route = route[len(root) :]
+    return route
 
 
-async def _send(
-    send: Send,
-    status: int,
-    body: bytes,
-    extra: list[tuple[bytes, bytes]] | None = None,
-    *,
-    content_type: bytes | None = _JSON,
-) -> None:
-    headers = [(b"content-length", str(len(body)).encode())]
-    if content_type is not None:
-        headers.append((b"content-type", content_type))
-    if extra:
-        headers.extend(extra)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def serve_lifespan(
-    receive: Receive,
-    send: Send,
-    *,
-    startup: Callable[[], None] | None = None,
-    shutdown: Callable[[], Awaitable[None]] | None = None,
-) -> None:
-    """Answer an ASGI lifespan scope, running `startup` and `shutdown` (if any) at their messages."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            if startup is not None:
-                startup()
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            if shutdown is not None:
-                await shutdown()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+def _refusal(scope: Scope, status: int, message: str) -> bytes:
+    """A refused request in the shape of its route: the plain pair's, or a JSON-RPC error."""
+    if _route(scope) in _PLAIN_ROUTES:
+        return _plain_error_body(INVALID_REQUEST, message)
+    return jsonrpc_refusal(scope, status, message)

@@ -23,12 +23,12 @@ from typing import Any
 from itsdangerous import BadData, URLSafeTimedSerializer
 
 from crank import _json
+from crank.exceptions import InvalidRequestStateError
 from crank.types import JSONObject
 
 __all__ = [
     "CAPABILITY_OF_METHOD",
     "InputRequired",
-    "InvalidRequestStateError",
     "RequestStateSigner",
     "elicitation",
     "roots_listing",
@@ -70,10 +70,6 @@ def sampling(prompt: str, max_tokens: int) -> JSONObject:
 def roots_listing() -> JSONObject:
     """Ask the client for its roots."""
     return {"method": "roots/list", "params": {}}
-
-
-class InvalidRequestStateError(ValueError):
-    """A `requestState` that was not issued for this call, was altered, or expired."""
 
 
 class RequestStateSigner:

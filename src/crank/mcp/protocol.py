@@ -1,4 +1,4 @@
-"""Protocol constants: versions, method names, error codes, header and `_meta` keys.
+"""MCP protocol constants: versions, MCP's own error codes, `_meta` keys (JSON-RPC's codes: `crank.wire.jsonrpc`).
 
 Names follow the official MCP SDK (`mcp_types`) so that code reads the same on both sides.
 """
@@ -12,15 +12,10 @@ __all__ = [
     "CLIENT_INFO_META_KEY",
     "HANDSHAKE_PROTOCOL_VERSIONS",
     "HEADER_MISMATCH",
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
     "LATEST_HANDSHAKE_VERSION",
     "LATEST_MODERN_VERSION",
-    "METHOD_NOT_FOUND",
     "MISSING_REQUIRED_CLIENT_CAPABILITY",
     "MODERN_PROTOCOL_VERSIONS",
-    "PARSE_ERROR",
     "PROTOCOL_VERSION_META_KEY",
     "SERVER_INFO_META_KEY",
     "UNSUPPORTED_PROTOCOL_VERSION",
@@ -45,11 +40,6 @@ CLIENT_INFO_META_KEY: Final = "io.modelcontextprotocol/clientInfo"
 CLIENT_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
 
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
 HEADER_MISMATCH: Final = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY: Final = -32021
 UNSUPPORTED_PROTOCOL_VERSION: Final = -32022

@@ -15,44 +15,61 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from crank import _json
-from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode, call_tool
-from crank.mcp.catalog import Catalog, CatalogEntry, InvalidCursorError
-from crank.mcp.formats import DEFAULT_FORMAT, UnknownFormatError, check_format
+from crank.exceptions import (
+    ArgumentsRejectedError,
+    InternalError,
+    InvalidCursorError,
+    InvalidParamsError,
+    InvalidRequestStateError,
+    MethodNotFoundError,
+    RPCError,
+    UnknownFormatError,
+)
+from crank.ids import new_request_id
+from crank.mcp.calls import InvalidArgumentsMode, call_tool
+from crank.mcp.catalog import Catalog, CatalogEntry
+from crank.mcp.formats import DEFAULT_FORMAT, check_format
 from crank.mcp.headers import decode_header_value, param_header_mismatch
-from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, InvalidRequestStateError, RequestStateSigner
-from crank.mcp.jsonrpc import JSONRPCError, RequestId, encode_error, encode_result
+from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, RequestStateSigner
 from crank.mcp.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
     HANDSHAKE_PROTOCOL_VERSIONS,
     HEADER_MISMATCH,
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
     LATEST_HANDSHAKE_VERSION,
-    METHOD_NOT_FOUND,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     MODERN_PROTOCOL_VERSIONS,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from crank.mcp.tools import CallContext, new_request_id
+from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject
+from crank.wire.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RequestId,
+    encode_error,
+    encode_result,
+)
 
 __all__ = ["Exchange", "MCPServer", "RequestInfo", "ServerInfo"]
 
 logger = logging.getLogger("crank.mcp")
 
+_ALL_VERSIONS = [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS]
 _MODERN_METHODS = frozenset({"server/discover", "tools/list", "tools/call"})
 _LEGACY_METHODS = frozenset({"initialize", "ping", "tools/list", "tools/call"})
 # 2026-07-28 transports: the HTTP status of each protocol error code; anything else is 200.
 _MODERN_STATUS = {
-    -32700: 400,
-    -32600: 400,
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
     INVALID_PARAMS: 400,
     HEADER_MISMATCH: 400,
-    -32021: 400,
+    MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
     UNSUPPORTED_PROTOCOL_VERSION: 400,
     METHOD_NOT_FOUND: 404,
 }
@@ -125,7 +142,7 @@ class MCPServer:
             version = self._era(method, params, info.headers)
             modern = version in MODERN_PROTOCOL_VERSIONS
             if method not in (_MODERN_METHODS if modern else _LEGACY_METHODS):
-                raise JSONRPCError(METHOD_NOT_FOUND, f"Method not found: {method}")
+                raise MethodNotFoundError(f"Method not found: {method}")
             if method == "tools/call":
                 result = await self._call(params, version, catalog, info)
             elif method == "tools/list":
@@ -136,7 +153,7 @@ class MCPServer:
                 result.setdefault("resultType", "complete")
                 result["_meta"] = self._stamp
             return Exchange(200, encode_result(request_id, result))
-        except JSONRPCError as error:
+        except RPCError as error:
             status = error.http_status
             if status is None:
                 status = _MODERN_STATUS.get(error.code, 200) if self._is_modern(params, info.headers) else 200
@@ -144,7 +161,7 @@ class MCPServer:
         except Exception as exc:
             return Exchange(200, encode_error(request_id, self.internal_error(exc)))
 
-    def internal_error(self, exc: BaseException) -> JSONRPCError:
+    def internal_error(self, exc: BaseException) -> RPCError:
         """-32603 with a request id that is in the log; details only in debug mode."""
         rid = new_request_id()
         logger.error("internal error (request_id=%s)", rid, exc_info=exc)
@@ -152,7 +169,7 @@ class MCPServer:
         if self.debug:
             data["exception"] = f"{type(exc).__name__}: {exc}"
             data["trace"] = "".join(traceback.format_exception(exc))
-        return JSONRPCError(INTERNAL_ERROR, "Internal error", data)
+        return InternalError(data=data)
 
     @staticmethod
     def _is_modern(params: JSONObject, headers: Mapping[str, str]) -> bool:
@@ -167,10 +184,13 @@ class MCPServer:
             return _check_modern_envelope(method, params, headers)
         header_version = headers.get("mcp-protocol-version")
         if header_version is not None and header_version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            raise JSONRPCError(
-                UNSUPPORTED_PROTOCOL_VERSION,
+            raise RPCError(
                 f"Unsupported protocol version: {header_version}",
-                {"supported": [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS], "requested": header_version},
+                code=UNSUPPORTED_PROTOCOL_VERSION,
+                data={
+                    "supported": [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS],
+                    "requested": header_version,
+                },
                 http_status=400,
             )
         return header_version or LATEST_HANDSHAKE_VERSION
@@ -190,7 +210,7 @@ class MCPServer:
     def _initialize(self, params: JSONObject) -> JSONObject:
         requested = params.get("protocolVersion")
         if not isinstance(requested, str):
-            raise JSONRPCError(INVALID_PARAMS, "initialize: params.protocolVersion must be a string")
+            raise InvalidParamsError("initialize: params.protocolVersion must be a string")
         # lifecycle.mdx: echo a supported version, else offer the latest one we support.
         version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
         result: JSONObject = {
@@ -207,12 +227,12 @@ class MCPServer:
     ) -> Exchange:
         cursor = params.get("cursor")
         if cursor is not None and not isinstance(cursor, str):
-            raise JSONRPCError(INVALID_PARAMS, "tools/list: params.cursor must be a string")
+            raise InvalidParamsError("tools/list: params.cursor must be a string")
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
         try:
             index = catalog.page_index(cursor)
         except InvalidCursorError as exc:
-            raise JSONRPCError(INVALID_PARAMS, f"tools/list: {exc}") from None
+            raise InvalidParamsError(f"tools/list: {exc}") from None
         # Everything after the id is built once per catalog version, language, page and era (the page itself
         # is serialized with the catalog): a request costs one copy of the page, not one per piece.
         key = ("tools/list", language, index, self._modern_list_tail if modern else None)
@@ -231,19 +251,19 @@ class MCPServer:
     async def _call(self, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo) -> JSONObject:
         name = params.get("name")
         if not isinstance(name, str):
-            raise JSONRPCError(INVALID_PARAMS, "tools/call: params.name must be a string")
+            raise InvalidParamsError("tools/call: params.name must be a string")
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
         elif not isinstance(arguments, dict):
-            raise JSONRPCError(INVALID_PARAMS, "tools/call: params.arguments must be an object")
+            raise InvalidParamsError("tools/call: params.arguments must be an object")
         entry = catalog.get(name)
         if entry is None:
-            raise JSONRPCError(INVALID_PARAMS, f"Unknown tool: {name}")
+            raise InvalidParamsError(f"Unknown tool: {name}")
         try:
             result_format = self.result_format(info, entry.tool.format)
         except UnknownFormatError as exc:
-            raise JSONRPCError(INVALID_PARAMS, str(exc)) from None
+            raise InvalidParamsError(str(exc)) from None
         context = CallContext(tool_name=name, protocol_version=version, headers=info.headers, labels=catalog.labels)
         on_input_required = None
         if version in MODERN_PROTOCOL_VERSIONS:
@@ -261,8 +281,8 @@ class MCPServer:
                 observer=catalog.observer,
             )
         except ArgumentsRejectedError as exc:
-            data = {"violations": [violation.to_wire() for violation in exc.violations]}
-            raise JSONRPCError(INVALID_PARAMS, str(exc), data) from None
+            data = {"violations": exc.violations}
+            raise InvalidParamsError(str(exc), data=data) from None
 
     def _modern_call_context(
         self, entry: CatalogEntry, params: JSONObject, arguments: JSONObject, context: CallContext
@@ -271,7 +291,7 @@ class MCPServer:
         if entry.header_params:
             mismatch = param_header_mismatch(entry.header_params, arguments, context.headers)
             if mismatch is not None:
-                raise JSONRPCError(HEADER_MISMATCH, mismatch)
+                raise RPCError(mismatch, code=HEADER_MISMATCH)
         meta = params["_meta"]  # present: the modern envelope was checked before dispatch
         declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
         context.client_capabilities = declared if isinstance(declared, dict) else {}
@@ -280,7 +300,7 @@ class MCPServer:
             _require_capabilities(entry.tool.name, entry.tool.required_client_capabilities, declared)
         responses = params.get("inputResponses")
         if responses is not None and not isinstance(responses, dict):
-            raise JSONRPCError(INVALID_PARAMS, "tools/call: params.inputResponses must be an object")
+            raise InvalidParamsError("tools/call: params.inputResponses must be an object")
         context.input_responses = responses
         token = params.get("requestState")
         if token is not None:
@@ -290,7 +310,7 @@ class MCPServer:
                 context.request_state = self.signer.verify(token, entry.tool.name, arguments)
             except InvalidRequestStateError as exc:
                 logger.warning("requestState refused for tool %s: %s", entry.tool.name, exc)
-                raise JSONRPCError(INVALID_PARAMS, "Invalid or expired requestState") from None
+                raise InvalidParamsError("Invalid or expired requestState") from None
 
     def _input_required(self, value: InputRequired, context: CallContext, arguments: JSONObject) -> JSONObject:
         needed = {CAPABILITY_OF_METHOD.get(request.get("method", ""), "") for request in value.input_requests.values()}
@@ -314,24 +334,23 @@ def _check_modern_envelope(method: str, params: JSONObject, headers: Mapping[str
     """The 2026-07-28 request ladder: `_meta` envelope, routing headers, then the version."""
     meta = params.get("_meta")
     if not isinstance(meta, dict) or PROTOCOL_VERSION_META_KEY not in meta or CLIENT_CAPABILITIES_META_KEY not in meta:
-        raise JSONRPCError(
-            INVALID_PARAMS,
+        raise InvalidParamsError(
             f"params._meta must carry {PROTOCOL_VERSION_META_KEY!r} and {CLIENT_CAPABILITIES_META_KEY!r}",
         )
     version = meta[PROTOCOL_VERSION_META_KEY]
     if headers.get("mcp-protocol-version") != version:
-        raise JSONRPCError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match params._meta")
+        raise RPCError(code=HEADER_MISMATCH, message="MCP-Protocol-Version header does not match params._meta")
     if headers.get("mcp-method") != method:
-        raise JSONRPCError(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
+        raise RPCError(code=HEADER_MISMATCH, message="Mcp-Method header does not match the request method")
     if method == "tools/call":
         name = params.get("name")
         if name is not None and decode_header_value(headers.get("mcp-name")) != name:
-            raise JSONRPCError(HEADER_MISMATCH, "Mcp-Name header does not match params.name")
+            raise RPCError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.name")
     if not isinstance(version, str) or version not in MODERN_PROTOCOL_VERSIONS:
-        raise JSONRPCError(
-            UNSUPPORTED_PROTOCOL_VERSION,
+        raise RPCError(
             f"Unsupported protocol version: {version}",
-            {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version},
+            code=UNSUPPORTED_PROTOCOL_VERSION,
+            data={"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version},
         )
     return version
 
@@ -341,8 +360,8 @@ def _require_capabilities(tool_name: str, required: JSONObject | None, declared:
         return
     missing = {key: value for key, value in required.items() if not isinstance(declared, dict) or key not in declared}
     if missing:
-        raise JSONRPCError(
-            MISSING_REQUIRED_CLIENT_CAPABILITY,
+        raise RPCError(
             f"Tool {tool_name!r} needs client capabilities: {', '.join(missing)}",
-            {"requiredCapabilities": missing},
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            data={"requiredCapabilities": missing},
         )

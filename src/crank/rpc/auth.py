@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from crank.types import Scope
+from crank.wire.asgi import header
+from crank.wire.http import bearer_token
 
 __all__ = ["BearerTokenRoles", "RoleResolver"]
 
@@ -21,9 +23,5 @@ class BearerTokenRoles:
         self._tokens = {token: frozenset(roles) for token, roles in tokens.items()}
 
     async def __call__(self, scope: Scope) -> frozenset[str]:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer":
-                    return self._tokens.get(token.strip(), frozenset())
-        return frozenset()
+        token = bearer_token(header(scope, b"authorization"))
+        return frozenset() if token is None else self._tokens.get(token, frozenset())

@@ -1,5 +1,5 @@
 """The JSON-RPC 2.0 endpoint of one API version: POST for calls (single, batch, notifications), GET for
-the OpenRPC document. Every call runs through the shared `Executor`."""
+the OpenRPC document. Every call runs through the shared `Executor`; envelopes come from `crank.wire`."""
 
 from __future__ import annotations
 
@@ -9,17 +9,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crank import _json
-from crank.exceptions import InvalidParamsError, MethodNotFoundError, RateLimitedError, RPCError
+from crank.exceptions import (
+    InvalidParamsError,
+    InvalidRequestError,
+    MethodNotFoundError,
+    ParseError,
+    RateLimitedError,
+    RPCError,
+)
 from crank.ids import new_request_id
 from crank.rpc.executor import Call, error_wire
 from crank.types import JSONObject, Receive, Scope, Send
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, send_response
+from crank.wire.jsonrpc import encode_error, error_response, is_request_id, result_response
+from crank.wire.middleware import BodyLimitMiddleware
 
 if TYPE_CHECKING:
     from crank.rpc.app import RPCApp
 
 __all__ = ["JSONRPCEndpoint"]
-
-_MAX_BODY = 4 * 1024 * 1024
 
 
 @dataclass
@@ -30,27 +38,28 @@ class _Request:
 
 
 class JSONRPCEndpoint:
-    def __init__(self, app: RPCApp, version: str) -> None:
+    """One API version at `/rpc[/<version>]`; bodies over `max_body_size` are refused with 413."""
+
+    def __init__(self, app: RPCApp, version: str, *, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
         self.app = app
         self.version = version
+        self._limited = BodyLimitMiddleware(self._post, max_body_size)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         if scope["method"] == "GET":
-            await _send(send, 200, _json.dumps(self.app.openrpc(self.version)))
-            return
-        if scope["method"] != "POST":
-            await _send(send, 405, b"", [(b"allow", b"GET, POST")])
-            return
-        body = await _read(receive)
-        if body is None:
-            await _send(send, 413, _error(None, -32600, f"Request body exceeds {_MAX_BODY} bytes"))
-            return
+            await send_response(send, 200, _json.dumps(self.app.openrpc(self.version)))
+        elif scope["method"] == "POST":
+            await self._limited(scope, receive, send)
+        else:
+            await send_response(send, 405, b"", [(b"allow", b"GET, POST")])
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            message = _json.loads(body)
+            message = _json.loads(await read_body(receive))
         except _json.JSONDecodeError:
-            await _send(send, 200, _error(None, -32700, "Parse error"))
+            await send_response(send, 200, encode_error(None, ParseError()))
             return
         request = _Request(await self.app.resolve_roles(scope))
         if isinstance(message, list) and message:
@@ -61,7 +70,7 @@ class JSONRPCEndpoint:
         else:
             answer = await self._one(message if message != [] else None, request)
             payload = _json.dumps(answer) if answer is not None else None
-        await _send(send, 200 if payload is not None else 204, payload or b"", request.headers)
+        await send_response(send, 200 if payload is not None else 204, payload or b"", request.headers)
         for callback in request.after:  # post_response: the response is sent
             try:
                 await callback()
@@ -74,18 +83,19 @@ class JSONRPCEndpoint:
             or message.get("jsonrpc") != "2.0"
             or not isinstance(message.get("method"), str)
         ):
-            return _reply_error(None, RPCError("Invalid Request", code=-32600), debug=False)
+            return error_response(None, InvalidRequestError().to_wire())
         notification = "id" not in message
         request_id = message.get("id")
-        if not notification and not (request_id is None or type(request_id) in (str, int)):
-            return _reply_error(None, RPCError("Invalid Request", code=-32600), debug=False)
+        # JSON-RPC 2.0 §4 allows a null id (discouraged); MCP's rule (`is_request_id`) is stricter.
+        if not notification and not (request_id is None or is_request_id(request_id)):
+            return error_response(None, InvalidRequestError().to_wire())
         try:
             result = await self._dispatch(message, request)
         except RPCError as error:
             if isinstance(error, RateLimitedError):
                 request.headers.append((b"retry-after", str(error.retry_after).encode()))
-            return None if notification else _reply_error(request_id, error, debug=self.app.debug)
-        return None if notification else {"jsonrpc": "2.0", "id": request_id, "result": result}
+            return None if notification else error_response(request_id, error_wire(error, debug=self.app.debug))
+        return None if notification else result_response(request_id, result)
 
     async def _dispatch(self, message: JSONObject, request: _Request) -> Any:
         name = message["method"]
@@ -105,31 +115,3 @@ class JSONRPCEndpoint:
         call = Call(method, params, self.version, "rpc", new_request_id(), request.roles, True, request.after.append)
         outcome = await self.app.executor.run(call)
         return outcome.result
-
-
-def _reply_error(request_id: Any, error: RPCError, *, debug: bool) -> JSONObject:
-    return {"jsonrpc": "2.0", "id": request_id, "error": error_wire(error, debug=debug)}
-
-
-def _error(request_id: Any, code: int, message: str) -> bytes:
-    return _json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
-
-
-async def _read(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > _MAX_BODY:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

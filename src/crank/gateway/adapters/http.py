@@ -14,22 +14,22 @@ from typing import Any
 from urllib.parse import quote
 
 from crank import _json
-from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError, MappingError
-from crank.gateway.adapters.base import Adapter
-from crank.gateway.client import (
-    UpstreamClient,
+from crank.exceptions import (
+    AdapterError,
+    ConfigurationError,
+    ExternalServiceError,
+    MappingError,
     UpstreamConnectionError,
-    UpstreamResponse,
     UpstreamTimeoutError,
     UpstreamTooLargeError,
-    is_token,
-    parse_upstream_url,
 )
+from crank.gateway.adapters.base import Adapter
+from crank.gateway.client import UpstreamClient, UpstreamResponse, parse_upstream_url
 from crank.gateway.mapping import RequestParts, as_text
+from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
 __all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
 
-_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _EXCERPT = 300
 
@@ -91,7 +91,7 @@ class HTTPAdapter(Adapter):
             raise ConfigurationError(f"{where}: {self.method!r} is not an HTTP method")
         self.url = _checked_url(target["url"], where=where)
         self.timeout = _number(config.get("timeout", 10), "timeout", where, minimum=0.001)
-        idempotent = config.get("idempotent", self.method in _IDEMPOTENT)
+        idempotent = config.get("idempotent", self.method in IDEMPOTENT_METHODS)
         self.retries = int(_number(config.get("retries", 0), "retries", where, minimum=0)) if idempotent else 0
         self._auth = _auth(config.get("auth"), where=where)
         self._auth_cache: dict[str, str] | None = None

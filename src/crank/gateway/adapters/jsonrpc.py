@@ -14,6 +14,7 @@ from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceEr
 from crank.gateway.adapters.http import HTTPAdapter, trimmed
 from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import RequestParts
+from crank.wire.jsonrpc import is_response, request_message
 
 __all__ = ["JSONRPCAdapter"]
 
@@ -30,13 +31,9 @@ class JSONRPCAdapter(HTTPAdapter):
 
     async def call(self, parts: RequestParts) -> Any:
         params = parts.body if parts.body is not None else {}
-        body = {"jsonrpc": "2.0", "id": next(_ids), "method": self.remote_method, "params": params}
+        body = request_message(next(_ids), self.remote_method, params)
         answer = await super().call(RequestParts(path=parts.path, query=parts.query, headers=parts.headers, body=body))
-        if (
-            not isinstance(answer, dict)
-            or answer.get("jsonrpc") != "2.0"
-            or not ("result" in answer or "error" in answer)
-        ):
+        if not is_response(answer):
             raise AdapterError(
                 "The upstream did not answer with a JSON-RPC response.", error_code="upstream_bad_response"
             )

@@ -1,0 +1,118 @@
+"""ASGI primitives shared by every endpoint: headers, the request body, JSON responses, lifespan.
+
+The endpoints speak raw ASGI on their hot paths (no framework request objects): these are the few
+operations they all need, written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final
+
+from crank.types import Receive, Scope, Send
+
+__all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
+    "JSON_CONTENT_TYPE",
+    "header",
+    "read_body",
+    "read_headers",
+    "send_response",
+    "serve_lifespan",
+]
+
+DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
+"""The largest request body an endpoint reads unless configured otherwise (4 MiB)."""
+JSON_CONTENT_TYPE: Final = b"application/json"
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of one header (`name` in lower case, as ASGI gives names), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def read_headers(scope: Scope, routing: frozenset[str] = frozenset()) -> tuple[dict[str, str], str | None]:
+    """Headers as a dict (ASGI names are lowercase), and the name of a header of `routing` sent twice.
+
+    A repeated header has its values joined with ", ", as HTTP allows for list-valued fields."""
+    raw = scope["headers"]
+    try:
+        # UTF-8 first: it is the faster codec here and agrees with latin-1 on the ASCII that headers carry.
+        headers = {name.decode(): value.decode() for name, value in raw}
+    except UnicodeDecodeError:
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
+    if len(headers) == len(raw):
+        return headers, None
+    headers = {}
+    duplicated: str | None = None
+    for raw_name, raw_value in raw:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        if name in headers:
+            duplicated = name if name in routing else duplicated
+            headers[name] = headers[name] + ", " + value
+        else:
+            headers[name] = value
+    return headers, duplicated
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body. Its size limit is `BodyLimitMiddleware`'s, around the app.
+
+    A client that disconnects mid-body ends it: the endpoint then answers what it got, which is never
+    sent anywhere."""
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):  # the whole body at once
+        body: bytes = message.get("body", b"")
+        return body
+    chunks: list[bytes] = []
+    while message["type"] != "http.disconnect":
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+        message = await receive()
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def send_response(
+    send: Send,
+    status: int,
+    body: bytes = b"",
+    headers: Iterable[tuple[bytes, bytes]] | None = None,
+    *,
+    content_type: bytes | None = JSON_CONTENT_TYPE,
+) -> None:
+    """One whole response: status, `Content-Length`, `Content-Type` (unless None) and `headers`."""
+    head = [(b"content-length", str(len(body)).encode())]
+    if content_type is not None:
+        head.append((b"content-type", content_type))
+    if headers:
+        head.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve_lifespan(
+    receive: Receive,
+    send: Send,
+    *,
+    startup: Callable[[], None] | None = None,
+    shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Answer an ASGI lifespan scope, running `startup` and `shutdown` (if any) at their messages."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            if startup is not None:
+                startup()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            if shutdown is not None:
+                await shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,62 @@
+"""HTTP grammar, one owner for each rule: tokens, idempotent methods, bearer credentials, media types.
+
+Every layer that reads or writes HTTP (the MCP and rpc endpoints, the admin API, the gateway's upstream
+client and its mappings) imports these instead of keeping its own copy.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Final
+
+__all__ = [
+    "IDEMPOTENT_METHODS",
+    "accepts_json",
+    "bearer_token",
+    "is_json_media_type",
+    "is_token",
+]
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 §5.6.2
+
+IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+"""RFC 9110 §9.2.2: a repeat has the effect of one request, so a client may send it again."""
+
+
+def is_token(text: str) -> bool:
+    """Whether `text` is an HTTP token (RFC 9110 §5.6.2), as a method or a header name must be."""
+    return _TOKEN.fullmatch(text) is not None
+
+
+def bearer_token(authorization: str | bytes | None) -> str | None:
+    """The credentials of `Authorization: Bearer <token>` (RFC 6750 §2.1; the scheme is case-insensitive),
+    or None when the header is missing, of another scheme, or empty."""
+    if authorization is None:
+        return None
+    if isinstance(authorization, bytes):
+        authorization = authorization.decode("latin-1")
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+@lru_cache(maxsize=256)
+def accepts_json(accept: str | None) -> bool:
+    """Whether an `Accept` header allows `application/json`; a missing one is taken as "anything"."""
+    if accept is None:
+        return True
+    for item in accept.split(","):
+        media = item.split(";", 1)[0].strip().lower()
+        if media in ("application/json", "application/*", "*/*"):
+            return True
+    return False
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """Whether a `Content-Type` is `application/json` (parameters such as `charset` allowed)."""
+    if content_type == "application/json":
+        return True
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"

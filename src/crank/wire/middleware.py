@@ -1,0 +1,149 @@
+"""Request checks as ASGI wrappers around any app, the way Starlette's middleware and the official SDK's
+transport security do them: `Host`/`Origin` (DNS-rebinding protection), the body size limit, and bearer
+authentication. Each answers a refused request itself; the wrapped app sees only requests that passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from crank import _json
+from crank.exceptions import InvalidRequestError, RequestTooLargeError
+from crank.types import ASGIApp, Message, Receive, Scope, Send
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, header, send_response
+from crank.wire.http import bearer_token
+from crank.wire.jsonrpc import encode_error
+from crank.wire.security import HostOriginPolicy
+
+__all__ = [
+    "AUTH_SCOPE_KEY",
+    "BearerAuthMiddleware",
+    "BodyLimitMiddleware",
+    "HostOriginMiddleware",
+    "jsonrpc_refusal",
+]
+
+AUTH_SCOPE_KEY = "crank.auth"
+"""Where `BearerAuthMiddleware` leaves what `authenticate` returned for the request."""
+
+Refusal = Callable[[Scope, int, str], bytes]
+"""The body of a refused request, from its scope, HTTP status and message: each app keeps its error shape."""
+
+
+def jsonrpc_refusal(scope: Scope, status: int, message: str) -> bytes:
+    """A JSON-RPC error without an id (-32600), the shape the MCP and rpc endpoints answer in."""
+    return encode_error(None, InvalidRequestError(message))
+
+
+class HostOriginMiddleware:
+    """DNS-rebinding protection (transports.mdx §Security Warning): a `Host` outside the policy is 421,
+    a present `Origin` that the policy does not allow is 403."""
+
+    def __init__(self, app: ASGIApp, policy: HostOriginPolicy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = origin = None
+            for name, value in scope["headers"]:
+                if name == b"host":
+                    host = value.decode("latin-1")
+                elif name == b"origin":
+                    origin = value.decode("latin-1")
+            refused = self.policy.check(scope.get("server"), host, origin)
+            if refused is not None:
+                await send_response(send, refused, _json.dumps({"error": "Forbidden host or origin"}))
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """Refuses a request body larger than `max_body_size` with 413, before the app reads it when the body
+    declares its length, and as soon as the limit is passed when it is streamed (chunked)."""
+
+    def __init__(
+        self, app: ASGIApp, max_body_size: int = DEFAULT_MAX_BODY_SIZE, *, refusal: Refusal = jsonrpc_refusal
+    ) -> None:
+        self.app = app
+        self.max_body_size = max_body_size
+        self.refusal = refusal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = header(scope, b"content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.max_body_size:
+                await self._refuse(scope, send)
+                return
+            # The server frames the body by Content-Length: the app can never read more than declared.
+            await self.app(scope, receive, send)
+            return
+        await self._streamed(scope, receive, send)
+
+    async def _streamed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        size = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal size
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > self.max_body_size:
+                raise RequestTooLargeError(self.max_body_size)
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except RequestTooLargeError:
+            if started:
+                raise
+            await self._refuse(scope, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        message = f"Request body exceeds {self.max_body_size} bytes"
+        await send_response(send, 413, self.refusal(scope, 413, message))
+
+
+class BearerAuthMiddleware:
+    """Authentication: `authenticate` gets the bearer token of each request (None when there is none) and
+    returns who the caller is, or None to refuse with 401 and `WWW-Authenticate: Bearer realm=...`.
+
+    What it returned is left in `scope["crank.auth"]` for the app (which may still refuse what that caller
+    may not use). `exempt` names requests that need no credentials (a public document, say)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticate: Callable[[str | None], Any],
+        *,
+        realm: str,
+        message: str,
+        refusal: Refusal = jsonrpc_refusal,
+        exempt: Callable[[Scope], bool] | None = None,
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.message = message
+        self.refusal = refusal
+        self.exempt = exempt
+        self._challenge = [(b"www-authenticate", f'Bearer realm="{realm}"'.encode())]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
+            await self.app(scope, receive, send)
+            return
+        caller = self.authenticate(bearer_token(header(scope, b"authorization")))
+        if caller is None:
+            await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
+            return
+        scope[AUTH_SCOPE_KEY] = caller
+        await self.app(scope, receive, send)
