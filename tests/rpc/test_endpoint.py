@@ -140,3 +140,19 @@ def test_methods_cannot_be_added_after_serving() -> None:
     app.build()
     with pytest.raises(ConfigurationError, match="before the app serves"):
         app.method("late")(lambda: None)
+
+
+def test_a_body_over_the_limit_is_413(serve: Callable[..., str]) -> None:
+    from crank.rpc.endpoint import JSONRPCEndpoint
+
+    app = RPCApp()
+
+    @app.method("echo")
+    def echo(text: str) -> str:
+        return text
+
+    url = serve(JSONRPCEndpoint(app, app.versions[0], max_body_size=200))
+    small = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": "hi"}})
+    assert small.json()["result"] == "hi"
+    big = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": "x" * 300}})
+    assert big.status_code == 413 and big.json()["error"]["code"] == -32600

@@ -1,0 +1,84 @@
+"""The request checks as ASGI wrappers, around a small app served over real HTTP on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from crank import _json
+from crank.types import Receive, Scope, Send
+from crank.wire.asgi import read_body, send_response
+from crank.wire.middleware import AUTH_SCOPE_KEY, BearerAuthMiddleware, BodyLimitMiddleware, HostOriginMiddleware
+from crank.wire.security import HostOriginPolicy
+
+
+async def echo(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers the size of the body it read and who the auth wrapper said the caller is."""
+    body = await read_body(receive)
+    await send_response(send, 200, _json.dumps({"size": len(body), "caller": scope.get(AUTH_SCOPE_KEY)}))
+
+
+def _chunks(total: int, size: int = 1000) -> Iterator[bytes]:
+    for start in range(0, total, size):
+        yield b"x" * min(size, total - start)
+
+
+def test_a_declared_body_over_the_limit_is_refused_before_the_app_reads_it(serve: Callable[..., str]) -> None:
+    url = serve(BodyLimitMiddleware(echo, 100))
+    assert httpx.post(url, content=b"x" * 100).json()["size"] == 100
+    refused = httpx.post(url, content=b"x" * 101)
+    assert refused.status_code == 413
+    assert refused.json()["error"] == {"code": -32600, "message": "Request body exceeds 100 bytes"}
+
+
+def test_a_streamed_body_is_refused_once_it_passes_the_limit(serve: Callable[..., str]) -> None:
+    url = serve(BodyLimitMiddleware(echo, 2500))
+    assert httpx.post(url, content=_chunks(2500)).json()["size"] == 2500
+    refused = httpx.post(url, content=_chunks(5000))
+    assert refused.status_code == 413
+    assert "2500" in refused.json()["error"]["message"]
+
+
+def test_the_refusal_keeps_the_shape_of_the_wrapped_app(serve: Callable[..., str]) -> None:
+    url = serve(BodyLimitMiddleware(echo, 10, refusal=lambda scope, status, message: b'{"mine": true}'))
+    refused = httpx.post(url, content=b"x" * 11)
+    assert (refused.status_code, refused.json()) == (413, {"mine": True})
+
+
+def test_bearer_auth_refuses_without_a_known_token_and_tells_the_app_who_called(serve: Callable[..., str]) -> None:
+    tokens = {"secret-token": "alice"}
+    url = serve(BearerAuthMiddleware(echo, tokens.get, realm="test", message="need a token"))  # type: ignore[arg-type]
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic secret-token"}):
+        refused = httpx.post(url, headers=headers)
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == 'Bearer realm="test"'
+        assert refused.json()["error"]["message"] == "need a token"
+    accepted = httpx.post(url, headers={"Authorization": "bearer  secret-token"})
+    assert accepted.json()["caller"] == "alice"
+
+
+def test_bearer_auth_lets_exempt_requests_through(serve: Callable[..., str]) -> None:
+    app = BearerAuthMiddleware(
+        echo, lambda token: None, realm="test", message="no", exempt=lambda scope: scope["path"] == "/public"
+    )
+    url = serve(app)
+    assert httpx.post(url + "/public").status_code == 200
+    assert httpx.post(url + "/private").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 200),
+        ({"Host": "evil.example"}, 421),
+        ({"Origin": "http://evil.example"}, 403),
+        ({"Origin": "http://localhost:1"}, 200),
+    ],
+)
+def test_host_and_origin_are_checked_before_the_app(
+    serve: Callable[..., str], headers: dict[str, str], status: int
+) -> None:
+    url = serve(HostOriginMiddleware(echo, HostOriginPolicy.build(None, (), ())))
+    assert httpx.post(url, headers=headers).status_code == status
