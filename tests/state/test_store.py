@@ -44,12 +44,6 @@ async def test_values_expire(store: StateStore) -> None:
     assert await store.add("claim", {"v": 2}, ttl=5)  # an expired claim can be made again
 
 
-async def test_delete_releases_a_claim(store: StateStore) -> None:
-    await store.add("k", {}, ttl=5)
-    await store.delete("k")
-    assert await store.add("k", {}, ttl=5)
-
-
 async def test_replace_if_touches_only_its_own_claim(store: StateStore) -> None:
     await store.add("k", {"claim": "mine", "state": "running"}, ttl=5)
     assert not await store.replace_if("k", "theirs", None, ttl=5)

@@ -84,10 +84,6 @@ class Catalog:
     def get(self, name: str) -> CatalogEntry | None:
         return self._entries.get(name)
 
-    @property
-    def tool_names(self) -> list[str]:
-        return list(self._entries)
-
     def tool_entries(self, language: str) -> list[JSONObject]:
         """The `tools/list` entries in one language (decoded; for tests, tools and the budget)."""
         entries: list[JSONObject] = _json.loads(self._listing[language])["tools"]

@@ -83,7 +83,6 @@ class CallContext:
     tool_name: str
     protocol_version: str
     headers: Mapping[str, str] = field(default_factory=dict)
-    language: str | None = None
     client_info: Any = None
     client_capabilities: Mapping[str, Any] | None = None
     """Declared in the request's `_meta` (2026-07-28); None when the era has no per-request capabilities."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crank.registry.database import default_url, migrate, open_engine
+from crank.registry.database import migrate, open_engine
 from crank.registry.service import (
     AgentDraft,
     KeyScope,
@@ -25,7 +25,6 @@ __all__ = [
     "RegistryError",
     "RegistryNotFoundError",
     "VersionInfo",
-    "default_url",
     "key_digest",
     "migrate",
     "open_engine",

@@ -14,14 +14,9 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
-__all__ = ["default_url", "migrate", "open_engine"]
+__all__ = ["migrate", "open_engine"]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
-
-
-def default_url(data_dir: Path) -> str:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{data_dir / 'registry.sqlite3'}"
 
 
 def open_engine(url: str, *, pooled: bool = True) -> Engine:

@@ -27,8 +27,6 @@ class StateStore(Protocol):
     async def take(self, key: str) -> JSONObject | None:
         """Read and delete in one step: of two concurrent takers, only one gets the value."""
 
-    async def delete(self, key: str) -> None: ...
-
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         """Replace (or, with None, delete) the value only while its `claim` field is `claim`: a caller whose
         claim expired and was taken by another never overwrites the other's. True when done."""
@@ -71,9 +69,6 @@ class MemoryStore:
         value = self._live(key)
         self._items.pop(key, None)
         return value
-
-    async def delete(self, key: str) -> None:
-        self._items.pop(key, None)
 
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         current = self._live(key)
@@ -118,9 +113,6 @@ class RedisStore:
 
     async def take(self, key: str) -> JSONObject | None:
         return _decode(await self._redis.getdel(self._prefix + key))
-
-    async def delete(self, key: str) -> None:
-        await self._redis.delete(self._prefix + key)
 
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         new = _json.dumps(value).decode() if value is not None else ""
