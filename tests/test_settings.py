@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from crank.settings import SettingsError, load_settings
+from crank.exceptions import SettingsError
+from crank.settings import load_settings
 
 
 @pytest.fixture(autouse=True)

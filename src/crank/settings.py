@@ -27,7 +27,8 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from crank.exceptions import ConfigurationError
+from crank.exceptions import SettingsError
+from crank.schema import problems_of
 
 __all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
 
@@ -43,10 +44,6 @@ _given_only: ContextVar[bool] = ContextVar("crank_settings_given_only", default=
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "crank"
-
-
-class SettingsError(ConfigurationError):
-    """One or more settings are wrong; the message has one line per bad value."""
 
 
 class Settings(BaseSettings):
@@ -201,10 +198,9 @@ def _checked(values: dict[str, Any]) -> Settings:
 
 def _describe(error: ValidationError) -> str:
     lines = ["invalid settings:"]
-    for item in error.errors():
-        name = ".".join(str(part) for part in item["loc"])
+    for problem in problems_of(error):
+        name = problem.dotted
         variable = f"{ENV_PREFIX}{name.upper()}" if name else "settings"
-        message = item["msg"].removeprefix("Value error, ")
-        shown = "" if name in _UNSHOWN else f" (got {item.get('input')!r})"
-        lines.append(f"  {variable}: {message}{shown}")
+        shown = "" if name in _UNSHOWN else f" (got {problem.input!r})"
+        lines.append(f"  {variable}: {problem.message}{shown}")
     return "\n".join(lines)

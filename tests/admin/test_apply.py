@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from crank.admin.apply import ApplyError, apply_catalog, load_catalog_file
+from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.demo import CATALOG
+from crank.exceptions import ApplyError
 from crank.registry import Registry, RegistryError
 
 VARIABLES = {"CRANK_DEMO_API": "http://shop.test/api"}

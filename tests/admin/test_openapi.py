@@ -17,8 +17,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crank.admin.documents import DESCRIPTION_LIMIT, SpecError, load_document
+from crank.admin.documents import DESCRIPTION_LIMIT, load_document
 from crank.admin.openapi import import_openapi
+from crank.exceptions import SpecError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation

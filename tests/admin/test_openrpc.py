@@ -12,8 +12,9 @@ import jsonschema_rs
 import pytest
 from examples.rpc_app import app as rpc_service
 
-from crank.admin.documents import SpecError, load_document
+from crank.admin.documents import load_document
 from crank.admin.openrpc import import_openrpc
+from crank.exceptions import SpecError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from crank.admin.api import AdminAPI
-from crank.admin.apply import ApplyError, ApplyReport, apply_catalog, load_catalog_file
-from crank.admin.documents import ImportedOperation, SpecError, load_document, parse_document
+from crank.admin.apply import ApplyReport, apply_catalog, load_catalog_file
+from crank.admin.documents import ImportedOperation, load_document, parse_document
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
+from crank.exceptions import ApplyError, SpecError
 
 __all__ = [
     "AdminAPI",

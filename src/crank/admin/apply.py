@@ -21,20 +21,17 @@ import yaml
 from pydantic import ValidationError
 
 from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
-from crank.admin.documents import SpecError, is_url, load_document
+from crank.admin.documents import is_url, load_document
 from crank.admin.lint import Finding
 from crank.admin.models import CatalogFile, OperationIn, SourceIn
-from crank.exceptions import ConfigurationError
+from crank.exceptions import ApplyError, SpecError
 from crank.registry import AgentDraft, Registry
+from crank.schema import problems_of
 from crank.types import JSONObject
 
 __all__ = ["ApplyError", "ApplyReport", "apply_catalog", "load_catalog_file"]
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class ApplyError(ConfigurationError):
-    """The catalog file is wrong; the message names the file and the place."""
 
 
 @dataclass(frozen=True)
@@ -128,10 +125,4 @@ def _variable(match: re.Match[str], path: Path, lookup: Mapping[str, str]) -> st
 
 
 def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        where = ""
-        for part in item["loc"]:
-            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-        lines.append(f"  {where}: {item['msg']}")
-    return "\n".join(lines)
+    return "\n".join(f"  {problem.place}: {problem.message}" for problem in problems_of(error))

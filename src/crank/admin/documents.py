@@ -39,7 +39,7 @@ import referencing.exceptions
 import yaml
 
 from crank import _json
-from crank.exceptions import ConfigurationError
+from crank.exceptions import SpecError
 from crank.types import JSONObject
 
 try:
@@ -56,7 +56,6 @@ __all__ = [
     "Matcher",
     "Progress",
     "Schemas",
-    "SpecError",
     "argument_name",
     "check_annotations",
     "check_schema",
@@ -93,10 +92,6 @@ _TEMPLATE = re.compile(r"{([^{}]+)}")
 _DOCUMENT_URI = "urn:crank:document"
 # Keywords whose values are data, not schemas or API objects: a "$ref" key inside them is not a reference.
 _DATA_KEYWORDS = frozenset({"example", "examples", "enum", "const"})
-
-
-class SpecError(ConfigurationError):
-    """An API description that cannot be loaded or imported. The message names the place and the problem."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from crank.mcp.tools import TOOL_NAME_PATTERN
+from crank.schema import problems_of
+
 __all__ = [
     "AgentIn",
     "ApiKeyIn",
@@ -29,13 +32,10 @@ __all__ = [
 
 def problems(error: ValidationError, *, whole: str) -> str:
     """`place: message` for each problem, `; `-separated; `whole` names a problem of the value as a whole."""
-    return "; ".join(
-        f"{'.'.join(str(part) for part in item['loc']) or whole}: {item['msg']}" for item in error.errors()
-    )
+    return "; ".join(f"{problem.dotted or whole}: {problem.message}" for problem in problems_of(error))
 
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,63}$"
-TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
 
 
 class _Model(BaseModel):
@@ -83,7 +83,7 @@ class OperationPatch(BaseModel):
 
 class BindingIn(_Model):
     operation: str = Field(min_length=1)
-    tool_name: str | None = Field(None, pattern=TOOL_NAME, description="Default: the operation's name.")
+    tool_name: str | None = Field(None, pattern=TOOL_NAME_PATTERN.pattern, description="Default: the operation's name.")
     title: str | None = None
     description: str | None = None
     annotations: dict[str, Any] | None = None

@@ -31,7 +31,6 @@ from crank.admin.documents import (
     Matcher,
     Progress,
     Schemas,
-    SpecError,
     argument_name,
     check_annotations,
     check_schema,
@@ -45,6 +44,7 @@ from crank.admin.documents import (
     tool_name,
     where,
 )
+from crank.exceptions import SpecError
 from crank.types import JSONObject
 
 __all__ = ["import_openrpc"]

@@ -11,7 +11,7 @@ from crank.schema.generate import (
     tool_local,
     wrap_output,
 )
-from crank.schema.paths import json_path
+from crank.schema.paths import Problem, json_path, problems_of
 
 __all__ = [
     "COMPONENTS_PREFIX",
@@ -19,7 +19,9 @@ __all__ = [
     "MethodSchemas",
     "describe_method",
     "describe_output",
+    "Problem",
     "json_path",
+    "problems_of",
     "tool_local",
     "wrap_output",
 ]
