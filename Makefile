@@ -7,7 +7,7 @@ test:
 	scripts/test
 
 install:
-	scripts/install --node
+	scripts/install --node --services
 
 lint:
 	scripts/lint

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -13,6 +14,7 @@ import uvicorn
 
 from crank.registry import Registry, migrate, open_engine
 from crank.types import ASGIApp
+from tests import services
 
 
 @pytest.fixture
@@ -54,7 +56,32 @@ def serve() -> Iterator[Callable[..., str]]:
         thread.join(timeout=10)
 
 
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+POSTGRES_URL_VARIABLE = "CRANK_TEST_POSTGRES_URL"
+REDIS_URL_VARIABLE = "CRANK_TEST_REDIS_URL"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server for the whole session, as an admin URL (postgresql://user@host:port/dbname) whose
+    user may create databases: $CRANK_TEST_POSTGRES_URL if set, else a throwaway cluster started here."""
+    configured = os.environ.get(POSTGRES_URL_VARIABLE)
+    if configured:
+        yield configured
+        return
+    with services.start_postgres() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server for the whole session (redis://host:port/db): $CRANK_TEST_REDIS_URL if set, else a
+    throwaway redis-server started here. Tests share it: each keeps to a key prefix of its own."""
+    configured = os.environ.get(REDIS_URL_VARIABLE)
+    if configured:
+        yield configured
+        return
+    with services.start_redis() as server:
+        yield server.url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -64,12 +91,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path / 'registry.sqlite3'}"
         return
     name = f"crank_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+    admin_url, url = services.database_urls(request.getfixturevalue("postgres_url"), name)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        yield url
     finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

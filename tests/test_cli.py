@@ -4,7 +4,6 @@ and settings errors."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,10 @@ from click.testing import CliRunner
 
 from crank import __version__
 from crank.cli import main
+from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_SPEC = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -29,9 +29,10 @@ def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("CRANK_LISTEN", "[::1]:9100")
     monkeypatch.setenv("CRANK_ROLE", "mcp")
     monkeypatch.setenv("CRANK_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1/test")
-    monkeypatch.setenv("CRANK_REDIS_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv("CRANK_REDIS_URL", "redis://cache:6380/2")  # only read here, never connected to
     settings = load_settings()
     assert (settings.host, settings.port, settings.role) == ("::1", 9100, "mcp")
+    assert settings.redis_url == "redis://cache:6380/2"
     assert settings.registry_url.startswith("postgresql+psycopg://")
 
 

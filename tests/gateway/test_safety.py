@@ -243,11 +243,11 @@ async def test_each_upstream_failure_has_its_code(call: Caller, tool: str, code:
 
 
 async def test_replicas_share_tokens_and_keys_through_redis(
-    registry: Registry, serve: Callable[..., str], upstream: Upstream
+    registry: Registry, serve: Callable[..., str], upstream: Upstream, redis_url: str
 ) -> None:
     publish(registry, serve(upstream.app))
     prefix = f"crank-test-{uuid.uuid4().hex}:"
-    stores: list[StateStore] = [RedisStore("redis://127.0.0.1:6379/0", prefix=prefix) for _ in range(2)]
+    stores: list[StateStore] = [RedisStore(redis_url, prefix=prefix) for _ in range(2)]
     roots = [serve(GatewayService(registry, require_api_keys=False, state=store)) for store in stores]
     async with httpx.AsyncClient(timeout=10) as client:
         one, two = Caller(roots[0], client), Caller(roots[1], client)

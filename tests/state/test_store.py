@@ -11,15 +11,15 @@ import pytest
 from crank.state import MemoryStore, RedisStore, StateStore
 
 pytestmark = pytest.mark.anyio
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture(params=["memory", "redis"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
     # A fresh prefix per test: nothing depends on what an earlier run left in Redis.
-    chosen: StateStore = (
-        MemoryStore() if request.param == "memory" else RedisStore(REDIS_URL, prefix=f"t-{uuid.uuid4().hex}:")
-    )
+    if request.param == "memory":
+        chosen: StateStore = MemoryStore()
+    else:
+        chosen = RedisStore(request.getfixturevalue("redis_url"), prefix=f"t-{uuid.uuid4().hex}:")
     yield chosen
     await chosen.aclose()
 
