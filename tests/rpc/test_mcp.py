@@ -197,3 +197,31 @@ async def test_example_tokens_give_roles(serve: Callable[..., str]) -> None:
     url = serve(app) + "/mcp/v2"
     assert "user.delete" not in await tool_names(url)
     assert "user.delete" in await tool_names(url, Authorization="Bearer admin-token")
+
+
+async def test_no_output_schema_for_none_or_a_bare_list(serve: Callable[..., str]) -> None:
+    rpc = RPCApp()
+
+    @rpc.method("nothing", groups=["mcp"], mcp=MCP())
+    async def nothing() -> None: ...
+
+    @rpc.method("rows", groups=["mcp"], mcp=MCP())
+    async def rows() -> list:  # type: ignore[type-arg]
+        return [1, "a"]
+
+    @rpc.method("numbers", groups=["mcp"], mcp=MCP())
+    async def numbers() -> list[int]:
+        return [1]
+
+    url = serve(RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True)})) + "/mcp"
+    async with Client(url) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        mixed = await client.call_tool("rows", {})
+    async with httpx.AsyncClient() as http:
+        plain = {tool["name"]: tool for tool in (await http.get(url + "/tools")).json()["tools"]}
+    assert tools["nothing"].output_schema is None and "outputSchema" not in plain["nothing"]
+    assert tools["rows"].output_schema is None and "outputSchema" not in plain["rows"]
+    assert tools["numbers"].output_schema == plain["numbers"]["outputSchema"] == {
+        "type": "object", "properties": {"result": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["result"]}  # fmt: skip
+    assert mixed.structured_content == {"result": [1, "a"]}
