@@ -36,7 +36,12 @@ model can correct itself. `error`: JSON-RPC -32602, as seed 001 describes."""
 
 
 class ArgumentsRejectedError(Exception):
-    """Arguments failed the inputSchema on an endpoint that answers such calls with JSON-RPC -32602."""
+    """Arguments were refused, with every violation.
+
+    Raised by an invoker that validates its own arguments (`Tool(validate_arguments=False)`): `call_tool`
+    answers it exactly as a refusal by the catalog's validator. Raised by `call_tool` on an endpoint that
+    answers such calls with JSON-RPC -32602.
+    """
 
     def __init__(self, tool_name: str, violations: list[Violation]) -> None:
         super().__init__(f"Invalid arguments for tool {tool_name!r}")
@@ -62,7 +67,7 @@ async def call_tool(
     started = time.perf_counter() if observer is not None else 0.0
     tool = entry.tool
     error: ToolError | None
-    violations = entry.validator.violations(arguments)
+    violations = entry.validator.violations(arguments) if entry.validator is not None else None
     if violations:
         result, error = _rejected(tool.name, violations, invalid_arguments, context)
     else:
@@ -70,6 +75,8 @@ async def call_tool(
             value = await tool.invoker(arguments, context)
         except ToolError as exc:
             result, error = error_result(exc, context.request_id), exc
+        except ArgumentsRejectedError as exc:  # the invoker's own validation: the same answer as the catalog's
+            result, error = _rejected(tool.name, exc.violations, invalid_arguments, context)
         except Exception as exc:
             result, error = _unexpected(exc, tool.name, context, debug)
         else:

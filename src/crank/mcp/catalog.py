@@ -34,7 +34,8 @@ class InvalidCursorError(ValueError):
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
     tool: Tool
-    validator: ArgumentValidator
+    validator: ArgumentValidator | None
+    """None when the tool's invoker validates its own arguments (`Tool.validate_arguments`)."""
     header_params: tuple[HeaderParam, ...]
 
 
@@ -148,8 +149,9 @@ def _build_entries(tools: Iterable[Tool]) -> dict[str, CatalogEntry]:
                 raise ConfigurationError(str(exc)) from None
         if tool.output_schema is not None and not isinstance(tool.output_schema, dict):
             raise ConfigurationError(f"tool {tool.name!r}: outputSchema must be a JSON object")
-        validator = ArgumentValidator(tool.input_schema, tool_name=tool.name)
-        entries[tool.name] = CatalogEntry(tool, validator, find_header_params(tool.input_schema, tool_name=tool.name))
+        validator = ArgumentValidator(tool.input_schema, tool_name=tool.name)  # also checks the schema itself
+        headers = find_header_params(tool.input_schema, tool_name=tool.name)
+        entries[tool.name] = CatalogEntry(tool, validator if tool.validate_arguments else None, headers)
     return entries
 
 

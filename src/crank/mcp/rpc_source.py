@@ -1,9 +1,14 @@
 """Python rpc methods as a source of MCP tools: one catalog per endpoint, version and set of caller roles.
 
 Every published method of the endpoint's group becomes a tool. A tool call becomes an rpc `Call` and
-runs through the same `Executor` as /rpc; an `RPCError` comes back as a tool error carrying seed
-001's `{code, message, data}`. A caller sees in `tools/list` only what its roles may call; a call to
-anything else is refused with -32001 without running the method.
+runs through the same `Executor` as /rpc, under the MCP call's request id; an `RPCError` comes back as a
+tool error carrying seed 001's `{code, message, data}` and that `request_id`. A caller sees in `tools/list`
+only what its roles may call; a call to anything else is refused with -32001 without running the method.
+
+Arguments have one rule on both paths: the executor's pydantic conversion, which is what the method's code
+receives. The catalog's JSON Schema validator does not run first for these tools (it is stricter: it
+refuses `"5"` for an `int` that /rpc converts); a conversion failure is answered as any MCP argument
+refusal (`invalid_arguments`, every violation with its path, or -32602 per the endpoint's setting).
 """
 
 from __future__ import annotations
@@ -14,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from crank.exceptions import RPCError, ToolError
-from crank.ids import new_request_id
 from crank.mcp.after_response import call_after_response
-from crank.mcp.calls import InvalidArgumentsMode
+from crank.mcp.calls import ArgumentsRejectedError, InvalidArgumentsMode
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.http import MCPEndpoint
@@ -24,7 +28,7 @@ from crank.mcp.server import ServerInfo
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations
 from crank.mcp.translations import Translations, load_yaml_translations
 from crank.rpc.app import RPCApp
-from crank.rpc.executor import Call, error_wire
+from crank.rpc.executor import Call, ParamsValidationError, error_wire
 from crank.rpc.method import Method
 from crank.schema import describe_output, tool_local, wrap_output
 from crank.types import JSONObject, Scope
@@ -73,7 +77,8 @@ def is_published(method: Method, config: MCPConfig) -> bool:
 
 
 class RPCToolError(ToolError):
-    """An rpc error as a tool error: the client reads seed 001's `{code, message, data}`."""
+    """An rpc error as a tool error: the client reads seed 001's `{code, message, data}` plus the call's
+    `request_id` (as in every structured error of DESIGN.md), the id its logs and events carry."""
 
     error_class = "rpc"
 
@@ -82,7 +87,7 @@ class RPCToolError(ToolError):
         self.wire = error_wire(error, debug=debug)
 
     def to_payload(self, request_id: str) -> dict[str, Any]:
-        return self.wire
+        return {**self.wire, "request_id": request_id}
 
 
 class MCPSource:
@@ -139,6 +144,7 @@ class MCPSource:
             format=settings.format if settings else None,
             listed=not method.roles or bool(method.roles & roles),
             invoker=self._invoker(method, roles),
+            validate_arguments=False,  # the executor's conversion is the rule (module docstring)
         )
 
     def _mcp_output(self, method: Method) -> JSONObject | None:
@@ -157,10 +163,12 @@ class MCPSource:
         transformer = method.mcp.transformer if method.mcp else None
 
         async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
-            call = Call(method, arguments, version, "mcp", new_request_id(), roles, config.apply_rate_limit,
+            call = Call(method, arguments, version, "mcp", context.request_id, roles, config.apply_rate_limit,
                         call_after_response)  # fmt: skip
             try:
                 result = (await app.executor.run(call)).result
+            except ParamsValidationError as error:
+                raise ArgumentsRejectedError(method.name, error.violations) from None
             except RPCError as error:
                 raise RPCToolError(error, debug=app.debug) from None
             if transformer is not None:

@@ -25,13 +25,26 @@ from crank import _json
 from crank.exceptions import AccessDeniedError, InternalError, InvalidParamsError, RateLimitedError, RPCError
 from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
-from crank.schema import DatetimeFormat, json_path
+from crank.schema import DatetimeFormat, Violation, json_path
 
-__all__ = ["Call", "Executor", "Outcome", "error_data", "error_wire"]
+__all__ = ["Call", "Executor", "Outcome", "ParamsValidationError", "error_data", "error_wire"]
 
 logger = logging.getLogger("crank.rpc")
 
 Defer = Callable[[Callable[[], Awaitable[None]]], Any]
+
+
+class ParamsValidationError(InvalidParamsError):
+    """-32602 from the conversion step: the params do not fit the method's types (pydantic, lax mode).
+
+    This conversion is the one argument rule of an rpc method, on /rpc and over MCP alike; `violations` lets
+    the MCP layer answer it as its own argument rejection, and `data` carries them for /rpc.
+    """
+
+    def __init__(self, method_name: str, violations: list[Violation]) -> None:
+        wire = [violation.to_wire() for violation in violations]
+        super().__init__(f"Invalid params for {method_name}", data={"violations": wire})
+        self.violations = violations
 
 
 @dataclass
@@ -102,10 +115,8 @@ class Executor:
         try:
             model = call.method.schemas.params_model.model_validate(call.params)
         except pydantic.ValidationError as exc:
-            violations = [{"path": json_path(list(error["loc"])), "message": error["msg"]} for error in exc.errors()]
-            raise InvalidParamsError(
-                f"Invalid params for {call.method.name}", data={"violations": violations}
-            ) from None
+            violations = [Violation(_input_path(error, call.params), error["msg"]) for error in exc.errors()]
+            raise ParamsValidationError(call.method.name, violations) from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
     async def _invoke(self, call: Call, kwargs: dict[str, Any]) -> Any:
@@ -140,6 +151,23 @@ class Executor:
         return Event(name, call.method.name, call.version, call.source, call.request_id, call.params, result, error)
 
 
+def _input_path(error: Any, params: dict[str, Any]) -> str:
+    """The JSON path of the offending value in the params. pydantic's `loc` also names the union member or
+    validator that failed (`("when", "date")` for `when: date | int`): those steps are not in the input."""
+    loc = error["loc"]
+    value: Any = params
+    path: list[str | int] = []
+    for index, part in enumerate(loc):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        elif not (error["type"] == "missing" and index == len(loc) - 1):
+            continue  # a union member's or validator's name
+        path.append(part)
+    return json_path(path)
+
+
 _ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
 
 
@@ -167,7 +195,9 @@ def as_rpc_error(exc: BaseException) -> RPCError:
 def error_data(error: RPCError, cause: BaseException | None, *, debug: bool) -> dict[str, Any]:
     """`data` of an error: the exception class, the error's own details; file, line and trace in debug only."""
     source = cause if cause is not None and not isinstance(cause, RPCError) else error
-    data: dict[str, Any] = {"exception": type(source).__name__}
+    # The conversion step's refinement goes out as the public class it refines: /rpc clients see one name.
+    name = InvalidParamsError.__name__ if isinstance(source, ParamsValidationError) else type(source).__name__
+    data: dict[str, Any] = {"exception": name}
     if isinstance(error.data, dict):
         data.update(error.data)
     elif error.data is not None:

@@ -11,12 +11,13 @@ from crank.schema.generate import (
     tool_local,
     wrap_output,
 )
-from crank.schema.paths import json_path
+from crank.schema.paths import Violation, json_path
 
 __all__ = [
     "COMPONENTS_PREFIX",
     "DatetimeFormat",
     "MethodSchemas",
+    "Violation",
     "describe_method",
     "describe_output",
     "json_path",
