@@ -20,6 +20,7 @@ from crank.rpc import MCP, Event, RPCApp
 from crank.rpc.method import Method
 from crank.server import MCPConfig, RPCService
 from mcp import Client
+from tests.mcp.wire import modern_headers, modern_request
 from tests.rpc.apps import make_app
 
 pytestmark = pytest.mark.anyio
@@ -359,3 +360,21 @@ async def test_violation_paths_point_into_the_arguments_on_both_paths(serve: Cal
     expected = {"$.lines[1].name", "$.by['a b'].name", "$.when"}  # not "$.when.date" and "$.when.int"
     assert {violation["path"] for violation in refused} == expected
     assert {violation["path"] for violation in json.loads(result.content[0].text)["details"]} == expected
+
+
+async def test_plain_listing_names_the_roles_a_caller_needs(serve: Callable[..., str]) -> None:
+    app, _ = make_app()
+    url = serve(app) + "/mcp"
+    admin = {"Authorization": "Bearer t-admin"}
+    async with httpx.AsyncClient() as http:
+        plain = (await http.get(url + "/tools", headers=admin)).json()["tools"]
+        listed = (await http.post(url, json=modern_request("tools/list"),
+                                  headers={**modern_headers("tools/list"), **admin})).json()  # fmt: skip
+    roles = {tool["name"]: tool["roles"] for tool in plain}
+    assert roles == {"echo": [], "product.get": [], "slow": [], "limited": [], "boom": [], "admin.purge": ["admin"]}
+    assert list(plain[0])[:5] == ["name", "title", "description", "roles", "inputSchema"]  # seed 002's order
+    assert len(listed["result"]["tools"]) == len(plain)
+    assert all("roles" not in tool for tool in listed["result"]["tools"])  # MCP tools/list never carries them
+    async with Client(url) as client:
+        tools = (await client.list_tools()).tools
+    assert tools and all("roles" not in (tool.model_extra or {}) for tool in tools)

@@ -143,6 +143,7 @@ class MCPSource:
             annotations=_annotations(method),
             format=settings.format if settings else None,
             listed=not method.roles or bool(method.roles & roles),
+            plain_fields={"roles": sorted(method.roles)},  # seed 002: /mcp/tools says what a caller needs
             invoker=self._invoker(method, roles),
             validate_arguments=False,  # the executor's conversion is the rule (module docstring)
         )
