@@ -16,6 +16,7 @@ CrankError
 │   ├── InvalidRequestError         -32600
 │   ├── MethodNotFoundError         -32601
 │   ├── InvalidParamsError          -32602
+│   │   └── ParamsValidationError       the rpc conversion refused the params, with every `Violation`
 │   ├── InternalError               -32603
 │   ├── AccessDeniedError           -32001
 │   ├── NotFoundError               -32002  (raise it from a method: "no such user")
@@ -25,7 +26,7 @@ CrankError
 ├── CatalogUnauthorizedError    the request's credentials do not open this endpoint (401)
 ├── InvalidCursorError          a `tools/list` cursor this catalog did not issue
 ├── InvalidRequestStateError    a `requestState` not issued for this call, altered, or expired
-├── ArgumentsRejectedError      arguments failed the inputSchema where the endpoint answers -32602
+├── ArgumentsRejectedError      arguments refused, with every `Violation` (a tool result, or -32602)
 ├── UpstreamError               the gateway's HTTP client could not get an answer
 │   ├── UpstreamTimeoutError        no answer within the deadline
 │   ├── UpstreamConnectionError     not reached (`sent` False), or dropped after the request was sent
@@ -49,6 +50,7 @@ Every `ToolError` carries the structured fields of DESIGN.md: `error_code`, `mes
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ __all__ = [
     "MappingError",
     "MethodNotFoundError",
     "NotFoundError",
+    "ParamsValidationError",
     "ParseError",
     "RPCError",
     "RPCToolError",
@@ -92,6 +95,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamTimeoutError",
     "UpstreamTooLargeError",
+    "Violation",
 ]
 
 
@@ -188,6 +192,19 @@ class InvalidParamsError(RPCError):
     default_message = "Invalid params"
 
 
+class ParamsValidationError(InvalidParamsError):
+    """-32602 from the rpc conversion step: the params do not fit the method's types (pydantic, lax mode).
+
+    This conversion is the one argument rule of an rpc method, on /rpc and over MCP alike; `violations` lets
+    the MCP layer answer it as its own argument rejection, and `data` carries them for /rpc.
+    """
+
+    def __init__(self, method_name: str, violations: list[Violation]) -> None:
+        wire = [violation.to_wire() for violation in violations]
+        super().__init__(f"Invalid params for {method_name}", data={"violations": wire})
+        self.violations = violations
+
+
 class InternalError(RPCError):
     default_code = -32603
     default_message = "Internal error"
@@ -239,12 +256,30 @@ class InvalidRequestStateError(CrankError, ValueError):
     """A `requestState` that was not issued for this call, was altered, or expired."""
 
 
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One reason some arguments were refused, with the JSON path of the offending value.
+
+    Found by the rpc executor (pydantic) or by the MCP catalog's validator (JSON Schema): a refusal has one
+    shape whichever of them found it.
+    """
+
+    path: str
+    message: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
 class ArgumentsRejectedError(CrankError):
-    """Arguments failed the inputSchema on an endpoint that answers such calls with JSON-RPC -32602.
+    """Arguments were refused, with every violation.
 
-    `violations` are the wire objects (`{"path": ..., "message": ...}`) of every problem found."""
+    Raised by an invoker that validates its own arguments (`Tool(validate_arguments=False)`): `call_tool`
+    answers it exactly as a refusal by the catalog's validator. Raised by `call_tool` on an endpoint that
+    answers such calls with JSON-RPC -32602.
+    """
 
-    def __init__(self, tool_name: str, violations: list[JSONObject]) -> None:
+    def __init__(self, tool_name: str, violations: list[Violation]) -> None:
         super().__init__(f"Invalid arguments for tool {tool_name!r}")
         self.violations = violations
 
@@ -357,7 +392,7 @@ class IdempotencyError(ToolError):
 
 class RPCToolError(ToolError):
     """An rpc method's error as a tool error: the client reads seed 001's `{code, message, data}` object
-    (`wire`), with the request id of the call."""
+    (`wire`) plus the call's `request_id` (as in every structured error of DESIGN.md)."""
 
     error_class = "rpc"
 
@@ -366,7 +401,7 @@ class RPCToolError(ToolError):
         self.wire = wire
 
     def to_payload(self, request_id: str) -> dict[str, Any]:
-        return self.wire
+        return {**self.wire, "request_id": request_id}
 
 
 class InternalRuntimeError(ToolError):

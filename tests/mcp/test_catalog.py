@@ -134,3 +134,19 @@ def test_token_estimate_is_compact_json_bytes_over_three_rounded_up() -> None:
 def test_page_size_must_be_positive() -> None:
     with pytest.raises(ConfigurationError, match="page_size"):
         Catalog([], page_size=0)
+
+
+def test_plain_fields_are_in_the_plain_listing_only() -> None:
+    catalog = Catalog([tool("a", description="A.", plain_fields={"roles": ["admin"]}), tool("b")], page_size=1)
+    plain = json.loads(catalog.listing("en"))["tools"]
+    assert list(plain[0]) == ["name", "title", "description", "roles", "inputSchema"]
+    assert plain[0]["roles"] == ["admin"] and "roles" not in plain[1]
+    pages = [json.loads(catalog.page_at("en", index)[0]) for index in range(2)]
+    assert all("roles" not in entry for page in pages for entry in page)
+    assert all("roles" not in entry for entry in catalog.tool_entries("en"))
+    assert catalog.token_estimate == estimate_tokens(pages[0] + pages[1])  # the budget counts tools/list only
+
+
+def test_plain_fields_cannot_replace_a_tools_list_field() -> None:
+    with pytest.raises(ConfigurationError, match="'t': plain_fields cannot replace inputSchema, name"):
+        Catalog([tool("t", plain_fields={"name": "u", "inputSchema": {}, "roles": []})])

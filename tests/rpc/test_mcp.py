@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
 
 from crank.mcp.rpc_source import is_published
-from crank.rpc import MCP, RPCApp
+from crank.rpc import MCP, Event, RPCApp
 from crank.rpc.method import Method
 from crank.server import MCPConfig, RPCService
 from mcp import Client
+from tests.mcp.wire import modern_headers, modern_request
 from tests.rpc.apps import make_app
 
 pytestmark = pytest.mark.anyio
@@ -38,8 +44,9 @@ async def test_official_client_lists_and_calls(serve: Callable[..., str], mode: 
     assert tools["echo"].output_schema == {"type": "object", "properties": {"result": {"type": "string"}},
                                            "required": ["result"]}  # fmt: skip
     assert echoed.structured_content == {"result": "hihi"}
-    assert missing.is_error and json.loads(missing.content[0].text) == {
-        "code": -32002, "message": "No product 0", "data": {"exception": "NotFoundError"}}  # fmt: skip
+    error = json.loads(missing.content[0].text)
+    assert missing.is_error and re.fullmatch("[0-9a-f]{32}", error.pop("request_id"))
+    assert error == {"code": -32002, "message": "No product 0", "data": {"exception": "NotFoundError"}}
 
 
 async def test_openrpc_and_mcp_output_schemas_agree(serve: Callable[..., str]) -> None:
@@ -197,3 +204,177 @@ async def test_example_tokens_give_roles(serve: Callable[..., str]) -> None:
     url = serve(app) + "/mcp/v2"
     assert "user.delete" not in await tool_names(url)
     assert "user.delete" in await tool_names(url, Authorization="Bearer admin-token")
+
+
+async def test_no_output_schema_for_none_or_a_bare_list(serve: Callable[..., str]) -> None:
+    rpc = RPCApp()
+
+    @rpc.method("nothing", groups=["mcp"], mcp=MCP())
+    async def nothing() -> None: ...
+
+    @rpc.method("rows", groups=["mcp"], mcp=MCP())
+    async def rows() -> list:  # type: ignore[type-arg]
+        return [1, "a"]
+
+    @rpc.method("numbers", groups=["mcp"], mcp=MCP())
+    async def numbers() -> list[int]:
+        return [1]
+
+    url = serve(RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True)})) + "/mcp"
+    async with Client(url) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        mixed = await client.call_tool("rows", {})
+    async with httpx.AsyncClient() as http:
+        plain = {tool["name"]: tool for tool in (await http.get(url + "/tools")).json()["tools"]}
+    assert tools["nothing"].output_schema is None and "outputSchema" not in plain["nothing"]
+    assert tools["rows"].output_schema is None and "outputSchema" not in plain["rows"]
+    assert tools["numbers"].output_schema == plain["numbers"]["outputSchema"] == {
+        "type": "object", "properties": {"result": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["result"]}  # fmt: skip
+    assert mixed.structured_content == {"result": [1, "a"]}
+
+
+# One argument rule: the executor's pydantic conversion decides, on /rpc and over MCP alike.
+ARGUMENT_SETS: list[tuple[dict[str, Any], bool]] = [
+    ({"text": "a", "times": 5}, True),
+    ({"text": "a", "times": "5"}, True),  # lax mode converts "5" to 5; a JSON Schema validator would refuse it
+    ({"text": "a", "times": 2.0}, True),
+    ({"text": "a", "times": "five"}, False),
+    ({"text": "a", "times": 2.5}, False),
+    ({"text": 5}, False),
+    ({}, False),
+    ({"text": "a", "extra": 1}, False),
+]
+
+
+async def rpc_answer(http: httpx.AsyncClient, url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    answer: dict[str, Any] = (await http.post(url + "/rpc", json=body)).json()
+    return answer
+
+
+@pytest.mark.parametrize("mode", ["result", "error"])
+async def test_rpc_and_mcp_accept_and_refuse_the_same_arguments(serve: Callable[..., str], mode: str) -> None:
+    app, ran = make_app(invalid_arguments=mode)
+    url = serve(app)
+    seen = []
+    async with httpx.AsyncClient() as http, Client(url + "/mcp") as client:
+        for arguments, expected in ARGUMENT_SETS:
+            rpc = await rpc_answer(http, url, "echo", arguments)
+            rpc_paths = sorted(v["path"] for v in rpc["error"]["data"]["violations"]) if "error" in rpc else None
+            try:
+                result = await client.call_tool("echo", arguments)
+            except MCPError as exc:  # invalid_arguments="error": JSON-RPC -32602 with every violation
+                assert exc.error.code == -32602 and mode == "error"
+                mcp_paths = sorted(v["path"] for v in exc.error.data["violations"])
+            else:
+                mcp_paths = None
+                if result.is_error:  # invalid_arguments="result": the structured tool error
+                    error = json.loads(result.content[0].text)
+                    assert mode == "result" and error["error_code"] == "invalid_arguments", error
+                    assert error["error_class"] == "schema_validation" and error["recoverable"] is True
+                    assert re.fullmatch("[0-9a-f]{32}", error["request_id"])
+                    mcp_paths = sorted(v["path"] for v in error["details"])
+                else:
+                    assert result.structured_content == {"result": rpc["result"]}
+            seen.append((arguments, expected, rpc_paths is None, mcp_paths is None, rpc_paths == mcp_paths))
+    assert seen == [(arguments, expected, expected, expected, True) for arguments, expected in ARGUMENT_SETS]
+    accepted = sum(expected for _, expected in ARGUMENT_SETS)
+    assert len(ran.calls) == 2 * accepted  # a refused call never ran, on either path
+
+
+async def test_invalid_mcp_arguments_are_refused_by_the_executor(serve: Callable[..., str]) -> None:
+    app, _ = make_app()
+    events: list[Event] = []
+    app.rpc.on("error")(events.append)  # seed 001: every error, validation included, goes through `error`
+    async with Client(serve(app) + "/mcp") as client:
+        result = await client.call_tool("echo", {"times": "five", "extra": 1})
+    error = json.loads(result.content[0].text)
+    assert result.is_error and result.structured_content is None
+    assert error["message"] == "Invalid arguments for tool 'echo': 3 violation(s)"
+    assert {v["path"] for v in error["details"]} == {"$.text", "$.times", "$.extra"}
+    assert error["suggested_action"] == "Correct the arguments listed in details and call the tool again."
+    assert [(event.source, event.method, event.request_id) for event in events] == [
+        ("mcp", "echo", error["request_id"])]  # fmt: skip
+
+
+def failing_app() -> tuple[RPCService, list[Event]]:
+    rpc = RPCApp()
+    events: list[Event] = []
+    rpc.on("error")(events.append)
+
+    @rpc.method("broken", groups=["mcp"], mcp=MCP())
+    async def broken(id: int) -> int:
+        raise RuntimeError("no database")
+
+    return RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True)}), events
+
+
+async def test_one_request_id_per_mcp_call_in_logs_events_and_error(
+    serve: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    app, events = failing_app()
+    caplog.set_level(logging.DEBUG, logger="crank")
+    async with Client(serve(app) + "/mcp") as client:
+        result = await client.call_tool("broken", {"id": 7})
+    seen = json.loads(result.content[0].text)["request_id"]
+    ids = []
+    for record in caplog.records:
+        ids += re.findall(r"request_id=([0-9a-f]{32})", record.getMessage())
+        if hasattr(record, "request_id"):
+            ids.append(record.request_id)
+    assert len(ids) >= 3 and set(ids) == {seen}  # the executor's debug and error lines, the MCP layer's line
+    assert [event.request_id for event in events] == [seen]
+
+
+async def test_rpc_tool_errors_carry_the_request_id(serve: Callable[..., str]) -> None:
+    app, _ = make_app()
+    url = serve(app) + "/mcp"
+    async with Client(url) as client:
+        missing = await client.call_tool("product.get", {"id": 0})
+        boom = await client.call_tool("boom", {})
+    async with httpx.AsyncClient() as http:
+        plain = (await http.post(url + "/call", json={"name": "product.get", "arguments": {"id": 0}})).json()
+    ids = [json.loads(missing.content[0].text)["request_id"], json.loads(boom.content[0].text)["request_id"],
+           plain["error"]["request_id"]]  # fmt: skip
+    assert all(re.fullmatch("[0-9a-f]{32}", request_id) for request_id in ids) and len(set(ids)) == 3
+    assert json.loads(boom.content[0].text)["code"] == -32603 and plain["error"]["code"] == -32002
+
+
+class Line(BaseModel):
+    name: str
+
+
+async def test_violation_paths_point_into_the_arguments_on_both_paths(serve: Callable[..., str]) -> None:
+    rpc = RPCApp()
+
+    @rpc.method("order", groups=["mcp"], mcp=MCP())
+    async def order(lines: list[Line], by: dict[str, Line], when: datetime.date | int = 0) -> int:
+        return len(lines)
+
+    url = serve(RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True)}))
+    arguments = {"lines": [{"name": "a"}, {"name": 1}], "by": {"a b": {}}, "when": "soon"}
+    async with httpx.AsyncClient() as http, Client(url + "/mcp") as client:
+        refused = (await rpc_answer(http, url, "order", arguments))["error"]["data"]["violations"]
+        result = await client.call_tool("order", arguments)
+    expected = {"$.lines[1].name", "$.by['a b'].name", "$.when"}  # not "$.when.date" and "$.when.int"
+    assert {violation["path"] for violation in refused} == expected
+    assert {violation["path"] for violation in json.loads(result.content[0].text)["details"]} == expected
+
+
+async def test_plain_listing_names_the_roles_a_caller_needs(serve: Callable[..., str]) -> None:
+    app, _ = make_app()
+    url = serve(app) + "/mcp"
+    admin = {"Authorization": "Bearer t-admin"}
+    async with httpx.AsyncClient() as http:
+        plain = (await http.get(url + "/tools", headers=admin)).json()["tools"]
+        listed = (await http.post(url, json=modern_request("tools/list"),
+                                  headers={**modern_headers("tools/list"), **admin})).json()  # fmt: skip
+    roles = {tool["name"]: tool["roles"] for tool in plain}
+    assert roles == {"echo": [], "product.get": [], "slow": [], "limited": [], "boom": [], "admin.purge": ["admin"]}
+    assert list(plain[0])[:5] == ["name", "title", "description", "roles", "inputSchema"]  # seed 002's order
+    assert len(listed["result"]["tools"]) == len(plain)
+    assert all("roles" not in tool for tool in listed["result"]["tools"])  # MCP tools/list never carries them
+    async with Client(url) as client:
+        tools = (await client.list_tools()).tools
+    assert tools and all("roles" not in (tool.model_extra or {}) for tool in tools)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,9 @@ from typing_extensions import TypedDict
 
 from crank.exceptions import ConfigurationError
 from crank.schema import describe_method, tool_local, wrap_output
+from crank.types import JSONObject
+
+_MISSING = object()
 
 
 class Color(enum.StrEnum):
@@ -208,14 +212,43 @@ def test_literal_output_schema_is_used_as_is() -> None:
     assert describe_method(method, name="m", output=literal).output_schema == literal
 
 
-@pytest.mark.parametrize("annotation", [None, Any, object])
+@pytest.mark.parametrize(
+    "annotation",
+    [_MISSING, Any, object, None, list, typing.List, list[Any], typing.List[Any]],  # noqa: UP006
+    ids=["missing", "Any", "object", "None", "list", "List", "list[Any]", "List[Any]"],
+)
 def test_no_output_schema_without_a_declared_shape(annotation: Any) -> None:
     def method():  # type: ignore[no-untyped-def]
         pass
 
-    if annotation is not None:
+    if annotation is not _MISSING:
         method.__annotations__ = {"return": annotation}
     assert describe_method(method, name="m").output_schema is None
+
+
+def test_returning_none_or_a_bare_list_declares_no_output() -> None:
+    def nothing() -> None: ...
+
+    def rows() -> list:  # type: ignore[type-arg]
+        return []
+
+    assert describe_method(nothing, name="m").output_schema is None
+    assert describe_method(rows, name="m").output_schema is None
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        (list[int], {"type": "array", "items": {"type": "integer"}}),
+        (int | None, {"anyOf": [{"type": "integer"}, {"type": "null"}]}),
+    ],
+)
+def test_typed_lists_and_optionals_keep_their_output(annotation: Any, expected: JSONObject) -> None:
+    def method():  # type: ignore[no-untyped-def]
+        pass
+
+    method.__annotations__ = {"return": annotation}
+    assert describe_method(method, name="m").output_schema == expected
 
 
 def test_wrap_output() -> None:

@@ -12,12 +12,17 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from crank import _json
-from crank.exceptions import ArgumentsRejectedError, InternalRuntimeError, SchemaValidationError, ToolError
+from crank.exceptions import (
+    ArgumentsRejectedError,
+    InternalRuntimeError,
+    SchemaValidationError,
+    ToolError,
+    Violation,
+)
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired
 from crank.mcp.tools import CallContext, CallObserver, ToolResult
-from crank.mcp.validation import Violation
 from crank.types import JSONObject
 
 __all__ = [
@@ -53,7 +58,7 @@ async def call_tool(
     started = time.perf_counter() if observer is not None else 0.0
     tool = entry.tool
     error: ToolError | None
-    violations = entry.validator.violations(arguments)
+    violations = entry.validator.violations(arguments) if entry.validator is not None else None
     if violations:
         result, error = _rejected(tool.name, violations, invalid_arguments, context)
     else:
@@ -61,6 +66,8 @@ async def call_tool(
             value = await tool.invoker(arguments, context)
         except ToolError as exc:
             result, error = error_result(exc, context.request_id), exc
+        except ArgumentsRejectedError as exc:  # the invoker's own validation: the same answer as the catalog's
+            result, error = _rejected(tool.name, exc.violations, invalid_arguments, context)
         except Exception as exc:
             result, error = _unexpected(exc, tool.name, context, debug)
         else:
@@ -79,7 +86,7 @@ def _rejected(
     name: str, violations: list[Violation], invalid_arguments: InvalidArgumentsMode, context: CallContext
 ) -> tuple[JSONObject, ToolError]:
     if invalid_arguments == "error":
-        raise ArgumentsRejectedError(name, [violation.to_wire() for violation in violations])
+        raise ArgumentsRejectedError(name, violations)
     rejected = SchemaValidationError(
         f"Invalid arguments for tool {name!r}: {len(violations)} violation(s)",
         recoverable=True,

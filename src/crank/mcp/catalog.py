@@ -30,7 +30,8 @@ _CURSOR_PREFIX = "crank-page:"
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
     tool: Tool
-    validator: ArgumentValidator
+    validator: ArgumentValidator | None
+    """None when the tool's invoker validates its own arguments (`Tool.validate_arguments`)."""
     header_params: tuple[HeaderParam, ...]
 
 
@@ -65,12 +66,14 @@ class Catalog:
         self._entries = _build_entries(tools)
         self._pages: dict[str, list[bytes]] = {}
         self._listing: dict[str, bytes] = {}
+        listed = [entry.tool for entry in self._entries.values() if entry.tool.listed]
         for language in self.languages:
-            wire = [self._wire_entry(entry.tool, language) for entry in self._entries.values() if entry.tool.listed]
+            wire = [self._wire_entry(tool, language) for tool in listed]
             self._pages[language] = [
                 _json.dumps(wire[start : start + page_size]) for start in range(0, max(len(wire), 1), page_size)
             ]
-            self._listing[language] = _json.dumps({"tools": wire})
+            plain = [_plain_entry(entry, tool.plain_fields) for entry, tool in zip(wire, listed, strict=True)]
+            self._listing[language] = _json.dumps({"tools": plain})
         self._page_count = len(self._pages[self.default_language])
         self._next_cursors = [_encode_cursor(index) for index in range(1, self._page_count)] + [None]
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
@@ -86,11 +89,10 @@ class Catalog:
 
     def tool_entries(self, language: str) -> list[JSONObject]:
         """The `tools/list` entries in one language (decoded; for tests, tools and the budget)."""
-        entries: list[JSONObject] = _json.loads(self._listing[language])["tools"]
-        return entries
+        return [entry for page in self._pages[language] for entry in _json.loads(page)]
 
     def listing(self, language: str) -> bytes:
-        """`{"tools": [...]}` with every tool, for the plain HTTP pair."""
+        """`{"tools": [...]}` with every tool, for the plain HTTP pair: each tool's `plain_fields` included."""
         return self._listing[language]
 
     def page(self, language: str, cursor: str | None) -> tuple[bytes, str | None]:
@@ -124,6 +126,18 @@ class Catalog:
         return wire
 
 
+_WIRE_KEYS = frozenset({"name", "title", "description", "inputSchema", "outputSchema", "annotations", "icons", "_meta"})
+_HEAD_KEYS = ("name", "title", "description")
+
+
+def _plain_entry(wire: JSONObject, fields: JSONObject | None) -> JSONObject:
+    """A `tools/list` entry with the tool's plain-only fields after its texts (seed 002's order)."""
+    if not fields:
+        return wire
+    head = {key: wire[key] for key in _HEAD_KEYS if key in wire}
+    return {**head, **fields, **{key: value for key, value in wire.items() if key not in head}}
+
+
 def _build_entries(tools: Iterable[Tool]) -> dict[str, CatalogEntry]:
     entries: dict[str, CatalogEntry] = {}
     for tool in tools:
@@ -140,8 +154,11 @@ def _build_entries(tools: Iterable[Tool]) -> dict[str, CatalogEntry]:
                 raise ConfigurationError(str(exc)) from None
         if tool.output_schema is not None and not isinstance(tool.output_schema, dict):
             raise ConfigurationError(f"tool {tool.name!r}: outputSchema must be a JSON object")
-        validator = ArgumentValidator(tool.input_schema, tool_name=tool.name)
-        entries[tool.name] = CatalogEntry(tool, validator, find_header_params(tool.input_schema, tool_name=tool.name))
+        if tool.plain_fields is not None and (clash := sorted(_WIRE_KEYS & set(tool.plain_fields))):
+            raise ConfigurationError(f"tool {tool.name!r}: plain_fields cannot replace {', '.join(clash)}")
+        validator = ArgumentValidator(tool.input_schema, tool_name=tool.name)  # also checks the schema itself
+        headers = find_header_params(tool.input_schema, tool_name=tool.name)
+        entries[tool.name] = CatalogEntry(tool, validator if tool.validate_arguments else None, headers)
     return entries
 
 

@@ -296,7 +296,7 @@ class MCPEndpoint:
                 observer=catalog.observer,
             )
         except ArgumentsRejectedError as exc:
-            data = {"violations": exc.violations}
+            data = {"violations": [violation.to_wire() for violation in exc.violations]}
             return _plain_error(200, INVALID_PARAMS, str(exc), data)
         if result.get("isError") and result["content"] and result["content"][0].get("type") == "text":
             try:

@@ -1,9 +1,14 @@
 """Python rpc methods as a source of MCP tools: one catalog per endpoint, version and set of caller roles.
 
 Every published method of the endpoint's group becomes a tool. A tool call becomes an rpc `Call` and
-runs through the same `Executor` as /rpc; an `RPCError` comes back as a tool error carrying seed
-001's `{code, message, data}`. A caller sees in `tools/list` only what its roles may call; a call to
-anything else is refused with -32001 without running the method.
+runs through the same `Executor` as /rpc, under the MCP call's request id; an `RPCError` comes back as a
+tool error carrying seed 001's `{code, message, data}` and that `request_id`. A caller sees in `tools/list`
+only what its roles may call; a call to anything else is refused with -32001 without running the method.
+
+Arguments have one rule on both paths: the executor's pydantic conversion, which is what the method's code
+receives. The catalog's JSON Schema validator does not run first for these tools (it is stricter: it
+refuses `"5"` for an `int` that /rpc converts); a conversion failure is answered as any MCP argument
+refusal (`invalid_arguments`, every violation with its path, or -32602 per the endpoint's setting).
 """
 
 from __future__ import annotations
@@ -13,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crank.exceptions import RPCError, ToolError
-from crank.ids import new_request_id
+from crank.exceptions import ArgumentsRejectedError, ParamsValidationError, RPCError, RPCToolError
 from crank.mcp.after_response import call_after_response
 from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog
@@ -72,19 +76,6 @@ def is_published(method: Method, config: MCPConfig) -> bool:
     return method.mcp is not None
 
 
-class RPCToolError(ToolError):
-    """An rpc error as a tool error: the client reads seed 001's `{code, message, data}`."""
-
-    error_class = "rpc"
-
-    def __init__(self, error: RPCError, *, debug: bool) -> None:
-        super().__init__(error.message, error_code=str(error.code))
-        self.wire = error_wire(error, debug=debug)
-
-    def to_payload(self, request_id: str) -> dict[str, Any]:
-        return self.wire
-
-
 class MCPSource:
     def __init__(self, app: RPCApp, config: MCPConfig, version: str) -> None:
         self.app = app
@@ -138,7 +129,9 @@ class MCPSource:
             annotations=_annotations(method),
             format=settings.format if settings else None,
             listed=not method.roles or bool(method.roles & roles),
+            plain_fields={"roles": sorted(method.roles)},  # seed 002: /mcp/tools says what a caller needs
             invoker=self._invoker(method, roles),
+            validate_arguments=False,  # the executor's conversion is the rule (module docstring)
         )
 
     def _mcp_output(self, method: Method) -> JSONObject | None:
@@ -157,12 +150,14 @@ class MCPSource:
         transformer = method.mcp.transformer if method.mcp else None
 
         async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
-            call = Call(method, arguments, version, "mcp", new_request_id(), roles, config.apply_rate_limit,
+            call = Call(method, arguments, version, "mcp", context.request_id, roles, config.apply_rate_limit,
                         call_after_response)  # fmt: skip
             try:
                 result = (await app.executor.run(call)).result
+            except ParamsValidationError as error:
+                raise ArgumentsRejectedError(method.name, error.violations) from None
             except RPCError as error:
-                raise RPCToolError(error, debug=app.debug) from None
+                raise RPCToolError(error, error_wire(error, debug=app.debug)) from None
             if transformer is not None:
                 result = transformer(result)
             if config.formatter is not None:

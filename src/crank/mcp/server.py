@@ -281,7 +281,7 @@ class MCPServer:
                 observer=catalog.observer,
             )
         except ArgumentsRejectedError as exc:
-            data = {"violations": exc.violations}
+            data = {"violations": [violation.to_wire() for violation in exc.violations]}
             raise InvalidParamsError(str(exc), data=data) from None
 
     def _modern_call_context(

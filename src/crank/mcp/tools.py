@@ -157,6 +157,14 @@ class Tool:
     required_client_capabilities: JSONObject | None = None
     """Client capabilities the tool needs (for example `{"sampling": {}}`); a 2026-07-28 call from a
     client that did not declare them is refused with -32021 before the invoker runs."""
+    plain_fields: JSONObject | None = None
+    """Fields that only the plain `GET <base>/tools` listing shows for this tool, after its description
+    (seed 002's `roles`, which the rpc source sets); never part of MCP `tools/list`."""
+    validate_arguments: bool = True
+    """False: the invoker is the one judge of the arguments, so the catalog does not check them against
+    `input_schema` first (an rpc method: its pydantic conversion is the rule, on /rpc and over MCP alike).
+    The invoker refuses arguments by raising `crank.exceptions.ArgumentsRejectedError`, which is answered
+    exactly like the catalog's own refusal."""
 
 
 class CallObserver(Protocol):

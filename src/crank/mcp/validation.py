@@ -7,27 +7,15 @@ auto-dereference network references), so the validator is built offline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema_rs
 
-from crank.exceptions import ConfigurationError
+from crank.exceptions import ConfigurationError, Violation
 from crank.schema.paths import json_path
 from crank.types import JSONObject
 
 __all__ = ["ArgumentValidator", "Violation", "json_path"]
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One reason the arguments were refused, with the JSON path of the offending value."""
-
-    path: str
-    message: str
-
-    def to_wire(self) -> JSONObject:
-        return {"path": self.path, "message": self.message}
 
 
 class ArgumentValidator:

@@ -22,7 +22,15 @@ from pydantic_core import to_jsonable_python
 from starlette.concurrency import run_in_threadpool
 
 from crank import _json
-from crank.exceptions import AccessDeniedError, InternalError, InvalidParamsError, RateLimitedError, RPCError
+from crank.exceptions import (
+    AccessDeniedError,
+    InternalError,
+    InvalidParamsError,
+    ParamsValidationError,
+    RateLimitedError,
+    RPCError,
+    Violation,
+)
 from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
 from crank.schema import DatetimeFormat, json_path
@@ -102,10 +110,8 @@ class Executor:
         try:
             model = call.method.schemas.params_model.model_validate(call.params)
         except pydantic.ValidationError as exc:
-            violations = [{"path": json_path(list(error["loc"])), "message": error["msg"]} for error in exc.errors()]
-            raise InvalidParamsError(
-                f"Invalid params for {call.method.name}", data={"violations": violations}
-            ) from None
+            violations = [Violation(_input_path(error, call.params), error["msg"]) for error in exc.errors()]
+            raise ParamsValidationError(call.method.name, violations) from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
     async def _invoke(self, call: Call, kwargs: dict[str, Any]) -> Any:
@@ -140,6 +146,23 @@ class Executor:
         return Event(name, call.method.name, call.version, call.source, call.request_id, call.params, result, error)
 
 
+def _input_path(error: Any, params: dict[str, Any]) -> str:
+    """The JSON path of the offending value in the params. pydantic's `loc` also names the union member or
+    validator that failed (`("when", "date")` for `when: date | int`): those steps are not in the input."""
+    loc = error["loc"]
+    value: Any = params
+    path: list[str | int] = []
+    for index, part in enumerate(loc):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        elif not (error["type"] == "missing" and index == len(loc) - 1):
+            continue  # a union member's or validator's name
+        path.append(part)
+    return json_path(path)
+
+
 _ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
 
 
@@ -167,7 +190,9 @@ def as_rpc_error(exc: BaseException) -> RPCError:
 def error_data(error: RPCError, cause: BaseException | None, *, debug: bool) -> dict[str, Any]:
     """`data` of an error: the exception class, the error's own details; file, line and trace in debug only."""
     source = cause if cause is not None and not isinstance(cause, RPCError) else error
-    data: dict[str, Any] = {"exception": type(source).__name__}
+    # The conversion step's refinement goes out as the public class it refines: /rpc clients see one name.
+    name = InvalidParamsError.__name__ if isinstance(source, ParamsValidationError) else type(source).__name__
+    data: dict[str, Any] = {"exception": name}
     if isinstance(error.data, dict):
         data.update(error.data)
     elif error.data is not None:

@@ -35,7 +35,7 @@ __all__ = [
 
 COMPONENTS_PREFIX = "#/components/schemas/"
 DatetimeFormat = Literal["date-time", "timestamp"]
-_NO_OUTPUT = (Any, object)
+_NO_OUTPUT = (Any, object, type(None), list)
 
 
 class _Schema(GenerateJsonSchema):
@@ -118,11 +118,11 @@ def describe_method(
 def _output(
     name: str, output: Any, annotation: Any, generator: type[GenerateJsonSchema], components: dict[str, JSONObject]
 ) -> tuple[JSONObject | None, TypeAdapter[Any] | None]:
-    """By priority: an explicit literal schema or type, then the return annotation; None for none or Any."""
+    """By priority: an explicit literal schema or type, then the return annotation; None when no shape is declared."""
     if isinstance(output, dict):
         return copy.deepcopy(output), None
     source = output if output is not None else annotation
-    if source is inspect.Signature.empty or source in _NO_OUTPUT:
+    if _undeclared(source):
         return None, None
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(source)
@@ -135,6 +135,15 @@ def _output(
         components[schema["title"]] = schema
         schema = {"$ref": COMPONENTS_PREFIX + schema["title"]}
     return schema, adapter
+
+
+def _undeclared(source: Any) -> bool:
+    """No annotation, `Any`, `object`, `None` (a method that returns nothing), or a list without an item type
+    (`list`, `list[Any]`). Seed 002: no schema is better than a stub like `{"type": "array"}` or `{"type":
+    "null"}`, which tells a client nothing (or, for `object`, would reject a scalar)."""
+    if source is inspect.Signature.empty or source in _NO_OUTPUT:
+        return True
+    return typing.get_origin(source) is list and typing.get_args(source) in ((), (Any,))
 
 
 def describe_output(
