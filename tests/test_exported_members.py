@@ -13,6 +13,7 @@ import crank.schema
 import crank.server
 import crank.settings
 import crank.telemetry
+import crank.wire
 
 
 @pytest.mark.parametrize(
@@ -27,6 +28,7 @@ import crank.telemetry
         crank.server,
         crank.settings,
         crank.telemetry,
+        crank.wire,
     ],
 )
 def test_every_public_name_is_exported_and_every_export_exists(module: types.ModuleType) -> None:

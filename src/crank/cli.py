@@ -484,7 +484,7 @@ def lint(workspace: str | None, agents: tuple[str, ...], app: str | None, app_di
 def _lint_app(app: str, app_dir: str, budget: int | None) -> dict[str, Any]:
     """Each MCP endpoint of an RPCService (path and API version), linted as one catalog."""
     from crank.admin.lint import lint_catalog
-    from crank.mcp.rpc_source import MCPSource
+    from crank.sources.rpc import RPCSource
 
     service = _import_app(app, app_dir)
     results: dict[str, Any] = {}
@@ -492,7 +492,7 @@ def _lint_app(app: str, app_dir: str, budget: int | None) -> dict[str, Any]:
         service.build()
     for path, config in getattr(service, "mcp", {}).items():
         for version in service.rpc.versions:
-            source = MCPSource(service.rpc, config, version)
+            source = RPCSource(service.rpc, config, version)
             every_role = frozenset(role for method in source.methods for role in method.roles)
             catalog = source.catalog_for(every_role)  # every tool some caller can see
             results[f"{path} ({version})"] = lint_catalog(catalog, name=path, budget=budget)[0]

@@ -27,11 +27,11 @@ from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import AgentCatalogs
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
-from crank.mcp.rpc_source import MCPConfig, MCPSource
 from crank.mcp.server import ServerInfo
 from crank.registry import Registry, migrate, open_engine
 from crank.rpc import RPCApp
 from crank.settings import Settings
+from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import StateStore, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics
 from crank.types import ASGIApp, Receive, Scope, Send
@@ -64,8 +64,19 @@ class RPCService:
     def _mcp_routes(self, path: str, config: MCPConfig) -> list[BaseRoute]:
         default, *others = self.rpc.versions
         # Versioned paths first: `path` itself is a mount that would also match `path/v2`.
-        routes = [mount(f"{path}/{version}", MCPSource(self.rpc, config, version).endpoint()) for version in others]
-        return [*routes, mount(path, MCPSource(self.rpc, config, default).endpoint())]
+        routes = [mount(f"{path}/{version}", self._endpoint(config, version)) for version in others]
+        return [*routes, mount(path, self._endpoint(config, default))]
+
+    def _endpoint(self, config: MCPConfig, version: str) -> MCPEndpoint:
+        source = RPCSource(self.rpc, config, version)
+        return MCPEndpoint(
+            source.provide,
+            server_info=ServerInfo(self.rpc.title, self.rpc.version),
+            default_format=config.default_format,
+            invalid_arguments=config.invalid_arguments,
+            cache_scope="private" if source.private else "public",
+            debug=self.rpc.debug,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.build()(scope, receive, send)

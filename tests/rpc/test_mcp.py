@@ -15,10 +15,10 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from crank.mcp.rpc_source import is_published
 from crank.rpc import MCP, Event, RPCApp
 from crank.rpc.method import Method
 from crank.server import MCPConfig, RPCService
+from crank.sources.rpc import is_published
 from mcp import Client
 from tests.mcp.wire import modern_headers, modern_request
 from tests.rpc.apps import make_app
@@ -81,8 +81,8 @@ async def test_cached_method_gets_read_only_and_idempotent_hints(serve: Callable
 
 
 def test_explicit_false_hint_is_kept() -> None:
-    from crank.mcp.rpc_source import _annotations
     from crank.schema import describe_method
+    from crank.sources.rpc import _annotations
 
     def method() -> None: ...
 

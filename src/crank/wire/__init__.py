@@ -3,3 +3,75 @@ that wrap any ASGI app. Every layer above (rpc, mcp, gateway, admin) imports the
 a layer above."""
 
 from __future__ import annotations
+
+from crank.wire.asgi import (
+    DEFAULT_MAX_BODY_SIZE,
+    JSON_CONTENT_TYPE,
+    header,
+    read_body,
+    read_headers,
+    send_response,
+    serve_lifespan,
+)
+from crank.wire.http import IDEMPOTENT_METHODS, accepts_json, bearer_token, is_json_media_type, is_token
+from crank.wire.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RequestId,
+    encode_error,
+    encode_result,
+    error_response,
+    is_request_id,
+    is_response,
+    request_envelope_error,
+    request_message,
+    result_response,
+)
+from crank.wire.middleware import (
+    AUTH_SCOPE_KEY,
+    BearerAuthMiddleware,
+    BodyLimitMiddleware,
+    HostOriginMiddleware,
+    jsonrpc_refusal,
+)
+from crank.wire.security import LOOPBACK_HOSTS, HostOriginPolicy, is_loopback
+
+__all__ = [
+    "AUTH_SCOPE_KEY",
+    "BearerAuthMiddleware",
+    "BodyLimitMiddleware",
+    "DEFAULT_MAX_BODY_SIZE",
+    "HostOriginMiddleware",
+    "HostOriginPolicy",
+    "IDEMPOTENT_METHODS",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "JSON_CONTENT_TYPE",
+    "LOOPBACK_HOSTS",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "RequestId",
+    "accepts_json",
+    "bearer_token",
+    "encode_error",
+    "encode_result",
+    "error_response",
+    "header",
+    "is_json_media_type",
+    "is_loopback",
+    "is_request_id",
+    "is_response",
+    "is_token",
+    "jsonrpc_refusal",
+    "read_body",
+    "read_headers",
+    "request_envelope_error",
+    "request_message",
+    "result_response",
+    "send_response",
+    "serve_lifespan",
+]

@@ -23,8 +23,6 @@ from crank.mcp.after_response import call_after_response
 from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
-from crank.mcp.http import MCPEndpoint
-from crank.mcp.server import ServerInfo
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations
 from crank.mcp.translations import Translations, load_yaml_translations
 from crank.rpc.app import RPCApp
@@ -33,7 +31,7 @@ from crank.rpc.method import Method
 from crank.schema import describe_output, tool_local, wrap_output
 from crank.types import JSONObject, Scope
 
-__all__ = ["MCPConfig", "MCPSource", "RPCToolError", "is_published"]
+__all__ = ["MCPConfig", "RPCSource", "is_published"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,10 @@ def is_published(method: Method, config: MCPConfig) -> bool:
     return method.mcp is not None
 
 
-class MCPSource:
+class RPCSource:
+    """The tools of one MCP endpoint of an `RPCApp` (its config's group) at one API version; `provide` is its
+    `CatalogProvider` (the catalog for the caller's roles). `crank.server.RPCService` serves it."""
+
     def __init__(self, app: RPCApp, config: MCPConfig, version: str) -> None:
         self.app = app
         self.config = config
@@ -94,16 +95,10 @@ class MCPSource:
         self._catalogs: dict[frozenset[str], Catalog] = {}
         self.catalog_for(frozenset())  # build now: a bad definition fails at start, not at the first request
 
-    def endpoint(self) -> MCPEndpoint:
-        private = any(method.roles for method in self.methods)
-        return MCPEndpoint(
-            self.provide,
-            server_info=ServerInfo(self.app.title, self.app.version),
-            default_format=self.config.default_format,
-            invalid_arguments=self.config.invalid_arguments,
-            cache_scope="private" if private else "public",
-            debug=self.app.debug,
-        )
+    @property
+    def private(self) -> bool:
+        """Whether what a caller sees depends on who asks (some method needs roles)."""
+        return any(method.roles for method in self.methods)
 
     async def provide(self, scope: Scope) -> Catalog:
         return self.catalog_for(await self.app.resolve_roles(scope))

@@ -1,0 +1,9 @@
+"""Tool sources: adapters between a layer below and the MCP core (DESIGN.md). Each turns what it adapts
+into `crank.mcp.Tool`s and offers a `CatalogProvider` (`provide(scope) -> Catalog`); `crank.server` puts an
+`MCPEndpoint` in front of each, the same way for both:
+
+- `crank.sources.rpc`: the methods of an `RPCApp` (`RPCSource`, `MCPConfig`);
+- `crank.sources.agents`: the published agents of a registry (`AgentSource`).
+"""
+
+from __future__ import annotations
