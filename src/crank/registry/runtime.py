@@ -26,6 +26,7 @@ rolling upgrade) is refused with a message saying so rather than read in part.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
@@ -364,8 +365,13 @@ def _known(data: Any, model: type[BaseModel]) -> Any:
     """`data` without the keys `model` does not know (by name or alias); anything but an object as it is."""
     if not isinstance(data, dict):
         return data
-    names = set(model.model_fields) | {field.alias for field in model.model_fields.values() if field.alias}
+    names = _names(model)
     return {key: value for key, value in data.items() if key in names}
+
+
+@functools.cache
+def _names(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(model.model_fields) | {field.alias for field in model.model_fields.values() if field.alias}
 
 
 def _known_rule(rule: Any) -> Any:
@@ -386,7 +392,9 @@ def _validated(model: type[_M], data: Any, where: str, *, renamed: dict[str, str
         for error in exc.errors(include_url=False):
             place = _place(error["loc"])
             place = (renamed or {}).get(place, place)
-            problems.append(f"{place}: {error['msg']}" if place else error["msg"])
+            # Tuples keep the models immutable; whoever wrote the JSON wrote a list.
+            message = error["msg"].replace("a valid tuple", "a valid list")
+            problems.append(f"{place}: {message}" if place else message)
         raise ConfigurationError(f"{where}: {'; '.join(problems)}") from None
 
 
