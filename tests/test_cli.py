@@ -156,3 +156,32 @@ def test_lint_reads_in_process_apps() -> None:
     result = CliRunner().invoke(main, ["lint", "--app", "examples.rpc_app:app"])
     assert result.exit_code == 0 and "/mcp (v2):" in result.output
     assert "user.delete  param-description: parameters without a description: id" in result.output
+
+
+def test_lint_and_catalog_report_a_broken_draft_and_go_on(runner: CliRunner, tmp_path: Path) -> None:
+    from crank.demo import CATALOG
+
+    assert runner.invoke(main, ["apply", str(CATALOG)], env={"CRANK_DEMO_API": "http://shop.test"}).exit_code == 0
+    (tmp_path / "ghost.yaml").write_text("bindings: [{operation: ghost}]\n")  # no such operation
+    (tmp_path / "slow.yaml").write_text(
+        "protocol: http\ntarget: {url: 'http://u/x'}\nexecution_config: {timeout: soon}\n"
+    )
+    assert runner.invoke(main, ["agent", "put", "demo", "archive", str(tmp_path / "ghost.yaml")]).exit_code == 0
+    assert runner.invoke(main, ["operation", "put", "demo", "slow", str(tmp_path / "slow.yaml")]).exit_code == 0
+    assert runner.invoke(main, ["agent", "bind", "demo", "cache", "slow"]).exit_code == 0
+    missing = "agent demo/archive, binding 0: no operation 'ghost' in workspace 'demo'"
+    mistyped = "agent demo/cache, tool 'slow': execution_config.timeout: Input should be a valid number"
+
+    linted = runner.invoke(main, ["lint", "demo"])
+    assert linted.exit_code == 1 and linted.output.endswith("Error: 2 error(s)\n")
+    assert linted.output.splitlines()[:2] == ["archive: 1 finding(s)", f"  error  (agent)  compile-error: {missing} "
+                                              "Fix: fix what it names; a publish refuses it too."]  # fmt: skip
+    assert "bookshop: 0 finding(s)" in linted.output and f"compile-error: {mistyped}" in linted.output
+
+    report = runner.invoke(main, ["catalog", "demo"])
+    lines = report.output.splitlines()
+    assert report.exit_code == 1 and lines[-1] == "Error: 2 agent(s) cannot be built"
+    assert lines[:2] == ["archive: cannot be built", f"  error  (agent)  compile-error: {missing} "
+                         "Fix: fix what it names; a publish refuses it too."]  # fmt: skip
+    assert lines[2].startswith("bookshop: about ") and len([line for line in lines if line.startswith("    ")]) == 6
+    assert "cache: cannot be built" in lines and any(mistyped in line for line in lines)

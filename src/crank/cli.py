@@ -459,8 +459,9 @@ def apply(file: str) -> None:
 def lint(workspace: str | None, agents: tuple[str, ...], app: str | None, app_dir: str, budget: int | None) -> None:
     """Check agents (their drafts: what a publish would serve) against seed 004's checklist.
 
-    Exits with 1 when any finding is an error, so it can gate a team's CI."""
-    from crank.admin.lint import lint_runtime
+    Exits with 1 when any finding is an error, so it can gate a team's CI. A draft that cannot be built
+    at all is one finding of its agent; the other agents are still linted."""
+    from crank.admin.lint import lint_draft
 
     if app is not None:
         results = _lint_app(app, app_dir, budget)
@@ -470,7 +471,7 @@ def lint(workspace: str | None, agents: tuple[str, ...], app: str | None, app_di
         registry = _registry()
         with _clear_errors():
             slugs = agents or tuple(agent["slug"] for agent in registry.agents(workspace))
-            results = {slug: lint_runtime(registry.draft_runtime(workspace, slug), budget=budget) for slug in slugs}
+            results = {slug: lint_draft(registry, workspace, slug, budget=budget) for slug in slugs}
     errors = 0
     for name, findings in results.items():
         errors += sum(finding.severity == "error" for finding in findings)
@@ -504,17 +505,28 @@ def _lint_app(app: str, app_dir: str, budget: int | None) -> dict[str, Any]:
 @main.command()
 @click.argument("workspace")
 def catalog(workspace: str) -> None:
-    """Each agent's token estimate against its budget, heaviest tools first (drafts: the next publish)."""
-    from crank.admin.lint import catalog_report
+    """Each agent's token estimate against its budget, heaviest tools first (drafts: the next publish).
+
+    An agent whose draft cannot be built is reported as such and the others still are; the exit code
+    is then 1."""
+    from crank.admin.lint import catalog_report, unbuildable
 
     registry = _registry()
+    broken = 0
     with _clear_errors():
         for agent in registry.agents(workspace):
-            report = catalog_report(registry.draft_runtime(workspace, agent["slug"]))
+            try:
+                report = catalog_report(registry.draft_runtime(workspace, agent["slug"]))
+            except ConfigurationError as exc:
+                broken += 1
+                click.echo(f"{agent['slug']}: cannot be built\n  {unbuildable(exc)}")
+                continue
             flag = "  OVER BUDGET" if report.over_budget else ""
             click.echo(f"{agent['slug']}: about {report.estimate} of {report.budget} tokens{flag}")
             for name, tokens in report.tools:
                 click.echo(f"  {tokens:6d}  {name}")
+    if broken:
+        raise click.ClickException(f"{broken} agent(s) cannot be built")
 
 
 if __name__ == "__main__":  # python -m crank.cli

@@ -78,7 +78,7 @@ async def test_errors_say_what_and_where(admin: Admin) -> None:
     await admin("PUT", "/workspaces/acme/operations/broken", broken)
     await admin("PUT", "/workspaces/acme/agents/desk", {"bindings": [{"operation": "broken"}]})
     publish = await admin("POST", "/workspaces/acme/agents/desk/publish", status=422)
-    assert "tool 'broken': an http target needs a 'url'" in publish["error"]["message"]
+    assert "agent acme/desk, tool 'broken': target.url: Field required" in publish["error"]["message"]
     assert (await admin("GET", "/workspaces/acme/agents/desk/versions")) == {"versions": []}
     invalid_spec = {"format": "openapi", "document": {"openapi": "3.0.3", "paths": {}}}
     failed = await admin("POST", "/workspaces/acme/imports", invalid_spec, status=422)

@@ -29,10 +29,10 @@ def test_the_shipped_example_applies_and_publishes(registry: Registry) -> None:
     assert operations["get_book"]["target"] == {"method": "GET", "url": "http://shop.test/api/books/{book_id}"}
     assert operations["get_bestseller"]["target"]["url"] == "http://shop.test/api/books/1"
     (published,) = registry.published()
-    tools = {tool["tool_name"]: tool for tool in published.runtime["tools"]}
+    tools = {tool.tool_name: tool for tool in published.runtime.tools}
     assert list(tools) == ["search_books", "get_book", "get_bestseller", "order_book", "get_order", "cancel_order"]
-    assert tools["cancel_order"]["annotations"]["destructiveHint"] is True  # derived from DELETE at import
-    assert tools["search_books"]["translations"]["uk"]["title"] == "Пошук книжок"
+    assert tools["cancel_order"].annotations.destructive_hint is True  # derived from DELETE at import
+    assert tools["search_books"].translations["uk"]["title"] == "Пошук книжок"
 
 
 def test_applying_again_publishes_only_what_changed(registry: Registry, tmp_path: Path) -> None:

@@ -10,10 +10,11 @@ import crank.admin.lint
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.admin.lint import DEFAULT_BUDGET, RULES, CatalogReport, Finding, catalog_report, lint_runtime
 from crank.demo import CATALOG
+from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
 from crank.mcp.catalog import estimate_tokens
-from crank.registry import Registry
+from crank.registry import Registry, RuntimeView, load_runtime
 from crank.types import JSONObject
 
 UNUSED_CLIENT = UpstreamClient()  # building a catalog needs a client; nothing is sent
@@ -59,12 +60,13 @@ def with_inputs(properties: JSONObject, **changes: Any) -> JSONObject:
     return good_tool(input_schema={"type": "object", "properties": properties}, **changes)
 
 
-def runtime(*tools: JSONObject, **agent: Any) -> JSONObject:
-    return {
-        "workspace": {"id": 1, "slug": "acme", "default_language": "en"},
-        "agent": {"id": 1, "slug": "support", "description": "Answer customers' questions about orders.", **agent},
+def runtime(*tools: JSONObject, **agent: Any) -> RuntimeView:
+    """A view written in the flat form (format 1), read by the loader as the registry reads a stored one."""
+    return load_runtime({
+        "workspace": {"id": "w1", "slug": "acme", "default_language": "en"},
+        "agent": {"id": "a1", "slug": "support", "description": "Answer customers' questions about orders.", **agent},
         "tools": list(tools) or [good_tool()],
-    }
+    })  # fmt: skip
 
 
 def rules(tool: JSONObject) -> set[str]:
@@ -455,9 +457,14 @@ def test_the_agents_own_budget_applies_unless_one_is_given() -> None:
 
 
 def test_a_catalog_that_cannot_be_built_is_a_compile_error() -> None:
-    (finding,) = lint_runtime(runtime(good_tool(protocol="soap")))
+    (finding,) = lint_runtime(runtime(good_tool(target={"url": "ftp://api.shop.test/customers"})))
     assert (finding.tool, finding.rule, finding.severity) == (None, "compile-error", "error")
-    assert "'get_customer_by_email'" in finding.message and "soap" in finding.message
+    assert "'get_customer_by_email'" in finding.message and "ftp" in finding.message
+
+
+def test_a_tool_the_runtime_view_cannot_hold_names_its_field() -> None:
+    with pytest.raises(ConfigurationError, match="tool 'get_customer_by_email': protocol: Input should be 'http'"):
+        runtime(good_tool(protocol="soap"))
 
 
 # -- the budget report -------------------------------------------------------------------------------
@@ -495,8 +502,7 @@ def test_the_demo_catalog_is_clean(registry: Registry) -> None:
 
 
 def test_a_malformed_draft_is_a_finding_not_a_crash() -> None:
-    view = runtime()
-    view["tools"][0]["input_schema"] = {"type": "object", "properties": ["not", "a", "mapping"]}
+    view = runtime(good_tool(input_schema={"type": "object", "properties": ["not", "a", "mapping"]}))
     findings = lint_runtime(view)
     assert "compile-error" in {finding.rule for finding in findings}
 

@@ -25,6 +25,7 @@ from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation
 from crank.mcp.tools import TOOL_NAME_PATTERN
 from crank.mcp.validation import ArgumentValidator
+from crank.registry import tool_from_spec
 from crank.types import JSONObject
 
 SPECS = Path(__file__).parent / "specs"
@@ -447,9 +448,8 @@ def test_schema_dialects() -> None:
 
 def test_mappings_put_each_argument_where_the_document_says(petstore: dict[str, JSONObject]) -> None:
     def apply(name: str, arguments: JSONObject) -> Any:
-        spec = petstore[name]
-        target = spec["target"]
-        return InputMapping.compile(spec["input_mapping"], target["method"], target["url"], where="t").apply(arguments)
+        tool = tool_from_spec({"tool_name": name, **petstore[name]})
+        return InputMapping.compile(tool.input_mapping, tool.http_method, tool.target.url, where="t").apply(arguments)
 
     listing = apply("list_pets", {"limit": 5, "status": ["sold"], "x_trace_id": "t-1"})
     assert (listing.path, listing.query, listing.headers, listing.body) == (
@@ -476,9 +476,9 @@ async def test_a_draft_makes_the_request_the_document_describes(serve: Callable[
     petstore = drafts("petstore.yaml", base_url=base + "/v1")
     client = UpstreamClient()
     try:
-        listing = RemoteOperation({"tool_name": "list_pets", **petstore["list_pets"]}, client)
+        listing = RemoteOperation(tool_from_spec({"tool_name": "list_pets", **petstore["list_pets"]}), client)
         await listing.call({"limit": 5, "status": ["sold", "available"], "x_trace_id": "t-1"})
-        adding = RemoteOperation({"tool_name": "add_owner_pet", **petstore["add_owner_pet"]}, client)
+        adding = RemoteOperation(tool_from_spec({"tool_name": "add_owner_pet", **petstore["add_owner_pet"]}), client)
         outcome = await adding.call({"name": "Olena K", "body_name": "Rex", "tag": "dog"})
     finally:
         await client.aclose()

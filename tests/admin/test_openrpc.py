@@ -19,6 +19,7 @@ from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation
 from crank.mcp.validation import ArgumentValidator
+from crank.registry import tool_from_spec
 from crank.schema import tool_local
 from crank.types import JSONObject
 
@@ -99,7 +100,8 @@ def test_url_include_and_progress() -> None:
 
 
 def test_the_mapping_builds_params_by_name(catalog: dict[str, JSONObject]) -> None:
-    mapping = InputMapping.compile(catalog["catalog_search"]["input_mapping"], "POST", "", where="t")
+    tool = tool_from_spec({"tool_name": "catalog_search", **catalog["catalog_search"]})
+    mapping = InputMapping.compile(tool.input_mapping, "POST", "", where="t")
     assert mapping.apply({"query": "lamp", "page_size": 5}).body == {"query": "lamp", "page-size": 5}
 
 
@@ -126,8 +128,8 @@ async def test_an_imported_method_calls_crank_own_service(serve: Callable[..., s
     imported = {op.name: op.spec for op in import_openrpc(rpc_service.rpc.openrpc("v1"), url=base + "/rpc")}
     client = UpstreamClient()
     try:
-        get = RemoteOperation({"tool_name": "catalog_get", **imported["catalog_get"]}, client)
-        search = RemoteOperation({"tool_name": "catalog_search", **imported["catalog_search"]}, client)
+        get = RemoteOperation(tool_from_spec({"tool_name": "catalog_get", **imported["catalog_get"]}), client)
+        search = RemoteOperation(tool_from_spec({"tool_name": "catalog_search", **imported["catalog_search"]}), client)
         product = (await get.call({"id": 2})).value
         found = (await search.call({"query": "o", "category": "music", "limit": 1})).value
     finally:

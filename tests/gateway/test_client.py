@@ -15,12 +15,8 @@ from typing import Any
 import pytest
 import trustme
 
-from crank.gateway.client import (
-    UpstreamClient,
-    UpstreamConnectionError,
-    UpstreamTimeoutError,
-    UpstreamTooLargeError,
-)
+from crank.exceptions import UpstreamConnectionError, UpstreamTimeoutError, UpstreamTooLargeError
+from crank.gateway.client import UpstreamClient
 
 pytestmark = pytest.mark.anyio
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from crank.admin.actions import publish_agent
+from crank.admin.apply import apply_catalog, load_catalog_file
+from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.mcp.agent_source import build_catalog
+from crank.mcp.formats import render
 from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
@@ -258,3 +263,76 @@ def test_credentials_cannot_be_forwarded(registry: Registry) -> None:
     with pytest.raises(Exception, match="forward_headers may not include authorization, cookie"):
         registry.publish("acme", "desk", check=lambda runtime: build_catalog(runtime, CHECK_CLIENT) and None)
     assert registry.published() == []
+
+
+# -- result formats ----------------------------------------------------------------------------------
+
+
+async def test_a_list_cut_short_comes_in_the_requested_format(gateway: tuple[str, str, Registry]) -> None:
+    url, _, _ = gateway
+    expected = [{"id": i, "name": f"user{i}", "mail": f"u{i}@example.com", "internal": "x"} for i in (1, 2, 3)]
+    async with Client(url + "?format=markdown") as client:
+        users = await client.call_tool("list_users", {"limit": 5})
+    table, note = (block.text for block in users.content)  # type: ignore[union-attr]
+    assert table == render(expected, "markdown") and table.startswith("| id | name | mail | internal |")
+    assert note == "2 more items were left out; narrow the query to see them."
+    assert users.structured_content == {"result": expected}
+    async with httpx.AsyncClient() as http:
+        call = {"name": "list_users", "arguments": {"limit": 5}}
+        plain = (await http.post(url + "/call", json=call, headers={"X-Mcp-Format": "toon"})).json()
+    assert [block["text"] for block in plain["content"]] == [render(expected, "toon"), note]
+
+
+def publish_formats(registry: Registry, base: str, operation_format: str, binding_format: str | None) -> None:
+    listing = {"protocol": "http", "target": {"method": "GET", "url": base + "/users"}, "description": "Users.",
+               "input_schema": {"type": "object"}, "output_mapping": {"select": "items[:2].{id: id, name: name}"},
+               }  # fmt: skip
+    registry.put_workspace("acme", "Acme")
+    registry.put_operation("acme", "plain_users", listing)
+    registry.put_operation("acme", "users", {**listing, "format": operation_format})
+    bindings = [{"operation": "plain_users"}, {"operation": "users"}, {"operation": "users", "tool_name": "tooned"}]
+    if binding_format is not None:
+        bindings[2]["format"] = binding_format
+    registry.put_agent("acme", "desk", {"description": "Users.", "bindings": bindings})
+    publish_agent(registry, "acme", "desk")
+
+
+async def test_the_binding_format_overrides_the_operations_and_a_request_overrides_both(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    publish_formats(registry, serve(upstream.app), "markdown", "toon")
+    url = serve(GatewayService(registry, poll_interval=0.05, require_api_keys=False)) + "/mcp/v1/acme/desk"
+    rows = [{"id": 1, "name": "user1"}, {"id": 2, "name": "user2"}]
+    async with Client(url) as client:
+        texts = [(await client.call_tool(name, {})).content[0].text for name in ("plain_users", "users", "tooned")]  # type: ignore[union-attr]
+    assert texts == [render(rows, "json"), render(rows, "markdown"), render(rows, "toon")]
+    async with httpx.AsyncClient() as http:
+        asked = await http.post(url + "/call?format=pretty_json", json={"name": "tooned", "arguments": {}})
+    assert asked.json()["content"][0]["text"] == render(rows, "pretty_json")
+
+
+@pytest.mark.parametrize(("operation_format", "binding_format"), [("xml", None), ("json", "yaml")])
+def test_an_unknown_format_fails_the_publish(registry: Registry, operation_format: str, binding_format: str) -> None:
+    wrong = binding_format or operation_format
+    with pytest.raises(ConfigurationError, match=rf"unknown result format '{wrong}' in tool '(users|tooned)'; allowed"):
+        publish_formats(registry, "http://upstream.test", operation_format, binding_format)
+    assert registry.published() == []
+
+
+async def test_the_format_example_of_the_docs_applies_and_serves(
+    registry: Registry, serve: Callable[..., str], tmp_path: Path
+) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text()
+    section = page[page.index("### Result formats") :]
+    start = section.index("```yaml\n") + len("```yaml\n")
+    (tmp_path / "catalog.yaml").write_text(section[start : section.index("\n```", start)])
+    catalog = load_catalog_file(tmp_path / "catalog.yaml", variables={"PEOPLE_API": serve(upstream.app)})
+    apply_catalog(registry, catalog, base_dir=tmp_path)
+    url = serve(GatewayService(registry, poll_interval=0.05, require_api_keys=False)) + "/mcp/v1/people/desk"
+    rows = [{"id": 1, "name": "user1"}, {"id": 2, "name": "user2"}]
+    note = "5 more items were left out; narrow the query to see them."
+    async with Client(url) as client:
+        table = await client.call_tool("list_users", {})
+        compact = await client.call_tool("list_users_compact", {})
+    assert [block.text for block in table.content] == [render(rows, "markdown"), note]  # type: ignore[union-attr]
+    assert [block.text for block in compact.content] == [render(rows, "toon"), note]  # type: ignore[union-attr]

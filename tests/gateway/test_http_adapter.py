@@ -16,6 +16,7 @@ from starlette.routing import Route
 from crank.exceptions import ConfigurationError, ExternalServiceError, MappingError, ToolError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import RemoteOperation
+from crank.registry import tool_from_spec
 
 pytestmark = pytest.mark.anyio
 seen: list[dict[str, Any]] = []
@@ -56,7 +57,7 @@ async def client() -> AsyncIterator[UpstreamClient]:
 
 def operation(client: UpstreamClient, url: str, **config: Any) -> RemoteOperation:
     spec = {"tool_name": "t", "protocol": "http", "target": {"method": "GET", "url": url}, "execution_config": config}
-    return RemoteOperation(spec, client)
+    return RemoteOperation(tool_from_spec(spec), client)
 
 
 async def test_credentials_come_from_references_when_called(
@@ -111,9 +112,17 @@ async def test_redirects_and_oversized_answers_are_errors(base: str, client: Ups
     assert big.value.error_code == "upstream_bad_response"
 
 
-@pytest.mark.parametrize(("config", "message"), [({"timeout": 0}, "timeout"), ({"retries": -1}, "retries")])
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"timeout": 0}, "timeout: Input should be greater than or equal to 0.001"),
+        ({"timeout": "10"}, "timeout: Input should be a valid number"),
+        ({"retries": -1}, "retries: Input should be greater than or equal to 0"),
+        ({"retries": True}, "retries: Input should be a valid integer"),
+    ],
+)
 def test_timeouts_and_retries_are_checked(config: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=f"{message} must be a number"):
+    with pytest.raises(ConfigurationError, match=f"^tool 't': execution_config.{message}"):
         operation(UNUSED, "http://u/x", **config)
 
 
@@ -136,4 +145,4 @@ def test_target_urls_are_checked_when_the_version_is_built(url: str, message: st
 def test_the_method_is_checked_when_the_version_is_built() -> None:
     spec = {"tool_name": "t", "protocol": "http", "target": {"method": "GET /admin HTTP/1.1\r\nX:", "url": "http://u"}}
     with pytest.raises(ConfigurationError, match="is not an HTTP method"):
-        RemoteOperation(spec, UNUSED)
+        RemoteOperation(tool_from_spec(spec), UNUSED)

@@ -22,6 +22,7 @@ from crank.gateway.client import UpstreamClient
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
 from crank.mcp.agent_source import build_catalog
 from crank.registry import Registry
+from crank.registry.runtime import ConfirmationConfig, ExecutionConfig
 from crank.server import GatewayService
 from crank.state import RedisStore, StateStore
 
@@ -219,8 +220,10 @@ def test_the_confirmation_step_is_described_and_counted(registry: Registry) -> N
     (entry,) = with_step.tool_entries("en")
     assert entry["description"].endswith(CONFIRMATION_SENTENCE)
     assert CONFIRMATION_ARGUMENT in entry["inputSchema"]["properties"]
-    runtime["tools"][0]["execution_config"] = {"confirmation": False}
-    without = build_catalog(runtime, CHECK_CLIENT)
+    (tool,) = runtime.tools
+    unconfirmed = ExecutionConfig(confirmation=ConfirmationConfig(required=False))
+    tools = (tool.model_copy(update={"execution_config": unconfirmed}),)
+    without = build_catalog(runtime.model_copy(update={"tools": tools}), CHECK_CLIENT)
     assert with_step.token_estimate > without.token_estimate
     assert "description" not in without.tool_entries("en")[0] or CONFIRMATION_SENTENCE not in str(
         without.tool_entries("en")

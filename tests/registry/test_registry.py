@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect
 
-from crank.registry import Registry, RegistryError, migrate
+from crank.registry import Registry, RegistryError, RuntimeView, migrate
 
 OPERATION = {
     "protocol": "http",
@@ -41,11 +41,13 @@ def test_publish_makes_a_runtime_view_without_draft_fields(registry: Registry) -
     assert registry.publish("acme", "support") == 1
     (published,) = registry.published()
     assert (published.workspace, published.agent, published.version) == ("acme", "support", 1)
-    (tool,) = published.runtime["tools"]
-    assert tool["tool_name"] == "user_get_profile" and tool["tool_description"] == "One user by id."
-    assert tool["target"] == OPERATION["target"] and tool["input_mapping"] == OPERATION["input_mapping"]
-    assert "samples" not in str(published.runtime) and "openapi.yaml" not in str(published.runtime)
-    assert published.runtime["workspace"]["default_language"] == "uk"
+    (tool,) = published.runtime.tools
+    assert tool.tool_name == "user_get_profile" and tool.tool_description == "One user by id."
+    assert tool.to_json()["target"] == OPERATION["target"]
+    assert tool.to_json()["input_mapping"] == OPERATION["input_mapping"]
+    assert tool.execution_config.timeout == 5 and tool.annotations.read_only_hint is True
+    assert "samples" not in str(published.stored) and "openapi.yaml" not in str(published.stored)
+    assert published.runtime.workspace.default_language == "uk"
 
 
 def test_versions_are_immutable_and_rollback_serves_an_earlier_one(registry: Registry) -> None:
@@ -54,10 +56,10 @@ def test_versions_are_immutable_and_rollback_serves_an_earlier_one(registry: Reg
     registry.put_agent("acme", "support", {"bindings": [{"operation": "get_user", "tool_name": "v2_name"}]})
     before = registry.generation()
     assert registry.publish("acme", "support") == 2
-    assert registry.published()[0].runtime["tools"][0]["tool_name"] == "v2_name"
+    assert registry.published()[0].runtime.tools[0].tool_name == "v2_name"
     registry.rollback("acme", "support", 1)
     assert registry.published()[0].version == 1
-    assert registry.published()[0].runtime["tools"][0]["tool_name"] == "v1_name"
+    assert registry.published()[0].runtime.tools[0].tool_name == "v1_name"
     assert registry.versions("acme", "support") == [1, 2]
     assert registry.generation() == before + 2
 
@@ -85,14 +87,14 @@ def test_a_failed_publish_writes_nothing(registry: Registry) -> None:
     registry.put_agent("acme", "support", {"bindings": [{"operation": "get_user", "tool_name": "second"}]})
     generation = registry.generation()
 
-    def refuse(runtime: dict[str, Any]) -> None:
+    def refuse(runtime: RuntimeView) -> None:
         raise RegistryError("tool 'second': refused by the check")
 
     with pytest.raises(RegistryError, match="refused"):
         registry.publish("acme", "support", check=refuse)
     assert registry.versions("acme", "support") == [1]
     assert registry.generation() == generation
-    assert registry.published()[0].runtime["tools"][0]["tool_name"] == "first"
+    assert registry.published()[0].runtime.tools[0].tool_name == "first"
 
 
 def test_clear_errors_for_missing_things(registry: Registry) -> None:

@@ -16,7 +16,7 @@ from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtim
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.mcp.agent_source import build_catalog
-from crank.registry import Registry, RegistryNotFoundError, tool_name_of
+from crank.registry import Registry, RegistryNotFoundError, RuntimeView, tool_name_of
 from crank.types import JSONObject
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
 ImportFormat = Literal["openapi", "openrpc"]
 
 
-def check_runtime(runtime: JSONObject) -> None:
+def check_runtime(runtime: RuntimeView) -> None:
     """Compile the catalog of a runtime view; raises `ConfigurationError` naming the tool that is wrong."""
     build_catalog(runtime)
 
@@ -63,9 +63,9 @@ class CheckAndLint:
         self.findings: dict[str, list[Finding]] = {}
         self.catalogs: dict[str, CatalogReport] = {}
 
-    def __call__(self, runtime: JSONObject) -> None:
+    def __call__(self, runtime: RuntimeView) -> None:
         catalog = build_catalog(runtime)  # the check; the linter and the budget report reuse what it built
-        slug = str(runtime["agent"]["slug"])
+        slug = runtime.agent.slug
         self.findings[slug] = lint_runtime(runtime, catalog=catalog)
         self.catalogs[slug] = catalog_report(runtime, catalog=catalog)
 

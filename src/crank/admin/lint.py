@@ -1,8 +1,9 @@
 """The catalog linter and the catalog budget report: seed 004's checklist as rules over a runtime view.
 
-`lint_runtime(runtime)` checks an agent's runtime view (what a publish would serve, see
-`Registry.draft_runtime`) and returns findings, each naming the tool, the rule and the fix;
-`crank lint` exits non-zero when any finding is an error, so it can run in CI. Publishing over the
+`lint_runtime(runtime)` checks an agent's runtime view (a `crank.registry.runtime.RuntimeView`: what a
+publish would serve, see `Registry.draft_runtime`) and returns findings, each naming the tool, the rule
+and the fix; `lint_draft` does it for an agent's draft, and reports a draft that cannot make a view at
+all as one finding. `crank lint` exits non-zero when any finding is an error, so it can run in CI. Publishing over the
 budget only warns (seed 004), but the linter reports it as an error: the budget is the team's own
 limit. `catalog_report(runtime)` is the size of the published `tools/list` (seed 004's estimate:
 compact JSON bytes / 3) with each tool's share, heaviest first.
@@ -56,7 +57,8 @@ POST that cannot create a duplicate, a list short by nature, a parameter whose m
 - `over-budget` (error): the catalog's token estimate is above the budget (the agent's `token_budget`,
   else 4096)
 - `compile-error` (error): the catalog cannot be built at all (a publish would refuse it), so its size
-  is unknown
+  is unknown; or the draft cannot even make a runtime view (a binding to a missing operation, a field
+  of the wrong type)
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ from typing import Any, Literal
 from crank.exceptions import ConfigurationError
 from crank.mcp.agent_source import build_catalog
 from crank.mcp.catalog import Catalog, estimate_tokens
+from crank.registry import Registry, RegistryNotFoundError
+from crank.registry.runtime import ExecutionConfig, OutputSpec, RuntimeTool, RuntimeView, ToolHints
 from crank.types import JSONObject
 
 __all__ = [
@@ -79,7 +83,9 @@ __all__ = [
     "Severity",
     "catalog_report",
     "lint_catalog",
+    "lint_draft",
     "lint_runtime",
+    "unbuildable",
 ]
 
 DEFAULT_BUDGET = 4096
@@ -136,14 +142,14 @@ class CatalogReport:
         return self.estimate > self.budget
 
 
-def catalog_report(runtime: JSONObject, *, budget: int | None = None, catalog: Catalog | None = None) -> CatalogReport:
+def catalog_report(runtime: RuntimeView, *, budget: int | None = None, catalog: Catalog | None = None) -> CatalogReport:
     """The size of the agent's `tools/list` in its default language, and each tool's share. `catalog`: the
     runtime view's catalog when the caller has built it already.
 
     Raises `ConfigurationError` naming the tool when the catalog cannot be built."""
     if catalog is None:  # not `or`: a Catalog has a length, and an empty one is falsy
         catalog = build_catalog(runtime)
-    return _report(str(runtime["agent"]["slug"]), catalog, _budget(runtime, budget))
+    return _report(runtime.agent.slug, catalog, _budget(runtime, budget))
 
 
 def _report(name: str, catalog: Catalog, budget: int) -> CatalogReport:
@@ -159,8 +165,8 @@ def lint_catalog(catalog: Catalog, *, name: str, budget: int | None = None) -> t
     (idempotency keys, confirmation, duplicate targets) need a runtime view and are left out."""
     entries = catalog.tool_entries(catalog.default_language)
     tools = [
-        {"tool_name": entry["name"], "tool_description": entry.get("description"), "input_schema": entry["inputSchema"],
-         "output_schema": entry.get("outputSchema"), "annotations": entry.get("annotations") or {}}
+        _Linted(str(entry["name"]), entry.get("description"), entry["inputSchema"], entry.get("outputSchema") or {},
+                ToolHints.model_validate(entry.get("annotations") or {}))
         for entry in entries
     ]  # fmt: skip
     findings = [finding for tool in tools for rule in _TOOL_RULES for finding in rule(tool)]
@@ -170,32 +176,77 @@ def lint_catalog(catalog: Catalog, *, name: str, budget: int | None = None) -> t
     return findings, report
 
 
-def lint_runtime(runtime: JSONObject, *, budget: int | None = None, catalog: Catalog | None = None) -> list[Finding]:
+def lint_runtime(runtime: RuntimeView, *, budget: int | None = None, catalog: Catalog | None = None) -> list[Finding]:
     """Every finding for the agent's runtime view: tool by tool in catalog order, then the agent's own.
     `catalog`: the runtime view's catalog when the caller has built it already (a publish)."""
-    tools: list[JSONObject] = list(runtime.get("tools") or [])
+    tools = [_Linted.of(tool) for tool in runtime.tools]
     findings = [finding for tool in tools for rule in _TOOL_RULES for finding in _checked(rule, tool)]
-    findings += _duplicate_targets(tools)
-    order = {str(tool["tool_name"]): index for index, tool in enumerate(tools)}
+    findings += _duplicate_targets(runtime.tools)
+    order = {tool.name: index for index, tool in enumerate(tools)}
     findings.sort(key=lambda finding: order.get(finding.tool or "", 0))  # duplicates beside their tool
     return findings + _agent_findings(runtime, budget, catalog)
 
 
-def _checked(rule: Callable[[JSONObject], Iterable[Finding]], tool: JSONObject) -> list[Finding]:
-    """A rule's findings; a definition too malformed to read (a draft, unchecked) is one finding, not a crash."""
+def lint_draft(registry: Registry, workspace: str, agent: str, *, budget: int | None = None) -> list[Finding]:
+    """`lint_runtime` of what the agent's draft would publish. A draft that cannot make a runtime view (a
+    binding to a missing operation, a field of the wrong type) is one `compile-error` finding, so a run
+    over many agents reports it and goes on; an agent or workspace that does not exist still raises."""
+    try:
+        runtime = registry.draft_runtime(workspace, agent)
+    except RegistryNotFoundError:
+        raise
+    except ConfigurationError as exc:
+        return [unbuildable(exc)]
+    return lint_runtime(runtime, budget=budget)
+
+
+def unbuildable(error: ConfigurationError) -> Finding:
+    """The finding for an agent whose draft or catalog cannot be built; the message names the place."""
+    return _finding(None, "compile-error", str(error), "fix what it names; a publish refuses it too.")
+
+
+@dataclass(frozen=True)
+class _Linted:
+    """What the rules read of one tool: a published one, or an in-process one (a catalog entry), which
+    has no upstream call, so no HTTP method, execution config or output mapping of its own."""
+
+    name: str
+    description: str | None
+    input_schema: JSONObject
+    output_schema: JSONObject
+    hints: ToolHints
+    http_method: str | None = None  # http tools only
+    execution: ExecutionConfig = ExecutionConfig()
+    output_mapping: OutputSpec = OutputSpec()
+
+    @classmethod
+    def of(cls, tool: RuntimeTool) -> _Linted:
+        return cls(
+            tool.tool_name,
+            tool.tool_description,
+            tool.input_schema or {},
+            tool.output_schema or {},
+            tool.annotations,
+            tool.http_method if tool.protocol == "http" else None,
+            tool.execution_config,
+            tool.output_mapping,
+        )
+
+
+def _checked(rule: Callable[[_Linted], Iterable[Finding]], tool: _Linted) -> list[Finding]:
+    """A rule's findings; schemas too malformed to read (a draft, unchecked) are one finding, not a crash."""
     try:
         return list(rule(tool))
     except (AttributeError, TypeError, KeyError, ValueError) as exc:
-        name = str(tool.get("tool_name"))
-        return [_finding(name, "compile-error", f"the definition cannot be read ({type(exc).__name__}: {exc}).",
+        return [_finding(tool.name, "compile-error", f"the definition cannot be read ({type(exc).__name__}: {exc}).",
                          "fix the tool's schemas and config; a publish refuses it too.")]  # fmt: skip
 
 
-def _budget(runtime: JSONObject, budget: int | None) -> int:
+def _budget(runtime: RuntimeView, budget: int | None) -> int:
     if budget is not None:
         return budget
-    configured = (runtime.get("agent") or {}).get("token_budget")
-    return int(configured) if configured is not None else DEFAULT_BUDGET
+    configured = runtime.agent.token_budget
+    return configured if configured is not None else DEFAULT_BUDGET
 
 
 def _finding(tool: str | None, rule: str, message: str, fix: str) -> Finding:
@@ -234,8 +285,8 @@ def _words(text: str) -> list[str]:
     return [word for word in re.split(r"[^A-Za-z0-9]+", snake.lower()) if word]
 
 
-def _check_name(tool: JSONObject) -> Iterator[Finding]:
-    name = str(tool["tool_name"])
+def _check_name(tool: _Linted) -> Iterator[Finding]:
+    name = tool.name
     words = _words(name)
     if all(word in _GENERIC_WORDS for word in words) or (words and words[0] in _CATCH_ALL_VERBS):
         yield _finding(name, "generic-name", f"{name!r} says nothing about what it does.", _NAME_EXAMPLE)
@@ -272,9 +323,9 @@ _STOPWORDS = frozenset("a an the of for by to in on with and or this that it its
 _MIN_WORDS = 5
 
 
-def _check_description(tool: JSONObject) -> Iterator[Finding]:
-    name = str(tool["tool_name"])
-    text = str(tool.get("tool_description") or "").strip()
+def _check_description(tool: _Linted) -> Iterator[Finding]:
+    name = tool.name
+    text = str(tool.description or "").strip()
     if not text:
         yield _finding(name, "missing-description", "the tool has no description.", _DESCRIPTION_FIX)
         return
@@ -348,8 +399,8 @@ def _parameters(schema: Any, root: JSONObject, prefix: str = "", depth: int = 0)
             yield from _parameters(merged["items"], root, path + "[].", depth + 1)
 
 
-def _input_parameters(tool: JSONObject) -> list[tuple[str, JSONObject]]:
-    schema = tool.get("input_schema") or {}
+def _input_parameters(tool: _Linted) -> list[tuple[str, JSONObject]]:
+    schema = tool.input_schema
     return list(_parameters(schema, schema))
 
 
@@ -358,11 +409,11 @@ def _types(schema: JSONObject) -> set[str]:
     return set(declared) if isinstance(declared, list) else {str(declared)} if declared else set()
 
 
-def _check_parameter_descriptions(tool: JSONObject) -> Iterator[Finding]:
+def _check_parameter_descriptions(tool: _Linted) -> Iterator[Finding]:
     missing = [path for path, schema in _input_parameters(tool) if not str(schema.get("description") or "").strip()]
     if missing:
         yield _finding(
-            tool["tool_name"],
+            tool.name,
             "param-description",
             f"parameters without a description: {', '.join(missing)}.",
             "describe each: what it is, its format and where the model gets it "
@@ -385,12 +436,12 @@ def _untyped_reason(path: str, schema: JSONObject) -> str | None:
     return None
 
 
-def _check_untyped_parameters(tool: JSONObject) -> Iterator[Finding]:
+def _check_untyped_parameters(tool: _Linted) -> Iterator[Finding]:
     for path, schema in _input_parameters(tool):
         reason = _untyped_reason(path, schema)
         if reason is not None:
             yield _finding(
-                tool["tool_name"],
+                tool.name,
                 "untyped-parameter",
                 f"parameter {path!r} {reason}.",
                 "give it a type, and for objects the properties the call needs "
@@ -408,12 +459,12 @@ _LISTS_OPTIONS = re.compile(
 )
 
 
-def _check_missing_enums(tool: JSONObject) -> Iterator[Finding]:
+def _check_missing_enums(tool: _Linted) -> Iterator[Finding]:
     for path, schema in _input_parameters(tool):
         described = str(schema.get("description") or "")
         if _types(schema) == {"string"} and not {"enum", "const"} & set(schema) and _LISTS_OPTIONS.search(described):
             yield _finding(
-                tool["tool_name"],
+                tool.name,
                 "missing-enum",
                 f"parameter {path!r} lists its values in the description but has no enum.",
                 "put the values in an enum, e.g. {type: string, enum: [asc, desc]}.",
@@ -450,12 +501,12 @@ def _chooses_action(name: str, schema: JSONObject) -> bool:
     return last in _MAYBE_ACTION_WORDS and bool(_SAYS_ACTION.search(str(schema.get("description") or "")))
 
 
-def _check_multi_action(tool: JSONObject) -> Iterator[Finding]:
-    schema = tool.get("input_schema") or {}
+def _check_multi_action(tool: _Linted) -> Iterator[Finding]:
+    schema = tool.input_schema
     for name, written in (_resolve(schema, schema).get("properties") or {}).items():
         if _chooses_action(str(name), _resolve(written, schema)):
             yield _finding(
-                tool["tool_name"],
+                tool.name,
                 "multi-action",
                 f"parameter {name!r} chooses what the tool does.",
                 "split it into one tool per action (create_ticket, close_ticket, ...), each with its own parameters.",
@@ -465,26 +516,14 @@ def _check_multi_action(tool: JSONObject) -> Iterator[Finding]:
 # -- side effects ------------------------------------------------------------------------------------
 
 
-def _http_method(tool: JSONObject) -> str | None:
-    if tool.get("protocol") != "http":
-        return None
-    return str((tool.get("target") or {}).get("method", "GET")).upper()
-
-
-def _hints(tool: JSONObject) -> JSONObject:
-    return dict(tool.get("annotations") or {})
-
-
-def _check_idempotency(tool: JSONObject) -> Iterator[Finding]:
-    method = _http_method(tool)
-    config = tool.get("execution_config") or {}
-    hints = _hints(tool)
-    if method not in {"POST", "PATCH"} or config.get("idempotency") or config.get("idempotent") is True:
+def _check_idempotency(tool: _Linted) -> Iterator[Finding]:
+    method, config, hints = tool.http_method, tool.execution, tool.hints
+    if method not in {"POST", "PATCH"} or config.idempotency is not None or config.idempotent is True:
         return
-    if hints.get("idempotentHint") is True or hints.get("readOnlyHint") is True:
+    if hints.idempotent_hint is True or hints.read_only_hint is True:
         return
     yield _finding(
-        tool["tool_name"],
+        tool.name,
         "missing-idempotency-key",
         f"{method} without an idempotency key: a client retrying after a timeout may create a duplicate.",
         "add a request_id argument and execution_config: {idempotency: {argument: request_id, "
@@ -492,21 +531,21 @@ def _check_idempotency(tool: JSONObject) -> Iterator[Finding]:
     )
 
 
-def _check_confirmation(tool: JSONObject) -> Iterator[Finding]:
-    config = tool.get("execution_config") or {}
-    destructive = _http_method(tool) == "DELETE" or _hints(tool).get("destructiveHint") is True
-    if destructive and config.get("confirmation") is False:
+def _check_confirmation(tool: _Linted) -> Iterator[Finding]:
+    required = tool.execution.confirmation.required
+    destructive = tool.http_method == "DELETE" or tool.hints.destructive_hint is True
+    if destructive and required is False:
         yield _finding(
-            tool["tool_name"],
+            tool.name,
             "confirmation-off",
             "a destructive tool runs without the two-step confirmation.",
             "remove execution_config.confirmation: false, so the user confirms before anything is deleted.",
         )
-    elif destructive and _http_method(tool) not in (None, "DELETE") and "confirmation" not in config:
+    elif destructive and tool.http_method not in (None, "DELETE") and required is None:
         yield _finding(
-            tool["tool_name"],
+            tool.name,
             "unconfirmed-destructive",
-            f"the tool is marked destructive but, as a {_http_method(tool)}, runs without confirmation "
+            f"the tool is marked destructive but, as a {tool.http_method}, runs without confirmation "
             "(only DELETE asks by default).",
             "set execution_config.confirmation: true if it can destroy data, or destructiveHint: false if not.",
         )
@@ -519,19 +558,19 @@ def _is_array(schema: JSONObject) -> bool:
     return "array" in _types(schema)
 
 
-def _check_uncapped_arrays(tool: JSONObject) -> Iterator[Finding]:
-    root = tool.get("output_schema") or {}
-    mapping = tool.get("output_mapping") or {}
-    capped = mapping.get("max_items") is not None
+def _check_uncapped_arrays(tool: _Linted) -> Iterator[Finding]:
+    root = tool.output_schema
+    mapping = tool.output_mapping
+    capped = mapping.max_items is not None
     node = _resolve(root, root)
     if _is_array(node):
         lists = "a list" if not capped else None
     else:
         names = [str(name) for name, sub in (node.get("properties") or {}).items() if _is_array(_resolve(sub, root))]
-        lists = f"lists ({', '.join(names)})" if names and not (capped and mapping.get("select")) else None
+        lists = f"lists ({', '.join(names)})" if names and not (capped and mapping.select) else None
     if lists is not None:
         yield _finding(
-            tool["tool_name"],
+            tool.name,
             "uncapped-array",
             f"returns {lists} of any length.",
             "select the list and the fields the model needs and cap it, e.g. output_mapping: "
@@ -540,22 +579,22 @@ def _check_uncapped_arrays(tool: JSONObject) -> Iterator[Finding]:
         )
 
 
-def _check_raw_output(tool: JSONObject) -> Iterator[Finding]:
-    root = tool.get("output_schema") or {}
+def _check_raw_output(tool: _Linted) -> Iterator[Finding]:
+    root = tool.output_schema
     node = _resolve(root, root)
-    if (tool.get("output_mapping") or {}).get("select"):
+    if tool.output_mapping.select:
         return
     described = set(node) & (_TYPE_KEYS - {"type"}) or isinstance(node.get("additionalProperties"), dict)
     if not described and _types(node) <= {"object"}:
         yield _finding(
-            tool["tool_name"],
+            tool.name,
             "raw-output",
             "the upstream's whole answer goes to the model, undescribed.",
             "select the fields the next step needs with output_mapping.select and describe them in output_schema.",
         )
 
 
-_TOOL_RULES: tuple[Callable[[JSONObject], Iterable[Finding]], ...] = (
+_TOOL_RULES: tuple[Callable[[_Linted], Iterable[Finding]], ...] = (
     _check_name,
     _check_description,
     _check_parameter_descriptions,
@@ -572,24 +611,24 @@ _TOOL_RULES: tuple[Callable[[JSONObject], Iterable[Finding]], ...] = (
 # -- the agent ---------------------------------------------------------------------------------------
 
 
-def _duplicate_targets(tools: list[JSONObject]) -> Iterator[Finding]:
+def _duplicate_targets(tools: Iterable[RuntimeTool]) -> Iterator[Finding]:
     seen: dict[str, str] = {}
     for tool in tools:
-        target = tool.get("target") or {}
-        key = repr((tool.get("protocol"), target.get("method"), target.get("url"), tool.get("input_mapping")))
+        target = tool.target
+        key = repr((tool.protocol, target.method, target.url, tool.input_mapping))
         if key in seen:
             yield _finding(
-                tool["tool_name"],
+                tool.tool_name,
                 "duplicate-target",
-                f"calls the same endpoint as {seen[key]!r} ({target.get('method')} {target.get('url')}).",
+                f"calls the same endpoint as {seen[key]!r} ({target.method} {target.url}).",
                 "keep one of them, or make each a distinct task (fixed input_mapping values, its own description).",
             )
-        seen.setdefault(key, str(tool["tool_name"]))
+        seen.setdefault(key, tool.tool_name)
 
 
-def _agent_findings(runtime: JSONObject, budget: int | None, catalog: Catalog | None) -> list[Finding]:
+def _agent_findings(runtime: RuntimeView, budget: int | None, catalog: Catalog | None) -> list[Finding]:
     findings = []
-    if not str((runtime.get("agent") or {}).get("description") or "").strip():
+    if not (runtime.agent.description or "").strip():
         findings.append(
             _finding(
                 None,

@@ -38,6 +38,12 @@ def problems(error: ValidationError, *, whole: str) -> str:
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
+_FORMAT = (
+    "Default result format of the tool: json, pretty_json, markdown, plain or toon (checked at publish); "
+    "a request's X-Mcp-Format header or format query parameter still wins."
+)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -69,6 +75,7 @@ class OperationIn(BaseModel):
         None, description="timeout, retries, idempotent, auth (secret references), forward_headers."
     )
     annotations: dict[str, Any] | None = None
+    format: str | None = Field(None, description=_FORMAT)
 
 
 class OperationPatch(BaseModel):
@@ -88,6 +95,7 @@ class BindingIn(_Model):
     description: str | None = None
     annotations: dict[str, Any] | None = None
     translations: dict[str, dict[str, str]] | None = Field(None, description="language -> {title, description}.")
+    format: str | None = Field(None, description=_FORMAT + " Overrides the operation's.")
 
 
 class AgentIn(_Model):

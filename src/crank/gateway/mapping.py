@@ -13,13 +13,16 @@ body otherwise; an argument named like a `{placeholder}` of the URL goes to the 
 
 Output (an object): `select`, a JMESPath expression; `rename`, old key -> new key on the selected
 object or on each selected item; `max_items`, the longest list kept (the tool says how many it left
-out). JMESPath expressions are compiled once.
+out). JMESPath expressions are compiled once. The rules arrive typed (`crank.registry.runtime`:
+`InputRule`, `OutputSpec`); what is checked here is what the types cannot say: destinations, header
+names, templates and JMESPath.
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +32,7 @@ import jmespath.parser
 
 from crank import _json
 from crank.exceptions import ConfigurationError, MappingError
+from crank.registry.runtime import ArgumentRule, ConstantRule, InputRule, OutputSpec
 from crank.wire.http import is_token
 
 __all__ = ["InputMapping", "OutputMapping", "RequestParts", "as_text"]
@@ -63,16 +67,18 @@ class InputMapping:
 
     @classmethod
     def compile(
-        cls, spec: Any, http_method: str, url: str, *, where: str, unplaced: frozenset[str] = frozenset()
+        cls,
+        rules: Sequence[InputRule],
+        http_method: str,
+        url: str,
+        *,
+        where: str,
+        unplaced: frozenset[str] = frozenset(),
     ) -> InputMapping:
         """`unplaced`: arguments that go upstream only where a rule puts them (an idempotency key, say,
         which travels in its own header), not to the default place."""
-        if spec is None:
-            spec = []
-        if not isinstance(spec, list):
-            raise ConfigurationError(f"{where}: input_mapping must be a list of rules")
-        rules = [_compile_rule(rule, f"{where}: input_mapping[{index}]") for index, rule in enumerate(spec)]
-        return cls(rules, http_method.upper(), url, unplaced)
+        compiled = [_compile_rule(rule, f"{where}: input_mapping[{index}]") for index, rule in enumerate(rules)]
+        return cls(compiled, http_method.upper(), url, unplaced)
 
     def apply(self, arguments: dict[str, Any]) -> RequestParts:
         parts = RequestParts()
@@ -94,25 +100,23 @@ class InputMapping:
         return parts
 
 
-def _compile_rule(rule: Any, where: str) -> _Rule:
-    if not isinstance(rule, dict) or not isinstance(rule.get("to"), str):
-        raise ConfigurationError(f"{where}: a rule is an object with 'to' and one of 'from', 'value', 'template'")
-    kinds = [kind for kind in ("from", "value", "template") if kind in rule]
-    if len(kinds) != 1:
-        raise ConfigurationError(f"{where}: give exactly one of 'from', 'value' or 'template'")
-    place, _, name = rule["to"].partition(".")
+def _compile_rule(rule: InputRule, where: str) -> _Rule:
+    place, _, name = rule.to.partition(".")
     if place not in ("path", "query", "header", "body") or (place != "body" and not name):
         raise ConfigurationError(
             f"{where}: 'to' must be path.<name>, query.<name>, header.<name>, body or body.<field>"
         )
     if place == "header" and not is_token(name):
         raise ConfigurationError(f"{where}: {name!r} is not a valid header name")
-    if kinds[0] == "template":
-        try:
-            list(string.Formatter().parse(rule["template"]))
-        except (ValueError, TypeError):
-            raise ConfigurationError(f"{where}: template {rule['template']!r} is not a valid format string") from None
-    return _Rule(kinds[0], rule[kinds[0]], place, name or None)
+    if isinstance(rule, ArgumentRule):
+        return _Rule("from", rule.argument, place, name or None)
+    if isinstance(rule, ConstantRule):
+        return _Rule("value", rule.value, place, name or None)
+    try:
+        list(string.Formatter().parse(rule.template))
+    except ValueError:
+        raise ConfigurationError(f"{where}: template {rule.template!r} is not a valid format string") from None
+    return _Rule("template", rule.template, place, name or None)
 
 
 def _render(template: str, arguments: dict[str, Any]) -> str:
@@ -159,20 +163,14 @@ class OutputMapping:
         self.max_items = max_items
 
     @classmethod
-    def compile(cls, spec: Any, *, where: str) -> OutputMapping:
-        spec = spec or {}
-        if not isinstance(spec, dict) or not set(spec) <= {"select", "rename", "max_items"}:
-            raise ConfigurationError(f"{where}: output_mapping has 'select', 'rename' and 'max_items' only")
+    def compile(cls, spec: OutputSpec, *, where: str) -> OutputMapping:
         select = None
-        if spec.get("select"):
+        if spec.select:  # an empty expression selects nothing: the whole answer, as without one
             try:
-                select = jmespath.compile(spec["select"])
+                select = jmespath.compile(spec.select)
             except jmespath.exceptions.ParseError as exc:
                 raise ConfigurationError(f"{where}: output_mapping.select is not valid JMESPath: {exc}") from None
-        max_items = spec.get("max_items")
-        if max_items is not None and (not isinstance(max_items, int) or max_items < 1):
-            raise ConfigurationError(f"{where}: output_mapping.max_items must be a positive integer")
-        return cls(select, dict(spec.get("rename") or {}), max_items)
+        return cls(select, dict(spec.rename), spec.max_items)
 
     def apply(self, data: Any) -> tuple[Any, int]:
         """The mapped value and how many list items were left out."""

@@ -13,6 +13,7 @@ from crank.gateway.adapters.jsonrpc import JSONRPCAdapter
 from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping, OutputMapping, RequestParts
 from crank.gateway.safety import Confirmation, Idempotency, fingerprint
+from crank.registry.runtime import RuntimeTool
 from crank.state import MemoryStore, StateStore
 from crank.types import JSONObject
 
@@ -37,39 +38,31 @@ class Placement:
 class RemoteOperation:
     def __init__(
         self,
-        runtime: JSONObject,
+        tool: RuntimeTool,
         client: UpstreamClient,
         *,
         state: StateStore | None = None,
         placement: Placement | None = None,
     ) -> None:
-        where = f"tool {runtime.get('tool_name')!r}"
-        protocol = runtime.get("protocol")
-        target = runtime.get("target") or {}
-        config = runtime.get("execution_config") or {}
-        if protocol == "http":
-            self.adapter: Adapter = HTTPAdapter(client, target, config, where=where)
-            method = str(target.get("method", "GET")).upper()
-        elif protocol == "jsonrpc":
-            self.adapter = JSONRPCAdapter(client, target, config, where=where)
-            method = "POST"  # every argument goes to `params` unless the mapping says otherwise
-        else:
-            raise ConfigurationError(f"{where}: protocol {protocol!r} is not supported (supported: http, jsonrpc)")
+        where = f"tool {tool.tool_name!r}"
+        config = tool.execution_config
+        if tool.protocol == "http":
+            self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where)
+        else:  # every argument goes to `params` unless the mapping says otherwise
+            self.adapter = JSONRPCAdapter(client, tool.target, config, where=where)
+        method = tool.http_method
         placement = placement or Placement("", "", 0)
-        operation = f"{placement.workspace}/{runtime.get('operation_id') or runtime.get('tool_name')}"
+        operation = f"{placement.workspace}/{tool.operation_id or tool.tool_name}"
         self.state = state or MemoryStore()
-        self.idempotency = Idempotency.compile(
-            config.get("idempotency"), runtime.get("input_schema") or {}, operation, where=where
-        )
-        self.confirmation = Confirmation.compile(
-            config, method, fingerprint(placement.agent, placement.version, operation, runtime), where=where
-        )
+        self.idempotency = Idempotency.compile(config.idempotency, tool.input_schema or {}, operation, where=where)
+        definition = fingerprint(placement.agent, placement.version, operation, tool.to_json())
+        self.confirmation = Confirmation.compile(config.confirmation, method, definition)
         self.in_flight_ttl = self.adapter.timeout * (self.adapter.retries + 1) + 10
-        url = str(target.get("url", "")) if protocol == "http" else ""
+        url = tool.target.url if tool.protocol == "http" else ""
         unplaced = frozenset({self.idempotency.argument}) if self.idempotency else frozenset()
-        self.input = InputMapping.compile(runtime.get("input_mapping"), method, url, where=where, unplaced=unplaced)
-        self.output = OutputMapping.compile(runtime.get("output_mapping"), where=where)
-        self.forward_headers = _forward_headers(config.get("forward_headers"), where=where)
+        self.input = InputMapping.compile(tool.input_mapping, method, url, where=where, unplaced=unplaced)
+        self.output = OutputMapping.compile(tool.output_mapping, where=where)
+        self.forward_headers = _forward_headers(config.forward_headers, where=where)
 
     async def call(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None = None) -> Outcome:
         """Confirmation (destructive operations), then idempotency, then the request.
@@ -106,12 +99,8 @@ _NEVER_FORWARDED = frozenset({
 })  # fmt: skip
 
 
-def _forward_headers(names: Any, *, where: str) -> tuple[str, ...]:
+def _forward_headers(names: tuple[str, ...], *, where: str) -> tuple[str, ...]:
     """`execution_config.forward_headers`: the client headers this operation passes upstream."""
-    if names is None:
-        return ()
-    if not isinstance(names, list) or not all(isinstance(name, str) and name for name in names):
-        raise ConfigurationError(f"{where}: forward_headers must be a list of header names")
     lowered = tuple(name.lower() for name in names)
     refused = sorted(name for name in lowered if name in _NEVER_FORWARDED or name.startswith("mcp-"))
     if refused:

@@ -3,20 +3,22 @@
 **Idempotency.** An operation names an argument as its idempotency key
 (`execution_config.idempotency: {"argument": "request_id", "header": "Idempotency-Key", "window": 86400}`).
 The key goes upstream in the header, and the gateway guarantees at most one effect per key within
-the window: the first call claims the key (an atomic add in the state store), a repeat with the same
-arguments gets the stored result without calling the upstream, the same key with other arguments is
-`idempotency_key_reused`, a repeat while the first runs is `idempotency_in_progress`. A first call
-that fails before the upstream acted (a refused connection, a 4xx, 429 or 503, a mapping error) is not
-stored and frees the key for a retry; one that may have acted (a timeout, another 5xx, a dropped
-connection, a cancelled call) keeps the key as `idempotency_outcome_unknown` until the window ends.
+the window (a day by default, `crank.registry.runtime.DEFAULT_IDEMPOTENCY_WINDOW`): the first call
+claims the key (an atomic add in the state store), a repeat with the same arguments gets the stored
+result without calling the upstream, the same key with other arguments is `idempotency_key_reused`,
+a repeat while the first runs is `idempotency_in_progress`. A first call that fails before the
+upstream acted (a refused connection, a 4xx, 429 or 503, a mapping error) is not stored and frees the
+key for a retry; one that may have acted (a timeout, another 5xx, a dropped connection, a cancelled
+call) keeps the key as `idempotency_outcome_unknown` until the window ends.
 
 **Two-step confirmation.** A destructive operation (DELETE by default; `execution_config.confirmation`
 true or false says otherwise) never reaches the upstream on its first call: that returns
 `confirmation_required` with a token. The model repeats the same call with `_crank_confirmation_token`.
 The token is 256 random bits, single-use (taken from the store in one step), expires after
-`execution_config.confirmation_ttl` seconds (300 by default), and is bound to the workspace, agent,
-operation, operation version (a digest of its published definition) and the canonical arguments,
-compared in constant time. A mismatch, reuse, expiry or forgery is `confirmation_invalid`.
+`execution_config.confirmation_ttl` seconds (300 by default, `DEFAULT_CONFIRMATION_TTL`), and is
+bound to the workspace, agent, operation, operation version (a digest of its published definition)
+and the canonical arguments, compared in constant time. A mismatch, reuse, expiry or forgery is
+`confirmation_invalid`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from crank import _json
 from crank.exceptions import ConfigurationError, ConfirmationError, IdempotencyError, ToolError
+from crank.registry.runtime import ConfirmationConfig, IdempotencyConfig
 from crank.state import StateStore
 from crank.types import JSONObject
 
@@ -40,8 +43,6 @@ CONFIRMATION_SENTENCE = (
     "Destructive: the first call only returns a confirmation token; repeat the same call with the same "
     f"arguments plus {CONFIRMATION_ARGUMENT} to run it."
 )
-_DEFAULT_WINDOW = 86_400.0
-_DEFAULT_TTL = 300.0
 
 
 def fingerprint(*parts: Any) -> str:
@@ -57,18 +58,14 @@ class Idempotency:
     scope: str  # workspace and operation: a key means the same thing in every agent binding the operation
 
     @classmethod
-    def compile(cls, config: Any, input_schema: JSONObject, scope: str, *, where: str) -> Idempotency | None:
+    def compile(
+        cls, config: IdempotencyConfig | None, input_schema: JSONObject, scope: str, *, where: str
+    ) -> Idempotency | None:
         if config is None:
             return None
-        if not isinstance(config, dict) or not isinstance(config.get("argument"), str):
-            raise ConfigurationError(f"{where}: idempotency is {{'argument': name, 'header'?, 'window'?}}")
-        argument = config["argument"]
-        if argument not in (input_schema.get("properties") or {}):
-            raise ConfigurationError(f"{where}: idempotency argument {argument!r} is not in the input schema")
-        window = float(config.get("window", _DEFAULT_WINDOW))
-        if window <= 0:
-            raise ConfigurationError(f"{where}: idempotency window must be positive")
-        return cls(argument, str(config.get("header", "Idempotency-Key")), window, scope)
+        if config.argument not in (input_schema.get("properties") or {}):
+            raise ConfigurationError(f"{where}: idempotency argument {config.argument!r} is not in the input schema")
+        return cls(config.argument, config.header, config.window, scope)
 
     async def run(
         self,
@@ -134,14 +131,9 @@ class Confirmation:
     binding: str  # workspace, agent, operation and its version: what a token is valid for
 
     @classmethod
-    def compile(cls, config: JSONObject, http_method: str, binding: str, *, where: str) -> Confirmation | None:
-        required = config.get("confirmation", http_method == "DELETE")
-        if not isinstance(required, bool):
-            raise ConfigurationError(f"{where}: confirmation must be true or false")
-        ttl = float(config.get("confirmation_ttl", _DEFAULT_TTL))
-        if ttl <= 0:
-            raise ConfigurationError(f"{where}: confirmation_ttl must be positive")
-        return cls(ttl, binding) if required else None
+    def compile(cls, config: ConfirmationConfig, http_method: str, binding: str) -> Confirmation | None:
+        required = config.required if config.required is not None else http_method == "DELETE"
+        return cls(config.ttl, binding) if required else None
 
     async def check(self, state: StateStore, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments without the token, when it confirms them; else a `ConfirmationError`."""

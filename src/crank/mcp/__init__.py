@@ -11,7 +11,7 @@ from crank.mcp.http import CatalogProvider, MCPEndpoint
 from crank.mcp.input_required import InputRequired, elicitation, roots_listing, sampling
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
-from crank.mcp.tools import CallContext, Icon, Invoker, Tool, ToolAnnotations, ToolResult
+from crank.mcp.tools import CallContext, Icon, Invoker, NotedResult, Tool, ToolAnnotations, ToolResult
 from crank.mcp.translations import Translations
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "InvalidArgumentsMode",
     "Invoker",
     "MCPEndpoint",
+    "NotedResult",
     "ServerInfo",
     "Tool",
     "ToolAnnotations",

@@ -1,9 +1,10 @@
 """Published gateway agents as a source of MCP tools, reloaded without restart.
 
-`AgentCatalogs` keeps one catalog per published agent, built from the registry's runtime view (and
-nothing else: drafts, samples and import metadata never reach it). A watcher polls the registry's
-generation and rebuilds what changed; the new set replaces the old one in a single assignment, so a
-`tools/list` page or a call sees the whole old or the whole new version.
+`AgentCatalogs` keeps one catalog per published agent, built from the registry's runtime view (a typed
+`crank.registry.runtime.RuntimeView`, whatever format version stored it) and nothing else: drafts,
+samples and import metadata never reach it. A watcher polls the registry's generation and rebuilds
+what changed; the new set replaces the old one in a single assignment, so a `tools/list` page or a
+call sees the whole old or the whole new version.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from crank import _json
 from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
 from crank.mcp.catalog import Catalog
-from crank.mcp.tools import CallContext, Tool, ToolAnnotations, ToolResult
+from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
 from crank.registry import KeyScope, PublishedAgent, Registry, key_digest
+from crank.registry.runtime import RuntimeView, ToolHints
 from crank.schema import wrap_output
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
@@ -35,12 +36,9 @@ __all__ = ["AgentCatalogs", "build_catalog"]
 logger = logging.getLogger("crank.gateway")
 _DIGEST_CACHE = 4096
 
-_HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint",
-          "idempotentHint": "idempotent_hint", "openWorldHint": "open_world_hint", "title": "title"}  # fmt: skip
-
 
 def build_catalog(
-    runtime: JSONObject,
+    runtime: RuntimeView,
     client: UpstreamClient | None = None,
     *,
     version: int = 0,
@@ -52,37 +50,37 @@ def build_catalog(
     Without a `client` (a publish check, the linter) each build gets its own, which opens nothing until a
     call is made through it."""
     client = client or UpstreamClient()
-    default_language = runtime["workspace"].get("default_language") or "en"
-    labels = {"workspace": runtime["workspace"]["slug"], "agent": runtime["agent"]["slug"]}
+    labels = {"workspace": runtime.workspace.slug, "agent": runtime.agent.slug}
     placement = Placement(labels["workspace"], labels["agent"], version)
     layer: dict[str, dict[str, dict[str, str]]] = {}
     tools = []
-    for spec in runtime["tools"]:
-        name = spec["tool_name"]
-        for language, texts in (spec.get("translations") or {}).items():
+    for spec in runtime.tools:
+        name = spec.tool_name
+        for language, texts in spec.translations.items():
             layer.setdefault(language, {})[name] = dict(texts)
-        output = spec.get("output_schema")
+        output = spec.output_schema
         operation = RemoteOperation(spec, client, state=state, placement=placement)
-        input_schema = spec.get("input_schema") or {"type": "object", "additionalProperties": False}
-        description = spec.get("tool_description")
+        input_schema = spec.input_schema or {"type": "object", "additionalProperties": False}
+        description = spec.tool_description
         if operation.confirmation is not None:
             input_schema, description = _with_confirmation(input_schema, description)
         tools.append(
             Tool(
                 name=name,
-                title=spec.get("title"),
+                title=spec.title,
                 description=description,
                 input_schema=input_schema,
                 output_schema=wrap_output(output) if output else None,
                 wrap_result=bool(output),
-                annotations=_annotations(spec.get("annotations")),
+                annotations=_annotations(spec.annotations),
                 invoker=_invoker(operation),
+                format=spec.format,
             )
         )
     return Catalog(
         tools,
         version=str(version),
-        translations=Translations(layer, default_language=default_language),
+        translations=Translations(layer, default_language=runtime.workspace.default_language),
         labels=labels,
         observer=metrics.observer(**labels) if metrics is not None else None,
     )
@@ -97,10 +95,15 @@ def _with_confirmation(schema: JSONObject, description: str | None) -> tuple[JSO
     return {**schema, "type": "object", "properties": properties}, text
 
 
-def _annotations(hints: Any) -> ToolAnnotations | None:
-    if not hints:
-        return None
-    return ToolAnnotations(**{_HINTS[key]: value for key, value in hints.items() if key in _HINTS})
+def _annotations(hints: ToolHints) -> ToolAnnotations | None:
+    annotations = ToolAnnotations(
+        title=hints.title,
+        read_only_hint=hints.read_only_hint,
+        destructive_hint=hints.destructive_hint,
+        idempotent_hint=hints.idempotent_hint,
+        open_world_hint=hints.open_world_hint,
+    )
+    return annotations if annotations.to_wire() is not None else None
 
 
 def _invoker(operation: RemoteOperation) -> Any:
@@ -108,9 +111,8 @@ def _invoker(operation: RemoteOperation) -> Any:
         outcome = await operation.call(arguments, context.headers)
         if not outcome.omitted:
             return outcome.value
-        note = f"{outcome.omitted} more items were left out; narrow the query to see them."
-        text = _json.dumps(outcome.value).decode()
-        return ToolResult([{"type": "text", "text": text}, {"type": "text", "text": note}], {"result": outcome.value})
+        # The note follows the value in its own text block, after the value is put in the chosen format.
+        return NotedResult(outcome.value, f"{outcome.omitted} more items were left out; narrow the query to see them.")
 
     return invoke
 

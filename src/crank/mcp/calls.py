@@ -22,7 +22,7 @@ from crank.exceptions import (
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired
-from crank.mcp.tools import CallContext, CallObserver, ToolResult
+from crank.mcp.tools import CallContext, CallObserver, NotedResult, ToolResult
 from crank.types import JSONObject
 
 __all__ = [
@@ -128,6 +128,10 @@ def _shaped(
             )
             return error_result(unsupported, context.request_id), unsupported
         return on_input_required(value, context, arguments), None
+    if isinstance(value, NotedResult):
+        result = success_result(value.value, result_format=result_format, wrap=wrap)
+        result["content"].append({"type": "text", "text": value.note})
+        return result, None
     return success_result(value, result_format=result_format, wrap=wrap), None
 
 

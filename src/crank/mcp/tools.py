@@ -21,6 +21,7 @@ __all__ = [
     "CallContext",
     "Icon",
     "Invoker",
+    "NotedResult",
     "Tool",
     "ToolAnnotations",
     "ToolResult",
@@ -103,7 +104,8 @@ class CallContext:
 
 
 class Invoker(Protocol):
-    """Runs a tool. Returns a JSON-compatible value (formatted by the MCP layer) or a `ToolResult`.
+    """Runs a tool. Returns a JSON-compatible value (formatted by the MCP layer), a `NotedResult` or a
+    `ToolResult`.
 
     Raising `crank.exceptions.ToolError` gives the client a structured error; any other
     exception is logged with a request id and reported as `internal_error`.
@@ -129,6 +131,16 @@ class ToolResult:
             wire["structuredContent"] = self.structured_content
         wire["isError"] = self.is_error
         return wire
+
+
+@dataclass(frozen=True, slots=True)
+class NotedResult:
+    """A result value plus a sentence for the model (say, that a list was cut short): the value is shaped
+    and formatted like any result, in the format the request chose, and the note follows it as a text
+    block of its own."""
+
+    value: Any
+    note: str
 
 
 @dataclass(frozen=True, slots=True)

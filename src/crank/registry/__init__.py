@@ -1,8 +1,10 @@
-"""The registry: workspaces, operations, agents and their published versions (SQLAlchemy + Alembic)."""
+"""The registry: workspaces, operations, agents and their published versions (SQLAlchemy + Alembic), and
+the typed runtime view a published version holds (`crank.registry.runtime`)."""
 
 from __future__ import annotations
 
 from crank.registry.database import migrate, open_engine
+from crank.registry.runtime import FORMAT_VERSION, RuntimeTool, RuntimeView, load_runtime, tool_from_spec
 from crank.registry.service import (
     AgentDraft,
     KeyScope,
@@ -17,6 +19,7 @@ from crank.registry.service import (
 )
 
 __all__ = [
+    "FORMAT_VERSION",
     "AgentDraft",
     "KeyScope",
     "PublishedAgent",
@@ -24,9 +27,13 @@ __all__ = [
     "RegistryConflictError",
     "RegistryError",
     "RegistryNotFoundError",
+    "RuntimeTool",
+    "RuntimeView",
     "VersionInfo",
     "key_digest",
+    "load_runtime",
     "migrate",
     "open_engine",
+    "tool_from_spec",
     "tool_name_of",
 ]

@@ -1,10 +1,11 @@
 """`Registry`: drafts, publishing, versions and rollback; and the runtime view the MCP side reads.
 
 A publish is one transaction: it reads the agent's draft and the drafts of the operations it binds,
-builds the runtime view (only the runtime fields of seed 003 section 6), lets the caller check it
-(the gateway compiles the catalog, so a bad tool fails the publish, not a request), writes an
-immutable version, points the agent at it and bumps the registry generation. A failure anywhere
-rolls all of it back: the previous version keeps serving and nothing is half-written.
+builds the runtime view (a `crank.registry.runtime.RuntimeView`: only the runtime fields of seed 003
+section 6, typed), lets the caller check it (the gateway compiles the catalog, so a bad tool fails the
+publish, not a request), writes an immutable version, points the agent at it and bumps the registry
+generation. A failure anywhere rolls all of it back: the previous version keeps serving and nothing is
+half-written.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select, update
@@ -21,6 +23,15 @@ from sqlalchemy.orm import Session
 
 from crank.exceptions import ConfigurationError
 from crank.registry.models import Agent, AgentVersion, ApiKey, Operation, RegistryState, Workspace
+from crank.registry.runtime import (
+    DEFAULT_LANGUAGE,
+    AgentInfo,
+    RuntimeTool,
+    RuntimeView,
+    WorkspaceInfo,
+    load_runtime,
+    tool_from_spec,
+)
 from crank.types import JSONObject
 
 __all__ = [
@@ -40,8 +51,8 @@ __all__ = [
 RUNTIME_OPERATION_FIELDS = (
     "protocol", "target", "input_schema", "output_schema", "input_mapping", "output_mapping", "execution_config",
 )  # fmt: skip
-"""What a published tool keeps of its operation; samples, import metadata and UI fields stay in the draft."""
-_BINDING_FIELDS = ("title", "description", "annotations", "translations")
+"""What a published tool keeps of its operation (besides its description, hints and result format, which
+the binding may override); samples, import metadata and UI fields stay in the draft."""
 
 
 _Draft = TypeVar("_Draft", Operation, Agent)
@@ -99,7 +110,14 @@ class PublishedAgent:
     workspace: str
     agent: str
     version: int
-    runtime: JSONObject
+    stored: JSONObject
+    """The view as its row holds it, in whatever format version wrote it."""
+
+    @cached_property
+    def runtime(self) -> RuntimeView:
+        """The typed view, read on first use: a reload reads only the versions it builds, and a row that
+        cannot be read fails that agent alone (`ConfigurationError`), not the whole list."""
+        return load_runtime(self.stored, where=f"agent {self.workspace}/{self.agent} version {self.version}")
 
 
 class Registry:
@@ -204,12 +222,12 @@ class Registry:
         workspace: JSONObject,
         operations: dict[str, JSONObject],
         agents: list[AgentDraft],
-        check: Callable[[JSONObject], None] | None = None,
+        check: Callable[[RuntimeView], None] | None = None,
     ) -> dict[str, tuple[int, bool]]:
         """Create or update a workspace, its operations and agents, and publish every agent whose runtime
         view changed, all in one transaction. Returns each agent's served version and whether it is new."""
         with Session(self._writer) as session, session.begin():
-            language = workspace.get("default_language") or "en"
+            language = workspace.get("default_language") or DEFAULT_LANGUAGE
             ws = self._put_workspace(
                 session, workspace["slug"], workspace["name"], language, workspace.get("token_budget")
             )
@@ -241,7 +259,7 @@ class Registry:
         self,
         workspace: str,
         agent_slug: str,
-        check: Callable[[JSONObject], None] | None = None,
+        check: Callable[[RuntimeView], None] | None = None,
         *,
         skip_unchanged: bool = False,
     ) -> int:
@@ -252,8 +270,9 @@ class Registry:
             version, _ = self._publish(session, ws, self._agent(session, ws, agent_slug), check, skip_unchanged)
         return version
 
-    def draft_runtime(self, workspace: str, agent_slug: str) -> JSONObject:
-        """The runtime view the agent's draft would publish now (for checks and lint); nothing is written."""
+    def draft_runtime(self, workspace: str, agent_slug: str) -> RuntimeView:
+        """The runtime view the agent's draft would publish now (for checks and lint); nothing is written.
+        A draft that cannot make one (a missing operation, a field of the wrong type) is a `RegistryError`."""
         with Session(self.engine) as session:
             ws = self._workspace(session, workspace)
             return self._runtime_view(session, ws, self._agent(session, ws, agent_slug))
@@ -263,7 +282,7 @@ class Registry:
         session: Session,
         ws: Workspace,
         agent: Agent,
-        check: Callable[[JSONObject], None] | None,
+        check: Callable[[RuntimeView], None] | None,
         skip_unchanged: bool,
     ) -> tuple[int, bool]:
         runtime = self._runtime_view(session, ws, agent)
@@ -273,10 +292,10 @@ class Registry:
             served = session.scalar(
                 select(AgentVersion.runtime).filter_by(agent_id=agent.id, version=agent.published_version)
             )
-            if served == runtime:
+            if _same_view(served, runtime):
                 return agent.published_version, False
         latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
-        session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=runtime))
+        session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=runtime.to_json()))
         agent.published_version = latest + 1
         self._bump(session)
         return latest + 1, True
@@ -353,7 +372,7 @@ class Registry:
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def _runtime_view(self, session: Session, ws: Workspace, agent: Agent) -> JSONObject:
+    def _runtime_view(self, session: Session, ws: Workspace, agent: Agent) -> RuntimeView:
         tools = []
         for index, binding in enumerate(agent.spec.get("bindings", [])):
             where = f"agent {ws.slug}/{agent.slug}, binding {index}"
@@ -361,34 +380,19 @@ class Registry:
             operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=operation_name))
             if operation is None:
                 raise RegistryError(f"{where}: no operation {operation_name!r} in workspace {ws.slug!r}")
-            spec = operation.spec
-            tool: dict[str, Any] = {
-                "tool_name": tool_name_of(binding),
-                "workspace_id": ws.id,
-                "agent_id": agent.id,
-                "operation_id": operation.id,
-                "tool_description": binding.get("description") or spec.get("description"),
-            }
-            tool.update({field: spec.get(field) for field in RUNTIME_OPERATION_FIELDS})
-            tool.update({field: binding.get(field) for field in _BINDING_FIELDS if field != "description"})
-            # Hints derived at import (from the HTTP method) are the default; the binding overrides each one.
-            hints = {**(spec.get("annotations") or {}), **(binding.get("annotations") or {})}
-            tool["annotations"] = hints or None
-            tools.append(tool)
-        names = [tool["tool_name"] for tool in tools]
+            tools.append(_tool(ws, agent, operation, binding))
+        names = [tool.tool_name for tool in tools]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise RegistryError(f"agent {ws.slug}/{agent.slug}: tool names must be unique, repeated: {duplicates}")
-        return {
-            "workspace": {"id": ws.id, "slug": ws.slug, "default_language": ws.default_language},
-            "agent": {
-                "id": agent.id,
-                "slug": agent.slug,
-                "description": agent.spec.get("description"),
-                "token_budget": agent.spec.get("token_budget") or ws.token_budget,
-            },
-            "tools": tools,
-        }
+        info = AgentInfo(
+            id=agent.id,
+            slug=agent.slug,
+            description=agent.spec.get("description"),
+            token_budget=agent.spec.get("token_budget") or ws.token_budget,
+        )
+        workspace = WorkspaceInfo(id=ws.id, slug=ws.slug, default_language=ws.default_language or DEFAULT_LANGUAGE)
+        return RuntimeView(workspace=workspace, agent=info, tools=tuple(tools))
 
     @staticmethod
     def _workspace(session: Session, slug: str) -> Workspace:
@@ -416,6 +420,37 @@ class Registry:
         session.execute(
             update(RegistryState).where(RegistryState.id == 1).values(generation=RegistryState.generation + 1)
         )
+
+
+def _tool(ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject) -> RuntimeTool:
+    """The binding over its operation's draft, in the flat form `tool_from_spec` reads."""
+    spec = operation.spec
+    name = tool_name_of(binding)
+    flat: JSONObject = {
+        "tool_name": name,
+        "workspace_id": ws.id,
+        "agent_id": agent.id,
+        "operation_id": operation.id,
+        "tool_description": binding.get("description") or spec.get("description"),
+        **{field: spec.get(field) for field in RUNTIME_OPERATION_FIELDS},
+        "title": binding.get("title"),
+        "translations": binding.get("translations"),
+        # Hints derived at import (from the HTTP method) are the default; the binding overrides each one.
+        "annotations": {**(spec.get("annotations") or {}), **(binding.get("annotations") or {})},
+        "format": binding.get("format") or spec.get("format"),
+    }
+    try:
+        return tool_from_spec(flat, where=f"agent {ws.slug}/{agent.slug}, tool {name!r}")
+    except ConfigurationError as exc:
+        raise RegistryError(str(exc)) from None
+
+
+def _same_view(served: Any, runtime: RuntimeView) -> bool:
+    """Whether the stored view serves what `runtime` would, whatever format version wrote it."""
+    try:
+        return load_runtime(served) == runtime
+    except ConfigurationError:
+        return False
 
 
 def _workspace_info(row: Workspace) -> JSONObject:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from crank.gateway.mapping import RequestParts
+from crank.registry.runtime import DEFAULT_RETRIES, DEFAULT_TIMEOUT
 
 __all__ = ["Adapter"]
 
 
 class Adapter:
-    timeout: float = 10.0
+    timeout: float = DEFAULT_TIMEOUT
     """Seconds one attempt may take."""
-    retries: int = 0
+    retries: int = DEFAULT_RETRIES
     """Attempts after the first (idempotent operations only)."""
 
     async def call(self, parts: RequestParts) -> Any:

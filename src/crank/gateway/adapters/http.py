@@ -26,6 +26,7 @@ from crank.exceptions import (
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.client import UpstreamClient, UpstreamResponse, parse_upstream_url
 from crank.gateway.mapping import RequestParts, as_text
+from crank.registry.runtime import DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
 __all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
@@ -82,18 +83,16 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class HTTPAdapter(Adapter):
-    def __init__(self, client: UpstreamClient, target: dict[str, Any], config: dict[str, Any], *, where: str) -> None:
-        if not isinstance(target, dict) or not isinstance(target.get("url"), str):
-            raise ConfigurationError(f"{where}: an http target needs a 'url' (and a 'method', GET by default)")
+    def __init__(self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str) -> None:
         self.client = client
-        self.method = str(target.get("method", "GET")).upper()
+        self.method = (target.method or DEFAULT_HTTP_METHOD).upper()
         if not is_token(self.method):
             raise ConfigurationError(f"{where}: {self.method!r} is not an HTTP method")
-        self.url = _checked_url(target["url"], where=where)
-        self.timeout = _number(config.get("timeout", 10), "timeout", where, minimum=0.001)
-        idempotent = config.get("idempotent", self.method in IDEMPOTENT_METHODS)
-        self.retries = int(_number(config.get("retries", 0), "retries", where, minimum=0)) if idempotent else 0
-        self._auth = _auth(config.get("auth"), where=where)
+        self.url = _checked_url(target.url, where=where)
+        self.timeout = config.timeout
+        idempotent = config.idempotent if config.idempotent is not None else self.method in IDEMPOTENT_METHODS
+        self.retries = config.retries if idempotent else 0
+        self._auth = _auth(config.auth, where=where)
         self._auth_cache: dict[str, str] | None = None
         self._where = where
 
@@ -166,15 +165,12 @@ def _query_items(query: dict[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _auth(auth: Any, *, where: str) -> tuple[str, str, str] | None:
+def _auth(auth: AuthConfig | None, *, where: str) -> tuple[str, str, str] | None:
     """(type, header name, secret reference), checked when the version is built; resolved on first call."""
-    if not auth:
+    if auth is None:
         return None
-    if not isinstance(auth, dict) or auth.get("type") not in ("bearer", "header"):
-        raise ConfigurationError(f"{where}: auth is {{'type': 'bearer'|'header', 'secret': 'env:NAME', ...}}")
-    reference = str(auth.get("secret", ""))
-    check_secret_reference(reference, where=where)
-    return auth["type"], str(auth.get("name", "X-Api-Key")), reference
+    check_secret_reference(auth.secret, where=where)
+    return auth.type, auth.name, auth.secret
 
 
 def _checked_url(url: str, *, where: str) -> str:
@@ -184,12 +180,6 @@ def _checked_url(url: str, *, where: str) -> str:
     except ValueError as exc:
         raise ConfigurationError(f"{where}: target url: {exc}") from None
     return url
-
-
-def _number(value: Any, name: str, where: str, *, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ConfigurationError(f"{where}: {name} must be a number of at least {minimum:g}, got {value!r}")
-    return float(value)
 
 
 def _path_segment(name: str, value: Any) -> str:

@@ -14,6 +14,7 @@ from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceEr
 from crank.gateway.adapters.http import HTTPAdapter, trimmed
 from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import RequestParts
+from crank.registry.runtime import ExecutionConfig, Target
 from crank.wire.jsonrpc import is_response, request_message
 
 __all__ = ["JSONRPCAdapter"]
@@ -22,12 +23,12 @@ _ids = itertools.count(1)
 
 
 class JSONRPCAdapter(HTTPAdapter):
-    def __init__(self, client: UpstreamClient, target: dict[str, Any], config: dict[str, Any], *, where: str) -> None:
-        if not isinstance(target, dict) or not isinstance(target.get("method"), str):
+    def __init__(self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str) -> None:
+        if target.method is None:
             raise ConfigurationError(f"{where}: a jsonrpc target needs a 'url' and the remote 'method' name")
-        super().__init__(client, {"url": target.get("url"), "method": "POST"}, config, where=where)
+        super().__init__(client, Target(url=target.url, method="POST"), config, where=where)
         # A POST: the http adapter retries it only when the operation says `"idempotent": true`.
-        self.remote_method = target["method"]
+        self.remote_method = target.method
 
     async def call(self, parts: RequestParts) -> Any:
         params = parts.body if parts.body is not None else {}

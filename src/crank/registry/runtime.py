@@ -1,0 +1,409 @@
+"""The runtime view: what a published agent version holds, and the one contract between the registry and
+everything that serves or checks it (the gateway's catalog, remote operations, adapters, safety and
+mappings; the linter and the CLI).
+
+    RuntimeView                 format_version, workspace, agent, tools
+    ├── WorkspaceInfo           id, slug, default_language
+    ├── AgentInfo               id, slug, description, token_budget
+    └── RuntimeTool             tool_name, title, tool_description, schemas, annotations (ToolHints),
+        │                       translations, protocol, target (Target), format, ids
+        ├── input_mapping       InputRule: ArgumentRule | ConstantRule | TemplateRule
+        ├── output_mapping      OutputSpec: select, rename, max_items
+        └── execution_config    ExecutionConfig: timeout, retries, idempotent, forward_headers,
+                                auth (AuthConfig), idempotency (IdempotencyConfig),
+                                confirmation (ConfirmationConfig)
+
+The models check shapes and types; rules that need the gateway's knowledge (URL and header grammar,
+secret folders, JMESPath, which headers may be forwarded) are checked where the version is compiled.
+
+**Format versions.** A publish writes `RuntimeView.to_json()`, which carries `format_version`
+(`FORMAT_VERSION`). Views written before it (format 1: no `format_version`, each tool the draft's
+fields copied as they were, `execution_config` a free object) are still served: `load_runtime` reads
+them through `tool_from_spec`, the same function that turns drafts into tools at publish, so an old
+version serves as it did. A number above `FORMAT_VERSION` (a newer Crank wrote it, say during a
+rolling upgrade) is refused with a message saying so rather than read in part.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+
+from crank.exceptions import ConfigurationError
+from crank.types import JSONObject, JSONValue
+
+__all__ = [
+    "DEFAULT_AUTH_HEADER",
+    "DEFAULT_CONFIRMATION_TTL",
+    "DEFAULT_HTTP_METHOD",
+    "DEFAULT_IDEMPOTENCY_HEADER",
+    "DEFAULT_IDEMPOTENCY_WINDOW",
+    "DEFAULT_LANGUAGE",
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT",
+    "FORMAT_VERSION",
+    "MIN_TIMEOUT",
+    "AgentInfo",
+    "ArgumentRule",
+    "AuthConfig",
+    "ConfirmationConfig",
+    "ConstantRule",
+    "ExecutionConfig",
+    "IdempotencyConfig",
+    "InputRule",
+    "OutputSpec",
+    "RuntimeTool",
+    "RuntimeView",
+    "Target",
+    "TemplateRule",
+    "ToolHints",
+    "WorkspaceInfo",
+    "load_runtime",
+    "tool_from_spec",
+]
+
+FORMAT_VERSION: Final = 2
+"""The format a publish writes. 1: the plain dicts written before this module (no `format_version`)."""
+
+DEFAULT_LANGUAGE: Final = "en"
+DEFAULT_TIMEOUT: Final = 10.0
+"""Seconds one attempt at the upstream may take: waiting for a connection, connecting and the answer."""
+MIN_TIMEOUT: Final = 0.001
+DEFAULT_RETRIES: Final = 0
+"""Attempts after the first; only idempotent operations are retried."""
+DEFAULT_HTTP_METHOD: Final = "GET"
+DEFAULT_AUTH_HEADER: Final = "X-Api-Key"
+DEFAULT_IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+DEFAULT_IDEMPOTENCY_WINDOW: Final = 86_400.0
+"""Seconds a key keeps its outcome: a repeat within a day gets the stored result."""
+DEFAULT_CONFIRMATION_TTL: Final = 300.0
+"""Seconds a confirmation token stays valid: long enough to ask the user, short enough to be about this call."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+# -- execution config --------------------------------------------------------------------------------
+
+
+class AuthConfig(_Model):
+    """Upstream credentials, by reference: `secret` is `env:NAME` or `file:/path`, never the secret itself
+    (`crank.gateway.adapters.http.check_secret_reference` says which references are allowed)."""
+
+    type: Literal["bearer", "header"]
+    secret: str
+    name: str = DEFAULT_AUTH_HEADER
+    """The header that carries the secret when `type` is `header`."""
+
+
+class IdempotencyConfig(_Model):
+    """The argument that is the idempotency key, the header it goes upstream in, and how long it holds."""
+
+    argument: str
+    header: str = DEFAULT_IDEMPOTENCY_HEADER
+    window: float = Field(default=DEFAULT_IDEMPOTENCY_WINDOW, gt=0)
+
+
+class ConfirmationConfig(_Model):
+    """The two-step confirmation: `required` None means as the HTTP method says (DELETE asks)."""
+
+    required: bool | None = Field(default=None, strict=True)
+    ttl: float = Field(default=DEFAULT_CONFIRMATION_TTL, gt=0)
+
+
+class ExecutionConfig(_Model):
+    """How a tool's upstream call runs (docs/gateway.md, docs/safety.md)."""
+
+    timeout: float = Field(default=DEFAULT_TIMEOUT, ge=MIN_TIMEOUT, strict=True)
+    retries: int = Field(default=DEFAULT_RETRIES, ge=0, strict=True)
+    idempotent: bool | None = None
+    """Whether a repeat is harmless, so the call may be retried; None: as the HTTP method says."""
+    forward_headers: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    """Client headers passed upstream, as written (the gateway compares them without case)."""
+    auth: AuthConfig | None = None
+    idempotency: IdempotencyConfig | None = None
+    confirmation: ConfirmationConfig = ConfirmationConfig()
+
+
+# -- mappings ----------------------------------------------------------------------------------------
+
+
+class ArgumentRule(_Model):
+    """`{"from": argument, "to": destination}`."""
+
+    argument: str = Field(alias="from")
+    to: str
+
+
+class ConstantRule(_Model):
+    """`{"value": constant, "to": destination}`; the constant may be any JSON value, null included."""
+
+    value: JSONValue
+    to: str
+
+
+class TemplateRule(_Model):
+    """`{"template": "{first} {last}", "to": destination}`."""
+
+    template: str
+    to: str
+
+
+_RULE_KINDS = {"from": "from-rule", "value": "value-rule", "template": "template-rule"}
+_RULE_TAGS: dict[type[BaseModel], str] = {
+    ArgumentRule: "from-rule",
+    ConstantRule: "value-rule",
+    TemplateRule: "template-rule",
+}
+
+
+def _rule_kind(rule: Any) -> str | None:
+    """The rule's tag: by its one source key (a rule read from JSON), or by its class."""
+    if isinstance(rule, dict):
+        kinds = [tag for key, tag in _RULE_KINDS.items() if key in rule]
+        return kinds[0] if len(kinds) == 1 else None
+    return _RULE_TAGS.get(type(rule))
+
+
+InputRule = Annotated[
+    Annotated[ArgumentRule, Tag("from-rule")] | Annotated[ConstantRule, Tag("value-rule")]
+    | Annotated[TemplateRule, Tag("template-rule")],
+    Discriminator(
+        _rule_kind,
+        custom_error_type="input_rule",
+        custom_error_message="a rule is an object with 'to' and exactly one of 'from', 'value' or 'template'",
+    ),
+]  # fmt: skip
+"""One input mapping rule (docs/gateway.md, Runtime); `crank.gateway.mapping` checks its destination."""
+
+
+class OutputSpec(_Model):
+    """The output mapping: a JMESPath `select`, key renames, and the longest list kept."""
+
+    select: str | None = None
+    rename: dict[str, str] = {}
+    max_items: int | None = Field(default=None, ge=1, strict=True)
+
+
+# -- the view ----------------------------------------------------------------------------------------
+
+
+class ToolHints(_Model):
+    """MCP tool annotations as published: the operation's, each overridden by the binding's."""
+
+    title: str | None = None
+    read_only_hint: bool | None = Field(default=None, alias="readOnlyHint")
+    destructive_hint: bool | None = Field(default=None, alias="destructiveHint")
+    idempotent_hint: bool | None = Field(default=None, alias="idempotentHint")
+    open_world_hint: bool | None = Field(default=None, alias="openWorldHint")
+
+
+class Target(_Model):
+    """http: `method` is the HTTP method (GET when absent); jsonrpc: the remote method's name."""
+
+    url: str
+    method: str | None = None
+
+
+class RuntimeTool(_Model):
+    """One published tool: the binding's texts and hints over its operation's call recipe."""
+
+    tool_name: str
+    workspace_id: str
+    agent_id: str
+    operation_id: str
+    title: str | None = None
+    tool_description: str | None = None
+    protocol: Literal["http", "jsonrpc"]
+    target: Target
+    input_schema: JSONObject | None = None
+    output_schema: JSONObject | None = None
+    input_mapping: tuple[InputRule, ...] = ()
+    output_mapping: OutputSpec = OutputSpec()
+    execution_config: ExecutionConfig = ExecutionConfig()
+    annotations: ToolHints = ToolHints()
+    translations: dict[str, dict[str, str]] = {}
+    """language -> {"title", "description"}."""
+    format: str | None = None
+    """The default result format (json, pretty_json, markdown, plain, toon): the binding's, else the
+    operation's; a request may still ask for another. The MCP layer checks the name when the catalog
+    is built, so an unknown one fails the publish."""
+
+    @property
+    def http_method(self) -> str:
+        """The HTTP method the call goes out with: a JSON-RPC call is always a POST."""
+        if self.protocol == "jsonrpc":
+            return "POST"
+        return (self.target.method or DEFAULT_HTTP_METHOD).upper()
+
+    def to_json(self) -> JSONObject:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class WorkspaceInfo(_Model):
+    id: str
+    slug: str
+    default_language: str = DEFAULT_LANGUAGE
+
+
+class AgentInfo(_Model):
+    id: str
+    slug: str
+    description: str | None = None
+    token_budget: int | None = None
+    """The agent's own budget, else its workspace's; None: the linter's default."""
+
+
+class RuntimeView(_Model):
+    """A published agent version: everything the MCP side reads of it, and nothing from drafts."""
+
+    format_version: Literal[2] = FORMAT_VERSION
+    workspace: WorkspaceInfo
+    agent: AgentInfo
+    tools: tuple[RuntimeTool, ...] = ()
+
+    def to_json(self) -> JSONObject:
+        """What the registry stores (`agent_versions.runtime`)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+
+def load_runtime(data: Any, *, where: str = "runtime view") -> RuntimeView:
+    """A stored view of any format version; `ConfigurationError` naming `where` and the place if it cannot
+    be read."""
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{where}: a runtime view is a JSON object")
+    version = data.get("format_version")
+    if version is None:
+        return _from_format_1(data, where)
+    if version == FORMAT_VERSION:
+        return _validated(RuntimeView, data, where)
+    raise ConfigurationError(
+        f"{where}: format_version {version!r} is not one this Crank reads (1 to {FORMAT_VERSION}); "
+        "a newer Crank wrote it"
+    )
+
+
+def tool_from_spec(spec: JSONObject, *, where: str | None = None) -> RuntimeTool:
+    """A tool from the flat form that a publish reads from drafts and format 1 stored: the operation's
+    fields (`protocol`, `target`, schemas, mappings, `execution_config`, `format`) beside the binding's
+    (`tool_name`, `title`, `tool_description`, `annotations`, `translations`) and the ids.
+
+    Keys a draft may hold beyond these (samples, import metadata, keys the runtime never read) are left
+    out, as they always were; null means "not given"."""
+    where = where or f"tool {spec.get('tool_name')!r}"
+    data = _known(spec, RuntimeTool)
+    for ids in ("workspace_id", "agent_id", "operation_id"):
+        data.setdefault(ids, "")  # tools built outside a registry (tests, one-off checks) have none
+    data["target"] = _known(spec.get("target"), Target)
+    rules = spec.get("input_mapping") or []
+    data["input_mapping"] = [_known_rule(rule) for rule in rules] if isinstance(rules, list) else rules
+    data["output_mapping"] = spec.get("output_mapping") or {}
+    data["execution_config"] = _flat_execution(spec.get("execution_config"))
+    data["annotations"] = _known(spec.get("annotations") or {}, ToolHints)  # unknown hints were never sent
+    data["translations"] = spec.get("translations") or {}
+    return _validated(RuntimeTool, data, where, renamed=_FLAT_NAMES)
+
+
+def _from_format_1(data: JSONObject, where: str) -> RuntimeView:
+    """Format 1: `{"workspace", "agent", "tools"}`, each tool in the flat form of `tool_from_spec`."""
+    tools = data.get("tools") or []
+    if not isinstance(tools, list):
+        raise ConfigurationError(f"{where}: tools must be a list")
+    workspace, agent = _known(data.get("workspace"), WorkspaceInfo), _known(data.get("agent"), AgentInfo)
+    if isinstance(workspace, dict) and workspace.get("default_language") is None:
+        workspace.pop("default_language", None)
+    return _validated(
+        RuntimeView,
+        {
+            "workspace": workspace,
+            "agent": agent,
+            "tools": [tool_from_spec(tool, where=f"{where}, tool {_name(tool)!r}") for tool in tools],
+        },
+        where,
+    )
+
+
+# The flat form's names for the places `ExecutionConfig` groups, so a message names what the author wrote.
+_FLAT_NAMES = {
+    "execution_config.confirmation.required": "execution_config.confirmation",
+    "execution_config.confirmation.ttl": "execution_config.confirmation_ttl",
+}
+_FLAT_EXECUTION = ("timeout", "retries", "idempotent", "forward_headers", "auth", "idempotency")
+
+
+def _flat_execution(config: Any) -> Any:
+    """`execution_config` as drafts write it (and format 1 stored it) -> the shape of `ExecutionConfig`."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        return config  # the model says what is wrong
+    data = {key: config[key] for key in _FLAT_EXECUTION if config.get(key) is not None}
+    if not config.get("auth"):  # an empty auth object always meant "no credentials"
+        data.pop("auth", None)
+    else:
+        data["auth"] = _known(config["auth"], AuthConfig)
+    if "idempotency" in data:
+        data["idempotency"] = _known(data["idempotency"], IdempotencyConfig)
+    retries = data.get("retries")
+    if isinstance(retries, float) and retries >= 0:  # the adapter always took the whole part of a number
+        data["retries"] = int(retries)
+    confirmation = {"required": config.get("confirmation"), "ttl": config.get("confirmation_ttl")}
+    data["confirmation"] = {key: value for key, value in confirmation.items() if value is not None}
+    return data
+
+
+def _known(data: Any, model: type[BaseModel]) -> Any:
+    """`data` without the keys `model` does not know (by name or alias); anything but an object as it is."""
+    if not isinstance(data, dict):
+        return data
+    names = _names(model)
+    return {key: value for key, value in data.items() if key in names}
+
+
+@functools.cache
+def _names(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(model.model_fields) | {field.alias for field in model.model_fields.values() if field.alias}
+
+
+def _known_rule(rule: Any) -> Any:
+    if not isinstance(rule, dict):
+        return rule
+    return {key: rule[key] for key in ("from", "value", "template", "to") if key in rule}
+
+
+def _name(tool: Any) -> Any:
+    return tool.get("tool_name") if isinstance(tool, dict) else None
+
+
+def _validated(model: type[_M], data: Any, where: str, *, renamed: dict[str, str] | None = None) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            place = _place(error["loc"])
+            place = (renamed or {}).get(place, place)
+            # Tuples keep the models immutable; whoever wrote the JSON wrote a list.
+            message = error["msg"].replace("a valid tuple", "a valid list")
+            problems.append(f"{place}: {message}" if place else message)
+        raise ConfigurationError(f"{where}: {'; '.join(problems)}") from None
+
+
+def _place(loc: tuple[int | str, ...]) -> str:
+    """`input_mapping[0].to`; the union tags pydantic puts in the path (`from-rule`) are left out."""
+    place = ""
+    for part in loc:
+        if isinstance(part, int):
+            place += f"[{part}]"
+        elif part not in _RULE_TAGS.values():
+            place += f".{part}" if place else part
+    return place
