@@ -82,7 +82,7 @@ def load(target: str, tmp: str, stub: bool) -> tuple[Any, str, list[tuple[bytes,
         os.environ["BENCH_GATEWAY_DB"] = db
         app = gateway_crank.make_app()
         if stub:
-            stub_upstream(app.catalogs.client)
+            stub_upstream(app.source.client)
         return app, gateway_crank.PATH, [*headers, (b"authorization", f"Bearer {key}".encode())]
     if target == "proxy":
         from bench.apps import gateway_proxy

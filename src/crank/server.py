@@ -24,13 +24,13 @@ from starlette.routing import BaseRoute
 
 from crank.admin.api import AdminAPI
 from crank.gateway.client import UpstreamClient
-from crank.mcp.agent_source import AgentCatalogs
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
 from crank.registry import Registry, migrate, open_engine
 from crank.rpc import RPCApp
 from crank.settings import Settings
+from crank.sources.agents import AgentSource
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import StateStore, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics
@@ -102,7 +102,7 @@ class GatewayService:
     ) -> None:
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
-        self.catalogs = AgentCatalogs(
+        self.source = AgentSource(
             registry,
             client,
             poll_interval=poll_interval,
@@ -110,12 +110,13 @@ class GatewayService:
             metrics=self.metrics,
             state=state,
         )
-        self.catalogs.reload()
+        self.source.reload()
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
         endpoint = MCPEndpoint(
-            self.catalogs.provide,
+            self.source.provide,
             server_info=server_info or ServerInfo("crank-gateway"),
             cache_scope="private" if require_api_keys else "public",
+            authenticate=self.source.authenticate if require_api_keys else None,
         )
         self.endpoint = endpoint
 
@@ -125,7 +126,7 @@ class GatewayService:
         The hot path of every call, so no router: it cost about 8 % of a call's CPU (docs/benchmarks.md).
         """
         if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, startup=self.catalogs.ensure_watching, shutdown=self.catalogs.aclose)
+            await serve_lifespan(receive, send, startup=self.source.ensure_watching, shutdown=self.source.aclose)
             return
         path: str = scope.get("path", "")
         if path.startswith(_MCP_PREFIX):

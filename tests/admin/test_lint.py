@@ -12,9 +12,9 @@ from crank.admin.lint import DEFAULT_BUDGET, RULES, CatalogReport, Finding, cata
 from crank.demo import CATALOG
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
-from crank.mcp.agent_source import build_catalog
 from crank.mcp.catalog import estimate_tokens
 from crank.registry import Registry, RuntimeView, load_runtime
+from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
 UNUSED_CLIENT = UpstreamClient()  # building a catalog needs a client; nothing is sent

@@ -16,10 +16,10 @@ from crank.admin.actions import publish_agent
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
-from crank.mcp.agent_source import build_catalog
 from crank.mcp.formats import render
 from crank.registry import Registry
 from crank.server import GatewayService
+from crank.sources.agents import build_catalog
 from mcp import Client
 from tests.gateway import upstream
 

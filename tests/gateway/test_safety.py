@@ -20,10 +20,10 @@ from starlette.routing import Route
 from crank.admin.actions import check_runtime
 from crank.gateway.client import UpstreamClient
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
-from crank.mcp.agent_source import build_catalog
 from crank.registry import Registry
 from crank.registry.runtime import ConfirmationConfig, ExecutionConfig
 from crank.server import GatewayService
+from crank.sources.agents import build_catalog
 from crank.state import RedisStore, StateStore
 
 pytestmark = pytest.mark.anyio

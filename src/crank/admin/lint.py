@@ -69,10 +69,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from crank.exceptions import ConfigurationError
-from crank.mcp.agent_source import build_catalog
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.registry import Registry, RegistryNotFoundError
 from crank.registry.runtime import ExecutionConfig, OutputSpec, RuntimeTool, RuntimeView, ToolHints
+from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
 __all__ = [

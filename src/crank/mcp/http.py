@@ -55,7 +55,7 @@ from crank.wire.jsonrpc import (
     is_request_id,
     request_envelope_error,
 )
-from crank.wire.middleware import BodyLimitMiddleware, HostOriginMiddleware, jsonrpc_refusal
+from crank.wire.middleware import BearerAuthMiddleware, BodyLimitMiddleware, HostOriginMiddleware, jsonrpc_refusal
 from crank.wire.security import HostOriginPolicy
 
 __all__ = ["CatalogProvider", "MCPEndpoint"]
@@ -90,6 +90,9 @@ class MCPEndpoint:
         request_state_secret: signs the `requestState` of `InputRequired` results; give every replica the
             same one (default: a random secret per process).
         plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
+        authenticate: when given, every request needs `Authorization: Bearer <token>`; it receives the
+            token (None without one) and returns who calls, or None for 401 (`BearerAuthMiddleware`).
+            The provider finds what it returned in `scope["crank.auth"]`.
         debug: put exception details in error data. Never in production.
     """
 
@@ -109,6 +112,7 @@ class MCPEndpoint:
         ttl_ms: int = 0,
         request_state_secret: str | bytes | None = None,
         plain_http: bool = True,
+        authenticate: Callable[[str | None], Any] | None = None,
         debug: bool = False,
     ) -> None:
         # A fixed catalog skips the provider call on the hot path.
@@ -127,9 +131,12 @@ class MCPEndpoint:
         self.max_body_size = max_body_size
         self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
         self.plain_http = plain_http
-        # The checks wrap the endpoint: a request that reaches `_serve` passed Host/Origin and the body limit.
-        body_limit = BodyLimitMiddleware(self._serve, max_body_size, refusal=_refusal)
-        self._app: ASGIApp = HostOriginMiddleware(body_limit, self.policy)
+        # The checks wrap the endpoint, in this order: Host/Origin, credentials, then the body limit (the body
+        # of a request without credentials is never read). A request that reaches `_serve` passed them all.
+        app: ASGIApp = BodyLimitMiddleware(self._serve, max_body_size, refusal=_refusal)
+        if authenticate is not None:
+            app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE)
+        self._app: ASGIApp = HostOriginMiddleware(app, self.policy)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

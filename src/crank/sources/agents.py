@@ -1,6 +1,6 @@
 """Published gateway agents as a source of MCP tools, reloaded without restart.
 
-`AgentCatalogs` keeps one catalog per published agent, built from the registry's runtime view (a typed
+`AgentSource` keeps one catalog per published agent, built from the registry's runtime view (a typed
 `crank.registry.runtime.RuntimeView`, whatever format version stored it) and nothing else: drafts,
 samples and import metadata never reach it. A watcher polls the registry's generation and rebuilds
 what changed; the new set replaces the old one in a single assignment, so a `tools/list` page or a
@@ -30,8 +30,9 @@ from crank.schema import wrap_output
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
+from crank.wire.middleware import AUTH_SCOPE_KEY
 
-__all__ = ["AgentCatalogs", "build_catalog"]
+__all__ = ["AgentSource", "build_catalog"]
 
 logger = logging.getLogger("crank.gateway")
 _DIGEST_CACHE = 4096
@@ -131,7 +132,12 @@ def _settle_heap() -> None:
     gc.freeze()
 
 
-class AgentCatalogs:
+class AgentSource:
+    """The published agents of a registry as tools: one catalog per agent, reloaded without restart.
+
+    `provide` is its `CatalogProvider` (the agent of the request's path, for the key that
+    `authenticate` recognised); `crank.server.GatewayService` serves it."""
+
     def __init__(
         self,
         registry: Registry,
@@ -151,7 +157,7 @@ class AgentCatalogs:
         self.poll_interval = poll_interval
         self.require_keys = require_keys
         self._keys: dict[str, KeyScope] = {}
-        self._digests: dict[bytes, str] = {}  # Authorization header -> key digest, so a call hashes no key
+        self._digests: dict[str, str] = {}  # key -> its digest, so a call hashes no key it has seen
         self._catalogs: dict[tuple[str, str], tuple[int, Catalog]] = {}
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
@@ -210,7 +216,7 @@ class AgentCatalogs:
         self.ensure_watching()
         params = scope.get("path_params", {})
         workspace, agent = params.get("workspace", ""), params.get("agent", "")
-        key_scope = self._key_scope(scope) if self.require_keys else None
+        key_scope: KeyScope | None = scope.get(AUTH_SCOPE_KEY) if self.require_keys else None
         if self.require_keys and (key_scope is None or key_scope.workspace != workspace):
             raise CatalogUnauthorizedError(workspace)  # a key never opens another workspace, nor says what is there
         entry = self._catalogs.get((workspace, agent))
@@ -220,16 +226,13 @@ class AgentCatalogs:
             raise CatalogUnauthorizedError(agent)
         return entry[1]
 
-    def _key_scope(self, scope: Scope) -> KeyScope | None:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                digest = self._digests.get(value)
-                if digest is None:
-                    kind, _, token = value.decode("latin-1").partition(" ")
-                    if kind.lower() != "bearer" or not token.strip():
-                        return None
-                    if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
-                        self._digests.clear()
-                    digest = self._digests[value] = key_digest(token.strip())
-                return self._keys.get(digest)
-        return None
+    def authenticate(self, token: str | None) -> KeyScope | None:
+        """The scope of an API key, or None for no key or one this registry does not know (401)."""
+        if token is None:
+            return None
+        digest = self._digests.get(token)
+        if digest is None:
+            if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
+                self._digests.clear()
+            digest = self._digests[token] = key_digest(token)
+        return self._keys.get(digest)
