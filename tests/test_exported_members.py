@@ -12,6 +12,7 @@ import crank.rpc
 import crank.schema
 import crank.server
 import crank.settings
+import crank.sources
 import crank.telemetry
 import crank.wire
 
@@ -27,6 +28,7 @@ import crank.wire
         crank.schema,
         crank.server,
         crank.settings,
+        crank.sources,
         crank.telemetry,
         crank.wire,
     ],

@@ -338,7 +338,7 @@ def agent_bind(
     """Bind OPERATION_NAME as a tool of the agent (creating the agent if needed)."""
     from crank.admin.actions import bind_tool
     from crank.admin.models import BindingIn
-    from crank.registry import RegistryNotFoundError
+    from crank.exceptions import RegistryNotFoundError
 
     data = {"operation": operation_name, "tool_name": tool_name, "title": title, "description": description}
     binding = _validated(BindingIn, data).model_dump(exclude_none=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from crank.admin.actions import bind_tool, publish_agent, unbind_tool
-from crank.registry import Registry, RegistryNotFoundError
+from crank.exceptions import RegistryNotFoundError
+from crank.registry import Registry
 
 OPERATION = {
     "protocol": "http", "target": {"method": "GET", "url": "http://shop.test/books/{book_id}"},

@@ -8,8 +8,8 @@ import pytest
 
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.demo import CATALOG
-from crank.exceptions import ApplyError
-from crank.registry import Registry, RegistryError
+from crank.exceptions import ApplyError, RegistryError
+from crank.registry import Registry
 
 VARIABLES = {"CRANK_DEMO_API": "http://shop.test/api"}
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect
 
-from crank.registry import Registry, RegistryError, RuntimeView, migrate
+from crank.exceptions import RegistryError
+from crank.registry import Registry, RuntimeView, migrate
 
 OPERATION = {
     "protocol": "http",

@@ -78,12 +78,12 @@ async def test_callable_class_is_a_method(serve: Callable[..., str]) -> None:
     assert (await post(serve(app), call("add", {"a": 2})))["result"] == 3
 
 
-def recorder(app: RPCApp) -> list[tuple[str, str, bool]]:  # the events of app's methods
-    seen: list[tuple[str, str, bool]] = []
+def recorder(app: RPCApp) -> list[tuple[str, str]]:  # the events of app's methods
+    seen: list[tuple[str, str]] = []
     for name in ("request", "response", "error", "post_response"):
 
         async def handler(event: Event) -> None:
-            seen.append((event.name, event.method, event.cached))
+            seen.append((event.name, event.method))
 
         app.on(name)(handler)  # type: ignore[arg-type]
     return seen
@@ -99,10 +99,10 @@ async def test_events_for_a_call_an_error_and_a_cache_hit(serve: Callable[..., s
     await post(url, call("product.get", {"id": 1}))
     await asyncio.sleep(0.05)
     assert seen == [
-        ("request", "echo", False), ("response", "echo", False), ("post_response", "echo", False),
-        ("request", "product.get", False), ("error", "product.get", False),
-        ("request", "product.get", False), ("response", "product.get", False), ("post_response", "product.get", False),
-        ("request", "product.get", False),  # the cache hit: no response, no post_response
+        ("request", "echo"), ("response", "echo"), ("post_response", "echo"),
+        ("request", "product.get"), ("error", "product.get"),
+        ("request", "product.get"), ("response", "product.get"), ("post_response", "product.get"),
+        ("request", "product.get"),  # the cache hit: no response, no post_response
     ]  # fmt: skip
 
 

@@ -15,7 +15,8 @@ from crank.admin.documents import load_document
 from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtime
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
-from crank.registry import Registry, RegistryNotFoundError, RuntimeView, tool_name_of
+from crank.exceptions import RegistryNotFoundError
+from crank.registry import Registry, RuntimeView, tool_name_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 

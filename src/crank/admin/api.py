@@ -39,8 +39,8 @@ from crank.admin.models import (
     WorkspaceIn,
     problems,
 )
-from crank.exceptions import ConfigurationError
-from crank.registry import Registry, RegistryConflictError, RegistryNotFoundError
+from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
+from crank.registry import Registry
 from crank.types import JSONObject, Scope
 from crank.wire.middleware import BearerAuthMiddleware
 

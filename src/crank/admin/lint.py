@@ -68,9 +68,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from crank.exceptions import ConfigurationError
+from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.mcp.catalog import Catalog, estimate_tokens
-from crank.registry import Registry, RegistryNotFoundError
+from crank.registry import Registry
 from crank.registry.runtime import ExecutionConfig, OutputSpec, RuntimeTool, RuntimeView, ToolHints
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject

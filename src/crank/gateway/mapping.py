@@ -35,7 +35,7 @@ from crank.exceptions import ConfigurationError, MappingError
 from crank.registry.runtime import ArgumentRule, ConstantRule, InputRule, OutputSpec
 from crank.wire.http import is_token
 
-__all__ = ["InputMapping", "OutputMapping", "RequestParts", "as_text"]
+__all__ = ["InputMapping", "OutputMapping", "RequestParts"]
 
 _PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
 _QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
@@ -139,21 +139,9 @@ def _put(parts: RequestParts, place: str, name: str | None, value: Any) -> None:
     elif place == "header":
         assert name is not None
         if value is not None:  # as in the query: a missing optional value leaves the header out
-            parts.headers[name] = as_text(value)
+            parts.headers[name] = _json.as_text(value)
     else:
         getattr(parts, place)[name] = value
-
-
-def as_text(value: Any) -> str:
-    """A JSON value as it goes into a path, query or header: booleans as `true`/`false` (as JSON writes
-    them, not Python's `True`), objects and arrays as JSON, anything else as its string."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return _json.dumps(value).decode()
-    return str(value)
 
 
 class OutputMapping:

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from crank.exceptions import ConfigurationError
+from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryError, RegistryNotFoundError
 from crank.registry.models import Agent, AgentVersion, ApiKey, Operation, RegistryState, Workspace
 from crank.registry.runtime import (
     DEFAULT_LANGUAGE,
@@ -56,18 +56,6 @@ the binding may override); samples, import metadata and UI fields stay in the dr
 
 
 _Draft = TypeVar("_Draft", Operation, Agent)
-
-
-class RegistryError(ConfigurationError):
-    """A registry action that cannot be done; the message says what and where."""
-
-
-class RegistryNotFoundError(RegistryError):
-    """The workspace, operation, agent or version named does not exist."""
-
-
-class RegistryConflictError(RegistryError):
-    """The thing to create exists already."""
 
 
 def tool_name_of(binding: JSONObject) -> str:

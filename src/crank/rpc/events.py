@@ -31,7 +31,6 @@ class Event:
     params: dict[str, Any]
     result: Any = None
     error: BaseException | None = None
-    cached: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -57,7 +57,6 @@ class Call:
 @dataclass
 class Outcome:
     result: Any
-    cached: bool
 
 
 class Executor:
@@ -91,7 +90,7 @@ class Executor:
         kwargs = self._convert(call)
         key = (method.name, call.version, _json.dumps_sorted(call.params)) if method.cache_ttl else None
         if key is not None and (hit := self._cache.get(key)) is not None and hit[0] > time.monotonic():
-            return Outcome(hit[1], cached=True)
+            return Outcome(hit[1])
         if method.lock:
             async with self._locks.setdefault(method.name, asyncio.Lock()):
                 result = await self._invoke(call, kwargs)
@@ -104,7 +103,7 @@ class Executor:
         if call.defer is not None and self.events.wants("post_response"):
             event = self._event("post_response", call, result=result)
             call.defer(lambda: self.events.emit(event))
-        return Outcome(result, cached=False)
+        return Outcome(result)
 
     def _convert(self, call: Call) -> dict[str, Any]:
         try:

@@ -3,7 +3,12 @@ into `crank.mcp.Tool`s and offers a `CatalogProvider` (`provide(scope) -> Catalo
 `MCPEndpoint` in front of each, the same way for both:
 
 - `crank.sources.rpc`: the methods of an `RPCApp` (`RPCSource`, `MCPConfig`);
-- `crank.sources.agents`: the published agents of a registry (`AgentSource`).
+- `crank.sources.agents`: the published agents of a registry (`AgentSource`, `build_catalog`).
 """
 
 from __future__ import annotations
+
+from crank.sources.agents import AgentSource, build_catalog
+from crank.sources.rpc import MCPConfig, RPCSource, is_published
+
+__all__ = ["AgentSource", "MCPConfig", "RPCSource", "build_catalog", "is_published"]

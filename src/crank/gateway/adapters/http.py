@@ -25,7 +25,7 @@ from crank.exceptions import (
 )
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.client import UpstreamClient, UpstreamResponse, parse_upstream_url
-from crank.gateway.mapping import RequestParts, as_text
+from crank.gateway.mapping import RequestParts
 from crank.registry.runtime import DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
@@ -161,7 +161,7 @@ def _query_items(query: dict[str, Any]) -> list[tuple[str, str]]:
     for key, value in query.items():
         for item in value if isinstance(value, list) else [value]:
             if item is not None:
-                items.append((key, as_text(item)))
+                items.append((key, _json.as_text(item)))
     return items
 
 
@@ -185,7 +185,7 @@ def _checked_url(url: str, *, where: str) -> str:
 def _path_segment(name: str, value: Any) -> str:
     """One percent-encoded path segment. `.` and `..` are refused: a server would resolve them and reach
     another endpoint with this operation's credentials."""
-    text = as_text(value)
+    text = _json.as_text(value)
     if text in ("", ".", ".."):
         raise MappingError(f"path parameter {name!r} may not be {text!r}", recoverable=True,
                            suggested_action=f"Pass the real value of {name!r}.")  # fmt: skip
