@@ -115,6 +115,11 @@ async def test_api_keys_open_only_their_workspace_and_agents(registry: Registry,
             assert response.headers["www-authenticate"] == 'Bearer realm="crank"'
         unknown = await http.get(root + "/mcp/v1/acme/nobody/tools", headers={"Authorization": f"Bearer {everything}"})
         assert unknown.status_code == 404
+        # docs/gateway.md's table, as it is: another workspace's key learns nothing (401 whether or not the
+        # agent exists); a key limited to other agents of this workspace gets 404 for an agent that is not.
+        for agent, key, status in (("ghost", foreign, 401), ("ghost", elsewhere, 404)):
+            response = await http.get(f"{root}/mcp/v1/acme/{agent}/tools", headers={"Authorization": f"Bearer {key}"})
+            assert response.status_code == status, (agent, status)
         registry.revoke_api_key(everything)
         await asyncio.sleep(0.3)  # the revocation bumps the generation; the watcher reloads the keys
         revoked = await http.get(url + "/tools", headers={"Authorization": f"Bearer {everything}"})
