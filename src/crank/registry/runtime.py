@@ -32,6 +32,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from crank.exceptions import ConfigurationError
+from crank.schema import problems_of
 from crank.types import JSONObject, JSONValue
 
 __all__ = [
@@ -389,11 +390,11 @@ def _validated(model: type[_M], data: Any, where: str, *, renamed: dict[str, str
         return model.model_validate(data)
     except ValidationError as exc:
         problems = []
-        for error in exc.errors(include_url=False):
-            place = _place(error["loc"])
+        for problem in problems_of(exc):
+            place = _place(problem.loc)
             place = (renamed or {}).get(place, place)
             # Tuples keep the models immutable; whoever wrote the JSON wrote a list.
-            message = error["msg"].replace("a valid tuple", "a valid list")
+            message = problem.message.replace("a valid tuple", "a valid list")
             problems.append(f"{place}: {message}" if place else message)
         raise ConfigurationError(f"{where}: {'; '.join(problems)}") from None
 

@@ -33,7 +33,7 @@ from crank.exceptions import (
 )
 from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
-from crank.schema import DatetimeFormat, json_path
+from crank.schema import DatetimeFormat, Problem, json_path, problems_of
 
 __all__ = ["Call", "Executor", "Outcome", "error_data", "error_wire"]
 
@@ -109,7 +109,7 @@ class Executor:
         try:
             model = call.method.schemas.params_model.model_validate(call.params)
         except pydantic.ValidationError as exc:
-            violations = [Violation(_input_path(error, call.params), error["msg"]) for error in exc.errors()]
+            violations = [Violation(_input_path(problem, call.params), problem.message) for problem in problems_of(exc)]
             raise ParamsValidationError(call.method.name, violations) from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
@@ -145,10 +145,10 @@ class Executor:
         return Event(name, call.method.name, call.version, call.source, call.request_id, call.params, result, error)
 
 
-def _input_path(error: Any, params: dict[str, Any]) -> str:
+def _input_path(problem: Problem, params: dict[str, Any]) -> str:
     """The JSON path of the offending value in the params. pydantic's `loc` also names the union member or
     validator that failed (`("when", "date")` for `when: date | int`): those steps are not in the input."""
-    loc = error["loc"]
+    loc = problem.loc
     value: Any = params
     path: list[str | int] = []
     for index, part in enumerate(loc):
@@ -156,7 +156,7 @@ def _input_path(error: Any, params: dict[str, Any]) -> str:
             value = value[part]
         elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
             value = value[part]
-        elif not (error["type"] == "missing" and index == len(loc) - 1):
+        elif not (problem.type == "missing" and index == len(loc) - 1):
             continue  # a union member's or validator's name
         path.append(part)
     return json_path(path)

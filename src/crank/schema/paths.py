@@ -14,11 +14,13 @@ __all__ = ["Problem", "json_path", "problems_of"]
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One thing wrong with a validated value: where (`loc`, keys and indexes), what, and the value found."""
+    """One thing wrong with a validated value: where (`loc`, keys and indexes), what, the value found, and
+    pydantic's error type (`missing`, `int_parsing`, ...)."""
 
     loc: tuple[str | int, ...]
     message: str
     input: Any = None
+    type: str = ""
 
     @property
     def path(self) -> str:
@@ -39,8 +41,8 @@ class Problem:
 def problems_of(error: ValidationError) -> list[Problem]:
     """Every problem of a pydantic error, with pydantic's "Value error, " prefix taken off."""
     return [
-        Problem(tuple(item["loc"]), item["msg"].removeprefix("Value error, "), item.get("input"))
-        for item in error.errors()
+        Problem(tuple(item["loc"]), item["msg"].removeprefix("Value error, "), item.get("input"), item["type"])
+        for item in error.errors(include_url=False)
     ]
 
 
