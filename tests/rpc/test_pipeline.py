@@ -12,7 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from crank.exceptions import ConfigurationError
 from crank.rpc import Event, RPCApp
+from crank.server import RPCService
 from mcp import Client
 from tests.rpc.apps import make_app
 
@@ -39,6 +41,47 @@ async def test_cached_call_does_not_run_the_method(serve: Callable[..., str]) ->
     assert ran.calls.count(("product.get", 5)) == 1
     await post(url, call("product.get", {"id": 6}))
     assert ran.calls.count(("product.get", 6)) == 1
+
+
+def squares(cache_size: int, ttl: float) -> tuple[RPCApp, list[int]]:
+    rpc = RPCApp(cache_size=cache_size)
+    runs: list[int] = []
+
+    @rpc.method("square", cache=ttl)
+    def square(n: int) -> int:
+        runs.append(n)
+        return n * n
+
+    return rpc, runs
+
+
+async def test_the_result_cache_keeps_the_most_recently_used_results_within_its_size(
+    serve: Callable[..., str],
+) -> None:
+    rpc, runs = squares(cache_size=3, ttl=600)
+    url = serve(RPCService(rpc))
+    for n in (1, 2, 3, 1):  # 1 is a hit, and now the most recently used
+        await post(url, call("square", {"n": n}))
+    assert runs == [1, 2, 3]
+    await post(url, call("square", {"n": 4}))  # full: the least recently used (2) makes room
+    await post(url, call("square", {"n": 1}))
+    await post(url, call("square", {"n": 2}))
+    assert runs == [1, 2, 3, 4, 2]
+    assert len(rpc.executor._cache) == 3
+
+
+async def test_a_cached_result_expires_at_its_ttl(serve: Callable[..., str]) -> None:
+    rpc, runs = squares(cache_size=10, ttl=0.2)
+    url = serve(RPCService(rpc))
+    await post(url, call("square", {"n": 1}))
+    await asyncio.sleep(0.3)
+    await post(url, call("square", {"n": 1}))
+    assert runs == [1, 1]
+
+
+def test_the_cache_size_must_be_positive() -> None:
+    with pytest.raises(ConfigurationError, match="cache_size"):
+        RPCApp(cache_size=0)
 
 
 async def test_locked_method_never_overlaps(serve: Callable[..., str]) -> None:

@@ -33,7 +33,7 @@ from crank.exceptions import ConfigurationError
 from crank.rpc.auth import BearerTokenRoles, RoleResolver
 from crank.rpc.endpoint import JSONRPCEndpoint
 from crank.rpc.events import EventName, Events, Handler
-from crank.rpc.executor import Executor
+from crank.rpc.executor import DEFAULT_CACHE_SIZE, Executor
 from crank.rpc.method import MCP, Method, RateLimit
 from crank.rpc.openrpc import build_openrpc
 from crank.schema import DatetimeFormat, describe_method
@@ -54,6 +54,8 @@ class RPCApp:
         datetime_format: "date-time" (ISO strings) or "timestamp" (integer seconds) for datetimes.
         roles: how a request's roles are found: a mapping of bearer tokens to roles (the built-in verifier),
             or any `RoleResolver`; without it no caller has a role.
+        cache_size: the most results the in-process cache of `cache=` methods keeps; the least recently used
+            go first when it is full, and each leaves at its method's TTL anyway.
         debug: put file, line and trace in error data. Never in production.
     """
 
@@ -66,6 +68,7 @@ class RPCApp:
         rpc_path: str = "/rpc",
         datetime_format: DatetimeFormat = "date-time",
         roles: RoleResolver | Mapping[str, Iterable[str]] | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
         debug: bool = False,
     ) -> None:
         if not versions:
@@ -77,7 +80,7 @@ class RPCApp:
         self.datetime_format: DatetimeFormat = datetime_format
         self.debug = debug
         self.events = Events()
-        self.executor = Executor(self.events, datetime_format=datetime_format, debug=debug)
+        self.executor = Executor(self.events, datetime_format=datetime_format, cache_size=cache_size, debug=debug)
         self.logger = logging.getLogger("crank.rpc")
         self._roles = BearerTokenRoles(roles) if isinstance(roles, Mapping) else roles
         self._methods: dict[str, dict[str, Method]] = {version: {} for version in self.versions}

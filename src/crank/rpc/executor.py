@@ -15,15 +15,17 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import pydantic
+from cachetools import TLRUCache
 from pydantic_core import to_jsonable_python
 from starlette.concurrency import run_in_threadpool
 
 from crank import _json
 from crank.exceptions import (
     AccessDeniedError,
+    ConfigurationError,
     InternalError,
     InvalidParamsError,
     ParamsValidationError,
@@ -35,7 +37,7 @@ from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
 from crank.schema import DatetimeFormat, Problem, json_path, problems_of
 
-__all__ = ["Call", "Executor", "Outcome", "error_data", "error_wire"]
+__all__ = ["DEFAULT_CACHE_SIZE", "Call", "Executor", "Outcome", "error_data", "error_wire"]
 
 logger = logging.getLogger("crank.rpc")
 
@@ -59,12 +61,29 @@ class Outcome:
     result: Any
 
 
+DEFAULT_CACHE_SIZE: Final = 10_000
+"""The most results the in-process cache keeps (every cached method together)."""
+
+
 class Executor:
-    def __init__(self, events: Events, *, datetime_format: DatetimeFormat = "date-time", debug: bool = False) -> None:
+    def __init__(
+        self,
+        events: Events,
+        *,
+        datetime_format: DatetimeFormat = "date-time",
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        debug: bool = False,
+    ) -> None:
+        if cache_size < 1:
+            raise ConfigurationError(f"cache_size must be at least 1, got {cache_size}")
         self.events = events
         self.datetime_format = datetime_format
         self.debug = debug
-        self._cache: dict[tuple[str, str, bytes], tuple[float, Any]] = {}
+        # Bounded and expiring: a result leaves at its method's TTL, or earlier when the least recently used
+        # ones make room, so distinct arguments from callers cannot grow the process (one entry per key).
+        self._cache: TLRUCache[tuple[str, str, bytes], tuple[float, Any]] = TLRUCache(
+            maxsize=cache_size, ttu=_expiry, timer=time.monotonic
+        )
         self._locks: dict[str, asyncio.Lock] = {}
         self._windows: dict[str, tuple[float, int]] = {}
 
@@ -89,7 +108,7 @@ class Executor:
             await self.events.emit(self._event("request", call))
         kwargs = self._convert(call)
         key = (method.name, call.version, _json.dumps_sorted(call.params)) if method.cache_ttl else None
-        if key is not None and (hit := self._cache.get(key)) is not None and hit[0] > time.monotonic():
+        if key is not None and (hit := self._cache.get(key)) is not None:
             return Outcome(hit[1])
         if method.lock:
             async with self._locks.setdefault(method.name, asyncio.Lock()):
@@ -97,7 +116,7 @@ class Executor:
         else:
             result = await self._invoke(call, kwargs)
         if key is not None:
-            self._cache[key] = (time.monotonic() + (method.cache_ttl or 0), result)
+            self._cache[key] = (method.cache_ttl or 0.0, result)
         if self.events.wants("response"):
             await self.events.emit(self._event("response", call, result=result))
         if call.defer is not None and self.events.wants("post_response"):
@@ -143,6 +162,10 @@ class Executor:
 
     def _event(self, name: Any, call: Call, *, result: Any = None, error: BaseException | None = None) -> Event:
         return Event(name, call.method.name, call.version, call.source, call.request_id, call.params, result, error)
+
+
+def _expiry(key: Any, value: tuple[float, Any], now: float) -> float:
+    return now + value[0]
 
 
 def _input_path(problem: Problem, params: dict[str, Any]) -> str:
