@@ -49,7 +49,12 @@ def _registry() -> Any:
 
     settings = _settings()
     with _clear_errors():
-        engine = open_engine(settings.registry_url, pooled=False)
+        engine = open_engine(
+            settings.registry_url,
+            pooled=False,
+            connect_timeout=settings.database_connect_timeout,
+            statement_timeout=settings.database_statement_timeout,
+        )
         migrate(engine)
     return Registry(engine)
 

@@ -155,7 +155,11 @@ class CrankServer:
     def __init__(self, settings: Settings, *, registry: Registry | None = None) -> None:
         self.settings = settings
         if registry is None:
-            engine = open_engine(settings.registry_url)
+            engine = open_engine(
+                settings.registry_url,
+                connect_timeout=settings.database_connect_timeout,
+                statement_timeout=settings.database_statement_timeout,
+            )
             migrate(engine)
             registry = Registry(engine)
         self.registry = registry

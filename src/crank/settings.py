@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from crank.exceptions import SettingsError
+from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
 
 __all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
@@ -59,6 +60,12 @@ class Settings(BaseSettings):
     role: Role = Field("all", description="admin, mcp or all.")
     require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
+    database_connect_timeout: float = Field(
+        DEFAULT_CONNECT_TIMEOUT, gt=0, le=300, description="Seconds to open a registry connection."
+    )
+    database_statement_timeout: float = Field(
+        DEFAULT_STATEMENT_TIMEOUT, gt=0, le=3600, description="Seconds one registry statement may take."
+    )
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -6,26 +6,64 @@ chosen by a `postgresql+psycopg://` URL. Both run the same migrations.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.pool import NullPool
 
-__all__ = ["migrate", "open_engine"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_STATEMENT_TIMEOUT", "migrate", "open_engine"]
+
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+"""Seconds to open a registry connection (PostgreSQL), the server's answer to the handshake included."""
+DEFAULT_STATEMENT_TIMEOUT: Final = 15.0
+"""Seconds one statement may take: PostgreSQL cancels it, and a connection whose sent data goes unanswered
+that long is dropped (a network black hole); on SQLite, how long to wait for the write lock."""
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def open_engine(url: str, *, pooled: bool = True) -> Engine:
-    """`pooled=False` opens a connection per session and closes it after (no idle connections left open)."""
-    engine = create_engine(url, pool_pre_ping=True) if pooled else create_engine(url, poolclass=NullPool)
+def open_engine(
+    url: str,
+    *,
+    pooled: bool = True,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+) -> Engine:
+    """`pooled=False` opens a connection per session and closes it after (no idle connections left open).
+
+    Every connection has the two timeouts: a registry that stops answering makes a request fail (and
+    `/readyz` say so) instead of hanging it."""
+    connect_args = _timeouts(make_url(url).get_backend_name(), connect_timeout, statement_timeout)
+    if pooled:
+        engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    else:
+        engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _timeouts(backend: str, connect_timeout: float, statement_timeout: float) -> dict[str, Any]:
+    if backend == "sqlite":
+        return {"timeout": statement_timeout}  # the driver's wait for a lock held by another writer
+    milliseconds = max(1, round(statement_timeout * 1000))
+    return {
+        "connect_timeout": max(1, math.ceil(connect_timeout)),  # libpq counts whole seconds, at least 1 (0 = never)
+        "options": f"-c statement_timeout={milliseconds}",
+        # A black hole answers nothing, not even a refusal: without these, a request waits on the socket for
+        # as long as the kernel retransmits (15 minutes and more). Data unacknowledged for longer than a
+        # statement may take, or an idle connection whose peer stopped answering probes, is dropped.
+        "tcp_user_timeout": milliseconds + 5000,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
 
 
 def _sqlite_pragmas(connection: Any, record: Any) -> None:
