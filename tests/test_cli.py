@@ -105,6 +105,13 @@ def test_admin_commands_import_bind_publish_and_roll_back(runner: CliRunner) -> 
     assert "now serves version 1" in run("rollback", "shop", "desk", "1")
     assert run("versions", "shop", "desk").splitlines()[0].startswith("* 1")
     assert run("key", "create", "shop", "--agent", "desk").startswith("crk_")
+    (listed,) = run("key", "list", "shop").splitlines()
+    key_id, _, agents = listed.split()
+    assert agents == "desk" and "crk_" not in listed
+    assert run("key", "delete", "shop", key_id) == "revoked\n"
+    assert run("key", "list", "shop") == ""
+    gone = runner.invoke(main, ["key", "delete", "shop", key_id])
+    assert gone.exit_code == 1 and key_id in gone.output and "Traceback" not in gone.output
 
 
 def test_admin_commands_fail_clearly(runner: CliRunner, tmp_path: Path) -> None:

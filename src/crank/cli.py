@@ -423,14 +423,37 @@ def key() -> None:
 def key_create(workspace: str, agents: tuple[str, ...]) -> None:
     """Create a key (printed once; only its digest is stored)."""
     with _clear_errors():
-        click.echo(_registry().create_api_key(workspace, agents or None))
+        info, key = _registry().issue_api_key(workspace, agents or None)
+    click.echo(key)
+    click.echo(f"id {info.id} (for `crank key delete {workspace} {info.id}`)", err=True)
 
 
 @key.command("revoke")
 @click.argument("api_key")
 def key_revoke(api_key: str) -> None:
+    """Revoke a key you have (by the key itself)."""
     with _clear_errors():
         _registry().revoke_api_key(api_key)
+    click.echo("revoked")
+
+
+@key.command("list")
+@click.argument("workspace")
+def key_list(workspace: str) -> None:
+    """List a workspace's keys: ids, agents and dates (never the keys)."""
+    with _clear_errors():
+        infos = _registry().api_key_infos(workspace)
+    for info in infos:
+        click.echo(f"{info.id}  {info.created_at}  {','.join(info.agents) if info.agents is not None else '*'}")
+
+
+@key.command("delete")
+@click.argument("workspace")
+@click.argument("key_id")
+def key_delete(workspace: str, key_id: str) -> None:
+    """Revoke a key by its id (from `crank key list`), as the admin API's DELETE does."""
+    with _clear_errors():
+        _registry().delete_api_key(workspace, key_id)
     click.echo("revoked")
 
 

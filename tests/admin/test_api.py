@@ -175,3 +175,35 @@ async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "not served in time"
         await asyncio.sleep(0.02)
+
+
+async def test_an_api_key_is_listed_without_its_secret_and_deleted_by_id(
+    admin: Admin, registry: Registry, serve: Callable[..., str]
+) -> None:
+    await admin("PUT", "/workspaces/shop", {"name": "Shop"})
+    created = await admin("POST", "/workspaces/shop/api-keys", {"agents": ["desk"]}, status=201)
+    other = await admin("POST", "/workspaces/shop/api-keys", {}, status=201)
+    listed = (await admin("GET", "/workspaces/shop/api-keys"))["api_keys"]
+    assert [(k["id"], k["agents"]) for k in listed] == [(created["id"], ["desk"]), (other["id"], None)]
+    assert created["key"] not in str(listed) and other["key"] not in str(listed)
+
+    gateway = serve(GatewayService(registry, poll_interval=0.05))
+    probe = gateway + "/mcp/v1/shop/desk/tools"
+    async with httpx.AsyncClient() as http:
+        before = await http.get(probe, headers={"Authorization": f"Bearer {created['key']}"})
+        assert before.status_code == 404  # the key is accepted; the agent is not published
+        await admin("DELETE", f"/workspaces/shop/api-keys/{created['id']}", status=204)
+        await _until_status(http, probe, created["key"], 401)
+        kept = await http.get(probe, headers={"Authorization": f"Bearer {other['key']}"})
+        assert kept.status_code == 404
+    again = await admin("DELETE", f"/workspaces/shop/api-keys/{created['id']}", status=404)
+    assert created["id"] in again["error"]["message"]
+    assert [k["id"] for k in (await admin("GET", "/workspaces/shop/api-keys"))["api_keys"]] == [other["id"]]
+
+
+async def _until_status(http: httpx.AsyncClient, url: str, key: str, status: int) -> None:
+    for _ in range(200):
+        if (await http.get(url, headers={"Authorization": f"Bearer {key}"})).status_code == status:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} never answered {status}")

@@ -242,8 +242,16 @@ def rollback(api: AdminAPI, request: Request, body: RollbackIn) -> Any:
 
 
 def create_api_key(api: AdminAPI, request: Request, body: ApiKeyIn) -> Any:
-    key = api.registry.create_api_key(_path(request, "workspace"), body.agents)
-    return {"key": key, "note": "Shown once: only its digest is stored."}
+    info, key = api.registry.issue_api_key(_path(request, "workspace"), body.agents)
+    return {"key": key, **asdict(info), "note": "Shown once: only its digest is stored."}
+
+
+def list_api_keys(api: AdminAPI, request: Request, body: None) -> Any:
+    return {"api_keys": [asdict(info) for info in api.registry.api_key_infos(_path(request, "workspace"))]}
+
+
+def delete_api_key(api: AdminAPI, request: Request, body: None) -> Any:
+    api.registry.delete_api_key(_path(request, "workspace"), _path(request, "key"))
 
 
 def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
@@ -285,6 +293,8 @@ ENDPOINTS = (
     _Endpoint("GET", _AGENT + "/versions", "List published versions", list_versions),
     _Endpoint("POST", _AGENT + "/rollback", "Serve an earlier version again", rollback, RollbackIn),
     _Endpoint("POST", _WS + "/api-keys", "Create an API key (shown once)", create_api_key, ApiKeyIn, status=201),
+    _Endpoint("GET", _WS + "/api-keys", "List API keys (ids and scopes, never the keys)", list_api_keys),
+    _Endpoint("DELETE", _WS + "/api-keys/{key}", "Revoke an API key by its id", delete_api_key, status=204),
     _Endpoint("POST", "/apply", "Apply a declarative catalog (JSON or YAML)", apply, CatalogFile),
 )
 

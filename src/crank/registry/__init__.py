@@ -7,6 +7,7 @@ from crank.registry.database import migrate, open_engine
 from crank.registry.runtime import FORMAT_VERSION, RuntimeTool, RuntimeView, load_runtime, tool_from_spec
 from crank.registry.service import (
     AgentDraft,
+    ApiKeyInfo,
     KeyScope,
     PublishedAgent,
     Registry,
@@ -18,6 +19,7 @@ from crank.registry.service import (
 __all__ = [
     "FORMAT_VERSION",
     "AgentDraft",
+    "ApiKeyInfo",
     "KeyScope",
     "PublishedAgent",
     "Registry",

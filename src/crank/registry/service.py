@@ -37,12 +37,10 @@ from crank.types import JSONObject
 __all__ = [
     "RUNTIME_OPERATION_FIELDS",
     "AgentDraft",
+    "ApiKeyInfo",
     "KeyScope",
     "PublishedAgent",
     "Registry",
-    "RegistryConflictError",
-    "RegistryError",
-    "RegistryNotFoundError",
     "VersionInfo",
     "key_digest",
     "tool_name_of",
@@ -76,6 +74,16 @@ class KeyScope:
 
     def allows(self, workspace: str, agent: str) -> bool:
         return workspace == self.workspace and (self.agents is None or agent in self.agents)
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo:
+    """What the registry can tell of a key without the key itself (it keeps only a digest)."""
+
+    id: str
+    workspace: str
+    agents: list[str] | None
+    created_at: str
 
 
 @dataclass(frozen=True)
@@ -313,13 +321,38 @@ class Registry:
 
     def create_api_key(self, workspace: str, agents: Iterable[str] | None = None) -> str:
         """A new key for the workspace (optionally only some agents). Shown once: only its digest is kept."""
+        return self.issue_api_key(workspace, agents)[1]
+
+    def issue_api_key(self, workspace: str, agents: Iterable[str] | None = None) -> tuple[ApiKeyInfo, str]:
+        """A new key and what the registry will know of it (its id names it in `api_key_infos` and
+        `delete_api_key`)."""
         key = "crk_" + secrets.token_urlsafe(32)
         with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             scope = {"agents": sorted(agents)} if agents is not None else None
-            session.add(ApiKey(workspace_id=ws.id, digest=key_digest(key), agents=scope))
+            row = ApiKey(workspace_id=ws.id, digest=key_digest(key), agents=scope)
+            session.add(row)
+            session.flush()
+            info = _key_info(row, workspace)
             self._bump(session)
-        return key
+        return info, key
+
+    def api_key_infos(self, workspace: str) -> list[ApiKeyInfo]:
+        """The workspace's keys, oldest first (ids, scopes and dates; never a key)."""
+        with Session(self.engine) as session:
+            ws = self._workspace(session, workspace)
+            rows = session.scalars(select(ApiKey).filter_by(workspace_id=ws.id).order_by(ApiKey.created_at))
+            return [_key_info(row, workspace) for row in rows]
+
+    def delete_api_key(self, workspace: str, key_id: str) -> None:
+        """Revoke a key by its id; replicas stop accepting it when they reload (like a publish)."""
+        with Session(self._writer) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            row = session.scalar(select(ApiKey).filter_by(workspace_id=ws.id, id=key_id))
+            if row is None:
+                raise RegistryNotFoundError(f"workspace {workspace!r} has no API key {key_id!r}")
+            session.delete(row)
+            self._bump(session)
 
     def revoke_api_key(self, key: str) -> None:
         with Session(self._writer) as session, session.begin():
@@ -439,6 +472,11 @@ def _same_view(served: Any, runtime: RuntimeView) -> bool:
         return load_runtime(served) == runtime
     except ConfigurationError:
         return False
+
+
+def _key_info(row: ApiKey, workspace: str) -> ApiKeyInfo:
+    agents = list(row.agents["agents"]) if row.agents is not None else None
+    return ApiKeyInfo(row.id, workspace, agents, row.created_at.isoformat())
 
 
 def _workspace_info(row: Workspace) -> JSONObject:
