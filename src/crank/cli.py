@@ -62,8 +62,10 @@ def _registry() -> Any:
 def _read_definition(path: str) -> Any:
     import yaml
 
+    from crank import _yaml
+
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return _yaml.load(Path(path).read_text())
     except OSError as exc:
         raise click.BadParameter(f"cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from crank import __version__, _json
+from crank import __version__, _json, _yaml
 from crank.admin.actions import bind_tool, import_operations, publish_agent, unbind_tool
 from crank.admin.apply import apply_catalog
 from crank.admin.documents import is_url
@@ -139,7 +139,7 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
     raw = await request.body()
     try:
         if "yaml" in request.headers.get("content-type", ""):
-            data = yaml.safe_load(raw)
+            data = _yaml.load(raw)
         else:
             data = _json.loads(raw) if raw else {}
     except (ValueError, yaml.YAMLError):

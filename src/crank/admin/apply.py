@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from crank import _yaml
 from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
 from crank.admin.documents import is_url, load_document
 from crank.admin.lint import Finding
@@ -47,7 +48,7 @@ def load_catalog_file(path: str | Path, *, variables: Mapping[str, str] | None =
     path = Path(path)
     lookup = {**os.environ, **(variables or {})}
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = _yaml.load(path.read_text())
     except OSError as exc:
         raise ApplyError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -38,14 +38,9 @@ import referencing
 import referencing.exceptions
 import yaml
 
-from crank import _json
+from crank import _json, _yaml
 from crank.exceptions import SpecError
 from crank.types import JSONObject
-
-try:
-    from yaml import CSafeLoader as _SafeLoader
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 __all__ = [
     "DESCRIPTION_LIMIT",
@@ -156,42 +151,17 @@ def parse_document(text: str, *, source: str = "document") -> JSONObject:
             value = _json.loads(text)
         except _json.JSONDecodeError as exc:
             try:
-                value = _load_yaml(text)  # a YAML flow mapping starts with "{" too
+                value = _yaml.load(text)  # a YAML flow mapping starts with "{" too
             except yaml.YAMLError:
                 raise SpecError(f"{source}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     else:
         try:
-            value = _load_yaml(text)
+            value = _yaml.load(text)
         except yaml.YAMLError as exc:
             raise SpecError(f"{source}: not valid YAML: {_yaml_problem(exc, text)}") from None
     if not isinstance(value, dict):
         raise SpecError(f"{source}: the top level is {_kind(value)}, not an object")
     return value
-
-
-class _Loader(_SafeLoader):
-    """YAML as JSON would read it: mapping keys are the strings written, timestamps stay strings."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)  # `<<` merge keys
-        mapping: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise yaml.constructor.ConstructorError(
-                    None, None, "a mapping key must be a plain value", key_node.start_mark
-                )
-            mapping[str(key_node.value)] = self.construct_object(value_node, deep=deep)
-        return mapping
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
 def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:

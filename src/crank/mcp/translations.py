@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from crank import _yaml
 from crank.exceptions import ConfigurationError
 
 __all__ = ["Layer", "Translations", "load_yaml_translations", "negotiate_language"]
@@ -113,7 +114,7 @@ def _layer(folder: Path, prefix: str) -> dict[str, dict[str, dict[str, str]]]:
 
 def _read(path: Path) -> dict[str, dict[str, str]]:
     try:
-        content: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        content: Any = _yaml.load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ConfigurationError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(content, dict):
