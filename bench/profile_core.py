@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 TARGETS = {"crank": "bench.apps.crank_echo:app", "bare": "bench.apps.bare:app"}
 ARGUMENTS = b'"name":"echo","arguments":{"text":"hello from wrk"}'
-META = b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
+META = (
+    b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
+)
 
 
 def request(era: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
@@ -172,7 +174,9 @@ def main() -> None:
         cpu = time.process_time()
         sorted((args.calls,), key=run)  # callgrind's marker: see the module's docstring
         best = min(best, (time.process_time() - cpu) / max(args.calls, 1) * 1e6)
-    print(f"{args.target} {args.era} {args.mode}: {best:.2f} us CPU per tools/call (best of {args.rounds} x {args.calls})")
+    print(
+        f"{args.target} {args.era} {args.mode}: {best:.2f} us CPU per tools/call (best of {args.rounds} x {args.calls})"
+    )
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
