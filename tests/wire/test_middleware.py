@@ -10,7 +10,13 @@ import pytest
 from crank import _json
 from crank.types import Receive, Scope, Send
 from crank.wire.asgi import read_body, send_response
-from crank.wire.middleware import AUTH_SCOPE_KEY, BearerAuthMiddleware, BodyLimitMiddleware, HostOriginMiddleware
+from crank.wire.middleware import (
+    AUTH_SCOPE_KEY,
+    BearerAuthMiddleware,
+    BodyLimitMiddleware,
+    HostOriginMiddleware,
+    RequestChecksMiddleware,
+)
 from crank.wire.security import HostOriginPolicy
 
 
@@ -82,3 +88,29 @@ def test_host_and_origin_are_checked_before_the_app(
 ) -> None:
     url = serve(HostOriginMiddleware(echo, HostOriginPolicy.build(None, (), ())))
     assert httpx.post(url, headers=headers).status_code == status
+
+
+@pytest.mark.parametrize(
+    ("headers", "content"),
+    [
+        ({}, b"x" * 100),
+        ({}, b"x" * 101),
+        ({}, _chunks(101, 50)),
+        ({"Host": "evil.example"}, b"x" * 101),  # Host/Origin is checked first
+        ({"Origin": "http://evil.example"}, b""),
+        ({"Origin": "http://localhost:1"}, b"x" * 10),
+    ],
+)
+def test_the_combined_checks_answer_as_the_two_wrappers_nested(
+    serve: Callable[..., str], headers: dict[str, str], content: bytes | Iterator[bytes]
+) -> None:
+    policy = HostOriginPolicy.build(None, (), ())
+    nested = serve(HostOriginMiddleware(BodyLimitMiddleware(echo, 100), policy))
+    combined = serve(RequestChecksMiddleware(echo, policy, 100))
+    body = content if isinstance(content, bytes) else b"".join(content)
+    answers = []
+    for url in (nested, combined):
+        sent = body if isinstance(content, bytes) else _chunks(len(body), 50)
+        response = httpx.post(url, headers=headers, content=sent)
+        answers.append((response.status_code, response.content))
+    assert answers[0] == answers[1]

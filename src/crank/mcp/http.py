@@ -55,7 +55,7 @@ from crank.wire.jsonrpc import (
     is_request_id,
     request_envelope_error,
 )
-from crank.wire.middleware import BearerAuthMiddleware, BodyLimitMiddleware, HostOriginMiddleware, jsonrpc_refusal
+from crank.wire.middleware import BearerAuthMiddleware, RequestChecksMiddleware, jsonrpc_refusal
 from crank.wire.security import HostOriginPolicy
 
 __all__ = ["CatalogProvider", "MCPEndpoint"]
@@ -68,6 +68,7 @@ CatalogProvider = Callable[[Scope], Awaitable[Catalog]]
 UNAUTHORIZED_MESSAGE = "A valid API key is required: Authorization: Bearer <key>"
 _ROUTING_HEADERS = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PLAIN_ROUTES = ("/tools", "/call")
+_ID_TYPES = (str, int)
 
 
 class _NotJSONError(Exception):
@@ -131,23 +132,27 @@ class MCPEndpoint:
         self.max_body_size = max_body_size
         self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
         self.plain_http = plain_http
-        # The checks wrap the endpoint, in this order: Host/Origin, credentials, then the body limit (the body
-        # of a request without credentials is never read). A request that reaches `_serve` passed them all.
-        app: ASGIApp = BodyLimitMiddleware(self._serve, max_body_size, refusal=_refusal)
+        # The checks wrap the endpoint: Host/Origin and the body limit in one wrapper (one pass over the headers;
+        # a body is refused by its declared length before anything reads it), then the credentials when the
+        # endpoint needs them. A request that reaches `_serve` passed them all.
+        app: ASGIApp = self._serve
         if authenticate is not None:
             app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE)
-        self._app: ASGIApp = HostOriginMiddleware(app, self.policy)
+        self._app: ASGIApp = RequestChecksMiddleware(app, self.policy, max_body_size, refusal=_refusal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-        elif scope["type"] == "http":
+        kind = scope["type"]
+        if kind == "http":
             await self._app(scope, receive, send)
+        elif kind == "lifespan":
+            await serve_lifespan(receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         after = start_after_response()
         headers, duplicated = read_headers(scope, _ROUTING_HEADERS)
-        route = _route(scope)
+        route: str = scope["path"]
+        if scope.get("root_path"):
+            route = _route(scope)
         method = scope["method"]
         try:
             if route in ("", "/"):
@@ -172,7 +177,7 @@ class MCPEndpoint:
                 [(b"www-authenticate", b'Bearer realm="crank"')],
             )
         except RequestTooLargeError:
-            raise  # answered by BodyLimitMiddleware, around this app
+            raise  # answered by RequestChecksMiddleware, around this app
         except Exception as exc:
             # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees
             # for the plain pair); the request id in its data is also in the log.
@@ -196,7 +201,7 @@ class MCPEndpoint:
         if not is_json_media_type(headers.get("content-type")):
             return _protocol_error(415, INVALID_REQUEST, "Content-Type must be application/json")
         try:
-            message = await _read_json(receive)
+            message = _parse_json(await read_body(receive))
         except _NotJSONError as bad:
             return _protocol_error(400, PARSE_ERROR, str(bad))
         if duplicated is not None:
@@ -271,7 +276,7 @@ class MCPEndpoint:
 
     async def _plain_call(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Exchange:
         try:
-            request = await _read_json(receive)
+            request = _parse_json(await read_body(receive))
         except _NotJSONError as bad:
             return _plain_error(400, PARSE_ERROR, str(bad))
         if not isinstance(request, dict) or not isinstance(request.get("name"), str):
@@ -343,10 +348,9 @@ def _plain_error_body(code: int, message: str, data: Any = None) -> bytes:
 
 def _is_plain_request(message: JSONObject) -> bool:
     """A well-formed request with an id: what `request_envelope_error` accepts, without building errors."""
-    request_id = message.get("id")
     params = message.get("params")
     return (
-        type(request_id) in (str, int)
+        type(message.get("id")) in _ID_TYPES
         and type(message.get("method")) is str
         and message.get("jsonrpc") == "2.0"
         and (params is None or type(params) is dict)
@@ -360,8 +364,7 @@ def _format_query(scope: Scope) -> str | None:
     return dict(parse_qsl(query.decode("latin-1"))).get("format")
 
 
-async def _read_json(receive: Receive) -> Any:
-    body = await read_body(receive)
+def _parse_json(body: bytes) -> Any:
     try:
         return _json.loads(body)
     except _json.JSONDecodeError:

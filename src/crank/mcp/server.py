@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -102,7 +102,7 @@ class Exchange:
 
     status: int
     body: bytes | None
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    headers: Sequence[tuple[bytes, bytes]] = ()
 
 
 class MCPServer:
@@ -144,7 +144,22 @@ class MCPServer:
             if method not in (_MODERN_METHODS if modern else _LEGACY_METHODS):
                 raise MethodNotFoundError(f"Method not found: {method}")
             if method == "tools/call":
-                result = await self._call(params, version, catalog, info)
+                # The call is awaited here, not in a helper coroutine: one await level less per call.
+                entry, arguments, context, result_format = self._prepare_call(params, version, catalog, info)
+                try:
+                    result = await call_tool(
+                        entry,
+                        arguments,
+                        context,
+                        result_format=result_format,
+                        invalid_arguments=self.invalid_arguments,
+                        debug=self.debug,
+                        on_input_required=self._input_required if modern else None,
+                        observer=catalog.observer,
+                    )
+                except ArgumentsRejectedError as exc:
+                    data = {"violations": [violation.to_wire() for violation in exc.violations]}
+                    raise InvalidParamsError(str(exc), data=data) from None
             elif method == "tools/list":
                 return self._list(request_id, params, modern, catalog, info)
             else:
@@ -180,9 +195,13 @@ class MCPServer:
 
     def _era(self, method: str, params: JSONObject, headers: Mapping[str, str]) -> str:
         """The protocol version this request speaks; raises the protocol error that refuses it."""
-        if self._is_modern(params, headers) or method == "server/discover":
-            return _check_modern_envelope(method, params, headers)
         header_version = headers.get("mcp-protocol-version")
+        meta = params.get("_meta")  # `_is_modern`, with the header read once
+        modern = header_version in MODERN_PROTOCOL_VERSIONS or (
+            isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+        )
+        if modern or method == "server/discover":
+            return _check_modern_envelope(method, params, headers)
         if header_version is not None and header_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             raise RPCError(
                 f"Unsupported protocol version: {header_version}",
@@ -248,7 +267,10 @@ class MCPServer:
         body = b"".join((b'{"jsonrpc":"2.0","id":', _json.dumps(request_id), b',"result":{"tools":', rest))
         return Exchange(200, body, [(b"content-language", language.encode()), (b"vary", b"Accept-Language")])
 
-    async def _call(self, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo) -> JSONObject:
+    def _prepare_call(
+        self, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> tuple[CatalogEntry, JSONObject, CallContext, str]:
+        """What `tools/call` runs: the entry, its arguments, the call's context and the result format."""
         name = params.get("name")
         if not isinstance(name, str):
             raise InvalidParamsError("tools/call: params.name must be a string")
@@ -264,25 +286,10 @@ class MCPServer:
             result_format = self.result_format(info, entry.tool.format)
         except UnknownFormatError as exc:
             raise InvalidParamsError(str(exc)) from None
-        context = CallContext(tool_name=name, protocol_version=version, headers=info.headers, labels=catalog.labels)
-        on_input_required = None
+        context = CallContext(name, version, info.headers, labels=catalog.labels)
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
-            on_input_required = self._input_required
-        try:
-            return await call_tool(
-                entry,
-                arguments,
-                context,
-                result_format=result_format,
-                invalid_arguments=self.invalid_arguments,
-                debug=self.debug,
-                on_input_required=on_input_required,
-                observer=catalog.observer,
-            )
-        except ArgumentsRejectedError as exc:
-            data = {"violations": [violation.to_wire() for violation in exc.violations]}
-            raise InvalidParamsError(str(exc), data=data) from None
+        return entry, arguments, context, result_format
 
     def _modern_call_context(
         self, entry: CatalogEntry, params: JSONObject, arguments: JSONObject, context: CallContext

@@ -88,9 +88,8 @@ async def send_response(
     content_type: bytes | None = JSON_CONTENT_TYPE,
 ) -> None:
     """One whole response: status, `Content-Length`, `Content-Type` (unless None) and `headers`."""
-    head = [(b"content-length", str(len(body)).encode())]
-    if content_type is not None:
-        head.append((b"content-type", content_type))
+    length = (b"content-length", b"%d" % len(body))
+    head = [length] if content_type is None else [length, (b"content-type", content_type)]
     if headers:
         head.extend(headers)
     await send({"type": "http.response.start", "status": status, "headers": head})

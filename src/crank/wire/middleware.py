@@ -1,6 +1,9 @@
 """Request checks as ASGI wrappers around any app, the way Starlette's middleware and the official SDK's
 transport security do them: `Host`/`Origin` (DNS-rebinding protection), the body size limit, and bearer
 authentication. Each answers a refused request itself; the wrapped app sees only requests that passed.
+
+`RequestChecksMiddleware` is `HostOriginMiddleware` around `BodyLimitMiddleware` as one wrapper, with one
+pass over the headers and one await level: what an endpoint puts around itself on its hot path.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ __all__ = [
     "BearerAuthMiddleware",
     "BodyLimitMiddleware",
     "HostOriginMiddleware",
+    "RequestChecksMiddleware",
     "jsonrpc_refusal",
 ]
 
@@ -54,9 +58,13 @@ class HostOriginMiddleware:
                     origin = value.decode("latin-1")
             refused = self.policy.check(scope.get("server"), host, origin)
             if refused is not None:
-                await send_response(send, refused, _json.dumps({"error": "Forbidden host or origin"}))
+                await _refuse_host_or_origin(send, refused)
                 return
         await self.app(scope, receive, send)
+
+
+async def _refuse_host_or_origin(send: Send, status: int) -> None:
+    await send_response(send, status, _json.dumps({"error": "Forbidden host or origin"}))
 
 
 class BodyLimitMiddleware:
@@ -111,6 +119,49 @@ class BodyLimitMiddleware:
     async def _refuse(self, scope: Scope, send: Send) -> None:
         message = f"Request body exceeds {self.max_body_size} bytes"
         await send_response(send, 413, self.refusal(scope, 413, message))
+
+
+class RequestChecksMiddleware(BodyLimitMiddleware):
+    """`HostOriginMiddleware(BodyLimitMiddleware(app, max_body_size, refusal=refusal), policy)` in one wrapper:
+    the same answers, with the headers read in one pass and one await level less per request."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        policy: HostOriginPolicy,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        *,
+        refusal: Refusal = jsonrpc_refusal,
+    ) -> None:
+        super().__init__(app, max_body_size, refusal=refusal)
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = origin = declared = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value  # the last one, as HostOriginMiddleware reads it
+            elif name == b"origin":
+                origin = value
+            elif name == b"content-length" and declared is None:
+                declared = value  # the first one, as BodyLimitMiddleware reads it
+        refused = self.policy.check(
+            scope.get("server"),
+            None if host is None else host.decode("latin-1"),
+            None if origin is None else origin.decode("latin-1"),
+        )
+        if refused is not None:
+            await _refuse_host_or_origin(send, refused)
+        elif declared is None or not declared.isdigit():
+            await self._streamed(scope, receive, send)
+        elif int(declared) > self.max_body_size:
+            await self._refuse(scope, send)
+        else:
+            # The server frames the body by Content-Length: the app can never read more than declared.
+            await self.app(scope, receive, send)
 
 
 class BearerAuthMiddleware:
