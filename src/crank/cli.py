@@ -344,6 +344,7 @@ def agent_bind(
     binding = _validated(BindingIn, data).model_dump(exclude_none=True)
     registry = _registry()
     with _clear_errors():
+        registry.operation(workspace, operation_name)  # no such operation: refused before the agent is made
         try:
             registry.agent(workspace, slug)
         except RegistryNotFoundError:
