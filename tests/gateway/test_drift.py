@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,14 @@ from starlette.routing import Route
 from crank.admin.actions import bind_tool, import_operations, publish_agent
 from crank.admin.check import check_agent
 from crank.cli import main
-from crank.exceptions import RegistryNotFoundError
+from crank.exceptions import RegistryNotFoundError, RPCToolError, ToolError
 from crank.registry import Registry, migrate, open_engine
 from crank.server import GatewayService
 from mcp import Client
 from tests import realapis
+from tests.gateway import upstream
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 pytestmark = pytest.mark.anyio
 MODES = ["auto", "legacy"]
@@ -255,3 +259,82 @@ def test_check_reports_answers_that_drift_from_prism(sqlite_registry: Registry, 
     assert results["get_api"].status == "skipped" and "sample_arguments" in results["get_api"].message
     assert cli.exit_code == 1
     assert "drift    get_metrics: $.result.uptime_days: required property is missing" in cli.output
+
+
+def _tool_error_classes() -> list[type[ToolError]]:
+    found, stack = [], [ToolError]
+    while stack:
+        cls = stack.pop()
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+def test_no_structured_error_can_be_made_without_a_suggested_action() -> None:
+    for cls in _tool_error_classes():
+        assert cls.default_action.strip(), cls
+        if cls is not RPCToolError:
+            assert cls("failed").suggested_action == cls.default_action
+            assert cls("failed", suggested_action="").suggested_action == cls.default_action
+            assert cls("failed", suggested_action="Do this.").to_payload("r")["suggested_action"] == "Do this."
+
+    class Silent(ToolError):
+        default_action = " "
+
+    with pytest.raises(ValueError, match="non-empty suggested_action"):
+        Silent("failed")
+
+
+async def test_every_error_code_of_the_gateway_suggests_an_action(
+    sqlite_registry: Registry, serve: Callable[..., str]
+) -> None:
+    import anyio
+
+    async def slow(request: Request) -> Response:
+        await anyio.sleep(2)
+        return JSONResponse({})
+
+    base = serve(upstream.app)
+    slow_base = serve(Starlette(routes=[Route("/slow", slow)]))
+    sqlite_registry.create_workspace("acme", "Acme")
+    key = {"type": "object", "properties": {"id": {"type": "integer"}, "key": {"type": "string"}}, "required": ["id"]}
+    operations: dict[str, dict[str, Any]] = {
+        "get_user": {"protocol": "http", "target": {"url": base + "/users/{id}"}, "description": "A user.",
+                     "input_schema": key, "output_schema": {"type": "object", "required": ["missing"]}},
+        "update_user": {"protocol": "http", "target": {"method": "POST", "url": base + "/users"}, "description": "x",
+                        "input_schema": key, "execution_config": {"idempotency": {"argument": "key"}}},
+        "delete_user": {"protocol": "http", "target": {"method": "DELETE", "url": base + "/users/{id}"},
+                        "description": "x", "input_schema": key},
+        "broken": {"protocol": "http", "target": {"url": base + "/broken"}, "description": "x"},
+        "limited": {"protocol": "http", "target": {"url": base + "/limited"}, "description": "x"},
+        "html": {"protocol": "http", "target": {"url": base + "/html"}, "description": "x"},
+        "slow": {"protocol": "http", "target": {"url": slow_base + "/slow"}, "description": "x",
+                 "execution_config": {"timeout": 0.2}},
+        "mapped": {"protocol": "http", "target": {"url": base + "/users"}, "description": "x",
+                   "output_mapping": {"select": "items[0].name.nope()"}},
+        "secured": {"protocol": "http", "target": {"url": base + "/users"}, "description": "x",
+                    "execution_config": {"auth": {"type": "bearer", "secret": "env:DRIFT_TEST_UNSET_TOKEN"}}},
+    }  # fmt: skip
+    for name, spec in operations.items():
+        sqlite_registry.put_operation("acme", name, spec)
+    sqlite_registry.put_agent("acme", "desk", {"bindings": [{"operation": name} for name in operations]})
+    publish_agent(sqlite_registry, "acme", "desk")
+    url = serve(GatewayService(sqlite_registry, require_api_keys=False)) + "/mcp/v1/acme/desk"
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("get_user", {"id": "x"}), ("get_user", {"id": 1}), ("get_user", {"id": 404}),
+        ("delete_user", {"id": 1}), ("delete_user", {"id": 1, "_crank_confirmation_token": "forged"}),
+        ("update_user", {"id": 1, "key": "k1"}), ("update_user", {"id": 2, "key": "k1"}),
+        ("broken", {}), ("limited", {}), ("html", {}), ("slow", {}), ("mapped", {}), ("secured", {}),
+    ]  # fmt: skip
+    codes = {}
+    async with Client(url, mode="auto") as client:
+        for name, arguments in calls:
+            result = await client.call_tool(name, arguments)
+            if result.is_error:
+                error = _error(result)  # a non-empty suggested_action
+                codes[error["error_code"]] = error["error_class"]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \| `", (ROOT / "docs/safety.md").read_text(), re.MULTILINE))
+    # Produced elsewhere (a concurrent repeat, a repeat after a timeout, an unexpected exception):
+    # tests/gateway/test_safety.py and tests/mcp; their classes' defaults are checked above.
+    elsewhere = {"idempotency_in_progress", "idempotency_outcome_unknown", "internal_error"}
+    assert set(codes) == documented - elsewhere
