@@ -31,19 +31,28 @@ ANSWER: dict[str, Any] = {
 _USER_SCHEMA = {"type": "object", "properties": {"login": {"type": "string"}, "id": {"type": "integer"},
                 "type": {"type": "string"}, "site_admin": {"type": "boolean"}, "html_url": {"type": "string"}},
                 "required": ["login", "id"]}  # fmt: skip
+_LABEL_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+                 "color": {"type": "string"}, "default": {"type": "boolean"}}}  # fmt: skip
 SCHEMA = {
     "type": "object",
     "properties": {
-        "id": {"type": "integer"}, "number": {"type": "integer"},
-        "state": {"type": "string", "enum": ["open", "closed"]}, "title": {"type": "string"}, "body": {"type": ["string", "null"]}, "user": _USER_SCHEMA,
-        "labels": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"},
-                   "name": {"type": "string"}, "color": {"type": "string"}, "default": {"type": "boolean"}}}},
-        "assignees": {"type": "array", "items": _USER_SCHEMA}, "comments": {"type": "integer"},
-        "locked": {"type": "boolean"}, "created_at": {"type": "string", "format": "date-time"},
-        "updated_at": {"type": "string"}, "closed_at": {"type": ["string", "null"]}, "url": {"type": "string"},
+        "id": {"type": "integer"},
+        "number": {"type": "integer"},
+        "state": {"type": "string", "enum": ["open", "closed"]},
+        "title": {"type": "string"},
+        "body": {"type": ["string", "null"]},
+        "user": _USER_SCHEMA,
+        "labels": {"type": "array", "items": _LABEL_SCHEMA},
+        "assignees": {"type": "array", "items": _USER_SCHEMA},
+        "comments": {"type": "integer"},
+        "locked": {"type": "boolean"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "updated_at": {"type": "string"},
+        "closed_at": {"type": ["string", "null"]},
+        "url": {"type": "string"},
     },
     "required": ["id", "number", "state", "title", "user"],
-}  # fmt: skip
+}
 
 
 async def _answer(arguments: dict[str, Any], context: CallContext) -> Any:
