@@ -351,6 +351,7 @@ def agent_bind(
     binding = _validated(BindingIn, data).model_dump(exclude_none=True)
     registry = _registry()
     with _clear_errors():
+        registry.operation(workspace, operation_name)  # no such operation: refused before the agent is made
         try:
             registry.agent(workspace, slug)
         except RegistryNotFoundError:
@@ -557,6 +558,27 @@ def catalog(workspace: str) -> None:
                 click.echo(f"  {tokens:6d}  {name}")
     if broken:
         raise click.ClickException(f"{broken} agent(s) cannot be built")
+
+
+@main.command()
+@click.argument("workspace")
+@click.argument("agent_slug")
+def check(workspace: str, agent_slug: str) -> None:
+    """Call the agent's read-only tools (or each operation's sample_arguments) against the real upstreams and
+    report answers that drift from the output schema (drafts: the next publish). Exit code 1 on any drift
+    or error."""
+    import asyncio
+
+    from crank.admin.check import check_agent
+
+    registry = _registry()
+    with _clear_errors():
+        results = asyncio.run(check_agent(registry, workspace, agent_slug))
+    for result in results:
+        click.echo(str(result))
+    failed = sum(result.status in ("drift", "error") for result in results)
+    if failed:
+        raise click.ClickException(f"{failed} tool(s) drifted or failed")
 
 
 if __name__ == "__main__":  # python -m crank.cli

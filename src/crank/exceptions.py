@@ -39,12 +39,16 @@ CrankError
     ├── ExternalServiceError        the upstream service failed or refused (class `external_service`)
     ├── ConfirmationError           a destructive call without (or with a wrong) confirmation token
     ├── IdempotencyError            an idempotency key reused with other arguments, or still in flight
+    ├── OutputValidationError       an answer that fails the tool's published outputSchema (class `output_validation`)
+    ├── ToolConfigurationError      a secret the tool needs is missing on this server (class `configuration`)
     ├── RPCToolError                an rpc method's `RPCError` as a tool error (class `rpc`)
     └── InternalRuntimeError        anything unexpected (class `internal_runtime`)
 ```
 
 Every `ToolError` carries the structured fields of DESIGN.md: `error_code`, `message`,
-`recoverable`, `suggested_action`, and its class; the MCP layer adds the `request_id`.
+`recoverable`, `suggested_action`, and its class; the MCP layer adds the `request_id`. A
+`suggested_action` is never empty: each class has a `default_action`, used when none is given, and a
+class whose default is blank cannot be raised (`ValueError` when it is constructed).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ __all__ = [
     "MappingError",
     "MethodNotFoundError",
     "NotFoundError",
+    "OutputValidationError",
     "ParamsValidationError",
     "ParseError",
     "RPCError",
@@ -89,6 +94,7 @@ __all__ = [
     "SchemaValidationError",
     "SettingsError",
     "SpecError",
+    "ToolConfigurationError",
     "ToolError",
     "UnknownFormatError",
     "UpstreamConnectionError",
@@ -317,6 +323,11 @@ class ToolError(CrankError):
 
     error_class: ClassVar[str] = "tool"
     default_code: ClassVar[str] = "tool_error"
+    default_action: ClassVar[str] = (
+        "Check the arguments against the tool's description and try again; if it keeps failing, report the "
+        "request_id to the operator."
+    )
+    """The `suggested_action` when the raiser gives none: every structured error tells the model what to do."""
     may_have_taken_effect: bool = True
     """Whether the upstream may have acted on the request (a timeout, say). Idempotency keeps the key of
     such a failure instead of releasing it for a retry; errors raised before anything was sent say False."""
@@ -334,7 +345,9 @@ class ToolError(CrankError):
         self.message = message
         self.error_code = error_code or self.default_code
         self.recoverable = recoverable
-        self.suggested_action = suggested_action
+        self.suggested_action: str = suggested_action or self.default_action
+        if not self.suggested_action.strip():
+            raise ValueError(f"{type(self).__name__}: a structured error needs a non-empty suggested_action")
         self.details = details
 
     def to_payload(self, request_id: str) -> dict[str, Any]:
@@ -355,23 +368,33 @@ class ToolError(CrankError):
 class SchemaValidationError(ToolError):
     error_class = "schema_validation"
     default_code = "invalid_arguments"
+    default_action = "Correct the arguments listed in details and call the tool again."
     may_have_taken_effect = False
 
 
 class MappingError(ToolError):
     error_class = "mapping"
     default_code = "mapping_error"
+    default_action = (
+        "Check the arguments against the tool's input schema and try again; if it keeps failing, report the "
+        "request_id to the operator."
+    )
     may_have_taken_effect = False
 
 
 class AdapterError(ToolError):
     error_class = "adapter"
     default_code = "adapter_error"
+    default_action = (
+        "The upstream's answer could not be used: retry later, and if it keeps failing, report the request_id "
+        "to the operator."
+    )
 
 
 class ExternalServiceError(ToolError):
     error_class = "external_service"
     default_code = "upstream_error"
+    default_action = "Retry later."
 
 
 class ConfirmationError(ToolError):
@@ -379,6 +402,7 @@ class ConfirmationError(ToolError):
 
     error_class = "confirmation"
     default_code = "confirmation_required"
+    default_action = "Make sure the user wants this, then repeat the call with the confirmation token in details."
     may_have_taken_effect = False
 
 
@@ -387,6 +411,34 @@ class IdempotencyError(ToolError):
 
     error_class = "idempotency"
     default_code = "idempotency_key_reused"
+    default_action = "Use a new idempotency key for a new request; reuse one only to repeat a call."
+    may_have_taken_effect = False
+
+
+class OutputValidationError(ToolError):
+    """The tool answered, but the answer fails the outputSchema it publishes; the client gets this error
+    instead of `structuredContent` it would have to refuse. `details.violations` has the JSON paths
+    (relative to `structuredContent`) and what each fails, never the values. The upstream was called, so
+    the call may have taken effect."""
+
+    error_class = "output_validation"
+    default_code = "output_schema_mismatch"
+    default_action = (
+        "The call may have taken effect: read the data back before repeating a change. Try other arguments "
+        "or another tool; if it keeps failing, report the request_id to the operator (the upstream's answers "
+        "no longer match this tool's output schema)."
+    )
+
+
+class ToolConfigurationError(ToolError):
+    """The tool cannot run on this server as configured: a secret reference of its operation does not
+    resolve here (an unset variable, an unreadable file). Nothing was sent upstream."""
+
+    error_class = "configuration"
+    default_code = "configuration_error"
+    default_action = (
+        "This tool is not set up on the server: tell the operator (with the request_id) and use other tools meanwhile."
+    )
     may_have_taken_effect = False
 
 
@@ -407,3 +459,4 @@ class RPCToolError(ToolError):
 class InternalRuntimeError(ToolError):
     error_class = "internal_runtime"
     default_code = "internal_error"
+    default_action = "Retry later; if it keeps failing, report the request_id to the operator."

@@ -4,7 +4,8 @@
 one API group at that path (the first API version) and at `<path>/<version>`.
 
 `GatewayService` serves every published agent of a registry at `/mcp/v1/{workspace}/{agent}` (with the
-plain pair below it), reloading published versions without restart, and its metrics at `/metrics`.
+plain pair below it), reloading published versions without restart, its metrics at `/metrics` and its
+readiness at `/readyz` (not ready while a served tool's secret does not resolve on this host).
 
 `CrankServer` is what `crank serve` runs: the gateway's roles (`mcp`, `admin` or `all`) in one app,
 from `Settings`.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
@@ -139,14 +141,26 @@ class GatewayService:
                 return
         if path == "/metrics" and scope["type"] == "http":
             response = Response(self.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+        elif path == "/readyz" and scope["type"] == "http":
+            response = await self.readiness()
         else:
             response = JSONResponse({"error": {"code": "not_found", "message": "no MCP endpoint here"}}, 404)
         await response(scope, receive, send)
 
+    async def readiness(self) -> Response:
+        """`/readyz`: 200 when every served tool's secret references resolve on this host, else 503 listing the
+        missing ones by workspace, agent and operation (references are names; values are never read out)."""
+        missing = self.source.missing_secrets()
+        if not missing:
+            return JSONResponse({"status": "ready"})
+        names = await run_in_threadpool(self.source.registry.operation_names)
+        listed = [entry.to_json(names.get(entry.operation_id)) for entry in missing]
+        return JSONResponse({"status": "not_ready", "missing_secrets": listed}, 503)
+
 
 class CrankServer:
     """`crank serve`: the admin API under `/admin/v1` (roles `admin`, `all`), the MCP endpoints under
-    `/mcp/v1` and `/metrics` (roles `mcp`, `all`), and `/healthz` in every role.
+    `/mcp/v1` and `/metrics` (roles `mcp`, `all`), and `/healthz` and `/readyz` in every role.
 
     Opens the registry of the settings (the SQLite file under the data folder by default) and brings
     its schema up to date before serving.
@@ -185,6 +199,8 @@ class CrankServer:
         path: str = scope.get("path", "")
         if path == "/healthz":
             await JSONResponse({"status": "ok", "role": self.settings.role})(scope, receive, send)
+        elif path == "/readyz" and self.gateway is None:  # the admin role calls no upstream
+            await JSONResponse({"status": "ready"})(scope, receive, send)
         elif self.admin is not None and path.startswith("/admin/"):
             await self.admin(scope, receive, send)
         elif self.gateway is not None:

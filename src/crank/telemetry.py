@@ -6,9 +6,11 @@ counters. `Metrics.observer(...)` gives a catalog the `CallObserver` that counts
     crank_tool_calls_total{workspace, agent, tool, outcome}            outcome: ok | error
     crank_tool_errors_total{workspace, agent, tool, error_class, error_code}
     crank_tool_call_duration_seconds{workspace, agent, tool}          histogram
+    crank_tool_output_mismatches_total{workspace, agent, tool}        answers that failed the outputSchema
 
 Failures are also logged (one line each, with the request id the client got); successes are logged
-only at debug level, so that the hot path does not format a log line per call.
+only at debug level, so that the hot path does not format a log line per call. An answer that failed
+the tool's outputSchema is logged at warning level with its violations' paths (never the values).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from crank import _json
-from crank.exceptions import ToolError
+from crank.exceptions import OutputValidationError, ToolError
 
 __all__ = ["METRICS_CONTENT_TYPE", "JSONLogFormatter", "Metrics", "configure_logging"]
 
@@ -43,6 +45,10 @@ class Metrics:
         self.errors = Counter(
             "crank_tool_errors", "Failed tool calls, by error class and code.",
             [*_LABELS, "error_class", "error_code"], registry=self.registry,
+        )  # fmt: skip
+        self.mismatches = Counter(
+            "crank_tool_output_mismatches", "Answers that failed the tool's published output schema.",
+            list(_LABELS), registry=self.registry,
         )  # fmt: skip
         self.latency = Histogram(
             "crank_tool_call_duration_seconds", "Time to answer a tool call, upstream included.",
@@ -67,11 +73,17 @@ class Metrics:
                 return
             self.calls.labels(workspace, agent, tool, "error").inc()
             self.errors.labels(workspace, agent, tool, error.error_class, error.error_code).inc()
-            logger.info(
-                "tool %s failed: %s (request_id=%s)", tool, error.error_code, request_id,
-                extra={**labels, "tool": tool, "request_id": request_id, "error_class": error.error_class,
-                       "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2)},
-            )  # fmt: skip
+            extra = {**labels, "tool": tool, "request_id": request_id, "error_class": error.error_class,
+                     "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2)}  # fmt: skip
+            if isinstance(error, OutputValidationError):
+                self.mismatches.labels(workspace, agent, tool).inc()
+                paths = [violation["path"] for violation in error.details["violations"]]
+                logger.warning(
+                    "tool %s answered outside its output schema at %s (request_id=%s)", tool, ", ".join(paths),
+                    request_id, extra={**extra, "paths": paths},
+                )  # fmt: skip
+                return
+            logger.info("tool %s failed: %s (request_id=%s)", tool, error.error_code, request_id, extra=extra)
 
         return observe
 

@@ -16,6 +16,7 @@ from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtim
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.exceptions import RegistryNotFoundError
+from crank.gateway.secrets import missing_secrets
 from crank.registry import Registry, RuntimeView, tool_name_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
@@ -26,6 +27,7 @@ __all__ = [
     "PublishReport",
     "bind_tool",
     "check_runtime",
+    "secret_findings",
     "import_operations",
     "imported_specs",
     "publish_agent",
@@ -67,11 +69,27 @@ class CheckAndLint:
     def __call__(self, runtime: RuntimeView) -> None:
         catalog = build_catalog(runtime)  # the check; the linter and the budget report reuse what it built
         slug = runtime.agent.slug
-        self.findings[slug] = lint_runtime(runtime, catalog=catalog)
+        self.findings[slug] = lint_runtime(runtime, catalog=catalog) + secret_findings(runtime)
         self.catalogs[slug] = catalog_report(runtime, catalog=catalog)
 
     def report(self, slug: str, version: int) -> PublishReport:
         return PublishReport(version, self.findings[slug], self.catalogs[slug])
+
+
+def secret_findings(runtime: RuntimeView) -> list[Finding]:
+    """A warning per secret reference that does not resolve on this host (a publish never blocks on it: the
+    admin host may not hold the upstreams' secrets; the serving replicas must, and `/readyz` says so)."""
+    return [
+        Finding(
+            missing.tool,
+            "unresolved-secret",
+            "warning",
+            f"secret {missing.reference} does not resolve on this host: {missing.problem}.",
+            "provide it on every host that serves this agent; until then its calls fail as configuration_error "
+            "and /readyz reports not ready.",
+        )  # fmt: skip
+        for missing in missing_secrets(runtime)
+    ]
 
 
 def publish_agent(registry: Registry, workspace: str, agent: str) -> PublishReport:
@@ -117,8 +135,10 @@ def import_operations(
 
 
 def bind_tool(registry: Registry, workspace: str, agent: str, binding: JSONObject) -> JSONObject:
-    """Add a binding to the agent's draft, or replace the one with the same tool name in its place."""
+    """Add a binding to the agent's draft, or replace the one with the same tool name in its place.
+    A binding to an operation the workspace does not have is refused (`RegistryNotFoundError`)."""
     tool_name = tool_name_of(binding)
+    registry.operation(workspace, str(binding.get("operation")))  # refused now, not at the next publish
 
     def edit(spec: JSONObject) -> JSONObject:
         bindings = list(spec.get("bindings", []))

@@ -38,6 +38,7 @@ from urllib.parse import SplitResult, quote, urlencode, urlsplit
 
 from crank.exceptions import UpstreamConnectionError, UpstreamTimeoutError
 from crank.gateway.connection import Connection, UpstreamResponse
+from crank.registry.runtime import DEFAULT_ACCEPT
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
 __all__ = [
@@ -51,7 +52,8 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 """The largest upstream answer read, after decompression (a model cannot use more; a gzip bomb cannot
 fill memory)."""
 
-_DEFAULT_HEADERS = {"accept": "Accept: */*\r\n", "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
+# JSON unless the caller says otherwise: an upstream that offers XML first answers `*/*` in XML.
+_DEFAULT_HEADERS = {"accept": f"Accept: {DEFAULT_ACCEPT}\r\n", "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
                     "user-agent": "User-Agent: crank\r\n"}  # fmt: skip
 _ALL_DEFAULT_HEADERS = "".join(_DEFAULT_HEADERS.values())
 _UNSAFE_TARGET = re.compile(r"[\x00-\x20\x7f]")  # a space or control character would end the request line

@@ -1,6 +1,9 @@
-"""One tool call: validate the arguments, run the invoker, shape the result or the error.
+"""One tool call: validate the arguments, run the invoker, shape the result, check it against the tool's
+outputSchema, or shape the error.
 
-Shared by MCP `tools/call` and the plain `POST <base>/call`, so both behave the same.
+Shared by MCP `tools/call` and the plain `POST <base>/call`, so both behave the same. No answer carries
+`structuredContent` that fails the published outputSchema: a client (the official SDK's raises on one)
+gets `output_schema_mismatch` with the paths instead.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from crank import _json
 from crank.exceptions import (
     ArgumentsRejectedError,
     InternalRuntimeError,
+    OutputValidationError,
     SchemaValidationError,
     ToolError,
     Violation,
@@ -23,6 +27,7 @@ from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired
 from crank.mcp.tools import CallContext, CallObserver, NotedResult, ToolResult
+from crank.mcp.validation import OutputValidator
 from crank.types import JSONObject
 
 __all__ = [
@@ -73,6 +78,11 @@ async def call_tool(
         else:
             result, error = _shaped(value, tool.name, tool.wrap_result, result_format, context, arguments,
                                     on_input_required)  # fmt: skip
+            checker = entry.output_validator
+            if checker is not None and result.get("isError") is False:
+                structured = result.get("structuredContent", _MISSING)
+                if structured is _MISSING or not checker.is_valid(structured):
+                    result, error = _mismatch(checker, structured, tool.name, context)
     if observer is not None:
         seconds = time.perf_counter() - started
         observer(tool.name, error, seconds, context.request_id if error is not None else None)
@@ -94,6 +104,25 @@ def _rejected(
         details=[violation.to_wire() for violation in violations],
     )
     return error_result(rejected, context.request_id), rejected
+
+
+_MISSING: Any = object()
+
+
+def _mismatch(
+    checker: OutputValidator, structured: Any, name: str, context: CallContext
+) -> tuple[JSONObject, ToolError]:
+    """The answer fails the published outputSchema: the paths (never the values) go to the client and, through
+    the observer, to the metrics and the log."""
+    if structured is _MISSING:
+        violations, more = [Violation("$", "structuredContent is missing")], False
+    else:
+        violations, more = checker.violations(structured)
+    details: JSONObject = {"violations": [violation.to_wire() for violation in violations]}
+    if more:
+        details["truncated"] = True
+    mismatch = OutputValidationError(f"The answer of tool {name!r} does not match its output schema.", details=details)
+    return error_result(mismatch, context.request_id), mismatch
 
 
 def _unexpected(exc: Exception, name: str, context: CallContext, debug: bool) -> tuple[JSONObject, ToolError]:

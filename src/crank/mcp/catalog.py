@@ -18,7 +18,7 @@ from crank.mcp.formats import check_format
 from crank.mcp.headers import HeaderParam, find_header_params
 from crank.mcp.tools import TOOL_NAME_PATTERN, CallObserver, Tool
 from crank.mcp.translations import Translations
-from crank.mcp.validation import ArgumentValidator
+from crank.mcp.validation import ArgumentValidator, OutputValidator
 from crank.types import JSONObject
 
 __all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "estimate_tokens"]
@@ -33,6 +33,8 @@ class CatalogEntry:
     validator: ArgumentValidator | None
     """None when the tool's invoker validates its own arguments (`Tool.validate_arguments`)."""
     header_params: tuple[HeaderParam, ...]
+    output_validator: OutputValidator | None = None
+    """Compiled from the tool's outputSchema (None when it has none): every answer is checked with it."""
 
 
 def estimate_tokens(entries: list[JSONObject]) -> int:
@@ -158,7 +160,8 @@ def _build_entries(tools: Iterable[Tool]) -> dict[str, CatalogEntry]:
             raise ConfigurationError(f"tool {tool.name!r}: plain_fields cannot replace {', '.join(clash)}")
         validator = ArgumentValidator(tool.input_schema, tool_name=tool.name)  # also checks the schema itself
         headers = find_header_params(tool.input_schema, tool_name=tool.name)
-        entries[tool.name] = CatalogEntry(tool, validator if tool.validate_arguments else None, headers)
+        output = OutputValidator(tool.output_schema, tool_name=tool.name) if tool.output_schema is not None else None
+        entries[tool.name] = CatalogEntry(tool, validator if tool.validate_arguments else None, headers, output)
     return entries
 
 

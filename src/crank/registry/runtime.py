@@ -11,7 +11,7 @@ mappings; the linter and the CLI).
         ├── output_mapping      OutputSpec: select, rename, max_items
         └── execution_config    ExecutionConfig: timeout, retries, idempotent, forward_headers,
                                 auth (AuthConfig), idempotency (IdempotencyConfig),
-                                confirmation (ConfirmationConfig)
+                                confirmation (ConfirmationConfig), accept, output_schema
 
 The models check shapes and types; rules that need the gateway's knowledge (URL and header grammar,
 secret folders, JMESPath, which headers may be forwarded) are checked where the version is compiled.
@@ -36,6 +36,7 @@ from crank.schema import problems_of
 from crank.types import JSONObject, JSONValue
 
 __all__ = [
+    "DEFAULT_ACCEPT",
     "DEFAULT_AUTH_HEADER",
     "DEFAULT_CONFIRMATION_TTL",
     "DEFAULT_HTTP_METHOD",
@@ -81,6 +82,8 @@ DEFAULT_IDEMPOTENCY_WINDOW: Final = 86_400.0
 """Seconds a key keeps its outcome: a repeat within a day gets the stored result."""
 DEFAULT_CONFIRMATION_TTL: Final = 300.0
 """Seconds a confirmation token stays valid: long enough to ask the user, short enough to be about this call."""
+DEFAULT_ACCEPT: Final = "application/json"
+"""The `Accept` header of upstream requests: an upstream that offers XML first still answers in JSON."""
 
 
 class _Model(BaseModel):
@@ -130,6 +133,12 @@ class ExecutionConfig(_Model):
     auth: AuthConfig | None = None
     idempotency: IdempotencyConfig | None = None
     confirmation: ConfirmationConfig = ConfirmationConfig()
+    accept: Annotated[str, Field(min_length=1)] = DEFAULT_ACCEPT
+    """The upstream request's `Accept` header (a vendor JSON type, say); the answer must still be JSON."""
+    output_schema: Literal["publish", "omit"] = "publish"
+    """`publish`: the tool publishes the operation's output schema and every answer is checked against it
+    (a mismatch is `output_schema_mismatch`). `omit`: no output schema, for upstreams whose answers are
+    too loose to promise one; answers pass as they come."""
 
 
 # -- mappings ----------------------------------------------------------------------------------------
@@ -338,7 +347,9 @@ _FLAT_NAMES = {
     "execution_config.confirmation.required": "execution_config.confirmation",
     "execution_config.confirmation.ttl": "execution_config.confirmation_ttl",
 }
-_FLAT_EXECUTION = ("timeout", "retries", "idempotent", "forward_headers", "auth", "idempotency")
+_FLAT_EXECUTION = (
+    "timeout", "retries", "idempotent", "forward_headers", "auth", "idempotency", "accept", "output_schema",
+)  # fmt: skip
 
 
 def _flat_execution(config: Any) -> Any:

@@ -156,6 +156,11 @@ class Registry:
             rows = session.scalars(select(Operation).filter_by(workspace_id=ws.id).order_by(Operation.name)).all()
             return {row.name: dict(row.spec) for row in rows}
 
+    def operation_names(self) -> dict[str, str]:
+        """Every operation's name by id, across workspaces (runtime views keep ids; reports show names)."""
+        with Session(self.engine) as session:
+            return {row[0]: row[1] for row in session.execute(select(Operation.id, Operation.name)).all()}
+
     def operation(self, workspace: str, name: str) -> JSONObject:
         with Session(self.engine) as session:
             return dict(self._operation(session, self._workspace(session, workspace), name).spec)

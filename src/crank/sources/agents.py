@@ -21,6 +21,7 @@ from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
+from crank.gateway.secrets import MissingSecret, missing_secrets
 from crank.mcp.catalog import Catalog
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
@@ -59,7 +60,8 @@ def build_catalog(
         name = spec.tool_name
         for language, texts in spec.translations.items():
             layer.setdefault(language, {})[name] = dict(texts)
-        output = spec.output_schema
+        # `omit`: a loose upstream's tool promises no output schema, so no answer of it can break a client.
+        output = spec.output_schema if spec.execution_config.output_schema == "publish" else None
         operation = RemoteOperation(spec, client, state=state, placement=placement)
         input_schema = spec.input_schema or {"type": "object", "additionalProperties": False}
         description = spec.tool_description
@@ -159,19 +161,23 @@ class AgentSource:
         self._keys: dict[str, KeyScope] = {}
         self._digests: dict[str, str] = {}  # key -> its digest, so a call hashes no key it has seen
         self._catalogs: dict[tuple[str, str], tuple[int, Catalog]] = {}
+        self._secret_views: dict[tuple[str, str], RuntimeView] = {}  # served views whose tools use secrets
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
 
     def reload(self) -> None:
         """Rebuild the catalogs whose published version changed; keep the rest as they are."""
         generation = self.registry.generation()
-        current = self._catalogs
+        current, current_views = self._catalogs, self._secret_views
         fresh: dict[tuple[str, str], tuple[int, Catalog]] = {}
+        views: dict[tuple[str, str], RuntimeView] = {}
         for published in self.registry.published():
             key = (published.workspace, published.agent)
             known = current.get(key)
             if known is not None and known[0] == published.version:
                 fresh[key] = known
+                if key in current_views:
+                    views[key] = current_views[key]
                 continue
             try:
                 fresh[key] = (published.version, self._build(published))
@@ -179,7 +185,16 @@ class AgentSource:
                 logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
                 if known is not None:
                     fresh[key] = known
+                    if key in current_views:
+                        views[key] = current_views[key]
+                continue
+            if any(tool.execution_config.auth is not None for tool in published.runtime.tools):
+                views[key] = published.runtime
+                for missing in missing_secrets(published.runtime):
+                    logger.warning("agent %s/%s tool %s: secret %s does not resolve: %s", missing.workspace,
+                                   missing.agent, missing.tool, missing.reference, missing.problem)  # fmt: skip
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
+        self._secret_views = views
         self._keys = self.registry.api_keys()
         self._generation = generation
         if self.freeze_heap:
@@ -189,6 +204,11 @@ class AgentSource:
         return build_catalog(
             published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state
         )
+
+    def missing_secrets(self) -> list[MissingSecret]:
+        """The secret references of served tools that do not resolve on this host now (checked on each
+        call: a secret file mounted later counts as soon as it is there)."""
+        return [missing for view in self._secret_views.values() for missing in missing_secrets(view)]
 
     async def watch(self) -> None:
         while True:

@@ -8,6 +8,7 @@ messages a model can act on; raw upstream bodies are never passed through beyond
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from crank.exceptions import (
     ConfigurationError,
     ExternalServiceError,
     MappingError,
+    ToolConfigurationError,
     UpstreamConnectionError,
     UpstreamTimeoutError,
     UpstreamTooLargeError,
@@ -26,11 +28,12 @@ from crank.exceptions import (
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.client import UpstreamClient, UpstreamResponse, parse_upstream_url
 from crank.gateway.mapping import RequestParts
-from crank.registry.runtime import DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
+from crank.registry.runtime import DEFAULT_ACCEPT, DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
 __all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
 
+logger = logging.getLogger("crank.gateway")
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _EXCERPT = 300
 
@@ -95,6 +98,8 @@ class HTTPAdapter(Adapter):
         self._auth = _auth(config.auth, where=where)
         self._auth_cache: dict[str, str] | None = None
         self._where = where
+        # The client already sends `Accept: application/json`; another value goes as a header of its own.
+        self._accept = {"Accept": config.accept} if config.accept != DEFAULT_ACCEPT else None
 
     def auth_headers(self) -> dict[str, str]:
         """The upstream credentials, read from their references on first use (on the serving process: a
@@ -104,7 +109,13 @@ class HTTPAdapter(Adapter):
                 self._auth_cache = {}
             else:
                 kind, name, reference = self._auth
-                secret = resolve_secret(reference, where=self._where)
+                try:
+                    secret = resolve_secret(reference, where=self._where)
+                except ConfigurationError as exc:  # the operator's to fix: a warning without a traceback
+                    logger.warning("%s", exc, extra={"secret_reference": reference})
+                    raise ToolConfigurationError(
+                        "The tool cannot call its upstream: a credential it needs is not configured on this server."
+                    ) from None
                 self._auth_cache = {"Authorization": f"Bearer {secret}"} if kind == "bearer" else {name: secret}
         return self._auth_cache
 
@@ -129,8 +140,9 @@ class HTTPAdapter(Adapter):
                                     "Retry in a minute.", applied=exc.sent) from None  # fmt: skip
                 continue
             except UpstreamTooLargeError:
-                raise AdapterError("The upstream's answer is too large to pass on.",
-                                   error_code="upstream_bad_response") from None  # fmt: skip
+                raise AdapterError("The upstream's answer is too large to pass on.", error_code="upstream_bad_response",
+                                   suggested_action="Narrow the request (filters, a smaller page) and try again.",
+                                   ) from None  # fmt: skip
             if response.status in _RETRY_STATUSES and not last:
                 continue
             return _decode(response)
@@ -145,6 +157,8 @@ class HTTPAdapter(Adapter):
             raise MappingError(f"no value for path parameter {missing!r}", recoverable=True,
                                suggested_action=f"Pass {missing!r}.")  # fmt: skip
         headers = {**parts.headers, **self.auth_headers()}
+        if self._accept is not None and not any(name.lower() == "accept" for name in headers):
+            headers = {**self._accept, **headers}  # a mapping's own Accept header wins
         for name, value in headers.items():
             if "\r" in value or "\n" in value:
                 raise MappingError(f"header {name!r} may not contain line breaks", recoverable=True)
@@ -227,7 +241,13 @@ def _decode(response: UpstreamResponse) -> Any:
     try:
         return response.json()
     except ValueError:
-        raise AdapterError("The upstream did not answer with JSON.", error_code="upstream_bad_response") from None
+        kind = trimmed(response.headers.get("content-type", "")) or "none"
+        raise AdapterError(
+            f"The upstream did not answer with JSON (Content-Type: {kind}).",
+            error_code="upstream_bad_response",
+            suggested_action="Retry later; if it keeps failing, report the request_id to the operator (the "
+            "operation's execution_config.accept may need to name the upstream's JSON type).",
+        ) from None
 
 
 def _excerpt(response: UpstreamResponse) -> str:
