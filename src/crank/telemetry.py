@@ -68,9 +68,10 @@ class Metrics:
             self.calls.labels(workspace, agent, tool, "error").inc()
             self.errors.labels(workspace, agent, tool, error.error_class, error.error_code).inc()
             logger.info(
-                "tool %s failed: %s (request_id=%s)", tool, error.error_code, request_id,
+                "tool %s failed: %s%s (request_id=%s)", tool, error.error_code, error.log_note(), request_id,
                 extra={**labels, "tool": tool, "request_id": request_id, "error_class": error.error_class,
-                       "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2)},
+                       "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2),
+                       **(error.log_context or {})},
             )  # fmt: skip
 
         return observe
@@ -80,7 +81,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+# uvicorn passes each message again as a `color_message` extra, with terminal colour codes, for its own
+# formatter: a JSON line is for machines, so that copy stays out.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class JSONLogFormatter(logging.Formatter):

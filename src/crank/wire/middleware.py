@@ -36,13 +36,20 @@ def jsonrpc_refusal(scope: Scope, status: int, message: str) -> bytes:
     return encode_error(None, InvalidRequestError(message))
 
 
+_HOST_ORIGIN_MESSAGES = {
+    421: "Misdirected request: this Host is not served here",
+    403: "Forbidden: this Origin is not allowed",
+}
+
+
 class HostOriginMiddleware:
     """DNS-rebinding protection (transports.mdx §Security Warning): a `Host` outside the policy is 421,
     a present `Origin` that the policy does not allow is 403."""
 
-    def __init__(self, app: ASGIApp, policy: HostOriginPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: HostOriginPolicy, *, refusal: Refusal | None = None) -> None:
         self.app = app
         self.policy = policy
+        self.refusal = refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -54,7 +61,11 @@ class HostOriginMiddleware:
                     origin = value.decode("latin-1")
             refused = self.policy.check(scope.get("server"), host, origin)
             if refused is not None:
-                await send_response(send, refused, _json.dumps({"error": "Forbidden host or origin"}))
+                if self.refusal is None:
+                    body = _json.dumps({"error": "Forbidden host or origin"})
+                else:
+                    body = self.refusal(scope, refused, _HOST_ORIGIN_MESSAGES[refused])
+                await send_response(send, refused, body)
                 return
         await self.app(scope, receive, send)
 
