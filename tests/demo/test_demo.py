@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from crank.cli import main
 from crank.demo import build_demo
-from tests.services import free_port
 from mcp import Client
+from tests.services import free_port
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 import crank
-
 from tests.mcp.apps import calls, make_endpoint
 from tests.mcp.wire import (
     JSON_HEADERS,
