@@ -15,7 +15,8 @@
     demo's catalog) and `service.openrpc.json` (tests/admin/specs/catalog.openrpc.json);
   - a command that starts a server (`make run`, `crank demo`, `crank serve`) runs alone, on a free port
     (`make run LISTEN=...`, `crank demo --listen ...`, `CRANK_LISTEN` for `crank serve`), with a home
-    folder of its own; it must answer HTTP and print its banner, then it is stopped.
+    folder of its own; it must answer HTTP and print its banner (the demo's MCP endpoint, or the
+    gateway's URLs on `http://HOST:PORT/`; an ASGI app prints none), then it is stopped.
 - ```` ```json ````, ```` ```yaml ````, ```` ```toml ````: parsed; the ones that are Crank's own files
   are loaded by Crank: a client configuration (`mcpServers`) is checked against what `crank demo`
   prints, a structured error against `ToolError.to_payload`, a catalog file is applied to a fresh
@@ -323,7 +324,7 @@ def run_server(command: str, work: Path, env: dict[str, str]) -> None:
     if command.startswith(("make run", "crank demo")):
         assert f"MCP endpoint:   http://{address}/mcp/v1/demo/bookshop" in printed, printed
     elif not re.match(r"crank serve\s+[\w.]+:\w+", command):
-        assert printed.startswith("crank "), printed  # the gateway's banner
+        assert f"http://{address}/" in printed, printed  # the gateway's banner names its URLs
 
 
 def _wait_for_http(url: str, process: subprocess.Popen[Any]) -> bool:
