@@ -1,7 +1,8 @@
 .PHONY: run test install lint bench
 
+# make run LISTEN=127.0.0.1:9000 serves the demo elsewhere (default 127.0.0.1:8000)
 run:
-	scripts/run
+	scripts/run $(if $(LISTEN),--listen $(LISTEN))
 
 test:
 	scripts/test

@@ -3,14 +3,18 @@ and settings errors."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
+import click
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -24,12 +28,12 @@ DEMO_SPEC = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
 
 
 @contextmanager
-def crank_process(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def crank_process(*args: str, env: dict[str, str] | None = None, stderr: IO[bytes] | None = None) -> Iterator[str]:
     """`crank ARGS` in a subprocess listening on a free port; yields its base URL once it answers."""
     port = free_port()
     environment = {**os.environ, **(env or {}), "CRANK_LISTEN": f"127.0.0.1:{port}"}
     server = subprocess.Popen([sys.executable, "-m", "crank.cli", *args], cwd=ROOT, env=environment,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                              stdout=subprocess.DEVNULL, stderr=stderr or subprocess.DEVNULL)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -192,3 +196,47 @@ def test_lint_and_catalog_report_a_broken_draft_and_go_on(runner: CliRunner, tmp
                          "Fix: fix what it names; a publish refuses it too."]  # fmt: skip
     assert lines[2].startswith("bookshop: about ") and len([line for line in lines if line.startswith("    ")]) == 6
     assert "cache: cannot be built" in lines and any(mistyped in line for line in lines)
+
+
+def _commands(group: click.Group, prefix: str = "crank") -> Iterator[tuple[str, click.Command]]:
+    for name, command in group.commands.items():
+        yield f"{prefix} {name}", command
+        if isinstance(command, click.Group):
+            yield from _commands(command, f"{prefix} {name}")
+
+
+def test_every_command_has_a_help_line() -> None:
+    commands = dict(_commands(main))
+    assert len(commands) > 25  # the walk reached the subgroups
+    missing = [name for name, command in commands.items() if not command.get_short_help_str(limit=100).strip()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("command", [["demo"], ["serve", "--role", "mcp"]])
+def test_a_busy_port_is_reported_before_any_banner(runner: CliRunner, command: list[str], tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        result = runner.invoke(main, [*command, "--listen", address, "--data-dir", str(tmp_path / "d")])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: cannot listen on {address}: the port is already in use.")
+    assert "--listen HOST:PORT" in result.output and "make run LISTEN=" in result.output
+    assert not (tmp_path / "d").exists()  # nothing was built before the port was checked
+
+
+def test_serve_takes_a_data_dir(tmp_path: Path) -> None:
+    with crank_process("serve", "--data-dir", str(tmp_path / "here")) as base:
+        assert httpx.get(base + "/healthz").json()["status"] == "ok"
+    assert (tmp_path / "here" / "registry.sqlite3").exists() and (tmp_path / "here" / "admin-token").exists()
+
+
+def test_json_log_lines_carry_no_colour_codes(tmp_path: Path) -> None:
+    log = tmp_path / "stderr.log"
+    env = {"CRANK_DATA_DIR": str(tmp_path), "CRANK_LOG_FORMAT": "json"}
+    with log.open("wb") as stderr, crank_process("serve", env=env, stderr=stderr):
+        pass  # started: uvicorn has logged its startup lines
+    lines = log.read_text().splitlines()
+    assert any("Started server process" in line for line in lines)
+    assert all(isinstance(json.loads(line), dict) for line in lines)
+    assert not [line for line in lines if "\x1b" in line or "\\u001b" in line]

@@ -87,23 +87,27 @@ def main(settings_file: str | None) -> None:
 @click.option("--role", type=click.Choice(["admin", "mcp", "all"]), default=None, help="Gateway role [all].")
 @click.option("--listen", default=None, help="host:port (default: CRANK_LISTEN or 127.0.0.1:8000).")
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
-def serve(app: str | None, role: str | None, listen: str | None, app_dir: str) -> None:
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of the SQLite registry and admin token [CRANK_DATA_DIR, ~/.local/share/crank].")  # fmt: skip
+def serve(app: str | None, role: str | None, listen: str | None, app_dir: str, data_dir: str | None) -> None:
     """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService."""
-    import uvicorn
-
     from crank.telemetry import configure_logging
+    from crank.wire.listen import bind_listener, serve_on
 
-    settings = _settings(role=role, listen=listen)
+    settings = _settings(role=role, listen=listen, data_dir=data_dir)
+    with _clear_errors():
+        sock = bind_listener(settings.host, settings.port)  # a busy port is reported before anything else
     configure_logging(settings.log_format, settings.log_level)
     if app is not None:
-        uvicorn.run(app, host=settings.host, port=settings.port, app_dir=app_dir, access_log=False, log_config=None)
+        sys.path.insert(0, app_dir)
+        serve_on(app, sock)
         return
     from crank.server import CrankServer
 
     with _clear_errors():
         server = CrankServer(settings)
     _announce(server, settings)
-    uvicorn.run(server, host=settings.host, port=settings.port, access_log=False, log_config=None)
+    serve_on(server, sock)
 
 
 def _announce(server: Any, settings: Any) -> None:
@@ -124,7 +128,9 @@ def _safe_url(url: str) -> str:
 
 @main.command()
 @click.option("--listen", default="127.0.0.1:8000", show_default=True, help="host:port to serve on.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Default: a fresh temporary one.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of the demo's registry, key and admin token, kept between starts "
+                   "(default: ~/.local/share/crank-demo).")  # fmt: skip
 def demo(listen: str, data_dir: str | None) -> None:
     """Serve the gateway with a demo workspace fronting the shipped demo REST API, and print how to connect."""
     from crank.demo import run_demo
@@ -171,6 +177,7 @@ def workspace() -> None:
 
 @workspace.command("list")
 def workspace_list() -> None:
+    """List the workspaces."""
     _echo_json(_registry().workspaces())
 
 
@@ -207,6 +214,7 @@ def operation() -> None:
 @operation.command("list")
 @click.argument("workspace")
 def operation_list(workspace: str) -> None:
+    """List a workspace's operation drafts: name, protocol, method and URL."""
     with _clear_errors():
         operations = _registry().operations(workspace)
     for name, spec in operations.items():
@@ -218,6 +226,7 @@ def operation_list(workspace: str) -> None:
 @click.argument("workspace")
 @click.argument("name")
 def operation_show(workspace: str, name: str) -> None:
+    """Print an operation draft as JSON."""
     with _clear_errors():
         _echo_json(_registry().operation(workspace, name))
 
@@ -240,6 +249,7 @@ def operation_put(workspace: str, name: str, file: str) -> None:
 @click.argument("workspace")
 @click.argument("name")
 def operation_delete(workspace: str, name: str) -> None:
+    """Delete an operation draft."""
     with _clear_errors():
         _registry().delete_operation(workspace, name)
     click.echo(f"operation {workspace}/{name} deleted")
@@ -306,6 +316,7 @@ def agent() -> None:
 @agent.command("list")
 @click.argument("workspace")
 def agent_list(workspace: str) -> None:
+    """List a workspace's agents."""
     with _clear_errors():
         _echo_json(_registry().agents(workspace))
 
@@ -314,6 +325,7 @@ def agent_list(workspace: str) -> None:
 @click.argument("workspace")
 @click.argument("slug")
 def agent_show(workspace: str, slug: str) -> None:
+    """Print an agent draft (description, bindings) as JSON."""
     with _clear_errors():
         _echo_json(_registry().agent(workspace, slug))
 
@@ -365,6 +377,7 @@ def agent_bind(
 @click.argument("slug")
 @click.argument("tool_name")
 def agent_unbind(workspace: str, slug: str, tool_name: str) -> None:
+    """Remove the tool TOOL_NAME from the agent's draft."""
     from crank.admin.actions import unbind_tool
 
     with _clear_errors():

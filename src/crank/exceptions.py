@@ -300,15 +300,19 @@ class UpstreamError(CrankError):
 class UpstreamTimeoutError(UpstreamError):
     """No answer within the operation's timeout."""
 
+    cause = "timeout"
+
 
 class UpstreamConnectionError(UpstreamError):
     """The upstream could not be reached (`sent` False: nothing left this process), or dropped the
     connection or answered with something that is not HTTP after the request was sent (`sent` True:
-    it may have acted on it)."""
+    it may have acted on it). `cause`, for the log: `refused`, `dns`, `tls`, `unreachable` (before
+    sending), `closed` or `invalid_answer` (after)."""
 
-    def __init__(self, reason: str, *, sent: bool) -> None:
+    def __init__(self, reason: str, *, sent: bool, cause: str | None = None) -> None:
         super().__init__(reason)
         self.sent = sent
+        self.cause = cause or ("closed" if sent else "unreachable")
 
 
 class UpstreamTooLargeError(UpstreamError):
@@ -331,6 +335,9 @@ class ToolError(CrankError):
     may_have_taken_effect: bool = True
     """Whether the upstream may have acted on the request (a timeout, say). Idempotency keeps the key of
     such a failure instead of releasing it for a retry; errors raised before anything was sent say False."""
+    log_context: dict[str, Any] | None = None
+    """What the operator's log line adds and the client never sees (an upstream failure's `cause` and
+    `origin`, say)."""
 
     def __init__(
         self,
@@ -349,6 +356,13 @@ class ToolError(CrankError):
         if not self.suggested_action.strip():
             raise ValueError(f"{type(self).__name__}: a structured error needs a non-empty suggested_action")
         self.details = details
+
+    def log_note(self) -> str:
+        """What a failed call's log message adds after the error code: ` (refused, http://host:port)`."""
+        context = self.log_context
+        if not context:
+            return ""
+        return " (" + ", ".join(str(context[key]) for key in ("cause", "origin", "detail") if context.get(key)) + ")"
 
     def to_payload(self, request_id: str) -> dict[str, Any]:
         """The structured error a client sees. Override to publish another shape."""

@@ -74,7 +74,8 @@ class Metrics:
             self.calls.labels(workspace, agent, tool, "error").inc()
             self.errors.labels(workspace, agent, tool, error.error_class, error.error_code).inc()
             extra = {**labels, "tool": tool, "request_id": request_id, "error_class": error.error_class,
-                     "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2)}  # fmt: skip
+                     "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2),
+                     **(error.log_context or {})}  # fmt: skip
             if isinstance(error, OutputValidationError):
                 self.mismatches.labels(workspace, agent, tool).inc()
                 paths = [violation["path"] for violation in error.details["violations"]]
@@ -83,7 +84,8 @@ class Metrics:
                     request_id, extra={**extra, "paths": paths},
                 )  # fmt: skip
                 return
-            logger.info("tool %s failed: %s (request_id=%s)", tool, error.error_code, request_id, extra=extra)
+            logger.info("tool %s failed: %s%s (request_id=%s)", tool, error.error_code, error.log_note(), request_id,
+                        extra=extra)  # fmt: skip
 
         return observe
 
@@ -92,7 +94,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+# uvicorn passes each message again as a `color_message` extra, with terminal colour codes, for its own
+# formatter: a JSON line is for machines, so that copy stays out.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class JSONLogFormatter(logging.Formatter):

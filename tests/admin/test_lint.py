@@ -230,7 +230,12 @@ def test_a_reference_cycle_ends() -> None:
     ("name", "schema", "reason"),
     [
         ("data", {"type": "object", "description": "The data."}, "is an object without properties"),
-        ("payload", {"type": "string", "description": "The order."}, "is JSON in a string"),
+        ("payload", {"type": "string"}, "is JSON in a string"),
+        (
+            "order",
+            {"type": "string", "description": "The order.", "contentMediaType": "application/json"},
+            "is JSON in a string",
+        ),
         ("filter", {"type": "string", "description": "A JSON filter."}, "is JSON in a string"),
         ("anything", {"description": "Whatever the API takes."}, "accepts any value"),
         ("tags", {"type": "array", "description": "Tags."}, "is a list of anything"),
@@ -253,6 +258,13 @@ def test_untyped_parameters_are_warnings(name: str, schema: JSONObject, reason: 
 )
 def test_typed_parameters_pass(schema: JSONObject) -> None:
     assert rules(with_inputs({"notes": schema})) == set()
+
+
+@pytest.mark.parametrize("name", ["body", "data", "payload"])
+def test_a_described_text_parameter_named_like_a_blob_is_not_json(name: str) -> None:
+    # GitHub's "create an issue": `body` is the issue's Markdown text.
+    schema = {"type": "string", "description": "The contents of the issue, in Markdown."}
+    assert rules(with_inputs({name: schema})) == set()
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ own OpenRPC output, called against Crank's example service on loopback."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,22 @@ def test_the_callers_document_is_not_changed() -> None:
     before = json.dumps(document, sort_keys=True)
     import_openrpc(document, url="http://rpc/")
     assert json.dumps(document, sort_keys=True) == before
+
+
+def test_an_openrpc_document_given_as_openapi_and_the_reverse_are_named() -> None:
+    from crank.admin.openapi import import_openapi
+
+    with pytest.raises(SpecError, match="this is an OpenRPC document, not OpenAPI: import it as openrpc"):
+        import_openapi(load("catalog.openrpc.json"))
+    with pytest.raises(SpecError, match="this is an OpenAPI document, not OpenRPC: import it as openapi"):
+        import_openrpc(load("petstore.yaml"))
+
+
+@pytest.mark.parametrize(("include", "shown"), [(["nothing*"], "include ['nothing*']"), (["!*"], "include ['!*']")])
+def test_a_filter_that_matches_nothing_says_so(include: list[str], shown: str) -> None:
+    from crank.admin.openapi import import_openapi
+
+    with pytest.raises(SpecError, match=rf"{re.escape(shown)} matched none of the document's 3 methods"):
+        import_openrpc(load("catalog.openrpc.json"), include=include)
+    with pytest.raises(SpecError, match=r"matched none of the document's \d+ operations .*'METHOD /path'"):
+        import_openapi(load("petstore.yaml"), include=include)

@@ -4,14 +4,20 @@ MCP client with the printed configuration."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from crank.cli import main
 from crank.demo import build_demo
 from mcp import Client
+from tests.services import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -52,3 +58,43 @@ def test_the_demo_ignores_a_deployments_environment(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("CRANK_SETTINGS_FILE", str(tmp_path / "missing.toml"))
     demo = build_demo("127.0.0.1:8123", tmp_path)
     assert demo.server.settings.registry_url == f"sqlite:///{tmp_path / 'registry.sqlite3'}"
+
+
+def start_demo(env: dict[str, str]) -> dict[str, str]:
+    """`crank demo` in a subprocess until its banner is printed; the banner's `Name: value` lines, and `cli`."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "crank.cli", "demo", "--listen", f"127.0.0.1:{port}"],
+                               env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    banner: dict[str, str] = {}
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            name, colon, value = line.partition(":")
+            if colon and line[0] != " ":
+                banner.setdefault(name.strip(), value.strip())
+            if "crank agent list demo" in line:
+                banner["cli"] = line.strip()
+                break
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+    return banner
+
+
+def test_the_demo_keeps_its_folder_and_key_and_says_how_to_point_the_cli_at_it(tmp_path: Path) -> None:
+    env = {"XDG_DATA_HOME": str(tmp_path), "CRANK_DATA_DIR": str(tmp_path / "elsewhere")}
+    first, second = start_demo(env), start_demo(env)
+    folder = tmp_path / "crank-demo"
+    assert first["API key"] == second["API key"] and first["API key"].startswith("crk_")
+    assert first["Data folder"].startswith(f"{folder} ") and (folder / "registry.sqlite3").exists()
+    assert first["cli"] == f"CRANK_DATA_DIR={folder} crank agent list demo"
+    result = CliRunner().invoke(main, ["agent", "list", "demo"], env={"CRANK_DATA_DIR": str(folder)})
+    assert result.exit_code == 0 and '"bookshop"' in result.output
+
+
+def test_a_demo_key_the_registry_no_longer_knows_is_replaced(tmp_path: Path) -> None:
+    first = build_demo("127.0.0.1:8123", tmp_path)
+    first.server.registry.revoke_api_key(first.api_key)
+    second = build_demo("127.0.0.1:8123", tmp_path)
+    assert second.api_key != first.api_key and (tmp_path / "demo-api-key").read_text().strip() == second.api_key
+    assert oct((tmp_path / "demo-api-key").stat().st_mode & 0o777) == "0o600"

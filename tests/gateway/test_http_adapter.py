@@ -3,6 +3,9 @@ shared, path segments that cannot climb, redirects and oversized answers as erro
 
 from __future__ import annotations
 
+import json
+import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,8 @@ from crank.exceptions import ConfigurationError, ExternalServiceError, MappingEr
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import RemoteOperation
 from crank.registry import tool_from_spec
+from crank.telemetry import JSONLogFormatter, Metrics
+from tests.services import free_port
 
 pytestmark = pytest.mark.anyio
 seen: list[dict[str, Any]] = []
@@ -38,6 +43,7 @@ upstream = Starlette(routes=[
     Route("/echo/{rest:path}", echo), Route("/set-cookie", set_cookie),
     Route("/moved", lambda request: RedirectResponse("/echo/x", status_code=302)),
     Route("/big", lambda request: JSONResponse({"blob": "x" * 5000})),
+    Route("/unavailable", lambda request: JSONResponse({"error": "maintenance"}, status_code=503)),
 ])  # fmt: skip
 
 
@@ -146,3 +152,29 @@ def test_the_method_is_checked_when_the_version_is_built() -> None:
     spec = {"tool_name": "t", "protocol": "http", "target": {"method": "GET /admin HTTP/1.1\r\nX:", "url": "http://u"}}
     with pytest.raises(ConfigurationError, match="is not an HTTP method"):
         RemoteOperation(tool_from_spec(spec), UNUSED)
+
+
+@pytest.mark.parametrize("cause", ["refused", "dns", "tls", "timeout", "http_503"])
+async def test_an_upstream_failure_is_logged_with_its_cause_and_origin(
+    base: str, client: UpstreamClient, cause: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    silent = socket.socket()  # listens, never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    port = base.rpartition(":")[2]
+    origin = {
+        "refused": f"http://127.0.0.1:{free_port()}",
+        "dns": "http://nothing.invalid",
+        "tls": f"https://localhost:{port}",  # a plain HTTP server
+        "timeout": f"http://127.0.0.1:{silent.getsockname()[1]}",
+        "http_503": base,
+    }[cause]
+    caplog.set_level(logging.INFO, logger="crank.calls")
+    with silent, pytest.raises(ExternalServiceError) as failed:
+        await operation(client, origin + "/unavailable", timeout=0.5 if cause == "timeout" else 10, retries=0).call({})
+    Metrics().observer("acme", "support")("t", failed.value, 0.01, "req-1")
+    (record,) = [record for record in caplog.records if record.name == "crank.calls"]
+    line = json.loads(JSONLogFormatter().format(record))
+    assert line["cause"] == cause and line["origin"] == origin
+    assert line["message"].startswith(f"tool t failed: {failed.value.error_code} ({cause}, {origin}")
+    assert origin not in json.dumps(failed.value.to_payload("req-1"))  # the operator's, not the client's

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+import crank
 from tests.mcp.apps import calls, make_endpoint
 from tests.mcp.wire import (
     JSON_HEADERS,
@@ -52,6 +53,12 @@ async def test_initialize_echoes_a_supported_version(url: str, version: str) -> 
     assert result["capabilities"] == {"tools": {"listChanged": False}}
     assert result["serverInfo"]["name"] == "crank"
     assert "mcp-session-id" not in response.headers
+
+
+async def test_server_info_reports_cranks_own_version(url: str) -> None:
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    result = (await post(url, legacy_request("initialize", params))).json()["result"]
+    assert result["serverInfo"] == {"name": "crank", "version": crank.__version__}
 
 
 async def test_initialize_offers_the_newest_version_for_an_unknown_one(url: str) -> None:

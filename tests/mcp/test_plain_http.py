@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.mcp.apps import make_endpoint
+from crank.exceptions import CatalogNotFoundError
+from crank.mcp import Catalog, MCPEndpoint
+from tests.mcp.apps import make_endpoint, make_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -111,3 +113,49 @@ async def test_pair_can_be_turned_off(serve: Callable[..., str]) -> None:
     url = serve(make_endpoint(plain_http=False))
     async with httpx.AsyncClient() as client:
         assert (await client.get(url + "/tools")).status_code == 404
+
+
+def plain_error(response: httpx.Response, status: int, code: int) -> str:
+    """Asserts the pair's one error shape; returns the message."""
+    body = response.json()
+    assert response.status_code == status, body
+    assert set(body) == {"isError", "error", "content"} and body["isError"] is True
+    assert set(body["error"]) >= {"code", "message"} and body["error"]["code"] == code
+    assert body["content"] == [{"type": "text", "text": body["error"]["message"]}]
+    message: str = body["error"]["message"]
+    return message
+
+
+@pytest.mark.parametrize("route", ["/tools", "/call"])
+async def test_every_refusal_of_the_pair_has_its_error_shape(serve: Callable[..., str], route: str) -> None:
+    async def provide(scope: dict[str, Any]) -> Any:
+        if scope["path_params"]["agent"] == "missing":
+            raise CatalogNotFoundError("no such agent")
+        return Catalog(make_tools(0))
+
+    endpoint = MCPEndpoint(provide, max_body_size=100, authenticate=lambda token: token if token == "key" else None)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        agent, _, rest = scope.get("path", "/").removeprefix("/").partition("/")
+        scope = {**scope, "root_path": f"/{agent}", "path_params": {"agent": agent}}
+        await endpoint(scope, receive, send)
+
+    base = serve(app)
+    key = {"Authorization": "Bearer key"}
+    right, wrong = ("GET", "POST") if route == "/tools" else ("POST", "GET")
+    body = {"name": "echo", "arguments": {"text": "hi"}}
+    async with httpx.AsyncClient() as client:
+        unauthorized = await client.request(right, f"{base}/agent{route}", json=body)
+        missing = await client.request(right, f"{base}/missing{route}", json=body, headers=key)
+        not_allowed = await client.request(wrong, f"{base}/agent{route}", headers=key)
+        host = await client.request(right, f"{base}/agent{route}", json=body, headers={**key, "Host": "evil.example"})
+        origin = await client.request(right, f"{base}/agent{route}", json=body,
+                                      headers={**key, "Origin": "http://evil.example"})  # fmt: skip
+        too_large = await client.request(right, f"{base}/agent{route}", json={"x": "y" * 200}, headers=key)
+    assert "API key" in plain_error(unauthorized, 401, -32600) and "www-authenticate" in unauthorized.headers
+    assert plain_error(missing, 404, -32600) == "No MCP endpoint at this path"
+    assert plain_error(not_allowed, 405, -32600) == f"Method not allowed: use {right}"
+    assert not_allowed.headers["allow"] == right
+    assert "Host" in plain_error(host, 421, -32600)
+    assert "Origin" in plain_error(origin, 403, -32600)
+    assert "exceeds 100 bytes" in plain_error(too_large, 413, -32600)

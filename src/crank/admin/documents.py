@@ -227,6 +227,17 @@ class Matcher:
             patterns = list(include)
         self._positive = [pattern.lower() for pattern in patterns if not pattern.startswith("!")]
         self._negative = [pattern[1:].lower() for pattern in patterns if pattern.startswith("!")]
+        self._patterns = patterns
+
+    def check_chosen(self, chosen: int, total: int, what: str, keys: str) -> None:
+        """A filter that keeps nothing of a document that has something is a mistake, not an empty import."""
+        if chosen or not total or (self._callable is None and not self._patterns):
+            return
+        given = "the include function" if self._callable is not None else f"include {self._patterns}"
+        raise SpecError(
+            f"{given} matched none of the document's {total} {what} (patterns are globs, case-insensitive, "
+            f"matched against {keys}; '!' leaves out)"
+        )
 
     def keep(self, name: str, source: JSONObject, keys: Sequence[str]) -> bool:
         if self._callable is not None:

@@ -30,8 +30,8 @@ POST that cannot create a duplicate, a list short by nature, a parameter whose m
 - `param-description` (warning): input parameters (nested ones by path: `address.city`, `lines[].sku`)
   have no description
 - `untyped-parameter` (warning): a parameter accepts anything: no type, an object without properties, an
-  array without items, or a string that carries JSON (`data`/`payload`/`body`-like names, or "JSON" in
-  its description)
+  array without items, or a string that carries JSON (`contentMediaType: application/json`, "JSON" in
+  its description, or a `data`/`payload`/`body`-like name with no description saying what it holds)
 - `missing-enum` (warning): a string parameter lists its options in the description ("one of: ...",
   "'asc' or 'desc'", `a | b`, "возможные значения") but has no `enum`
 - `multi-action` (error): a top-level parameter chooses what the tool does: named
@@ -429,11 +429,25 @@ def _untyped_reason(path: str, schema: JSONObject) -> str | None:
         return "is an object without properties"
     if "array" in types and "items" not in schema:
         return "is a list of anything"
-    leaf = path.rsplit(".", 1)[-1].removesuffix("[]")
-    carries_json = leaf.lower() in _BLOB_NAMES or re.search(r"\bjson\b", str(schema.get("description", "")), re.I)
-    if types == {"string"} and carries_json and not set(schema) & {"enum", "const", "format", "pattern"}:
+    if types == {"string"} and _carries_json(path, schema) and not set(schema) & {"enum", "const", "format", "pattern"}:
         return "is JSON in a string"
     return None
+
+
+def _carries_json(path: str, schema: JSONObject) -> bool:
+    """What the schema says first (`contentMediaType`, `contentSchema`, "JSON" in the description); a
+    blob-like name (`data`, `payload`, `body`) only when no description says what the string is: an
+    issue's `body` described as Markdown text is text, not JSON."""
+    media = str(schema.get("contentMediaType", "")).lower()
+    if "contentSchema" in schema or media == "application/json" or media.endswith("+json"):
+        return True
+    description = str(schema.get("description") or "").strip()
+    if description:
+        return bool(_MENTIONS_JSON.search(description))
+    return path.rsplit(".", 1)[-1].removesuffix("[]").lower() in _BLOB_NAMES
+
+
+_MENTIONS_JSON = re.compile(r"\bjson\b|\bserial[iz]ed (object|data|structure)", re.IGNORECASE)
 
 
 def _check_untyped_parameters(tool: _Linted) -> Iterator[Finding]:

@@ -129,6 +129,10 @@ def import_openapi(
 
 
 def _version(contents: JSONObject) -> str:
+    if "openrpc" in contents:
+        raise SpecError(
+            "openrpc: this is an OpenRPC document, not OpenAPI: import it as openrpc (crank import openrpc)"
+        )
     if "swagger" in contents:
         raise SpecError("swagger: Swagger 2.0 is not supported; convert the document to OpenAPI 3 first")
     version = contents.get("openapi")
@@ -254,6 +258,7 @@ def _select(operations: list[_Operation], matcher: Matcher) -> list[tuple[str, _
         keys = [op.operation.get("operationId") or "", *_tags(op), f"{op.method} {op.path}"]
         if matcher.keep(name, _source(op), keys):
             chosen.append((name, op))
+    matcher.check_chosen(len(chosen), len(operations), "operations", "the name, operationId, tags and 'METHOD /path'")
     check_unique_names([(name, op.parts) for name, op in chosen])
     return chosen
 

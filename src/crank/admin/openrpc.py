@@ -140,6 +140,10 @@ def import_openrpc(
     """
     contents = json_copy(document)
     version = contents.get("openrpc")
+    if version is None and ("openapi" in contents or "swagger" in contents):
+        raise SpecError(
+            "openapi: this is an OpenAPI document, not OpenRPC: import it as openapi (crank import openapi)"
+        )
     if not isinstance(version, str) or not version.startswith("1."):
         raise SpecError(f"openrpc: {'missing' if version is None else repr(version)}: not an OpenRPC 1.x document")
     doc = Document(contents)
@@ -147,6 +151,7 @@ def import_openrpc(
     matcher = Matcher(include)
     chosen = [(_name(parts, method), parts, method) for parts, method in methods]
     chosen = [item for item in chosen if matcher.keep(item[0], _source(doc, *item[1:]), _keys(doc, *item[1:]))]
+    matcher.check_chosen(len(chosen), len(methods), "methods", "the tool name, the method name and the tags")
     check_unique_names([(name, parts) for name, parts, _ in chosen])
     schemas = Schemas(doc)
     imported: list[ImportedOperation] = []

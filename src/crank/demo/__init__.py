@@ -1,27 +1,33 @@
 """`crank demo`: the gateway with a demo workspace fronting a small shipped REST API (`api.py`).
 
 One process, one port: the demo API is served under `/demo-api` beside the gateway, the demo catalog
-(`catalog.yaml`, importing `openapi.yaml`) is applied to a fresh registry, an API key is made, and the
-MCP URL and a ready-to-paste client configuration are printed.
+(`catalog.yaml`, importing `openapi.yaml`) is applied to the registry in the demo's data folder, and the
+MCP URL, the API key and a ready-to-paste client configuration are printed. The folder
+(`~/.local/share/crank-demo` unless `--data-dir` says otherwise) keeps the registry, the key and the
+admin token between starts, so a client configured once keeps working, and the CLI reads the same
+registry with `CRANK_DATA_DIR=<folder>`.
 """
 
 from __future__ import annotations
 
-import tempfile
+import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from crank import _json
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.demo.api import create_app
+from crank.registry import key_digest
 from crank.server import CrankServer
 from crank.settings import given_settings
 from crank.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["CATALOG", "DemoServer", "build_demo", "run_demo"]
+__all__ = ["CATALOG", "DemoServer", "build_demo", "demo_data_dir", "run_demo"]
 
 CATALOG = Path(__file__).parent / "catalog.yaml"
 API_PATH = "/demo-api"
+KEY_FILE = "demo-api-key"
 
 
 @dataclass
@@ -46,7 +52,7 @@ def build_demo(listen: str, data_dir: Path) -> DemoServer:
     base = f"http://{settings.listen}"
     catalog = load_catalog_file(CATALOG, variables={"CRANK_DEMO_API": base + API_PATH})
     apply_catalog(server.registry, catalog, base_dir=CATALOG.parent)
-    key = server.registry.create_api_key("demo")
+    key = _kept_key(server, data_dir / KEY_FILE)
     api = create_app()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -60,20 +66,43 @@ def build_demo(listen: str, data_dir: Path) -> DemoServer:
     return DemoServer(app, server, f"{base}/mcp/v1/demo/bookshop", key)
 
 
+def _kept_key(server: CrankServer, path: Path) -> str:
+    """The key of the last start when the registry still knows it, else a new one, written 0600."""
+    if path.is_file():
+        key = path.read_text().strip()
+        if key_digest(key) in server.registry.api_keys():
+            return key
+    key = server.registry.create_api_key("demo")
+    fresh = path.with_name(f".{path.name}-{secrets.token_hex(8)}")
+    with os.fdopen(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(key + "\n")
+    fresh.replace(path)
+    return key
+
+
+def demo_data_dir() -> Path:
+    """The demo's own folder, beside (never inside) the one `crank serve` uses by default."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "crank-demo"
+
+
 def run_demo(listen: str, data_dir: Path | None = None) -> None:
-    import uvicorn
-
     from crank.telemetry import configure_logging
+    from crank.wire.listen import bind_listener, serve_on
 
-    folder = data_dir or Path(tempfile.mkdtemp(prefix="crank-demo-"))
+    settings = given_settings(listen=listen)  # checks the address before anything is built or printed
+    sock = bind_listener(settings.host, settings.port)
+    folder = (data_dir or demo_data_dir()).resolve()
     demo = build_demo(listen, folder)
     configure_logging("text", "info")
     print(f"Demo REST API:  http://{listen}{API_PATH}/books")
     print(f"MCP endpoint:   {demo.mcp_url}")
     print(f"API key:        {demo.api_key}")
     print(f"Admin API:      http://{listen}/admin/v1 (token in {folder / 'admin-token'})")
+    print(f"Data folder:    {folder} (kept between starts; the key stays valid)")
     print("\nClient configuration (paste into your MCP client's settings):\n")
     print(demo.client_config())
-    print(f"\nTry it:\n  curl -s {demo.mcp_url}/tools -H 'Authorization: Bearer {demo.api_key}'\n")
-    uvicorn.run(demo.app, host=demo.server.settings.host, port=demo.server.settings.port, access_log=False,
-                log_config=None)  # fmt: skip
+    print(f"\nTry it:\n  curl -s {demo.mcp_url}/tools -H 'Authorization: Bearer {demo.api_key}'")
+    print(f"\nThe CLI on the demo's registry (another terminal):\n  CRANK_DATA_DIR={folder} crank agent list demo\n",
+          flush=True)  # fmt: skip
+    serve_on(demo.app, sock)

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import functools
 import re
+import socket
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -272,7 +273,7 @@ class UpstreamClient:
         except TimeoutError:
             raise UpstreamTimeoutError from None
         except OSError as exc:  # refused, unreachable, unknown host, a certificate that does not verify
-            raise UpstreamConnectionError(type(exc).__name__, sent=False) from None
+            raise UpstreamConnectionError(str(exc) or type(exc).__name__, sent=False, cause=_cause(exc)) from None
         return connection
 
     def _split(self, url: str) -> tuple[_Origin, str]:
@@ -363,6 +364,17 @@ def _parse_origin(key: str) -> _Origin:
 
 
 _ssl_context: ssl.SSLContext | None = None
+
+
+def _cause(exc: OSError) -> str:
+    """Why a connection could not be made, in the words of an operator's log."""
+    if isinstance(exc, ssl.SSLError):
+        return "tls"
+    if isinstance(exc, socket.gaierror):
+        return "dns"
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    return "unreachable"
 
 
 def _default_ssl_context() -> ssl.SSLContext:

@@ -213,7 +213,8 @@ class Connection(asyncio.Protocol):
 
 
 def _bad_answer(exc: Exception) -> UpstreamConnectionError:
-    return UpstreamConnectionError(f"the upstream's answer is not valid HTTP/1.1 ({exc})", sent=True)
+    return UpstreamConnectionError(f"the upstream's answer is not valid HTTP/1.1 ({exc})", sent=True,
+                                   cause="invalid_answer")  # fmt: skip
 
 
 def _decoded(encoding: str | None, body: bytes, limit: int) -> bytes:

@@ -87,8 +87,8 @@ async def call_tool(
         seconds = time.perf_counter() - started
         observer(tool.name, error, seconds, context.request_id if error is not None else None)
     elif error is not None:  # without an observer, failures are still logged
-        logger.info("tool %s failed: %s (request_id=%s)", tool.name, error.error_code, context.request_id,
-                    extra=_labels(context))  # fmt: skip
+        logger.info("tool %s failed: %s%s (request_id=%s)", tool.name, error.error_code, error.log_note(),
+                    context.request_id, extra={**_labels(context), **(error.log_context or {})})  # fmt: skip
     return result
 
 

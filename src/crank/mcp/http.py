@@ -137,7 +137,7 @@ class MCPEndpoint:
         # endpoint needs them. A request that reaches `_serve` passed them all.
         app: ASGIApp = self._serve
         if authenticate is not None:
-            app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE)
+            app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal)
         self._app: ASGIApp = RequestChecksMiddleware(app, self.policy, max_body_size, refusal=_refusal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -161,21 +161,16 @@ class MCPEndpoint:
                     return
                 exchange = await self._mcp_post(scope, receive, headers, duplicated)
             elif self.plain_http and route == "/tools":
-                exchange = await self._plain_tools(scope, headers) if method == "GET" else _not_allowed(b"GET")
+                exchange = await self._plain_tools(scope, headers) if method == "GET" else _not_allowed("GET")
             elif self.plain_http and route == "/call":
-                exchange = (
-                    await self._plain_call(scope, receive, headers) if method == "POST" else _not_allowed(b"POST")
-                )
+                exchange = await self._plain_call(scope, receive, headers) if method == "POST" else _not_allowed("POST")
             else:
                 exchange = Exchange(404, _json.dumps({"error": "Not found"}))
         except CatalogNotFoundError:
-            exchange = Exchange(404, encode_error(None, InvalidRequestError("No MCP endpoint at this path")))
+            exchange = Exchange(404, _refusal(scope, 404, "No MCP endpoint at this path"))
         except CatalogUnauthorizedError:
-            exchange = Exchange(
-                401,
-                encode_error(None, InvalidRequestError(UNAUTHORIZED_MESSAGE)),
-                [(b"www-authenticate", b'Bearer realm="crank"')],
-            )
+            challenge = [(b"www-authenticate", b'Bearer realm="crank"')]
+            exchange = Exchange(401, _refusal(scope, 401, UNAUTHORIZED_MESSAGE), challenge)
         except RequestTooLargeError:
             raise  # answered by RequestChecksMiddleware, around this app
         except Exception as exc:
@@ -325,8 +320,10 @@ def _fixed(catalog: Catalog) -> CatalogProvider:
     return provide
 
 
-def _not_allowed(allow: bytes) -> Exchange:
-    return Exchange(405, b"", [(b"allow", allow)])
+def _not_allowed(allow: str) -> Exchange:
+    """A plain-pair route asked with another HTTP method."""
+    body = _plain_error_body(INVALID_REQUEST, f"Method not allowed: use {allow}")
+    return Exchange(405, body, [(b"allow", allow.encode())])
 
 
 def _internal(request_id: RequestId | None, error: RPCError) -> Exchange:

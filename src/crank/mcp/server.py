@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from crank import _json
+from crank import __version__, _json
 from crank.exceptions import (
     ArgumentsRejectedError,
     InternalError,
@@ -77,8 +77,10 @@ _MODERN_STATUS = {
 
 @dataclass(frozen=True)
 class ServerInfo:
+    """What `initialize` and `server/discover` report as `serverInfo`: Crank's own version unless given."""
+
     name: str = "crank"
-    version: str = "0"
+    version: str = __version__
     title: str | None = None
 
     def to_wire(self) -> JSONObject:

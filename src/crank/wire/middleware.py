@@ -40,13 +40,20 @@ def jsonrpc_refusal(scope: Scope, status: int, message: str) -> bytes:
     return encode_error(None, InvalidRequestError(message))
 
 
+_HOST_ORIGIN_MESSAGES = {
+    421: "Misdirected request: this Host is not served here",
+    403: "Forbidden: this Origin is not allowed",
+}
+
+
 class HostOriginMiddleware:
     """DNS-rebinding protection (transports.mdx §Security Warning): a `Host` outside the policy is 421,
     a present `Origin` that the policy does not allow is 403."""
 
-    def __init__(self, app: ASGIApp, policy: HostOriginPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: HostOriginPolicy, *, refusal: Refusal | None = None) -> None:
         self.app = app
         self.policy = policy
+        self.refusal = refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -58,13 +65,17 @@ class HostOriginMiddleware:
                     origin = value.decode("latin-1")
             refused = self.policy.check(scope.get("server"), host, origin)
             if refused is not None:
-                await _refuse_host_or_origin(send, refused)
+                await _refuse_host_or_origin(scope, send, refused, self.refusal)
                 return
         await self.app(scope, receive, send)
 
 
-async def _refuse_host_or_origin(send: Send, status: int) -> None:
-    await send_response(send, status, _json.dumps({"error": "Forbidden host or origin"}))
+async def _refuse_host_or_origin(scope: Scope, send: Send, status: int, refusal: Refusal | None) -> None:
+    if refusal is None:
+        body = _json.dumps({"error": "Forbidden host or origin"})
+    else:
+        body = refusal(scope, status, _HOST_ORIGIN_MESSAGES[status])
+    await send_response(send, status, body)
 
 
 class BodyLimitMiddleware:
@@ -154,7 +165,7 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             None if origin is None else origin.decode("latin-1"),
         )
         if refused is not None:
-            await _refuse_host_or_origin(send, refused)
+            await _refuse_host_or_origin(scope, send, refused, self.refusal)
         elif declared is None or not declared.isdigit():
             await self._streamed(scope, receive, send)
         elif int(declared) > self.max_body_size:

@@ -100,6 +100,7 @@ class HTTPAdapter(Adapter):
         self._where = where
         # The client already sends `Accept: application/json`; another value goes as a header of its own.
         self._accept = {"Accept": config.accept} if config.accept != DEFAULT_ACCEPT else None
+        self._origin = _origin(self.url)
 
     def auth_headers(self) -> dict[str, str]:
         """The upstream credentials, read from their references on first use (on the serving process: a
@@ -127,17 +128,18 @@ class HTTPAdapter(Adapter):
                 response = await self.client.request(
                     self.method, url, params=query, headers=headers, body=body, timeout=self.timeout
                 )
-            except UpstreamTimeoutError:
+            except UpstreamTimeoutError as exc:
                 if last:
-                    raise _external(
+                    raise self._logged(_external(
                         f"The upstream did not answer within {self.timeout:g} s.", "upstream_timeout",
                         "Retry later, or narrow the request.", applied=True,
-                    ) from None  # fmt: skip
+                    ), exc.cause) from None  # fmt: skip
                 continue
             except UpstreamConnectionError as exc:
                 if last:
-                    raise _external("The upstream service cannot be reached.", "upstream_unavailable",
-                                    "Retry in a minute.", applied=exc.sent) from None  # fmt: skip
+                    unavailable = _external("The upstream service cannot be reached.", "upstream_unavailable",
+                                            "Retry in a minute.", applied=exc.sent)  # fmt: skip
+                    raise self._logged(unavailable, exc.cause, str(exc)) from None
                 continue
             except UpstreamTooLargeError:
                 raise AdapterError("The upstream's answer is too large to pass on.", error_code="upstream_bad_response",
@@ -145,8 +147,18 @@ class HTTPAdapter(Adapter):
                                    ) from None  # fmt: skip
             if response.status in _RETRY_STATUSES and not last:
                 continue
-            return _decode(response)
+            try:
+                return _decode(response)
+            except ExternalServiceError as exc:
+                raise self._logged(exc, f"http_{response.status}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _logged(self, error: ExternalServiceError, cause: str, detail: str | None = None) -> ExternalServiceError:
+        """The error with what the operator's log line names: why, and which upstream (never sent to clients)."""
+        error.log_context = {"cause": cause, "origin": self._origin}
+        if detail:
+            error.log_context["detail"] = detail
+        return error
 
     def _request(self, parts: RequestParts) -> tuple[str, dict[str, str], list[tuple[str, str]], bytes | None]:
         url = self.url
@@ -204,6 +216,12 @@ def _path_segment(name: str, value: Any) -> str:
         raise MappingError(f"path parameter {name!r} may not be {text!r}", recoverable=True,
                            suggested_action=f"Pass the real value of {name!r}.")  # fmt: skip
     return quote(text, safe="")
+
+
+def _origin(url: str) -> str:
+    """scheme://host[:port] of a target URL (checked: it carries no credentials)."""
+    parts = parse_upstream_url(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _external(message: str, code: str, action: str, *, applied: bool, **extra: Any) -> ExternalServiceError:
