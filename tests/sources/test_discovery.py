@@ -209,7 +209,9 @@ def test_the_mode_is_an_agent_setting_of_the_draft_and_old_views_are_direct(regi
     registry.edit_agent("acme", "records", lambda spec: {**spec, "mode": "discovery"})
     report = publish_agent(registry, "acme", "records")
     assert sorted(name for name, _ in report.catalog.tools) == sorted([SEARCH_TOOL, SCHEMA_TOOL, CALL_TOOL])
-    stored = registry.published()[0].runtime
-    assert stored["agent"]["mode"] == "discovery" and load_runtime(stored).agent.mode == "discovery"
+    view = registry.published()[0].runtime
+    assert view.agent.mode == "discovery"
+    stored = view.to_json()
+    assert stored["agent"]["mode"] == "discovery" and load_runtime(stored) == view
     del stored["agent"]["mode"]  # a view written before the setting existed
     assert load_runtime(stored).agent.mode == "direct"
