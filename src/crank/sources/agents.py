@@ -67,10 +67,14 @@ def build_catalog(
         return operations
     # Discovery mode: the same compiled operations, unlisted, behind three fixed tools (crank.sources.discovery).
     indexed = [
-        IndexedOperation.of(spec.tool_name, spec.tool_description or spec.title, input_schema=spec.input_schema,
-                            path=urlsplit(spec.target.url).path if spec.protocol == "http" else spec.target.method or "")
+        IndexedOperation.of(
+            spec.tool_name,
+            spec.tool_description or spec.title,
+            path=urlsplit(spec.target.url).path if spec.protocol == "http" else spec.target.method or "",
+            input_schema=spec.input_schema,
+        )
         for spec in runtime.tools
-    ]  # fmt: skip
+    ]
     discovery = Discovery(operations, indexed, api=runtime.agent.description)
     return Catalog(discovery.tools(), version=str(version), labels=labels, observer=observer_for(observer))
 

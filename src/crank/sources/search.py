@@ -40,13 +40,13 @@ MAX_QUERY_TERMS: Final = 24
 
 # BM25 weights of the columns: name, summary, description, path, parameters. The name and the
 # summary say what an operation does; the description says much else besides.
-_WEIGHTS: Final = (4.0, 3.0, 0.6, 1.5, 0.4)
+_WEIGHTS: Final = (4.0, 3.0, 1.0, 1.0, 0.8)
 
 _STOPWORDS = frozenset("""
     a about all an and any are as at be by can could do does for from give has have how i if in into is it
     its me my of on one or our please should that the their them then there these this those to up us
     want was we what when where which who will with would you your new some need let see tell
-    don t s ll ve re d m any more old
+    don t s ll ve re d m any more old called named up
 """.split())  # fmt: skip
 
 # Words that mean the same to an API user, each mapped to one canonical word in the documents and in the
@@ -60,11 +60,13 @@ _CANONICAL: Final[dict[str, str]] = {
     "view": "get", "show": "list", "lists": "list", "enumerate": "list", "browse": "list",
     "repository": "repo", "repositories": "repo", "organization": "org", "organizations": "org",
     "orgs": "org", "pr": "pull", "prs": "pull", "configuration": "config", "authenticated": "auth",
-    "stop": "cancel", "cancels": "cancel", "find": "search", "look": "get", "lookup": "get",
-}  # fmt: skip
+    "stop": "cancel", "cancels": "cancel", "find": "search", "look": "get", "lookup": "get", "setup": "create",
+    "assignee": "assign", "assignees": "assign", "publish": "create", "share": "create", "kick": "delete",
+    "subscribe": "create", "whoami": "auth", "logged": "auth", "closed": "close",
+}  # fmt: skip  # fmt: skip
 _CANDIDATES: Final = 200
 """Operations BM25 picks before the coverage of the query's words orders them."""
-_COVERAGE: Final = 2.0
+_COVERAGE: Final = 1.0
 """How much an operation whose name and summary hold every word of the query gains over one holding none."""
 _PRECISION: Final = 1.0
 """How much an operation whose name and summary are nothing but words of the query gains (the most specific)."""
@@ -91,7 +93,11 @@ class IndexedOperation:
     ) -> IndexedOperation:
         text = _plain(description or "")
         properties = (input_schema or {}).get("properties") or {}
-        parameters = " ".join(words_of(" ".join(properties)))
+        # Parameter names and the values of their enums: "close an issue" is setting `state` to `closed`.
+        enums = [
+            str(value) for spec in properties.values() if isinstance(spec, dict) for value in spec.get("enum") or ()
+        ]
+        parameters = " ".join(words_of(" ".join([*properties, *enums])))
         return cls(name, one_line(text) or name, text, " ".join(words_of(path)), parameters)
 
 
@@ -193,7 +199,9 @@ def match_expression(query: str) -> str | None:
 
 def _terms(words: Sequence[str]) -> list[str]:
     terms: list[str] = []
-    for word in words:
+    for index, word in enumerate(words):
+        if word == "set" and words[index + 1 : index + 2] == ["up"]:
+            word = "setup"
         term = _CANONICAL.get(word, word)
         if term not in _STOPWORDS and term not in terms:
             terms.append(term)
