@@ -65,6 +65,8 @@ _CANONICAL: Final[dict[str, str]] = {
     "subscribe": "create", "whoami": "auth", "logged": "auth", "closed": "close",
 }  # fmt: skip  # fmt: skip
 _CANDIDATES: Final = 200
+_COMMON: Final = 0.5
+"""A word in more than this share of the operations does not pick candidates, it only orders them."""
 """Operations BM25 picks before the coverage of the query's words orders them."""
 _COVERAGE: Final = 1.0
 """How much an operation whose name and summary hold every word of the query gains over one holding none."""
@@ -143,6 +145,9 @@ class OperationIndex:
         weights = ", ".join(str(weight) for weight in _WEIGHTS)
         self._query = f"SELECT rowid, -bm25(ops, {weights}) FROM ops WHERE ops MATCH ? ORDER BY 2 DESC LIMIT ?"
         self._stems = self._stem_table()
+        self._db.execute("CREATE VIRTUAL TABLE counts USING fts5vocab(ops, 'row')")
+        self._documents = dict(self._db.execute("SELECT term, doc FROM counts").fetchall())
+        self._db.execute("DROP TABLE counts")
         stop = {self._stems.get(word, word) for word in _STOPWORDS}
         self._heads = [
             frozenset(self._stems.get(word, word) for word in _canonical(f"{op.name} {op.summary}").split()) - stop
@@ -174,10 +179,15 @@ class OperationIndex:
         terms = _terms(words_of(query))
         if not terms or limit < 1:
             return []
-        expression = " OR ".join(f'"{term}"' for term in terms)
+        stems = {self._stems.get(term, term) for term in terms}
+        # A word in most operations ("repo" in GitHub's) weighs next to nothing in BM25 yet makes it score
+        # nearly every row: it only orders the candidates that the rarer words found.
+        common = len(self.operations) * _COMMON
+        rare = [term for term in terms if self._documents.get(self._stems.get(term, term), 0) <= common]
+        searched = rare or [min(terms, key=lambda term: self._documents.get(self._stems.get(term, term), 0))]
+        expression = " OR ".join(f'"{term}"' for term in searched)
         with self._lock:
             rows = self._db.execute(self._query, (expression, max(limit, _CANDIDATES))).fetchall()
-        stems = {self._stems.get(term, term) for term in terms}
         heads = self._heads
 
         def score(row: tuple[int, float]) -> float:
