@@ -61,7 +61,6 @@ _CALL_DESCRIPTION = (
     "arguments as _crank_confirmation_token."
 )
 _NAME = {"type": "string", "minLength": 1, "maxLength": 128, "description": f"An operation name from {SEARCH_TOOL}."}
-_SCHEMA_KEYS = ("name", "title", "description", "inputSchema", "annotations")
 _READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
@@ -74,11 +73,6 @@ class Discovery:
 
     def __init__(self, operations: Catalog, indexed: Iterable[IndexedOperation], *, api: str | None = None) -> None:
         self.operations = operations
-        language = operations.default_language
-        # The operations' `tools/list` entries as a direct agent would publish them, by name: the schema answer.
-        self._entries: dict[str, JSONObject] = {
-            str(entry["name"]): entry for entry in operations.tool_entries(language)
-        }
         self.index = OperationIndex(indexed)
         self._api = api
 
@@ -136,10 +130,21 @@ class Discovery:
 
     async def _schema(self, arguments: dict[str, Any], context: CallContext) -> Any:
         name = arguments["name"]
-        entry = self._entries.get(name)
+        entry = self.operations.get(name)
         if entry is None:
             raise _unknown(name)
-        return {key: entry[key] for key in _SCHEMA_KEYS if key in entry}
+        # What a direct agent would list for it (in the default language), made when asked: decoding every
+        # operation's entry up front would cost seconds on a large API (Stripe's schemas are ~90 MB of JSON).
+        tool, texts, language = entry.tool, self.operations.translations, self.operations.default_language
+        answer: JSONObject = {"name": name, "title": texts.text(name, "title", language) or tool.title or name}
+        description = texts.text(name, "description", language) or tool.description
+        if description:
+            answer["description"] = description
+        answer["inputSchema"] = tool.input_schema
+        annotations = tool.annotations.to_wire() if tool.annotations else None
+        if annotations is not None:
+            answer["annotations"] = annotations
+        return answer
 
     async def _call(self, arguments: dict[str, Any], context: CallContext) -> Any:
         name = arguments["name"]

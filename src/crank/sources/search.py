@@ -185,9 +185,10 @@ class OperationIndex:
         common = len(self.operations) * _COMMON
         rare = [term for term in terms if self._documents.get(self._stems.get(term, term), 0) <= common]
         searched = rare or [min(terms, key=lambda term: self._documents.get(self._stems.get(term, term), 0))]
-        expression = " OR ".join(f'"{term}"' for term in searched)
         with self._lock:
-            rows = self._db.execute(self._query, (expression, max(limit, _CANDIDATES))).fetchall()
+            rows = self._db.execute(self._query, (_any_of(searched), max(limit, _CANDIDATES))).fetchall()
+            if len(rows) < limit and len(searched) < len(terms):  # too few: let the common words find more
+                rows = self._db.execute(self._query, (_any_of(terms), max(limit, _CANDIDATES))).fetchall()
         heads = self._heads
 
         def score(row: tuple[int, float]) -> float:
@@ -201,10 +202,9 @@ class OperationIndex:
         self._db.close()
 
 
-def match_expression(query: str) -> str | None:
-    """An FTS5 MATCH expression: every searchable word, quoted (so no word is FTS5 syntax), OR-ed."""
-    terms = _terms(words_of(query))
-    return " OR ".join(f'"{term}"' for term in terms) if terms else None
+def _any_of(terms: Sequence[str]) -> str:
+    """An FTS5 MATCH expression: each word quoted (so no word is FTS5 syntax), OR-ed."""
+    return " OR ".join(f'"{term}"' for term in terms)
 
 
 def _terms(words: Sequence[str]) -> list[str]:
