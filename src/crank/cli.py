@@ -372,6 +372,17 @@ def agent_bind(
     click.echo(f"bound {operation_name} as {tool_name or operation_name} in {workspace}/{slug} (draft)")
 
 
+@agent.command("mode")
+@click.argument("workspace")
+@click.argument("slug")
+@click.argument("mode", type=click.Choice(["direct", "discovery"]))
+def agent_mode(workspace: str, slug: str, mode: str) -> None:
+    """Serve the agent's operations as tools (direct) or through three discovery tools (discovery)."""
+    with _clear_errors():
+        _registry().edit_agent(workspace, slug, lambda spec: {**spec, "mode": mode})
+    click.echo(f"agent {workspace}/{slug} mode {mode} (draft; publish to serve it)")
+
+
 @agent.command("unbind")
 @click.argument("workspace")
 @click.argument("slug")
@@ -399,7 +410,10 @@ def publish(workspace: str, agent_slug: str) -> None:
     for finding in report.findings:  # never blocking: `crank lint` is the gate for CI
         click.echo(f"  {finding}")
     if report.catalog.over_budget:
-        click.echo(f"warning: over the token budget ({report.catalog.estimate} > {report.catalog.budget})", err=True)
+        from crank.admin.lint import DISCOVERY_HINT
+
+        click.echo(f"warning: over the token budget ({report.catalog.estimate} > {report.catalog.budget}); "
+                   f"consider discovery mode ({DISCOVERY_HINT})", err=True)  # fmt: skip
 
 
 def _echo_catalog_line(catalog: Any) -> None:
@@ -565,7 +579,8 @@ def catalog(workspace: str) -> None:
                 broken += 1
                 click.echo(f"{agent['slug']}: cannot be built\n  {unbuildable(exc)}")
                 continue
-            flag = "  OVER BUDGET" if report.over_budget else ""
+            hint = f"crank agent mode {workspace} {agent['slug']} discovery"
+            flag = f"  OVER BUDGET (or serve it in discovery mode: {hint})" if report.over_budget else ""
             click.echo(f"{agent['slug']}: about {report.estimate} of {report.budget} tokens{flag}")
             for name, tokens in report.tools:
                 click.echo(f"  {tokens:6d}  {name}")

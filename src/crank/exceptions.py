@@ -34,6 +34,8 @@ CrankError
 └── ToolError                   a tool call failed: the client gets `isError: true` with a structured error
     │                               (raised as is by a tool for its own business failure: class `tool`)
     ├── SchemaValidationError       arguments do not match the tool's inputSchema (class `schema_validation`)
+    │   └── UnknownOperationError       discovery's `call_operation` or `get_operation_schema` of a name the agent
+    │                                       does not have
     ├── MappingError                input/output mapping failed (class `mapping`)
     ├── AdapterError                the adapter could not execute the call (class `adapter`)
     ├── ExternalServiceError        the upstream service failed or refused (class `external_service`)
@@ -97,6 +99,7 @@ __all__ = [
     "ToolConfigurationError",
     "ToolError",
     "UnknownFormatError",
+    "UnknownOperationError",
     "UpstreamConnectionError",
     "UpstreamError",
     "UpstreamTimeoutError",
@@ -384,6 +387,12 @@ class SchemaValidationError(ToolError):
     default_code = "invalid_arguments"
     default_action = "Correct the arguments listed in details and call the tool again."
     may_have_taken_effect = False
+
+
+class UnknownOperationError(SchemaValidationError):
+    """A discovery tool was given an operation name the agent does not serve."""
+
+    default_code = "unknown_operation"
 
 
 class MappingError(ToolError):

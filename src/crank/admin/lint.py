@@ -55,7 +55,7 @@ POST that cannot create a duplicate, a list short by nature, a parameter whose m
 - `agent-description` (warning): the agent has no description, so nobody can tell which tools belong to
   its task
 - `over-budget` (error): the catalog's token estimate is above the budget (the agent's `token_budget`,
-  else 4096)
+  else 4096); the fix suggests discovery mode for an agent that must stay big
 - `compile-error` (error): the catalog cannot be built at all (a publish would refuse it), so its size
   is unknown; or the draft cannot even make a runtime view (a binding to a missing operation, a field
   of the wrong type)
@@ -77,6 +77,7 @@ from crank.types import JSONObject
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DISCOVERY_HINT",
     "RULES",
     "CatalogReport",
     "Finding",
@@ -90,6 +91,11 @@ __all__ = [
 
 DEFAULT_BUDGET = 4096
 """Seed 004: the recommended size of one agent's catalog, in estimated tokens."""
+DISCOVERY_HINT = (
+    "mode: discovery, or `crank agent mode WORKSPACE AGENT discovery`: three tools search, describe and call "
+    "its operations"
+)
+"""How to switch an agent over any budget to discovery mode, as the budget report and the linter say it."""
 
 Severity = Literal["error", "warning"]
 
@@ -667,5 +673,6 @@ def _over_budget(report: CatalogReport) -> Finding:
         None,
         "over-budget",
         f"the catalog is about {report.estimate} tokens, over the budget of {report.budget}; heaviest: {heaviest}.",
-        "shorten descriptions and schemas first; if the tools serve different tasks, split them between agents.",
+        "shorten descriptions and schemas first; if the tools serve different tasks, split them between agents; "
+        f"if it must stay one big agent, publish it in discovery mode ({DISCOVERY_HINT}).",
     )

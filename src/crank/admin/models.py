@@ -102,6 +102,11 @@ class AgentIn(_Model):
     description: str | None = None
     bindings: list[BindingIn] = Field(default_factory=list)
     token_budget: int | None = Field(None, ge=1, description="Token budget of the catalog (the workspace's, 4096).")
+    mode: Literal["direct", "discovery"] | None = Field(
+        None,
+        description="direct (the default): each binding is a tool. discovery: three fixed tools search the "
+        "operations, show one's input schema and call it; for agents over any token budget.",
+    )
 
 
 class SourceIn(_Model):

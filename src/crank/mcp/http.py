@@ -286,12 +286,14 @@ class MCPEndpoint:
         if entry is None:
             return _plain_error(404, METHOD_NOT_FOUND, f"Unknown tool: {request['name']}")
         try:
-            result_format = self.server.result_format(RequestInfo(headers, _format_query(scope)), entry.tool.format)
+            requested = self.server.requested_format(RequestInfo(headers, _format_query(scope)))
         except UnknownFormatError as exc:
             return _plain_error(400, INVALID_PARAMS, str(exc))
+        result_format = requested or entry.tool.format or self.server.default_format
         context = CallContext(
-            tool_name=entry.tool.name, protocol_version="plain", headers=headers, labels=catalog.labels
-        )
+            tool_name=entry.tool.name, protocol_version="plain", headers=headers, labels=catalog.labels,
+            requested_format=requested,
+        )  # fmt: skip
         try:
             result = await call_tool(
                 entry,

@@ -285,10 +285,11 @@ class MCPServer:
         if entry is None:
             raise InvalidParamsError(f"Unknown tool: {name}")
         try:
-            result_format = self.result_format(info, entry.tool.format)
+            requested = self.requested_format(info)
         except UnknownFormatError as exc:
             raise InvalidParamsError(str(exc)) from None
-        context = CallContext(name, version, info.headers, labels=catalog.labels)
+        result_format = requested or entry.tool.format or self.default_format
+        context = CallContext(name, version, info.headers, labels=catalog.labels, requested_format=requested)
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
         return entry, arguments, context, result_format
@@ -331,12 +332,17 @@ class MCPServer:
 
     def result_format(self, info: RequestInfo, tool_format: str | None) -> str:
         """Header, then query parameter, then the tool's own format, then the endpoint default."""
+        return self.requested_format(info) or tool_format or self.default_format
+
+    @staticmethod
+    def requested_format(info: RequestInfo) -> str | None:
+        """The format the request asks for: the header, then the query parameter; None for neither."""
         header = info.headers.get("x-mcp-format")
         if header:
             return check_format(header, "the X-Mcp-Format header")
         if info.format_query:
             return check_format(info.format_query, "the format query parameter")
-        return tool_format or self.default_format
+        return None
 
 
 def _check_modern_envelope(method: str, params: JSONObject, headers: Mapping[str, str]) -> str:

@@ -93,6 +93,9 @@ class CallContext:
     """The state returned with that `InputRequired`, verified."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """The endpoint's labels for logs (the gateway's workspace and agent)."""
+    requested_format: str | None = None
+    """The result format the request asked for (`X-Mcp-Format`, `?format=`), checked; None when it asked for
+    none. A tool that runs another tool (discovery's `call_operation`) passes it on."""
     _request_id: str | None = None
 
     @property

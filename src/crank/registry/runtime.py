@@ -4,7 +4,7 @@ mappings; the linter and the CLI).
 
     RuntimeView                 format_version, workspace, agent, tools
     ├── WorkspaceInfo           id, slug, default_language
-    ├── AgentInfo               id, slug, description, token_budget
+    ├── AgentInfo               id, slug, description, token_budget, mode
     └── RuntimeTool             tool_name, title, tool_description, schemas, annotations (ToolHints),
         │                       translations, protocol, target (Target), format, ids
         ├── input_mapping       InputRule: ArgumentRule | ConstantRule | TemplateRule
@@ -36,6 +36,8 @@ from crank.schema import problems_of
 from crank.types import JSONObject, JSONValue
 
 __all__ = [
+    "AGENT_MODES",
+    "DEFAULT_AGENT_MODE",
     "DEFAULT_ACCEPT",
     "DEFAULT_AUTH_HEADER",
     "DEFAULT_CONFIRMATION_TTL",
@@ -48,6 +50,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MIN_TIMEOUT",
     "AgentInfo",
+    "AgentMode",
     "ArgumentRule",
     "AuthConfig",
     "ConfirmationConfig",
@@ -84,6 +87,12 @@ DEFAULT_CONFIRMATION_TTL: Final = 300.0
 """Seconds a confirmation token stays valid: long enough to ask the user, short enough to be about this call."""
 DEFAULT_ACCEPT: Final = "application/json"
 """The `Accept` header of upstream requests: an upstream that offers XML first still answers in JSON."""
+
+AgentMode = Literal["direct", "discovery"]
+"""direct: each bound operation is a tool. discovery: a few fixed tools search, describe and call the
+operations (`crank.sources.discovery`), for agents too big for any token budget."""
+AGENT_MODES: Final[tuple[AgentMode, ...]] = ("direct", "discovery")
+DEFAULT_AGENT_MODE: Final[AgentMode] = "direct"
 
 
 class _Model(BaseModel):
@@ -268,6 +277,9 @@ class AgentInfo(_Model):
     description: str | None = None
     token_budget: int | None = None
     """The agent's own budget, else its workspace's; None: the linter's default."""
+    mode: AgentMode = DEFAULT_AGENT_MODE
+    """How its operations are served: as tools (direct) or through discovery's fixed tools. Views written
+    before the setting existed have none: direct."""
 
 
 class RuntimeView(_Model):

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryError, RegistryNotFoundError
 from crank.registry.models import Agent, AgentVersion, ApiKey, Operation, RegistryState, Workspace
 from crank.registry.runtime import (
+    DEFAULT_AGENT_MODE,
     DEFAULT_LANGUAGE,
     AgentInfo,
     RuntimeTool,
@@ -416,6 +417,7 @@ class Registry:
             slug=agent.slug,
             description=agent.spec.get("description"),
             token_budget=agent.spec.get("token_budget") or ws.token_budget,
+            mode=agent.spec.get("mode") or DEFAULT_AGENT_MODE,
         )
         workspace = WorkspaceInfo(id=ws.id, slug=ws.slug, default_language=ws.default_language or DEFAULT_LANGUAGE)
         return RuntimeView(workspace=workspace, agent=info, tools=tuple(tools))
@@ -499,5 +501,6 @@ def _agent_info(row: Agent) -> JSONObject:
         "description": row.spec.get("description"),
         "bindings": list(row.spec.get("bindings", [])),
         "token_budget": row.spec.get("token_budget"),
+        "mode": row.spec.get("mode") or DEFAULT_AGENT_MODE,
         "published_version": row.published_version,
     }

@@ -14,6 +14,7 @@ import contextlib
 import gc
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 
@@ -28,6 +29,8 @@ from crank.mcp.translations import Translations
 from crank.registry import KeyScope, PublishedAgent, Registry, key_digest
 from crank.registry.runtime import RuntimeView, ToolHints
 from crank.schema import wrap_output
+from crank.sources.discovery import Discovery, observer_for
+from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
@@ -49,11 +52,38 @@ def build_catalog(
 ) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong.
 
+    An agent in discovery mode gets the three tools of `crank.sources.discovery`, in front of a catalog of its
+    operations compiled exactly as a direct agent's tools.
+
     Without a `client` (a publish check, the linter) each build gets its own, which opens nothing until a
     call is made through it."""
     client = client or UpstreamClient()
     labels = {"workspace": runtime.workspace.slug, "agent": runtime.agent.slug}
     placement = Placement(labels["workspace"], labels["agent"], version)
+    observer = metrics.observer(**labels) if metrics is not None else None
+    tools, layer = _tools(runtime, client, placement, state)
+    translations = Translations(layer, default_language=runtime.workspace.default_language)
+    operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer)
+    if runtime.agent.mode != "discovery":
+        return operations
+    # Discovery mode: the same compiled operations, unlisted, behind three fixed tools (crank.sources.discovery).
+    indexed = [
+        IndexedOperation.of(
+            spec.tool_name,
+            spec.tool_description or spec.title,
+            path=urlsplit(spec.target.url).path if spec.protocol == "http" else spec.target.method or "",
+            input_schema=spec.input_schema,
+        )
+        for spec in runtime.tools
+    ]
+    discovery = Discovery(operations, indexed, api=runtime.agent.description)
+    return Catalog(discovery.tools(), version=str(version), labels=labels, observer=observer_for(observer))
+
+
+def _tools(
+    runtime: RuntimeView, client: UpstreamClient, placement: Placement, state: StateStore | None
+) -> tuple[list[Tool], dict[str, dict[str, dict[str, str]]]]:
+    """Each published tool compiled (its remote operation, schemas, hints) and the translation layer."""
     layer: dict[str, dict[str, dict[str, str]]] = {}
     tools = []
     for spec in runtime.tools:
@@ -80,13 +110,7 @@ def build_catalog(
                 format=spec.format,
             )
         )
-    return Catalog(
-        tools,
-        version=str(version),
-        translations=Translations(layer, default_language=runtime.workspace.default_language),
-        labels=labels,
-        observer=metrics.observer(**labels) if metrics is not None else None,
-    )
+    return tools, layer
 
 
 def _with_confirmation(schema: JSONObject, description: str | None) -> tuple[JSONObject, str]:

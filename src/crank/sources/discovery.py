@@ -1,0 +1,196 @@
+"""Discovery mode: an agent too big for any token budget served as three fixed tools.
+
+- `search_operations {query, limit}`: the agent's operations that match some words, best first (BM25 over
+  a full-text index, `crank.sources.search`), as names and one-line summaries only;
+- `get_operation_schema {name}`: one operation's description, full input schema and hints;
+- `call_operation {name, arguments}`: runs the operation.
+
+Each operation is still compiled to the `Tool` a direct agent would publish (`crank.sources.agents`), in a
+`Catalog` of its own that is never listed: `call_operation` looks the operation up there and runs
+`crank.mcp.calls.call_tool` on its entry, so a call through discovery is validated against the
+operation's schema (violations with their paths), confirmed when destructive, deduplicated by its
+idempotency key, mapped, answered with the same structured errors, and counted in the metrics under
+the operation's name, exactly as a direct tool's call is. Only a call that names no operation of the
+agent (or is malformed itself) is counted under `call_operation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from crank.exceptions import UnknownOperationError
+from crank.mcp.calls import call_tool
+from crank.mcp.catalog import Catalog
+from crank.mcp.formats import DEFAULT_FORMAT
+from crank.mcp.tools import CallContext, CallObserver, Tool, ToolAnnotations, ToolResult
+from crank.sources.search import IndexedOperation, OperationIndex
+from crank.types import JSONObject
+
+__all__ = [
+    "CALL_TOOL",
+    "DEFAULT_SEARCH_LIMIT",
+    "MAX_QUERY_LENGTH",
+    "MAX_SEARCH_LIMIT",
+    "SCHEMA_TOOL",
+    "SEARCH_TOOL",
+    "Discovery",
+    "observer_for",
+]
+
+SEARCH_TOOL: Final = "search_operations"
+SCHEMA_TOOL: Final = "get_operation_schema"
+CALL_TOOL: Final = "call_operation"
+DEFAULT_SEARCH_LIMIT: Final = 5
+MAX_SEARCH_LIMIT: Final = 20
+MAX_QUERY_LENGTH: Final = 500
+
+_SEARCH_DESCRIPTION = (
+    "Find the operations of {api} that do a task. Give a few words saying what you want done (e.g. "
+    "'delete a repository'); the answer lists operation names with one-line summaries, best match first. "
+    f"Then read one's input schema with {SCHEMA_TOOL} and run it with {CALL_TOOL}."
+)
+_SCHEMA_DESCRIPTION = (
+    f"Get one operation's description, full input schema and hints, by the name {SEARCH_TOOL} gave. "
+    f"Read it before calling the operation with {CALL_TOOL}."
+)
+_CALL_DESCRIPTION = (
+    f"Run one operation by name with its arguments: an object matching the inputSchema from {SCHEMA_TOOL}. "
+    "Invalid arguments come back with the path of each problem. A destructive operation first returns a "
+    "confirmation token and changes nothing: to run it, repeat the same call with the token added to "
+    "arguments as _crank_confirmation_token."
+)
+_NAME = {"type": "string", "minLength": 1, "maxLength": 128, "description": f"An operation name from {SEARCH_TOOL}."}
+_READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
+class Discovery:
+    """The three discovery tools over one agent version's operations: `operations` is their unlisted catalog,
+    `indexed` what the search index reads of each (its name, description, URL path and parameters).
+
+    Built once per published version, like any catalog: the full-text index and each operation's
+    schema answer are made here; a call then looks things up."""
+
+    def __init__(self, operations: Catalog, indexed: Iterable[IndexedOperation], *, api: str | None = None) -> None:
+        self.operations = operations
+        self.index = OperationIndex(indexed)
+        self._api = api
+
+    def tools(self) -> list[Tool]:
+        api = f"this API ({self._api.strip().rstrip('.')})" if self._api and self._api.strip() else "this API"
+        return [
+            Tool(
+                name=SEARCH_TOOL,
+                title="Search operations",
+                description=_SEARCH_DESCRIPTION.format(api=api),
+                input_schema=_object(
+                    {
+                        "query": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": MAX_QUERY_LENGTH,
+                            "description": "What you want to do, in a few words.",
+                        },
+                        "limit": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": MAX_SEARCH_LIMIT,
+                            "default": DEFAULT_SEARCH_LIMIT,
+                            "description": "How many operations to list.",
+                        },
+                    },  # fmt: skip
+                    ["query"],
+                ),
+                annotations=_READ_ONLY,
+                invoker=self._search,
+            ),
+            Tool(
+                name=SCHEMA_TOOL,
+                title="Get an operation's schema",
+                description=_SCHEMA_DESCRIPTION,
+                input_schema=_object({"name": _NAME}, ["name"]),
+                annotations=_READ_ONLY,
+                invoker=self._schema,
+            ),
+            Tool(
+                name=CALL_TOOL,
+                title="Call an operation",
+                description=_CALL_DESCRIPTION,
+                input_schema=_object(
+                    {"name": _NAME, "arguments": {"type": "object", "description": "The operation's arguments."}},
+                    ["name"],
+                ),
+                invoker=self._call,
+            ),
+        ]
+
+    async def _search(self, arguments: dict[str, Any], context: CallContext) -> Any:
+        found = self.index.search(arguments["query"], arguments.get("limit", DEFAULT_SEARCH_LIMIT))
+        return {"operations": [{"name": op.name, "summary": op.summary} for op in found]}
+
+    async def _schema(self, arguments: dict[str, Any], context: CallContext) -> Any:
+        name = arguments["name"]
+        entry = self.operations.get(name)
+        if entry is None:
+            raise _unknown(name)
+        # What a direct agent would list for it (in the default language), made when asked: decoding every
+        # operation's entry up front would cost seconds on a large API (Stripe's schemas are ~90 MB of JSON).
+        tool, texts, language = entry.tool, self.operations.translations, self.operations.default_language
+        answer: JSONObject = {"name": name, "title": texts.text(name, "title", language) or tool.title or name}
+        description = texts.text(name, "description", language) or tool.description
+        if description:
+            answer["description"] = description
+        answer["inputSchema"] = tool.input_schema
+        annotations = tool.annotations.to_wire() if tool.annotations else None
+        if annotations is not None:
+            answer["annotations"] = annotations
+        return answer
+
+    async def _call(self, arguments: dict[str, Any], context: CallContext) -> Any:
+        name = arguments["name"]
+        entry = self.operations.get(name)
+        if entry is None:
+            raise _unknown(name)
+        inner = CallContext(
+            tool_name=name,
+            protocol_version=context.protocol_version,
+            headers=context.headers,
+            client_info=context.client_info,
+            client_capabilities=context.client_capabilities,
+            labels=context.labels,
+            requested_format=context.requested_format,
+        )
+        result_format = context.requested_format or entry.tool.format or DEFAULT_FORMAT
+        # The operation's own pipeline: its validator, invoker, result shaping and observer (its metrics label).
+        result = await call_tool(entry, arguments.get("arguments") or {}, inner, result_format=result_format,
+                                 observer=self.operations.observer)  # fmt: skip
+        if "structuredContent" in result:
+            return ToolResult(result["content"], result["structuredContent"], is_error=result["isError"])
+        return ToolResult(result["content"], is_error=result["isError"])
+
+
+def observer_for(observer: CallObserver | None) -> CallObserver | None:
+    """The discovery catalog's observer: a `call_operation` that ran an operation was counted under that
+    operation already (its own call_tool told the operations' observer), so it is not counted twice."""
+    if observer is None:
+        return None
+
+    def observe(tool: str, error: Any, seconds: float, request_id: str | None, /) -> None:
+        if tool == CALL_TOOL and error is None:
+            return
+        observer(tool, error, seconds, request_id)
+
+    return observe
+
+
+def _object(properties: JSONObject, required: list[str]) -> JSONObject:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def _unknown(name: str) -> UnknownOperationError:
+    return UnknownOperationError(
+        f"This agent has no operation named {name!r}.",
+        recoverable=True,
+        suggested_action=f"Find the operation's exact name with {SEARCH_TOOL}, then call again with it.",
+        details=[{"path": "$.name", "message": "no such operation"}],
+    )
