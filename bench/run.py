@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ class Target:
     path: str = "/"  # where it serves MCP
     peers: bool = False  # runs under --peers-python instead of --python
     env: tuple[tuple[str, str], ...] = ()
+    root: Path | None = None  # another checkout of Crank (--base): its src/ and bench/ serve this target
 
 
 TARGETS = (
@@ -120,6 +121,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--client-cpu", default="1", help="taskset CPU list for wrk")
     p.add_argument("--upstream-cpu", default=None, help="taskset CPU list for nginx (default: --client-cpu)")
     p.add_argument("--out", type=Path, default=BENCH / "results", help="where latest.md/latest.json go")
+    p.add_argument(
+        "--base",
+        type=Path,
+        default=None,
+        help="a checkout of an earlier Crank commit (git worktree add DIR COMMIT): adds `crank@base` and "
+        "`gateway-crank@base`, served from its src/ and bench/, to the same interleaved run",
+    )
     args = p.parse_args()
     for name, allowed in (("targets", [t.key for t in TARGETS]), ("scenarios", SCENARIOS), ("eras", ERAS)):
         chosen = [v for v in getattr(args, name).split(",") if v]
@@ -133,16 +141,28 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def target_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+def target_env(extra: dict[str, str] | None = None, root: Path | None = None) -> dict[str, str]:
+    # Another checkout's src/ goes first, before the editable install of this one in the venv.
+    first = [str(root / "src"), str(root)] if root is not None else [str(ROOT)]
+    path = os.pathsep.join(filter(None, [*first, os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path, **(extra or {})}
+
+
+def base_targets(base: Path) -> list[Target]:
+    """The core and the keyed gateway of an earlier commit, beside today's in the same run."""
+    core = next(t for t in TARGETS if t.key == "crank")
+    gateway = next(t for t in TARGETS if t.key == "gateway-crank")
+    return [
+        replace(core, key="crank@base", label=f"{core.label} ({base.name})", root=base.resolve()),
+        replace(gateway, key="gateway-crank@base", label=f"{gateway.label} ({base.name})", root=base.resolve()),
+    ]
 
 
 def import_error(python: str, target: Target, env: dict[str, str]) -> str | None:
     """Why `target.app` cannot be imported by `python`, or None if it can."""
     module, attr = target.app.split(":")
     code = f"import importlib; assert getattr(importlib.import_module({module!r}), {attr!r}) is not None"
-    proc = subprocess.run([python, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run([python, "-c", code], cwd=target.root or ROOT, env=env, capture_output=True, text=True)
     if proc.returncode == 0:
         return None
     lines = (proc.stderr or proc.stdout).strip().splitlines()
@@ -184,7 +204,7 @@ def serve(python: str, target: Target, cpu: str, log: Path, env: dict[str, str])
     cmd += "--workers 1 --loop uvloop --http httptools --log-level warning --no-access-log".split()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as log_file:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=target.root or ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     try:
         wait_listening(target.key, proc, port, log)
         yield f"http://{HOST}:{port}{target.path}"
@@ -246,13 +266,14 @@ def upstream_server(cpu: str, log: Path) -> Iterator[Upstream]:
                 log_file.write((Path(prefix) / "error.log").read_bytes())
 
 
-def gateway_registry(python: str, upstream: Upstream, directory: Path) -> tuple[Path, str]:
-    """Create Crank's registry with the published 1,000-tool agent; returns the SQLite file and an API key."""
-    db = directory / "registry.sqlite3"
+def gateway_registry(python: str, upstream: Upstream, directory: Path, root: Path | None = None) -> tuple[Path, str]:
+    """Create Crank's registry with the published 1,000-tool agent (with the code of `root`, another
+    checkout, when given); returns the SQLite file and an API key."""
+    db = directory / ("registry-base.sqlite3" if root is not None else "registry.sqlite3")
     proc = subprocess.run(
         [python, "-m", "bench.apps.gateway_crank", str(db)],
-        cwd=ROOT,
-        env=target_env({"BENCH_UPSTREAM": upstream.url}),
+        cwd=root or ROOT,
+        env=target_env({"BENCH_UPSTREAM": upstream.url}, root),
         capture_output=True,
         text=True,
     )
@@ -550,7 +571,9 @@ def main() -> int:
         if not Path(python).exists():
             raise SystemExit(f"{python} does not exist; see bench/README.md for the venv setup")
     print(f"targets run under {args.python} (FastMCP: {args.peers_python})", file=sys.stderr)
-    chosen = [t for t in TARGETS if t.key in args.targets and scenarios_of(args, t)]
+    known = [*TARGETS, *(base_targets(args.base) if args.base is not None else [])]
+    wanted = {*args.targets, *((t.key for t in base_targets(args.base)) if args.base is not None else ())}
+    chosen = [t for t in known if t.key in wanted and scenarios_of(args, t)]
     rows: list[Row] = []
     skipped: list[str] = []
     unverified: list[str] = []
@@ -566,14 +589,18 @@ def main() -> int:
             workdir = Path(servers.enter_context(tempfile.TemporaryDirectory(prefix="bench-gateway-")))
             db, gateway_key = gateway_registry(args.python, upstream, workdir)
             gateway_env = {"BENCH_UPSTREAM": upstream.url, "BENCH_GATEWAY_DB": str(db)}
+            if args.base is not None:  # the earlier commit writes (and reads) its own registry format
+                base_db, base_key = gateway_registry(args.python, upstream, workdir, args.base.resolve())
+                base_env = {"BENCH_UPSTREAM": upstream.url, "BENCH_GATEWAY_DB": str(base_db)}
             print(f"upstream {upstream.url} on CPU {args.upstream_cpu}; gateway registry {db}", file=sys.stderr)
         # All targets listen at once (idle ones cost nothing) so that the timed runs can interleave:
         # the machine's drift then hits every target alike instead of whichever ran during a slow spell.
         # The bare app reads the tools/list bytes when it starts, so it starts after the others.
         for target in sorted(chosen, key=lambda t: t.key == UPPER):
             python = args.peers_python if target.peers else args.python
-            env = target_env({**gateway_env, **dict(target.env)} if target.group == "gateway" else None)
-            auth = gateway_key if target.group == "gateway" else None
+            own_env = base_env if target.root is not None and target.group == "gateway" else gateway_env
+            env = target_env({**own_env, **dict(target.env)} if target.group == "gateway" else None, target.root)
+            auth = (base_key if target.root is not None else gateway_key) if target.group == "gateway" else None
             if (why := import_error(python, target, env)) is not None:
                 if "ModuleNotFoundError" in why and "bench.apps" not in why:
                     why += f" (install bench/requirements.txt into {python}, or pass --python/--peers-python)"
