@@ -80,23 +80,89 @@ def main(settings_file: str | None) -> None:
 @click.option("--role", type=click.Choice(["admin", "mcp", "all"]), default=None, help="Gateway role [all].")
 @click.option("--listen", default=None, help="host:port (default: CRANK_LISTEN or 127.0.0.1:8000).")
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
-def serve(app: str | None, role: str | None, listen: str | None, app_dir: str) -> None:
-    """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService."""
-    import uvicorn
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of the SQLite registry and admin token [CRANK_DATA_DIR, ~/.local/share/crank].")  # fmt: skip
+@click.option(
+    "--openapi",
+    "spec",
+    default=None,
+    metavar="SPEC",
+    help="Serve this OpenAPI document (file or URL) at once as one agent, and print how to connect.",
+)
+@click.option("--base-url", default=None, help="With --openapi: the upstream base URL (default: the document's).")
+@click.option("--include", multiple=True, help="With --openapi: only these operations (glob, as for import).")
+@click.option(
+    "--auth-bearer",
+    default=None,
+    metavar="REF",
+    help="With --openapi: the upstream's bearer token, by reference (env:NAME or file:/path).",
+)
+@click.option(
+    "--auth-header",
+    default=None,
+    metavar="NAME=REF",
+    help="With --openapi: a header carrying the upstream's secret, e.g. X-Api-Key=env:API_KEY.",
+)
+def serve(
+    app: str | None, role: str | None, listen: str | None, app_dir: str, data_dir: str | None, spec: str | None,
+    base_url: str | None, include: tuple[str, ...], auth_bearer: str | None, auth_header: str | None,
+) -> None:  # fmt: skip
+    """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService.
 
+    With --openapi SPEC: import the document into the registry (SQLite in the data folder), publish all
+    of it as one agent (direct tools, or discovery mode when they do not fit the token budget), and
+    print the MCP URL, a key and client setups. Run it again after the API changed: the changes are
+    reported and published."""
     from crank.telemetry import configure_logging
+    from crank.wire.listen import bind_listener, serve_on
 
-    settings = _settings(role=role, listen=listen)
+    auth = _upstream_auth(auth_bearer, auth_header)
+    if spec is None and (base_url or include or auth):
+        raise click.UsageError("--base-url, --include, --auth-bearer and --auth-header go with --openapi")
+    settings = _settings(role=role, listen=listen, data_dir=data_dir)
+    with _clear_errors():
+        sock = bind_listener(settings.host, settings.port)  # a busy port is reported before anything else
     configure_logging(settings.log_format, settings.log_level)
     if app is not None:
-        uvicorn.run(app, host=settings.host, port=settings.port, app_dir=app_dir, access_log=False, log_config=None)
+        sys.path.insert(0, app_dir)
+        serve_on(app, sock)
         return
     from crank.server import CrankServer
 
+    if spec is not None:
+        _serve_openapi(settings, sock, spec, base_url, include, auth)
+        return
     with _clear_errors():
         server = CrankServer(settings)
     _announce(server, settings)
-    uvicorn.run(server, host=settings.host, port=settings.port, access_log=False, log_config=None)
+    serve_on(server, sock)
+
+
+def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | None:
+    if bearer is not None and header is not None:
+        raise click.UsageError("give --auth-bearer or --auth-header, not both")
+    if bearer is not None:
+        return {"type": "bearer", "secret": bearer}
+    if header is not None:
+        name, sep, reference = header.partition("=")
+        if not sep or not name or not reference:
+            raise click.BadParameter("expected NAME=REF, e.g. X-Api-Key=env:API_KEY", param_hint="--auth-header")
+        return {"type": "header", "name": name, "secret": reference}
+    return None
+
+
+def _serve_openapi(
+    settings: Any, sock: Any, spec: str, base_url: str | None, include: tuple[str, ...], auth: dict[str, str] | None
+) -> None:
+    from crank.instant import build_instant
+    from crank.wire.listen import serve_on
+
+    with _clear_errors(), _progress_bar(f"importing {Path(spec).name}") as progress:
+        instant = build_instant(settings, spec, base_url=base_url, include=include or None, auth=auth,
+                                progress=progress)  # fmt: skip
+    click.echo(instant.banner())
+    sys.stdout.flush()
+    serve_on(instant.server, sock)
 
 
 def _announce(server: Any, settings: Any) -> None:

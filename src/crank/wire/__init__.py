@@ -30,6 +30,7 @@ from crank.wire.jsonrpc import (
     request_message,
     result_response,
 )
+from crank.wire.listen import bind_listener, serve_on
 from crank.wire.middleware import (
     AUTH_SCOPE_KEY,
     BearerAuthMiddleware,
@@ -57,6 +58,7 @@ __all__ = [
     "RequestId",
     "accepts_json",
     "bearer_token",
+    "bind_listener",
     "encode_error",
     "encode_result",
     "error_response",
@@ -74,4 +76,5 @@ __all__ = [
     "result_response",
     "send_response",
     "serve_lifespan",
+    "serve_on",
 ]
