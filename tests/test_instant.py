@@ -138,3 +138,32 @@ def test_serve_openapi_refuses_unclear_upstream_credentials(tmp_path: Path, opti
     args = ["serve", "--openapi", str(MAILCHIMP), "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)]
     result = CliRunner().invoke(main, [*args, *options])
     assert result.exit_code == 2 and message in result.output
+
+
+def test_upstream_options_need_openapi(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from crank.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--base-url", "https://api.test", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "go with --openapi" in result.output
+
+
+def test_a_bearer_reference_reaches_every_operation(tmp_path: Path) -> None:
+    from crank.instant import build_instant
+    from crank.settings import given_settings
+
+    spec = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
+    settings = given_settings(listen="127.0.0.1:9", data_dir=tmp_path)
+    auth = {"type": "bearer", "secret": "env:SHOP_TOKEN"}
+    built = build_instant(settings, str(spec), base_url="http://shop.test", auth=auth, include=["*book*"])
+    assert built.workspace == "demo-bookshop" and built.mode == "direct" and built.version == 1
+    assert "2 tools, about " in built.banner() and "(within the budget of 4096)" in built.banner()
+    tools = built.server.registry.published()[0].runtime.tools
+    assert [tool.tool_name for tool in tools] == ["search_books", "get_book"]
+    assert all(
+        tool.execution_config.auth is not None and tool.execution_config.auth.secret == "env:SHOP_TOKEN"
+        for tool in tools
+    )
+    again = build_instant(settings, str(spec), base_url="http://shop.test", auth=auth, include=["*book*"])
+    assert again.version == 1 and again.api_key == built.api_key  # nothing new to publish; the key is kept

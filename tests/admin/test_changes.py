@@ -214,3 +214,38 @@ async def test_the_admin_api_reports_an_import_and_republishes_an_operation(
         assert republished.status_code == 200 and republished.json()["unchanged"] == ["desk", "monitor"]
         missing = await admin.post(base + "/operations/nothing/republish")
         assert missing.status_code == 404
+
+
+def test_each_kind_of_change_is_named_and_only_the_breaking_ones_flagged() -> None:
+    from crank.admin.changes import compare_operations, merge_draft
+
+    def op(**fields: Any) -> dict[str, Any]:
+        schema = {"type": "object", "properties": fields.pop("properties", {}), "required": fields.pop("required", [])}
+        return {"protocol": "http", "target": {"method": "GET", "url": "https://a.test/x"}, "input_schema": schema,
+                "input_mapping": [], **fields}  # fmt: skip
+
+    old = op(properties={"a": {"type": "integer"}, "b": {"$ref": "#/$defs/Pet"}, "c": {"anyOf": [{"type": "string"}]},
+                         "d": {"enum": [1]}, "e": {}, "f": {"type": ["string", "null"]}, "g": {"type": "string"}},
+             required=["a", "g"], note="mine")  # fmt: skip
+    new = op(properties={"a": {"type": "integer"}, "b": {"$ref": "#/$defs/Pet"}, "c": {"anyOf": [{"type": "string"}]},
+                         "d": {"enum": [1]}, "e": {}, "f": {"type": "array", "items": {"type": "string"}},
+                         "g": {"type": "string"}, "h": {"type": "boolean"}},
+             required=["g", "e"], note="yours", target={"method": "POST", "url": "https://a.test/y"},
+             description="new")  # fmt: skip
+    change = compare_operations("x", old, new)
+    assert change is not None and change.details == (
+        "target: GET https://a.test/x -> POST https://a.test/y",
+        "parameter a: now optional",
+        "parameter e: now required",
+        "parameter f: type null|string -> array of string",
+        "parameter h: added (boolean)",
+        "description changed",
+        "note changed",
+    )
+    assert change.breaking == ("parameter e: now required", "parameter f: type null|string -> array of string")
+    assert compare_operations("x", old, old) is None
+    moved = compare_operations("x", op(), op(input_mapping=[{"from": "q", "to": "header.q"}]))
+    assert moved is not None and moved.details == ("input mapping changed",)
+    assert merge_draft(None, new) is new
+    assert merge_draft({**old, "execution_config": {"timeout": 3}}, {**new, "execution_config": {"idempotency": {
+        "argument": "k"}}})["execution_config"] == {"timeout": 3, "idempotency": {"argument": "k"}}  # fmt: skip
