@@ -167,3 +167,13 @@ def test_a_bearer_reference_reaches_every_operation(tmp_path: Path) -> None:
     )
     again = build_instant(settings, str(spec), base_url="http://shop.test", auth=auth, include=["*book*"])
     assert again.version == 1 and again.api_key == built.api_key  # nothing new to publish; the key is kept
+
+
+def test_serve_openapi_needs_the_mcp_role(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from crank.cli import main
+
+    args = ["serve", "--openapi", str(MAILCHIMP), "--role", "admin", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "not with role admin" in result.output

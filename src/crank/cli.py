@@ -120,6 +120,8 @@ def serve(
     if spec is None and (base_url or include or auth):
         raise click.UsageError("--base-url, --include, --auth-bearer and --auth-header go with --openapi")
     settings = _settings(role=role, listen=listen, data_dir=data_dir)
+    if spec is not None and settings.role == "admin":
+        raise click.UsageError("--openapi serves an MCP endpoint: not with role admin")
     with _clear_errors():
         sock = bind_listener(settings.host, settings.port)  # a busy port is reported before anything else
     configure_logging(settings.log_format, settings.log_level)
