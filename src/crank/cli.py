@@ -89,12 +89,46 @@ def main(settings_file: str | None) -> None:
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Folder of the SQLite registry and admin token [CRANK_DATA_DIR, ~/.local/share/crank].")  # fmt: skip
-def serve(app: str | None, role: str | None, listen: str | None, app_dir: str, data_dir: str | None) -> None:
-    """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService."""
+@click.option(
+    "--openapi",
+    "spec",
+    default=None,
+    metavar="SPEC",
+    help="Serve this OpenAPI document (file or URL) at once as one agent, and print how to connect.",
+)
+@click.option("--base-url", default=None, help="With --openapi: the upstream base URL (default: the document's).")
+@click.option("--include", multiple=True, help="With --openapi: only these operations (glob, as for import).")
+@click.option(
+    "--auth-bearer",
+    default=None,
+    metavar="REF",
+    help="With --openapi: the upstream's bearer token, by reference (env:NAME or file:/path).",
+)
+@click.option(
+    "--auth-header",
+    default=None,
+    metavar="NAME=REF",
+    help="With --openapi: a header carrying the upstream's secret, e.g. X-Api-Key=env:API_KEY.",
+)
+def serve(
+    app: str | None, role: str | None, listen: str | None, app_dir: str, data_dir: str | None, spec: str | None,
+    base_url: str | None, include: tuple[str, ...], auth_bearer: str | None, auth_header: str | None,
+) -> None:  # fmt: skip
+    """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService.
+
+    With --openapi SPEC: import the document into the registry (SQLite in the data folder), publish all
+    of it as one agent (direct tools, or discovery mode when they do not fit the token budget), and
+    print the MCP URL, a key and client setups. Run it again after the API changed: the changes are
+    reported and published."""
     from crank.telemetry import configure_logging
     from crank.wire.listen import bind_listener, serve_on
 
+    auth = _upstream_auth(auth_bearer, auth_header)
+    if spec is None and (base_url or include or auth):
+        raise click.UsageError("--base-url, --include, --auth-bearer and --auth-header go with --openapi")
     settings = _settings(role=role, listen=listen, data_dir=data_dir)
+    if spec is not None and settings.role == "admin":
+        raise click.UsageError("--openapi serves an MCP endpoint: not with role admin")
     with _clear_errors():
         sock = bind_listener(settings.host, settings.port)  # a busy port is reported before anything else
     configure_logging(settings.log_format, settings.log_level)
@@ -104,10 +138,40 @@ def serve(app: str | None, role: str | None, listen: str | None, app_dir: str, d
         return
     from crank.server import CrankServer
 
+    if spec is not None:
+        _serve_openapi(settings, sock, spec, base_url, include, auth)
+        return
     with _clear_errors():
         server = CrankServer(settings)
     _announce(server, settings)
     serve_on(server, sock)
+
+
+def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | None:
+    if bearer is not None and header is not None:
+        raise click.UsageError("give --auth-bearer or --auth-header, not both")
+    if bearer is not None:
+        return {"type": "bearer", "secret": bearer}
+    if header is not None:
+        name, sep, reference = header.partition("=")
+        if not sep or not name or not reference:
+            raise click.BadParameter("expected NAME=REF, e.g. X-Api-Key=env:API_KEY", param_hint="--auth-header")
+        return {"type": "header", "name": name, "secret": reference}
+    return None
+
+
+def _serve_openapi(
+    settings: Any, sock: Any, spec: str, base_url: str | None, include: tuple[str, ...], auth: dict[str, str] | None
+) -> None:
+    from crank.instant import build_instant
+    from crank.wire.listen import serve_on
+
+    with _clear_errors(), _progress_bar(f"importing {Path(spec).name}") as progress:
+        instant = build_instant(settings, spec, base_url=base_url, include=include or None, auth=auth,
+                                progress=progress)  # fmt: skip
+    click.echo(instant.banner())
+    sys.stdout.flush()
+    serve_on(instant.server, sock)
 
 
 def _announce(server: Any, settings: Any) -> None:
@@ -235,14 +299,41 @@ def operation_show(workspace: str, name: str) -> None:
 @click.argument("workspace")
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False))
-def operation_put(workspace: str, name: str, file: str) -> None:
+@click.option("--republish", is_flag=True, help="Then publish every published agent that binds it.")
+def operation_put(workspace: str, name: str, file: str, republish: bool) -> None:
     """Create or replace an operation draft from a JSON or YAML FILE."""
     from crank.admin.models import OperationIn
 
     spec = _validated(OperationIn, _read_definition(file)).model_dump(exclude_none=True)
+    registry = _registry()
     with _clear_errors():
-        _registry().put_operation(workspace, name, spec)
+        registry.put_operation(workspace, name, spec)
     click.echo(f"operation {workspace}/{name} saved (draft)")
+    if republish:
+        _republish(registry, workspace, name)
+
+
+@operation.command("republish")
+@click.argument("workspace")
+@click.argument("name")
+def operation_republish(workspace: str, name: str) -> None:
+    """Publish, in one transaction, every published agent that binds operation NAME (its draft as it is now)."""
+    _republish(_registry(), workspace, name)
+
+
+def _republish(registry: Any, workspace: str, name: str) -> None:
+    from crank.admin.changes import republish_operation
+
+    with _clear_errors():
+        report = republish_operation(registry, workspace, name)
+    for agent, version in report.published.items():
+        click.echo(f"published {workspace}/{agent} version {version}")
+        for finding in report.findings[agent]:
+            click.echo(f"  {finding}")
+    for agent in report.unchanged:
+        click.echo(f"{workspace}/{agent}: unchanged")
+    if not report.published and not report.unchanged:
+        click.echo(f"no published agent binds {name}")
 
 
 @operation.command("delete")
@@ -260,14 +351,29 @@ def import_() -> None:
     """Import operations from an API description into a workspace's drafts."""
 
 
-def _import(kind: str, spec: str, workspace: str, base_url: str | None, include: tuple[str, ...]) -> None:
-    from crank.admin.actions import import_operations
+def _import(kind: str, spec: str, workspace: str, base_url: str | None, include: tuple[str, ...],
+            republish: bool = True, dry_run: bool = False) -> None:  # fmt: skip
+    from crank.admin.changes import reimport
 
     registry = _registry()
     with _clear_errors(), _progress_bar(f"importing {Path(spec).name}") as progress:
-        names = import_operations(registry, workspace, kind,  # type: ignore[arg-type]
-                                  spec, base_url=base_url, include=include or None, progress=progress)  # fmt: skip
-    click.echo(f"imported {len(names)} operations into {workspace} (drafts; bind them to an agent and publish)")
+        report = reimport(registry, workspace, kind,  # type: ignore[arg-type]
+                          spec, base_url=base_url, include=include or None, progress=progress,
+                          republish=republish, dry_run=dry_run)  # fmt: skip
+    for line in report.lines():
+        click.echo(line)
+    for agent, findings in report.findings.items():
+        click.echo(f"  {agent}: {len(findings)} lint finding(s) (crank lint {workspace} {agent})")
+    counts = f"{len(report.added)} added, {len(report.removed)} removed, {len(report.changed)} changed"
+    if dry_run:
+        click.echo(f"dry run: {counts}, {len(report.unchanged)} unchanged; nothing written")
+    elif not report.added and not report.removed and not report.changed:
+        click.echo(f"{workspace}: no changes ({len(report.unchanged)} operations as imported before)")
+    else:
+        click.echo(f"imported {len(report.names)} operations into {workspace}: {counts} "
+                   "(drafts; bind them to an agent and publish)")  # fmt: skip
+    if report.breaking:
+        click.echo(f"warning: {len(report.breaking)} bound tool(s) broken by this change", err=True)
 
 
 @contextmanager
@@ -293,9 +399,17 @@ def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
 @click.option("--workspace", "-w", required=True)
 @click.option("--base-url", default=None, help="Upstream base URL (default: the document's first server).")
 @click.option("--include", multiple=True, help="Only operations whose name, operationId or tag matches (glob).")
-def import_openapi(spec: str, workspace: str, base_url: str | None, include: tuple[str, ...]) -> None:
-    """Import an OpenAPI 3.0/3.1 document (file or URL, JSON or YAML): one operation per path and method."""
-    _import("openapi", spec, workspace, base_url, include)
+@click.option("--republish/--no-republish", default=True, show_default=True,
+              help="Publish again the agents that bind a changed or removed operation.")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Only report what would change; write nothing.")
+def import_openapi(
+    spec: str, workspace: str, base_url: str | None, include: tuple[str, ...], republish: bool, dry_run: bool
+) -> None:
+    """Import an OpenAPI 3.0/3.1 document (file or URL, JSON or YAML): one operation per path and method.
+
+    Importing a newer version reports what was added, removed and changed, flags the changes that break
+    bound tools, and republishes the agents concerned, in one transaction."""
+    _import("openapi", spec, workspace, base_url, include, republish, dry_run)
 
 
 @import_.command("openrpc")
@@ -303,9 +417,14 @@ def import_openapi(spec: str, workspace: str, base_url: str | None, include: tup
 @click.option("--workspace", "-w", required=True)
 @click.option("--url", "base_url", default=None, help="JSON-RPC endpoint URL (default: the document's server).")
 @click.option("--include", multiple=True, help="Only methods whose name matches (glob).")
-def import_openrpc(spec: str, workspace: str, base_url: str | None, include: tuple[str, ...]) -> None:
-    """Import an OpenRPC document (file or URL): one jsonrpc operation per method."""
-    _import("openrpc", spec, workspace, base_url, include)
+@click.option("--republish/--no-republish", default=True, show_default=True,
+              help="Publish again the agents that bind a changed or removed operation.")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Only report what would change; write nothing.")
+def import_openrpc(
+    spec: str, workspace: str, base_url: str | None, include: tuple[str, ...], republish: bool, dry_run: bool
+) -> None:
+    """Import an OpenRPC document (file or URL): one jsonrpc operation per method (reported as for openapi)."""
+    _import("openrpc", spec, workspace, base_url, include, republish, dry_run)
 
 
 @main.group()

@@ -25,8 +25,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crank import __version__, _json, _yaml
-from crank.admin.actions import bind_tool, import_operations, publish_agent, unbind_tool
+from crank.admin.actions import bind_tool, publish_agent, unbind_tool
 from crank.admin.apply import apply_catalog
+from crank.admin.changes import reimport, republish_operation
 from crank.admin.documents import is_url
 from crank.admin.models import (
     AgentIn,
@@ -190,15 +191,20 @@ def delete_operation(api: AdminAPI, request: Request, body: None) -> Any:
     api.registry.delete_operation(_path(request, "workspace"), _path(request, "operation"))
 
 
+def republish(api: AdminAPI, request: Request, body: None) -> Any:
+    """Publish every published agent that binds the operation, in one transaction."""
+    return republish_operation(api.registry, _path(request, "workspace"), _path(request, "operation")).to_json()
+
+
 def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
     source: str | JSONObject | None = body.document if body.document is not None else body.url
     if source is None or (body.document is not None and body.url is not None):
         raise _HTTPError(422, "invalid_body", "give exactly one of 'url' or 'document'")
     if isinstance(source, str) and not is_url(source):
         raise _HTTPError(422, "invalid_body", "url: only http(s) URLs (the admin API does not read server files)")
-    names = import_operations(api.registry, _path(request, "workspace"), body.format, source,
-                              base_url=body.base_url, include=body.include)  # fmt: skip
-    return {"imported": names}
+    report = reimport(api.registry, _path(request, "workspace"), body.format, source, base_url=body.base_url,
+                      include=body.include, republish=body.republish, dry_run=body.dry_run)  # fmt: skip
+    return report.to_json()
 
 
 def list_agents(api: AdminAPI, request: Request, body: None) -> Any:
@@ -283,6 +289,9 @@ ENDPOINTS = (
         "PUT", _WS + "/operations/{operation}", "Create or replace an operation draft", put_operation, OperationIn
     ),  # fmt: skip
     _Endpoint("DELETE", _WS + "/operations/{operation}", "Delete an operation draft", delete_operation, status=204),
+    _Endpoint(
+        "POST", _WS + "/operations/{operation}/republish", "Publish every agent that binds the operation", republish
+    ),  # fmt: skip
     _Endpoint("POST", _WS + "/imports", "Import operations from OpenAPI or OpenRPC", import_document, ImportIn),
     _Endpoint("GET", _WS + "/agents", "List agents", list_agents),
     _Endpoint("GET", _AGENT, "Show an agent draft", get_agent),

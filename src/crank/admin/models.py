@@ -126,6 +126,8 @@ class ImportIn(_Model):
     document: dict[str, Any] | None = None
     base_url: str | None = None
     include: list[str] | None = None
+    republish: bool = Field(True, description="Publish again the agents that bind a changed or removed operation.")
+    dry_run: bool = Field(False, description="Only report what would change; write nothing.")
 
 
 class RollbackIn(_Model):

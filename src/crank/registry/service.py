@@ -178,6 +178,49 @@ class Registry:
             for name, spec in specs.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
 
+    def update_operations(
+        self,
+        workspace: str,
+        put: dict[str, JSONObject],
+        *,
+        delete: Iterable[str] = (),
+        republish: Iterable[str] = (),
+        check: Callable[[RuntimeView], None] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, tuple[int, bool]]:
+        """Write operation drafts, delete others (and every binding to them from the agent drafts), and
+        publish each published agent that binds an operation named in `republish` (an unchanged runtime
+        view publishes nothing), all in one transaction. Returns each such agent's served version and
+        whether it is new. With `dry_run` all of it runs, checks included, and is rolled back."""
+        gone, touched = set(delete), set(republish)
+        with Session(self._writer) as session:
+            transaction = session.begin()
+            try:
+                ws = self._workspace(session, workspace)
+                for name, spec in put.items():
+                    self._put_row(session, Operation, ws, {"name": name}, spec)
+                for name in sorted(gone):
+                    session.delete(self._operation(session, ws, name))
+                agents = session.scalars(select(Agent).filter_by(workspace_id=ws.id).order_by(Agent.slug)).all()
+                served = []
+                for agent in agents:
+                    bindings = list(agent.spec.get("bindings", []))
+                    if agent.published_version is not None and any(b.get("operation") in touched for b in bindings):
+                        served.append(agent)
+                    if any(binding.get("operation") in gone for binding in bindings):
+                        kept = [binding for binding in bindings if binding.get("operation") not in gone]
+                        agent.spec = {**agent.spec, "bindings": kept}
+                session.flush()
+                versions = {agent.slug: self._publish(session, ws, agent, check, True) for agent in served}
+            except BaseException:
+                transaction.rollback()
+                raise
+            if dry_run:
+                transaction.rollback()
+            else:
+                transaction.commit()
+        return versions
+
     def edit_agent(self, workspace: str, slug: str, edit: Callable[[JSONObject], JSONObject]) -> None:
         """Read, change and write an agent's draft in one transaction, the row locked (PostgreSQL) or the
         database written by one writer at a time (SQLite): two concurrent edits never lose one another."""

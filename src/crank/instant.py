@@ -1,0 +1,196 @@
+"""`crank serve --openapi SPEC`: one command from an API description to a served agent.
+
+The document (a file or a URL) is imported into a workspace named after its title, in the registry of
+the settings (the SQLite file in the data folder by default); every operation is bound into one agent,
+`api`; the agent is published (direct tools, or discovery mode when they do not fit its token budget),
+and the MCP URL, an API key and ready-to-use client setups are printed. The key is kept in the data
+folder and printed again at the next start while the registry still knows it.
+
+Started again with a newer version of the document, the import reports what changed and what it breaks
+(`crank.admin.changes`) and the agent is published again; an unchanged document publishes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from crank import _json
+from crank.admin.actions import CheckAndLint
+from crank.admin.changes import ImportReport, reimport
+from crank.admin.documents import load_document
+from crank.admin.lint import CatalogReport, catalog_report
+from crank.exceptions import RegistryNotFoundError
+from crank.registry import Registry, key_digest
+from crank.server import CrankServer
+from crank.settings import Settings
+from crank.types import JSONObject
+
+__all__ = ["AGENT", "InstantServer", "build_instant", "client_setups", "workspace_slug"]
+
+AGENT = "api"
+"""The slug of the one agent that serves the whole document."""
+
+AgentMode = Literal["direct", "discovery"]
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass
+class InstantServer:
+    """What `crank serve --openapi` built: the server to run, where its agent is, and how it was made."""
+
+    server: CrankServer
+    title: str
+    workspace: str
+    mcp_url: str
+    api_key: str
+    mode: AgentMode
+    version: int
+    catalog: CatalogReport
+    changes: ImportReport
+    key_file: Path
+
+    def banner(self) -> str:
+        """What the command prints before serving: the URL, the key, what is served and the client setups."""
+        tools = len(self.changes.names)
+        if self.mode == "discovery":
+            served = f"discovery mode: a few fixed tools to search, read and call {tools} operations"
+        else:
+            fit = "over" if self.catalog.over_budget else "within"
+            served = (
+                f"{tools} tools, about {self.catalog.estimate:,} tokens ({fit} the budget of {self.catalog.budget})"
+            )
+        lines = [
+            f"Serving {self.title!r} as {self.workspace}/{AGENT}, version {self.version}: {served}",
+            *(f"  {line}" for line in self.changes.lines() if not self.changes.first),
+            f"MCP endpoint:   {self.mcp_url}",
+            f"API key:        {self.api_key}",
+            f"Data folder:    {self.server.settings.data_dir} (the key is kept in {self.key_file.name})",
+            "",
+            client_setups(self.mcp_url, self.api_key, name=self.workspace),
+        ]
+        return "\n".join(lines)
+
+
+def build_instant(
+    settings: Settings,
+    spec: str,
+    *,
+    base_url: str | None = None,
+    include: Sequence[str] | None = None,
+    auth: JSONObject | None = None,
+    workspace: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> InstantServer:
+    """Import `spec`, bind all of it into the agent `api`, publish it and get a key; nothing is served yet.
+
+    `auth` (`{"type": "bearer", "secret": "env:NAME"}` or `{"type": "header", "name": ..., "secret": ...}`)
+    goes into every operation's execution settings. Raises `ConfigurationError` (a `SpecError` for the
+    document) with a message for the user."""
+    server = CrankServer(settings)
+    registry = server.registry
+    document = load_document(spec)
+    title = str((document.get("info") or {}).get("title") or "API")
+    slug = workspace or workspace_slug(title)
+    try:
+        registry.workspace(slug)
+    except RegistryNotFoundError:
+        registry.put_workspace(slug, title)
+    # The agent is published below, with every operation bound: not by the import.
+    changes = reimport(registry, slug, "openapi", document, base_url=base_url, include=include, progress=progress,
+                       republish=False)  # fmt: skip
+    if auth is not None:
+        _set_auth(registry, slug, changes.names, auth)
+    description = f"The operations of {title}, as its OpenAPI document describes them."
+    draft: JSONObject = {"description": description, "bindings": [{"operation": name} for name in changes.names]}
+    registry.put_agent(slug, AGENT, draft)
+    catalog = catalog_report(registry.draft_runtime(slug, AGENT))
+    mode: AgentMode = "discovery" if catalog.over_budget else "direct"
+    registry.put_agent(slug, AGENT, {**draft, "mode": mode})
+    version = registry.publish(slug, AGENT, check=CheckAndLint(), skip_unchanged=True)
+    key_file = settings.data_dir / f"{slug}-api-key"
+    key = kept_key(registry, slug, key_file)
+    if server.gateway is not None:  # built before the publish and the key: serve both from the first request
+        server.gateway.source.reload()
+    mcp_url = f"http://{settings.listen}/mcp/v1/{slug}/{AGENT}"
+    return InstantServer(server, title, slug, mcp_url, key, mode, version, catalog, changes, key_file)
+
+
+def workspace_slug(title: str) -> str:
+    """A workspace slug from a document's title: `Mailchimp Marketing API` -> `mailchimp-marketing-api`."""
+    slug = _NOT_SLUG.sub("-", title.lower()).strip("-")[:64].rstrip("-")
+    return slug or "api"
+
+
+def _set_auth(registry: Registry, workspace: str, names: Sequence[str], auth: JSONObject) -> None:
+    specs = registry.operations(workspace)
+    updated = {}
+    for name in names:
+        execution = {**(specs[name].get("execution_config") or {}), "auth": auth}
+        if execution != specs[name].get("execution_config"):
+            updated[name] = {**specs[name], "execution_config": execution}
+    registry.put_operations(workspace, updated)
+
+
+def kept_key(registry: Registry, workspace: str, path: Path) -> str:
+    """The key of the last start when the registry still knows it, else a new one, written 0600."""
+    if path.is_file():
+        key = path.read_text().strip()
+        if key_digest(key) in registry.api_keys():
+            return key
+    key = registry.create_api_key(workspace)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}-{secrets.token_hex(8)}")
+    with os.fdopen(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(key + "\n")
+    fresh.replace(path)
+    return key
+
+
+def client_setups(url: str, key: str, *, name: str) -> str:
+    """Ready-to-use client setups for an MCP endpoint and its key: the JSON client configuration, a Python
+    snippet for the official MCP SDK, and the MCP Inspector's command line."""
+    entry = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {key}"}}
+    config = _json.dumps_pretty({"mcpServers": {name: entry}}).decode()
+    return "\n".join([
+        "Client configuration (Claude Code's .mcp.json, Cursor, VS Code, ...):",
+        "",
+        config,
+        "",
+        "Python, with the official MCP SDK (pip install mcp):",
+        "",
+        PYTHON_SNIPPET.format(url=url, key=key).rstrip(),
+        "",
+        "MCP Inspector, on the command line:",
+        "",
+        f'npx @modelcontextprotocol/inspector --cli {url} --transport http --header "Authorization: Bearer {key}" '
+        "--method tools/list",
+    ])  # fmt: skip
+
+
+PYTHON_SNIPPET = """\
+import asyncio
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+URL = "{url}"
+KEY = "{key}"
+
+
+async def main() -> None:
+    async with httpx2.AsyncClient(headers={{"Authorization": f"Bearer {{KEY}}"}}) as http:
+        async with Client(streamable_http_client(URL, http_client=http)) as client:
+            tools = (await client.list_tools()).tools
+            print(f"{{len(tools)}} tools:", ", ".join(tool.name for tool in tools[:10]))
+
+
+asyncio.run(main())
+"""
+"""The official MCP Python SDK's client (2.x), sending the key on every request."""

@@ -1,0 +1,185 @@
+"""`crank serve --openapi SPEC` end to end (issue 11, item 6): Mailchimp's pinned document served at once,
+with Prism mocking Mailchimp as the upstream; the printed URL and key used by the official SDK client,
+the printed Python snippet run as printed, a busy port reported before any banner, and the key kept
+between starts."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import httpx2
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+
+from crank.instant import client_setups, workspace_slug
+from crank.sources.discovery import CALL_TOOL, SCHEMA_TOOL, SEARCH_TOOL
+from mcp import Client
+from tests.realapis import MAILCHIMP, prism, require
+from tests.services import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PING = {"result": {"health_status": '"Everything\'s Chimpy!"'}}  # Prism's answer: the document's example
+SECRET_ENV = {"MAILCHIMP_AUTH": "Basic YW55OmtleQ=="}  # Prism checks that Mailchimp's basic auth is sent
+
+
+def command(port: int, data_dir: Path, upstream: str) -> list[str]:
+    return [
+        sys.executable, "-m", "crank.cli", "serve", "--openapi", str(require(MAILCHIMP)), "--base-url", upstream,
+        "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir),
+        "--auth-header", "Authorization=env:MAILCHIMP_AUTH",
+    ]  # fmt: skip
+
+
+@contextmanager
+def crank_serving(port: int, data_dir: Path, upstream: str) -> Iterator[str]:
+    """The command in a subprocess; yields what it printed up to and with the Inspector line, once it answers."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRANK_")}
+    process = subprocess.Popen(command(port, data_dir, upstream), cwd=ROOT, env={**environment, **SECRET_ENV},
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        printed = []
+        for line in process.stdout:
+            printed.append(line)
+            if line.startswith("npx "):
+                break
+        banner = "".join(printed)
+        assert banner.rstrip().endswith("--method tools/list"), banner
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, banner
+                time.sleep(0.1)
+        yield banner
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_serve_openapi_serves_a_real_document_at_once_and_prints_working_client_setups(tmp_path: Path) -> None:
+    port = free_port()
+    with prism(MAILCHIMP) as upstream:
+        with crank_serving(port, tmp_path / "data", upstream) as banner:
+            url = re.search(r"^MCP endpoint: +(\S+)$", banner, re.MULTILINE)
+            key = re.search(r"^API key: +(crk_\S+)$", banner, re.MULTILINE)
+            assert url is not None and key is not None, banner
+            assert url[1] == f"http://127.0.0.1:{port}/mcp/v1/mailchimp-marketing-api/api"
+            # 272 operations do not fit the budget as direct tools: the agent is served in discovery mode.
+            assert "discovery mode" in banner and "272 operations" in banner, banner
+            assert client_setups(url[1], key[1], name="mailchimp-marketing-api") in banner
+            inspector = banner.rstrip().splitlines()[-1]
+            assert inspector.startswith(f"npx @modelcontextprotocol/inspector --cli {url[1]} --transport http ")
+            assert f'--header "Authorization: Bearer {key[1]}"' in inspector
+
+            async def call() -> None:
+                async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key[1]}"}) as http:
+                    for mode in ("auto", "legacy"):
+                        async with Client(streamable_http_client(url[1], http_client=http), mode=mode) as client:
+                            names = [tool.name for tool in (await client.list_tools()).tools]
+                            found = await client.call_tool(SEARCH_TOOL, {"query": "ping health check"})
+                            ping = await client.call_tool(CALL_TOOL, {"name": "get_ping", "arguments": {}})
+                        assert names == [SEARCH_TOOL, SCHEMA_TOOL, CALL_TOOL]
+                        assert found.structured_content is not None
+                        assert "get_ping" in [op["name"] for op in found.structured_content["operations"]]
+                        assert not ping.is_error, ping
+                        assert ping.structured_content == PING
+
+            import anyio
+
+            anyio.run(call)
+
+            # The Python snippet, exactly as printed.
+            snippet = banner[banner.index("import asyncio") : banner.index("asyncio.run(main())") + 19]
+            ran = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=60)
+            assert ran.returncode == 0, ran.stderr
+            assert re.match(rf"3 tools: {SEARCH_TOOL}, {SCHEMA_TOOL}, {CALL_TOOL}", ran.stdout), ran.stdout
+
+            # A second server on the same port says so before printing anything else.
+            busy = subprocess.run(command(port, tmp_path / "other", upstream), cwd=ROOT, capture_output=True,
+                                  text=True, timeout=60)  # fmt: skip
+            assert busy.returncode == 1 and busy.stdout == ""
+            assert f"cannot listen on 127.0.0.1:{port}: the port is already in use" in busy.stderr
+
+        # Started again on the same data folder: the same key, and nothing new to publish.
+        with crank_serving(port, tmp_path / "data", upstream) as again:
+            assert f"API key:        {key[1]}" in again and "/api, version 1:" in again
+            response = httpx.post(url[1] + "/call", headers={"Authorization": f"Bearer {key[1]}"},
+                                  json={"name": CALL_TOOL, "arguments": {"name": "get_ping", "arguments": {}}},
+                                  timeout=30)  # fmt: skip
+            assert response.json()["structuredContent"] == PING
+
+
+def test_workspace_slugs_come_from_the_title() -> None:
+    assert workspace_slug("Mailchimp Marketing API") == "mailchimp-marketing-api"
+    assert workspace_slug("GitHub v3 REST API") == "github-v3-rest-api"
+    assert workspace_slug("***") == "api"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--auth-bearer", "env:A", "--auth-header", "X=env:B"], "give --auth-bearer or --auth-header, not both"),
+        (["--auth-header", "env:B"], "expected NAME=REF"),
+    ],
+)
+def test_serve_openapi_refuses_unclear_upstream_credentials(tmp_path: Path, options: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from crank.cli import main
+
+    port = free_port()
+    args = ["serve", "--openapi", str(MAILCHIMP), "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, *options])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_upstream_options_need_openapi(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from crank.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--base-url", "https://api.test", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "go with --openapi" in result.output
+
+
+def test_a_bearer_reference_reaches_every_operation(tmp_path: Path) -> None:
+    from crank.instant import build_instant
+    from crank.settings import given_settings
+
+    spec = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
+    settings = given_settings(listen="127.0.0.1:9", data_dir=tmp_path)
+    auth = {"type": "bearer", "secret": "env:SHOP_TOKEN"}
+    built = build_instant(settings, str(spec), base_url="http://shop.test", auth=auth, include=["*book*"])
+    assert built.workspace == "demo-bookshop" and built.mode == "direct" and built.version == 1
+    assert "2 tools, about " in built.banner() and "(within the budget of 4096)" in built.banner()
+    tools = built.server.registry.published()[0].runtime.tools
+    assert [tool.tool_name for tool in tools] == ["search_books", "get_book"]
+    assert all(
+        tool.execution_config.auth is not None and tool.execution_config.auth.secret == "env:SHOP_TOKEN"
+        for tool in tools
+    )
+    again = build_instant(settings, str(spec), base_url="http://shop.test", auth=auth, include=["*book*"])
+    assert again.version == 1 and again.api_key == built.api_key  # nothing new to publish; the key is kept
+
+
+def test_serve_openapi_needs_the_mcp_role(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from crank.cli import main
+
+    args = ["serve", "--openapi", str(MAILCHIMP), "--role", "admin", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "not with role admin" in result.output
