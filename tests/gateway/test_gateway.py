@@ -108,16 +108,15 @@ async def test_api_keys_open_only_their_workspace_and_agents(registry: Registry,
             result = await client.call_tool("get_user", {"id": 2})
     assert result.structured_content == {"result": {"id": 2, "name": "user2"}}
     async with httpx.AsyncClient() as http:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {foreign}"},
-                        {"Authorization": f"Bearer {elsewhere}"}):  # fmt: skip
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {foreign}"}):
             response = await http.get(url + "/tools", headers=headers)
             assert response.status_code == 401, headers
             assert response.headers["www-authenticate"] == 'Bearer realm="crank"'
         unknown = await http.get(root + "/mcp/v1/acme/nobody/tools", headers={"Authorization": f"Bearer {everything}"})
         assert unknown.status_code == 404
-        # docs/gateway.md's table, as it is: another workspace's key learns nothing (401 whether or not the
-        # agent exists); a key limited to other agents of this workspace gets 404 for an agent that is not.
-        for agent, key, status in (("ghost", foreign, 401), ("ghost", elsewhere, 404)):
+        # docs/gateway.md's table: another workspace's key learns nothing (401 whether or not the agent
+        # exists); a key limited to other agents gets the same 404 for one it may not use as for one that is not.
+        for agent, key, status in (("ghost", foreign, 401), ("ghost", elsewhere, 404), ("support", elsewhere, 404)):
             response = await http.get(f"{root}/mcp/v1/acme/{agent}/tools", headers={"Authorization": f"Bearer {key}"})
             assert response.status_code == status, (agent, status)
         registry.revoke_api_key(everything)

@@ -264,10 +264,10 @@ class AgentSource:
         if self.require_keys and (key_scope is None or key_scope.workspace != workspace):
             raise CatalogUnauthorizedError(workspace)  # a key never opens another workspace, nor says what is there
         entry = self._catalogs.get((workspace, agent))
-        if entry is None:
+        # An agent the key may not use is answered as one that does not exist: a key limited to some agents
+        # cannot learn which others its workspace has.
+        if entry is None or (key_scope is not None and not key_scope.allows(workspace, agent)):
             raise CatalogNotFoundError(scope["path"])
-        if key_scope is not None and not key_scope.allows(workspace, agent):
-            raise CatalogUnauthorizedError(agent)
         return entry[1]
 
     def authenticate(self, token: str | None) -> KeyScope | None:
