@@ -6,11 +6,22 @@ orjson is used everywhere: it is several times faster than the stdlib on the hot
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Final
 
 import orjson
 
-__all__ = ["JSONDecodeError", "as_text", "dumps", "dumps_pretty", "dumps_sorted", "loads"]
+__all__ = [
+    "MAX_DEPTH",
+    "JSONDecodeError",
+    "JSONDepthError",
+    "as_text",
+    "dumps",
+    "dumps_pretty",
+    "dumps_sorted",
+    "loads",
+    "loads_bounded",
+]
 
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -39,6 +50,43 @@ def dumps_sorted(value: Any) -> bytes:
 
 def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
+
+
+MAX_DEPTH: Final = 64
+"""The deepest nesting of arrays and objects a request may carry (orjson reads up to 1,024 levels but
+writes only 255: a deeper request could be read and never answered)."""
+
+
+class JSONDepthError(ValueError):
+    """JSON nested deeper than allowed; the message says the limit."""
+
+
+def loads_bounded(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """`loads`, refusing values nested more than `max_depth` levels (`JSONDepthError`).
+
+    A body with fewer brackets than the limit cannot be that deep: the common request pays two byte
+    counts; only a body with many brackets is walked after parsing."""
+    value = orjson.loads(data)
+    if data.count(b"[") + data.count(b"{") > max_depth and _depth_over(value, max_depth):
+        raise JSONDepthError(f"JSON nested more than {max_depth} levels deep")
+    return value
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children: Iterable[Any]
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def as_text(value: Any) -> str:

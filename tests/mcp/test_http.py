@@ -133,6 +133,41 @@ async def test_batch_may_not_carry_initialize(url: str) -> None:
     assert response.json()[0]["error"]["code"] == -32600
 
 
+async def test_a_batch_over_the_item_limit_is_refused_whole(serve: Callable[..., str]) -> None:
+    url = serve(make_endpoint(max_batch_items=3))
+    assert len((await post(url, _batch_of_calls()[:3], legacy_headers("2025-03-26"))).json()) == 2  # one notification
+    response = await post(url, _batch_of_calls(), legacy_headers("2025-03-26"))
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": -32600,
+        "message": "Invalid request: a batch may carry at most 3 messages",
+    }
+
+
+async def test_a_batch_stops_running_items_once_its_answers_pass_the_byte_limit(serve: Callable[..., str]) -> None:
+    url = serve(make_endpoint(max_batch_answer_bytes=1))  # the first answer passes it
+    calls = [legacy_request("tools/call", {"name": "echo", "arguments": {"text": str(n)}}, n) for n in range(40)]
+    answers = (await post(url, calls, legacy_headers("2025-03-26"))).json()
+    assert [answer["id"] for answer in answers] == list(range(40))  # every item is answered, in order
+    ran = [answer for answer in answers if "result" in answer]
+    refused = [answer for answer in answers if "error" in answer]
+    assert 1 <= len(ran) <= 8  # those already started when the limit was passed (at most a few at once)
+    assert refused and all(answer["error"]["code"] == -32600 and "not run" in answer["error"]["message"]
+                           for answer in refused)  # fmt: skip
+
+
+@pytest.mark.parametrize("route", ["", "/call"])
+async def test_json_nested_deeper_than_the_limit_is_refused_at_parse_time(url: str, route: str) -> None:
+    deep: Any = "x"
+    for _ in range(100):
+        deep = {"a": deep}
+    body = legacy_request("tools/call", {"name": "echo", "arguments": {"text": "t", "extra": deep}})
+    response = await post(url + route, body if not route else {"name": "echo", "arguments": {"extra": deep}})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == -32600 and "nested more than 64 levels" in error["message"]
+
+
 async def test_batch_of_notifications_only_is_202(url: str) -> None:
     body = [{"jsonrpc": "2.0", "method": "notifications/initialized"}]
     response = await post(url, body, legacy_headers("2025-03-26"))

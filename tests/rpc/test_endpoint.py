@@ -156,3 +156,26 @@ def test_a_body_over_the_limit_is_413(serve: Callable[..., str]) -> None:
     assert small.json()["result"] == "hi"
     big = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": "x" * 300}})
     assert big.status_code == 413 and big.json()["error"]["code"] == -32600
+
+
+def test_batches_and_nesting_have_limits(serve: Callable[..., str]) -> None:
+    from crank.wire.jsonrpc import DEFAULT_MAX_BATCH_ITEMS
+
+    app = RPCApp()
+
+    @app.method("echo")
+    def echo(text: str) -> str:
+        return text
+
+    from crank.server import RPCService
+
+    url = serve(RPCService(app)) + "/rpc"
+    calls = [{"jsonrpc": "2.0", "id": n, "method": "echo", "params": {"text": str(n)}} for n in range(3)]
+    assert [answer["result"] for answer in httpx.post(url, json=calls).json()] == ["0", "1", "2"]
+    too_many = httpx.post(url, json=calls * DEFAULT_MAX_BATCH_ITEMS).json()
+    assert too_many["error"]["code"] == -32600 and "at most 100" in too_many["error"]["message"]
+    deep: Any = "x"
+    for _ in range(100):
+        deep = [deep]
+    nested = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": deep}}).json()
+    assert nested["error"]["code"] == -32600 and "nested more than 64 levels" in nested["error"]["message"]

@@ -16,6 +16,7 @@ from crank.wire.middleware import (
     BodyLimitMiddleware,
     HostOriginMiddleware,
     RequestChecksMiddleware,
+    jsonrpc_refusal,
 )
 from crank.wire.security import HostOriginPolicy
 
@@ -105,7 +106,7 @@ def test_the_combined_checks_answer_as_the_two_wrappers_nested(
     serve: Callable[..., str], headers: dict[str, str], content: bytes | Iterator[bytes]
 ) -> None:
     policy = HostOriginPolicy.build(None, (), ())
-    nested = serve(HostOriginMiddleware(BodyLimitMiddleware(echo, 100), policy))
+    nested = serve(HostOriginMiddleware(BodyLimitMiddleware(echo, 100), policy, refusal=jsonrpc_refusal))
     combined = serve(RequestChecksMiddleware(echo, policy, 100))
     body = content if isinstance(content, bytes) else b"".join(content)
     answers = []

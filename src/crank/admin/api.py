@@ -142,7 +142,9 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
         if "yaml" in request.headers.get("content-type", ""):
             data = _yaml.load(raw)
         else:
-            data = _json.loads(raw) if raw else {}
+            data = _json.loads_bounded(raw) if raw else {}
+    except _json.JSONDepthError as deep:
+        raise _HTTPError(400, "bad_request", f"the body is {deep}") from None
     except (ValueError, yaml.YAMLError):
         raise _HTTPError(400, "bad_request", "the body is not valid JSON (or YAML with Content-Type yaml)") from None
     try:

@@ -12,7 +12,6 @@ The hot path touches raw ASGI only: no framework request objects, no per-request
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -46,12 +45,15 @@ from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, read_headers, send_response, serve_lifespan
 from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
+    DEFAULT_MAX_BATCH_ANSWER_BYTES,
+    DEFAULT_MAX_BATCH_ITEMS,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     RequestId,
     encode_error,
+    gather_batch,
     is_request_id,
     request_envelope_error,
 )
@@ -85,6 +87,8 @@ class MCPEndpoint:
         default_format: result format when neither the request nor the tool chooses one.
         invalid_arguments: "result" (tool execution error, the default) or "error" (JSON-RPC -32602).
         max_body_size: requests with a larger body get 413.
+        max_batch_items / max_batch_answer_bytes: a longer batch is refused whole (400, -32600); once its
+            answers pass the byte limit, the items not started are answered -32600 and never run.
         dns_rebinding_protection: True, False, or None (on when the server socket is loopback).
         allowed_hosts / allowed_origins: accepted besides the loopback names and same-origin requests.
         cache_scope / ttl_ms: the 2026-07-28 caching hints on `tools/list` and `server/discover`.
@@ -106,6 +110,8 @@ class MCPEndpoint:
         default_format: str = DEFAULT_FORMAT,
         invalid_arguments: InvalidArgumentsMode = "result",
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        max_batch_items: int = DEFAULT_MAX_BATCH_ITEMS,
+        max_batch_answer_bytes: int = DEFAULT_MAX_BATCH_ANSWER_BYTES,
         dns_rebinding_protection: bool | None = None,
         allowed_hosts: Sequence[str] = (),
         allowed_origins: Sequence[str] = (),
@@ -130,6 +136,8 @@ class MCPEndpoint:
             debug=debug,
         )
         self.max_body_size = max_body_size
+        self.max_batch_items = max_batch_items
+        self.max_batch_answer_bytes = max_batch_answer_bytes
         self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
         self.plain_http = plain_http
         # The checks wrap the endpoint: Host/Origin and the body limit in one wrapper (one pass over the headers;
@@ -199,6 +207,8 @@ class MCPEndpoint:
             message = _parse_json(await read_body(receive))
         except _NotJSONError as bad:
             return _protocol_error(400, PARSE_ERROR, str(bad))
+        except _json.JSONDepthError as deep:
+            return _protocol_error(400, INVALID_REQUEST, f"Invalid request: {deep}")
         if duplicated is not None:
             return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
         info = RequestInfo(headers, _format_query(scope))
@@ -245,6 +255,9 @@ class MCPEndpoint:
             )
         if not messages:
             return _protocol_error(400, INVALID_REQUEST, "Invalid request: empty batch")
+        if len(messages) > self.max_batch_items:
+            message = f"Invalid request: a batch may carry at most {self.max_batch_items} messages"
+            return _protocol_error(400, INVALID_REQUEST, message)
 
         async def one(item: Any) -> bytes | None:
             if not isinstance(item, dict):
@@ -255,7 +268,10 @@ class MCPEndpoint:
             exchange = await self._single(item, catalog, info)
             return exchange.body if exchange is not None else None
 
-        answers = [body for body in await asyncio.gather(*(one(item) for item in messages)) if body]
+        answers = await gather_batch(
+            messages, one, size=len, refused=_batch_refusal, max_answer_bytes=self.max_batch_answer_bytes
+        )
+        answers = [body for body in answers if body]
         if not answers:
             return Exchange(202, None)
         return Exchange(200, b"[" + b",".join(answers) + b"]")
@@ -274,6 +290,8 @@ class MCPEndpoint:
             request = _parse_json(await read_body(receive))
         except _NotJSONError as bad:
             return _plain_error(400, PARSE_ERROR, str(bad))
+        except _json.JSONDepthError as deep:
+            return _plain_error(400, INVALID_REQUEST, f"Invalid request: {deep}")
         if not isinstance(request, dict) or not isinstance(request.get("name"), str):
             return _plain_error(400, INVALID_REQUEST, 'Invalid request: expected {"name": string, "arguments": object}')
         arguments = request.get("arguments")
@@ -365,9 +383,14 @@ def _format_query(scope: Scope) -> str | None:
 
 def _parse_json(body: bytes) -> Any:
     try:
-        return _json.loads(body)
+        return _json.loads_bounded(body)
     except _json.JSONDecodeError:
         raise _NotJSONError("Parse error: the body is not valid JSON") from None
+
+
+def _batch_refusal(item: Any, reason: str) -> bytes:
+    request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
+    return encode_error(request_id, InvalidRequestError(f"Invalid request: {reason}"))
 
 
 def _route(scope: Scope) -> str:

@@ -3,7 +3,6 @@ the OpenRPC document. Every call runs through the shared `Executor`; envelopes c
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,14 @@ from crank.ids import new_request_id
 from crank.rpc.executor import Call, error_wire
 from crank.types import JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, send_response
-from crank.wire.jsonrpc import encode_error, error_response, is_request_id, result_response
+from crank.wire.jsonrpc import (
+    DEFAULT_MAX_BATCH_ITEMS,
+    encode_error,
+    error_response,
+    gather_batch,
+    is_request_id,
+    result_response,
+)
 from crank.wire.middleware import BodyLimitMiddleware
 
 if TYPE_CHECKING:
@@ -57,14 +63,20 @@ class JSONRPCEndpoint:
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            message = _json.loads(await read_body(receive))
+            message = _json.loads_bounded(await read_body(receive))
         except _json.JSONDecodeError:
             await send_response(send, 200, encode_error(None, ParseError()))
             return
+        except _json.JSONDepthError as deep:
+            await send_response(send, 200, encode_error(None, InvalidRequestError(f"Invalid Request: {deep}")))
+            return
         request = _Request(await self.app.resolve_roles(scope))
+        if isinstance(message, list) and len(message) > DEFAULT_MAX_BATCH_ITEMS:
+            refused = InvalidRequestError(f"Invalid Request: a batch may carry at most {DEFAULT_MAX_BATCH_ITEMS} calls")
+            await send_response(send, 200, encode_error(None, refused))
+            return
         if isinstance(message, list) and message:
-            answers = await asyncio.gather(*(self._one(item, request) for item in message))
-            replies = [answer for answer in answers if answer is not None]
+            replies = await gather_batch(message, lambda item: self._one(item, request), size=_size, refused=_refused)
             payload = _json.dumps(replies) if replies else None
             request.headers = []  # Retry-After belongs to a single call
         else:
@@ -115,3 +127,12 @@ class JSONRPCEndpoint:
         call = Call(method, params, self.version, "rpc", new_request_id(), request.roles, True, request.after.append)
         outcome = await self.app.executor.run(call)
         return outcome.result
+
+
+def _size(answer: JSONObject) -> int:
+    return len(_json.dumps(answer))
+
+
+def _refused(item: Any, reason: str) -> JSONObject:
+    request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
+    return error_response(request_id, InvalidRequestError(f"Invalid Request: {reason}").to_wire())

@@ -6,7 +6,9 @@ endpoint, the MCP core and the gateway's `jsonrpc` adapter all build and read en
 
 from __future__ import annotations
 
-from typing import Any, Final
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
 
 from crank import _json
 from crank.exceptions import (
@@ -20,6 +22,8 @@ from crank.exceptions import (
 from crank.types import JSONObject
 
 __all__ = [
+    "DEFAULT_MAX_BATCH_ANSWER_BYTES",
+    "DEFAULT_MAX_BATCH_ITEMS",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
@@ -32,6 +36,7 @@ __all__ = [
     "error_response",
     "is_request_id",
     "is_response",
+    "gather_batch",
     "request_envelope_error",
     "result_response",
 ]
@@ -43,6 +48,44 @@ INVALID_PARAMS: Final = InvalidParamsError.default_code
 INTERNAL_ERROR: Final = InternalError.default_code
 
 RequestId = str | int
+
+DEFAULT_MAX_BATCH_ITEMS: Final = 100
+"""The most messages one JSON-RPC batch may carry; a longer batch is refused whole (-32600), nothing run."""
+DEFAULT_MAX_BATCH_ANSWER_BYTES: Final = 4 * 1024 * 1024
+"""The most bytes of answers one batch may collect; the items not started by then are not run (-32600)."""
+_BATCH_CONCURRENCY: Final = 8
+"""How many items of one batch run at once: a batch never takes more of the server than a few requests."""
+
+_Answer = TypeVar("_Answer")
+
+
+async def gather_batch(
+    items: Sequence[Any],
+    run: Callable[[Any], Awaitable[_Answer | None]],
+    *,
+    size: Callable[[_Answer], int],
+    refused: Callable[[Any, str], _Answer],
+    max_answer_bytes: int = DEFAULT_MAX_BATCH_ANSWER_BYTES,
+) -> list[_Answer]:
+    """The answers of a batch's items, in order (None answers, for notifications, left out).
+
+    At most a few items run at once; once the answers passed `max_answer_bytes`, the items not started yet
+    are answered with `refused(item, reason)` and never run, so one request can neither fill the memory
+    nor hold the server."""
+    gate = asyncio.Semaphore(_BATCH_CONCURRENCY)
+    total = 0
+
+    async def one(item: Any) -> _Answer | None:
+        nonlocal total
+        async with gate:
+            if total > max_answer_bytes:
+                return refused(item, f"not run: the batch's answers passed {max_answer_bytes} bytes")
+            answer = await run(item)
+            if answer is not None:
+                total += size(answer)
+            return answer
+
+    return [answer for answer in await asyncio.gather(*(one(item) for item in items)) if answer is not None]
 
 
 def is_request_id(value: Any) -> bool:
