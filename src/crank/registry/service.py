@@ -284,6 +284,14 @@ class Registry:
             ws = self._workspace(session, workspace)
             return self._runtime_view(session, ws, self._agent(session, ws, agent_slug), compact=compact)
 
+    def operations_runtime(self, workspace: str, names: list[str], *, compact: bool = True) -> RuntimeView:
+        """The named operations as the tools a binding of each would publish (for the import's size report);
+        nothing is written. `compact=False`: before compaction."""
+        with Session(self.engine) as session:
+            ws = self._workspace(session, workspace)
+            agent = Agent(id="", workspace_id=ws.id, slug="import", spec={"bindings": [{"operation": n} for n in names]})
+            return self._runtime_view(session, ws, agent, compact=compact)
+
     def _publish(
         self,
         session: Session,
