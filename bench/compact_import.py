@@ -10,7 +10,6 @@ both. The median run is reported; the machine's load shows in the spread.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -57,8 +56,10 @@ def main() -> None:
         print(f"{len(operations)} operations: import {rows[-1][1]:.2f} s + compaction {rows[-1][2]:.2f} s "
               f"= {rows[-1][0]:.2f} s")  # fmt: skip
     total, imported, compacted = sorted(rows)[len(rows) // 2]
-    print(f"median run: {total:.2f} s (import {imported:.2f} s, compaction {compacted:.2f} s; "
-          f"all runs {', '.join(f'{row[0]:.2f}' for row in rows)} s)")
+    print(
+        f"median run: {total:.2f} s (import {imported:.2f} s, compaction {compacted:.2f} s; "
+        f"all runs {', '.join(f'{row[0]:.2f}' for row in rows)} s)"
+    )
 
 
 if __name__ == "__main__":

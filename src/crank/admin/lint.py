@@ -166,9 +166,7 @@ class ToolSize:
         return f"{self.tokens:6d}  {self.name}  (before compaction: {self.before})"
 
 
-def tool_sizes(
-    runtime: RuntimeView, uncompacted: RuntimeView, *, catalog: Catalog | None = None
-) -> list[ToolSize]:
+def tool_sizes(runtime: RuntimeView, uncompacted: RuntimeView, *, catalog: Catalog | None = None) -> list[ToolSize]:
     """Each tool's estimate after and before compaction (`Registry.draft_runtime(..., compact=False)`),
     heaviest first. Raises `ConfigurationError` when a catalog cannot be built."""
     before = dict(catalog_report(uncompacted).tools)

@@ -289,7 +289,8 @@ class Registry:
         nothing is written. `compact=False`: before compaction."""
         with Session(self.engine) as session:
             ws = self._workspace(session, workspace)
-            agent = Agent(id="", workspace_id=ws.id, slug="import", spec={"bindings": [{"operation": n} for n in names]})
+            bindings = [{"operation": name} for name in names]
+            agent = Agent(id="", workspace_id=ws.id, slug="import", spec={"bindings": bindings})
             return self._runtime_view(session, ws, agent, compact=compact)
 
     def _publish(

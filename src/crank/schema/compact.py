@@ -464,8 +464,8 @@ class _Cutter:
         whole = not isinstance(properties, dict) or len(kept) == len(properties)
         additional = node.get("additionalProperties")
         if whole and "patternProperties" not in node and additional is not None:
-            out["additionalProperties"] = additional if isinstance(additional, bool) else self.walk(
-                additional, left - 1, refs
+            out["additionalProperties"] = (
+                additional if isinstance(additional, bool) else self.walk(additional, left - 1, refs)
             )
         items = node.get("items")
         if isinstance(items, dict) and "prefixItems" not in node:
@@ -562,8 +562,7 @@ def _share(schema: JSONObject) -> JSONObject:
         reference = {"$ref": f"#/$defs/{name}"}
         defs[name] = orjson.loads(key)
         body = _replaced(body, key, reference)
-        defs = {n: (_replaced(d, key, reference) if n != name else d) for n, d in defs.items()}
-        defs[name] = _replaced(defs[name], key, reference, top=False)
+        defs = {other: (_replaced(d, key, reference) if other != name else d) for other, d in defs.items()}
     return {**body, "$defs": defs} if defs else body
 
 
@@ -605,4 +604,3 @@ def _dumps(value: Any) -> bytes:
 
 def _size(value: Any) -> int:
     return 0 if value is None else len(orjson.dumps(value))
-
