@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from crank.admin.documents import load_document
+from crank.types import JSONObject
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +36,28 @@ def require(path: Path) -> Path:
     if not path.exists():
         pytest.fail(f"{path.relative_to(ROOT)} is missing: run scripts/install --node")
     return path
+
+
+def document(path: Path) -> JSONObject:
+    """The parsed document; the test fails when the install step did not fetch it."""
+    return load_document(str(require(path)))
+
+
+def json_bodies_only(document: JSONObject) -> JSONObject:
+    """The document without the operations whose required body is not JSON (form-encoded Stripe, file
+    uploads), which the importer refuses; every other operation stays."""
+    bodies = (document.get("components") or {}).get("requestBodies") or {}
+    for item in document["paths"].values():
+        for method in [key for key in item if key in {"get", "put", "post", "delete", "patch", "head", "options"}]:
+            body = item[method].get("requestBody")
+            if isinstance(body, dict) and "$ref" in body:
+                body = bodies.get(body["$ref"].rsplit("/", 1)[-1], {})
+            if not isinstance(body, dict) or not body.get("required"):
+                continue
+            kinds = [kind.split(";")[0].strip().lower() for kind in body.get("content") or {}]
+            if not any(kind == "application/json" or kind.endswith("+json") or kind == "*/*" for kind in kinds):
+                del item[method]
+    return document
 
 
 @contextmanager

@@ -374,6 +374,25 @@ def _import(kind: str, spec: str, workspace: str, base_url: str | None, include:
                    "(drafts; bind them to an agent and publish)")  # fmt: skip
     if report.breaking:
         click.echo(f"warning: {len(report.breaking)} bound tool(s) broken by this change", err=True)
+    if not dry_run:
+        from crank.admin.actions import imported_sizes
+
+        with _clear_errors():
+            _echo_sizes(imported_sizes(registry, workspace, [*report.added, *(c.operation for c in report.changed)]))
+
+
+def _echo_sizes(sizes: list[Any]) -> None:
+    """Each tool's estimate after and before compaction, heaviest first, then the median and the largest."""
+    import statistics
+
+    if not sizes:
+        return
+    click.echo("tokens per tool, compacted (docs/gateway.md, Compaction):")
+    for size in sizes:
+        click.echo(f"  {size}")
+    after, before = [size.tokens for size in sizes], [size.before for size in sizes]
+    click.echo(f"median {statistics.median(after):g} tokens (before {statistics.median(before):g}), "
+               f"largest {max(after)} (before {max(before)})")  # fmt: skip
 
 
 @contextmanager
@@ -526,6 +545,8 @@ def publish(workspace: str, agent_slug: str) -> None:
         report = publish_agent(_registry(), workspace, agent_slug)
     click.echo(f"published {workspace}/{agent_slug} version {report.version}")
     _echo_catalog_line(report.catalog)
+    for size in report.tools:
+        click.echo(f"  {size}")
     for finding in report.findings:  # never blocking: `crank lint` is the gate for CI
         click.echo(f"  {finding}")
     if report.catalog.over_budget:
@@ -682,18 +703,21 @@ def _lint_app(app: str, app_dir: str, budget: int | None) -> dict[str, Any]:
 @main.command()
 @click.argument("workspace")
 def catalog(workspace: str) -> None:
-    """Each agent's token estimate against its budget, heaviest tools first (drafts: the next publish).
+    """Each agent's token estimate against its budget, heaviest tools first, each with its size before
+    compaction (drafts: the next publish).
 
     An agent whose draft cannot be built is reported as such and the others still are; the exit code
     is then 1."""
-    from crank.admin.lint import catalog_report, unbuildable
+    from crank.admin.lint import catalog_report, tool_sizes, unbuildable
 
     registry = _registry()
     broken = 0
     with _clear_errors():
         for agent in registry.agents(workspace):
             try:
-                report = catalog_report(registry.draft_runtime(workspace, agent["slug"]))
+                runtime = registry.draft_runtime(workspace, agent["slug"])
+                report = catalog_report(runtime)
+                sizes = tool_sizes(runtime, registry.draft_runtime(workspace, agent["slug"], compact=False))
             except ConfigurationError as exc:
                 broken += 1
                 click.echo(f"{agent['slug']}: cannot be built\n  {unbuildable(exc)}")
@@ -701,8 +725,8 @@ def catalog(workspace: str) -> None:
             hint = f"crank agent mode {workspace} {agent['slug']} discovery"
             flag = f"  OVER BUDGET (or serve it in discovery mode: {hint})" if report.over_budget else ""
             click.echo(f"{agent['slug']}: about {report.estimate} of {report.budget} tokens{flag}")
-            for name, tokens in report.tools:
-                click.echo(f"  {tokens:6d}  {name}")
+            for size in sizes:
+                click.echo(f"  {size}")
     if broken:
         raise click.ClickException(f"{broken} agent(s) cannot be built")
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from crank.admin.documents import load_document
-from crank.admin.lint import CatalogReport, Finding, catalog_report, lint_runtime
+from crank.admin.lint import CatalogReport, Finding, ToolSize, catalog_report, lint_runtime, tool_sizes
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.exceptions import RegistryNotFoundError
@@ -29,6 +29,7 @@ __all__ = [
     "check_runtime",
     "secret_findings",
     "import_operations",
+    "imported_sizes",
     "imported_specs",
     "publish_agent",
     "unbind_tool",
@@ -49,12 +50,15 @@ class PublishReport:
     version: int
     findings: list[Finding]
     catalog: CatalogReport
+    tools: list[ToolSize]
+    """Each tool's estimate after and before compaction, heaviest first."""
 
     def to_json(self) -> JSONObject:
         return {
             "version": self.version,
             "token_estimate": self.catalog.estimate,
             "token_budget": self.catalog.budget,
+            "tools": [asdict(size) for size in self.tools],
             "findings": [asdict(finding) for finding in self.findings],
         }
 
@@ -62,18 +66,25 @@ class PublishReport:
 class CheckAndLint:
     """A publish check that compiles each agent's catalog and keeps its lint findings for the report."""
 
-    def __init__(self) -> None:
+    def __init__(self, uncompacted: dict[str, RuntimeView] | None = None) -> None:
         self.findings: dict[str, list[Finding]] = {}
         self.catalogs: dict[str, CatalogReport] = {}
+        self.sizes: dict[str, list[ToolSize]] = {}
+        self.uncompacted = uncompacted or {}
+        """Agents' views before compaction, by slug, for the sizes before and after."""
 
     def __call__(self, runtime: RuntimeView) -> None:
         catalog = build_catalog(runtime)  # the check; the linter and the budget report reuse what it built
         slug = runtime.agent.slug
         self.findings[slug] = lint_runtime(runtime, catalog=catalog) + secret_findings(runtime)
         self.catalogs[slug] = catalog_report(runtime, catalog=catalog)
+        uncompacted = self.uncompacted.get(slug)
+        if uncompacted is not None:
+            self.sizes[slug] = tool_sizes(runtime, uncompacted, catalog=catalog)
 
     def report(self, slug: str, version: int) -> PublishReport:
-        return PublishReport(version, self.findings[slug], self.catalogs[slug])
+        sizes = self.sizes.get(slug) or [ToolSize(name, tokens, tokens) for name, tokens in self.catalogs[slug].tools]
+        return PublishReport(version, self.findings[slug], self.catalogs[slug], sizes)
 
 
 def secret_findings(runtime: RuntimeView) -> list[Finding]:
@@ -93,10 +104,21 @@ def secret_findings(runtime: RuntimeView) -> list[Finding]:
 
 
 def publish_agent(registry: Registry, workspace: str, agent: str) -> PublishReport:
-    """Publish the agent's draft (compiled first); the report carries the linter's findings, budget included."""
-    check = CheckAndLint()
+    """Publish the agent's draft (compiled first); the report carries the linter's findings, budget included,
+    and each tool's size before and after compaction."""
+    check = CheckAndLint({agent: registry.draft_runtime(workspace, agent, compact=False)})
     version = registry.publish(workspace, agent, check=check)
     return check.report(agent, version)
+
+
+def imported_sizes(registry: Registry, workspace: str, names: list[str]) -> list[ToolSize]:
+    """Each imported operation's estimate as a tool, after and before compaction by the workspace's and
+    the operation's `compact` settings, heaviest first."""
+    if not names:
+        return []
+    return tool_sizes(
+        registry.operations_runtime(workspace, names), registry.operations_runtime(workspace, names, compact=False)
+    )
 
 
 def imported_specs(

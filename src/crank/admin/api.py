@@ -167,7 +167,8 @@ def list_workspaces(api: AdminAPI, request: Request, body: None) -> Any:
 
 def put_workspace(api: AdminAPI, request: Request, body: WorkspaceIn) -> Any:
     slug = _path(request, "workspace")
-    api.registry.put_workspace(slug, body.name, body.default_language, body.token_budget)
+    compact = body.compact.model_dump(exclude_none=True) if body.compact is not None else None
+    api.registry.put_workspace(slug, body.name, body.default_language, body.token_budget, compact)
     return api.registry.workspace(slug)
 
 

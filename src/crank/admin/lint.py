@@ -82,10 +82,12 @@ __all__ = [
     "CatalogReport",
     "Finding",
     "Severity",
+    "ToolSize",
     "catalog_report",
     "lint_catalog",
     "lint_draft",
     "lint_runtime",
+    "tool_sizes",
     "unbuildable",
 ]
 
@@ -156,6 +158,26 @@ def catalog_report(runtime: RuntimeView, *, budget: int | None = None, catalog: 
     if catalog is None:  # not `or`: a Catalog has a length, and an empty one is falsy
         catalog = build_catalog(runtime)
     return _report(runtime.agent.slug, catalog, _budget(runtime, budget))
+
+
+@dataclass(frozen=True)
+class ToolSize:
+    """One tool's share of the catalog as published (compacted) and as its drafts write it."""
+
+    name: str
+    tokens: int
+    before: int
+
+    def __str__(self) -> str:
+        return f"{self.tokens:6d}  {self.name}  (before compaction: {self.before})"
+
+
+def tool_sizes(runtime: RuntimeView, uncompacted: RuntimeView, *, catalog: Catalog | None = None) -> list[ToolSize]:
+    """Each tool's estimate after and before compaction (`Registry.draft_runtime(..., compact=False)`),
+    heaviest first. Raises `ConfigurationError` when a catalog cannot be built."""
+    before = dict(catalog_report(uncompacted).tools)
+    after = catalog_report(runtime, catalog=catalog).tools
+    return [ToolSize(name, tokens, before.get(name, tokens)) for name, tokens in after]
 
 
 def _report(name: str, catalog: Catalog, budget: int) -> CatalogReport:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from crank.mcp.tools import TOOL_NAME_PATTERN
 from crank.schema import problems_of
+from crank.schema.compact import CompactSettings
 
 __all__ = [
     "AgentIn",
@@ -43,6 +44,11 @@ _FORMAT = (
     "a request's X-Mcp-Format header or format query parameter still wins."
 )
 
+_COMPACT = (
+    "How tools are compacted at publish (docs/gateway.md, Compaction): only the settings to change; "
+    "an operation's win over its agent's, an agent's over its workspace's."
+)
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -52,6 +58,7 @@ class WorkspaceIn(_Model):
     name: str = Field(min_length=1, max_length=200)
     default_language: str = Field("en", min_length=2, max_length=16)
     token_budget: int | None = Field(None, ge=1, description="Default token budget of its agents (4096).")
+    compact: CompactSettings | None = Field(None, description=_COMPACT)
 
 
 class WorkspaceRef(WorkspaceIn):
@@ -76,6 +83,7 @@ class OperationIn(BaseModel):
     )
     annotations: dict[str, Any] | None = None
     format: str | None = Field(None, description=_FORMAT)
+    compact: CompactSettings | None = Field(None, description=_COMPACT)
 
 
 class OperationPatch(BaseModel):
@@ -107,6 +115,7 @@ class AgentIn(_Model):
         description="direct (the default): each binding is a tool. discovery: three fixed tools search the "
         "operations, show one's input schema and call it; for agents over any token budget.",
     )
+    compact: CompactSettings | None = Field(None, description=_COMPACT)
 
 
 class SourceIn(_Model):

@@ -37,6 +37,8 @@ class Workspace(Base):
     default_language: Mapped[str] = mapped_column(String(16), default="en")
     token_budget: Mapped[int | None] = mapped_column(Integer, default=None)
     """The default token budget of the workspace's agents (an agent's own `token_budget` wins)."""
+    compact: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """The workspace's `compact` settings (`crank.schema.compact`); its agents' and operations' own win."""
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

@@ -33,6 +33,7 @@ from crank.registry.runtime import (
     load_runtime,
     tool_from_spec,
 )
+from crank.schema.compact import compact_tool, policy_of, shorten
 from crank.types import JSONObject
 
 __all__ = [
@@ -135,11 +136,16 @@ class Registry:
                 raise RegistryConflictError(f"workspace {slug!r} already exists") from None
 
     def put_workspace(
-        self, slug: str, name: str, default_language: str = "en", token_budget: int | None = None
+        self,
+        slug: str,
+        name: str,
+        default_language: str = "en",
+        token_budget: int | None = None,
+        compact: JSONObject | None = None,
     ) -> None:
-        """Create the workspace, or update its name, default language and token budget."""
+        """Create the workspace, or update its name, default language, token budget and `compact` settings."""
         with Session(self._writer) as session, session.begin():
-            self._put_workspace(session, slug, name, default_language, token_budget)
+            self._put_workspace(session, slug, name, default_language, token_budget, compact)
 
     def workspaces(self) -> list[JSONObject]:
         with Session(self.engine) as session:
@@ -274,7 +280,12 @@ class Registry:
         with Session(self._writer) as session, session.begin():
             language = workspace.get("default_language") or DEFAULT_LANGUAGE
             ws = self._put_workspace(
-                session, workspace["slug"], workspace["name"], language, workspace.get("token_budget")
+                session,
+                workspace["slug"],
+                workspace["name"],
+                language,
+                workspace.get("token_budget"),
+                workspace.get("compact"),
             )
             for name, spec in operations.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
@@ -287,15 +298,22 @@ class Registry:
             }
 
     def _put_workspace(
-        self, session: Session, slug: str, name: str, default_language: str, token_budget: int | None
+        self,
+        session: Session,
+        slug: str,
+        name: str,
+        default_language: str,
+        token_budget: int | None,
+        compact: JSONObject | None = None,
     ) -> Workspace:
         ws = session.scalar(select(Workspace).filter_by(slug=slug))
         if ws is None:
             ws = Workspace(slug=slug, name=name, default_language=default_language, token_budget=token_budget)
             session.add(ws)
-            session.flush()
-        else:
-            ws.name, ws.default_language, ws.token_budget = name, default_language, token_budget
+        ws.name, ws.default_language, ws.token_budget = name, default_language, token_budget
+        settings = {key: value for key, value in (compact or {}).items() if value is not None}
+        ws.compact = settings or None
+        session.flush()
         return ws
 
     # -- publishing --------------------------------------------------------------------------------
@@ -315,12 +333,22 @@ class Registry:
             version, _ = self._publish(session, ws, self._agent(session, ws, agent_slug), check, skip_unchanged)
         return version
 
-    def draft_runtime(self, workspace: str, agent_slug: str) -> RuntimeView:
+    def draft_runtime(self, workspace: str, agent_slug: str, *, compact: bool = True) -> RuntimeView:
         """The runtime view the agent's draft would publish now (for checks and lint); nothing is written.
-        A draft that cannot make one (a missing operation, a field of the wrong type) is a `RegistryError`."""
+        A draft that cannot make one (a missing operation, a field of the wrong type) is a `RegistryError`.
+        `compact=False`: the tools as the drafts write them, before compaction (for size reports)."""
         with Session(self.engine) as session:
             ws = self._workspace(session, workspace)
-            return self._runtime_view(session, ws, self._agent(session, ws, agent_slug))
+            return self._runtime_view(session, ws, self._agent(session, ws, agent_slug), compact=compact)
+
+    def operations_runtime(self, workspace: str, names: list[str], *, compact: bool = True) -> RuntimeView:
+        """The named operations as the tools a binding of each would publish (for the import's size report);
+        nothing is written. `compact=False`: before compaction."""
+        with Session(self.engine) as session:
+            ws = self._workspace(session, workspace)
+            bindings = [{"operation": name} for name in names]
+            agent = Agent(id="", workspace_id=ws.id, slug="import", spec={"bindings": bindings})
+            return self._runtime_view(session, ws, agent, compact=compact)
 
     def _publish(
         self,
@@ -442,7 +470,7 @@ class Registry:
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def _runtime_view(self, session: Session, ws: Workspace, agent: Agent) -> RuntimeView:
+    def _runtime_view(self, session: Session, ws: Workspace, agent: Agent, *, compact: bool = True) -> RuntimeView:
         tools = []
         for index, binding in enumerate(agent.spec.get("bindings", [])):
             where = f"agent {ws.slug}/{agent.slug}, binding {index}"
@@ -450,7 +478,7 @@ class Registry:
             operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=operation_name))
             if operation is None:
                 raise RegistryError(f"{where}: no operation {operation_name!r} in workspace {ws.slug!r}")
-            tools.append(_tool(ws, agent, operation, binding))
+            tools.append(_tool(ws, agent, operation, binding, compact=compact))
         names = [tool.tool_name for tool in tools]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -493,10 +521,12 @@ class Registry:
         )
 
 
-def _tool(ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject) -> RuntimeTool:
-    """The binding over its operation's draft, in the flat form `tool_from_spec` reads."""
+def _tool(ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject, *, compact: bool) -> RuntimeTool:
+    """The binding over its operation's draft, in the flat form `tool_from_spec` reads, compacted by the
+    `compact` settings of the workspace, the agent and the operation (the most specific wins)."""
     spec = operation.spec
     name = tool_name_of(binding)
+    where = f"agent {ws.slug}/{agent.slug}, tool {name!r}"
     flat: JSONObject = {
         "tool_name": name,
         "workspace_id": ws.id,
@@ -511,9 +541,29 @@ def _tool(ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject
         "format": binding.get("format") or spec.get("format"),
     }
     try:
-        return tool_from_spec(flat, where=f"agent {ws.slug}/{agent.slug}, tool {name!r}")
+        if compact:
+            _compacted(flat, policy_of(ws.compact, agent.spec.get("compact"), spec.get("compact"), where=where))
+        return tool_from_spec(flat, where=where)
     except ConfigurationError as exc:
         raise RegistryError(str(exc)) from None
+
+
+def _compacted(flat: JSONObject, policy: Any) -> None:
+    """Compact the tool's description and schemas in place (`crank.schema.compact`); a field of the wrong
+    type is left as it is, for `tool_from_spec` to name."""
+    description, inputs, outputs = (flat.get(key) for key in ("tool_description", "input_schema", "output_schema"))
+    if not policy.enabled or not all(value is None or isinstance(value, kind) for value, kind in
+                                     ((description, str), (inputs, dict), (outputs, dict))):  # fmt: skip
+        return
+    tool = compact_tool(description, inputs, outputs, policy, name=str(flat["tool_name"]))
+    flat.update(tool_description=tool.description, input_schema=tool.input_schema, output_schema=tool.output_schema)
+    translations = flat.get("translations")
+    if isinstance(translations, dict):
+        flat["translations"] = {
+            language: {key: shorten(text, policy.description_chars) if key == "description" and isinstance(text, str)
+                       else text for key, text in texts.items()} if isinstance(texts, dict) else texts
+            for language, texts in translations.items()
+        }  # fmt: skip
 
 
 def _same_view(served: Any, runtime: RuntimeView) -> bool:
@@ -535,6 +585,7 @@ def _workspace_info(row: Workspace) -> JSONObject:
         "name": row.name,
         "default_language": row.default_language,
         "token_budget": row.token_budget,
+        "compact": row.compact,
     }
 
 
@@ -545,5 +596,6 @@ def _agent_info(row: Agent) -> JSONObject:
         "bindings": list(row.spec.get("bindings", [])),
         "token_budget": row.spec.get("token_budget"),
         "mode": row.spec.get("mode") or DEFAULT_AGENT_MODE,
+        "compact": row.spec.get("compact"),
         "published_version": row.published_version,
     }
