@@ -76,8 +76,10 @@ def sqlite_registry(tmp_path: Path) -> Iterator[Registry]:
 
 
 def _operation(url: str, **extra: Any) -> dict[str, Any]:
+    # Published as written (compaction off): these tests are about the answers, not the schema's size.
     return {"protocol": "http", "target": {"method": "GET", "url": url}, "description": "A thing.",
-            "input_schema": {"type": "object", "properties": {}}, "output_schema": THING, **extra}  # fmt: skip
+            "input_schema": {"type": "object", "properties": {}}, "output_schema": THING,
+            "compact": {"enabled": False}, **extra}  # fmt: skip
 
 
 def _publish(registry: Registry, base: str) -> None:
@@ -242,7 +244,8 @@ def test_check_reports_answers_that_drift_from_prism(sqlite_registry: Registry, 
         import_operations(sqlite_registry, "guru", "openapi", str(realapis.APIS_GURU), base_url=upstream)
         metrics = sqlite_registry.operation("guru", "get_metrics")
         drifted = {**metrics["output_schema"], "required": ["numSpecs", "uptime_days"]}  # the upstream has none
-        sqlite_registry.put_operation("guru", "get_metrics", {**metrics, "output_schema": drifted})
+        sqlite_registry.put_operation("guru", "get_metrics", {**metrics, "output_schema": drifted,
+                                                              "compact": {"enabled": False}})  # fmt: skip
         services = sqlite_registry.operation("guru", "get_services")
         sqlite_registry.put_operation("guru", "get_services", {**services, "sample_arguments": {"provider": "a.com"}})
         bindings = [{"operation": name} for name in ("get_providers", "get_metrics", "get_services", "get_api")]
@@ -300,7 +303,8 @@ async def test_every_error_code_of_the_gateway_suggests_an_action(
     key = {"type": "object", "properties": {"id": {"type": "integer"}, "key": {"type": "string"}}, "required": ["id"]}
     operations: dict[str, dict[str, Any]] = {
         "get_user": {"protocol": "http", "target": {"url": base + "/users/{id}"}, "description": "A user.",
-                     "input_schema": key, "output_schema": {"type": "object", "required": ["missing"]}},
+                     "input_schema": key, "output_schema": {"type": "object", "required": ["missing"]},
+                     "compact": {"enabled": False}},
         "update_user": {"protocol": "http", "target": {"method": "POST", "url": base + "/users"}, "description": "x",
                         "input_schema": key, "execution_config": {"idempotency": {"argument": "key"}}},
         "delete_user": {"protocol": "http", "target": {"method": "DELETE", "url": base + "/users/{id}"},

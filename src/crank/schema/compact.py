@@ -461,6 +461,11 @@ class _Cutter:
         if isinstance(properties, dict):
             kept = _chosen(properties, node.get("required"), self.fields)
             out["properties"] = {name: self.walk(properties[name], left - 1, refs) for name in kept}
+            # Required properties that are kept stay required: the gateway checks every answer against the
+            # published schema, so a missing field is drift it reports (a subset of `required` only loosens).
+            required = node.get("required")
+            if isinstance(required, list) and (still := [n for n in required if n in kept or n not in properties]):
+                out["required"] = still
         whole = not isinstance(properties, dict) or len(kept) == len(properties)
         additional = node.get("additionalProperties")
         if whole and "patternProperties" not in node and additional is not None:
