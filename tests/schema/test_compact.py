@@ -103,7 +103,7 @@ def test_output_schemas_are_cut_and_only_loosened() -> None:
     assert len(kept["properties"]) == DEFAULT_OUTPUT_FIELDS and "field29" in kept["properties"]  # required first
     assert "additionalProperties" not in kept  # the fields cut may come: the schema must not refuse them
     assert compacted["properties"]["owner"] == {"anyOf": [{"type": "object", "properties": {
-        "login": {"type": "string"}}}, {"type": "null"}]}  # fmt: skip
+        "login": {"type": "string"}}, "required": ["login"]}, {"type": "null"}]}  # fmt: skip
     assert compacted["properties"]["deep"]["properties"]["a"]["properties"]["b"] == {"type": "object"}  # depth 3
     assert "examples" not in str(compacted)
     answer = {"items": [{f"field{n}": "v" for n in range(30)}], "owner": {"login": "x"}, "deep": {"a": {"b": {"c": 1}}}}
