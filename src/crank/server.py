@@ -119,6 +119,7 @@ class GatewayService:
             server_info=server_info or ServerInfo("crank-gateway"),
             cache_scope="private" if require_api_keys else "public",
             authenticate=self.source.authenticate if require_api_keys else None,
+            confirm_key=self.source.confirm if require_api_keys else None,
         )
         self.endpoint = endpoint
 

@@ -125,6 +125,26 @@ async def test_api_keys_open_only_their_workspace_and_agents(registry: Registry,
         assert revoked.status_code == 401
 
 
+async def test_a_key_made_after_the_last_reload_works_on_its_first_request(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    gateway = GatewayService(registry, poll_interval=3600)  # no reload during the test: only the lookup can see it
+    gateway.source.key_lookups_per_second = 0.5  # one lookup now, the next one two seconds later
+    url = serve(gateway) + "/mcp/v1/acme/support/tools"
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(url)).status_code == 401  # no key: no lookup; starts the watcher's only poll
+        await asyncio.sleep(0.2)
+        fresh, later = registry.create_api_key("acme"), registry.create_api_key("acme")
+        assert (await http.get(url, headers={"Authorization": f"Bearer {fresh}"})).status_code == 200
+        # Once looked up, a key is known: its next requests cost no lookup. A second new key finds the
+        # budget spent (a flood of wrong keys costs the registry this much and no more) until it refills.
+        assert (await http.get(url, headers={"Authorization": f"Bearer {fresh}"})).status_code == 200
+        assert (await http.get(url, headers={"Authorization": f"Bearer {later}"})).status_code == 401
+        await asyncio.sleep(2.1)
+        assert (await http.get(url, headers={"Authorization": f"Bearer {later}"})).status_code == 200
+
+
 def test_keys_are_stored_as_digests(registry: Registry) -> None:
     registry.create_workspace("acme", "Acme")
     key = registry.create_api_key("acme")

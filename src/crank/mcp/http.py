@@ -98,6 +98,8 @@ class MCPEndpoint:
         authenticate: when given, every request needs `Authorization: Bearer <token>`; it receives the
             token (None without one) and returns who calls, or None for 401 (`BearerAuthMiddleware`).
             The provider finds what it returned in `scope["crank.auth"]`.
+        confirm_key: a second, slower look at a token `authenticate` did not recognise (awaited; None
+            refuses it too).
         debug: put exception details in error data. Never in production.
     """
 
@@ -120,6 +122,7 @@ class MCPEndpoint:
         request_state_secret: str | bytes | None = None,
         plain_http: bool = True,
         authenticate: Callable[[str | None], Any] | None = None,
+        confirm_key: Callable[[str], Awaitable[Any]] | None = None,
         debug: bool = False,
     ) -> None:
         # A fixed catalog skips the provider call on the hot path.
@@ -145,7 +148,8 @@ class MCPEndpoint:
         # endpoint needs them. A request that reaches `_serve` passed them all.
         app: ASGIApp = self._serve
         if authenticate is not None:
-            app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal)
+            app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE,
+                                       refusal=_refusal, confirm=confirm_key)  # fmt: skip
         self._app: ASGIApp = RequestChecksMiddleware(app, self.policy, max_body_size, refusal=_refusal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

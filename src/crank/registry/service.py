@@ -439,6 +439,20 @@ class Registry:
             session.delete(row)
             self._bump(session)
 
+    def api_key(self, digest: str) -> KeyScope | None:
+        """One key's scope by its digest, or None when the registry has no such key."""
+        query = (
+            select(Workspace.slug, ApiKey.agents)
+            .join(Workspace, Workspace.id == ApiKey.workspace_id)
+            .where(ApiKey.digest == digest)
+        )
+        with Session(self.engine) as session:
+            row: Any = session.execute(query).first()
+        if row is None:
+            return None
+        slug, scope = row
+        return KeyScope(slug, frozenset(scope["agents"]) if scope is not None else None)
+
     def api_keys(self) -> dict[str, KeyScope]:
         """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation)."""
         query = select(ApiKey.digest, Workspace.slug, ApiKey.agents).join(

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +41,8 @@ __all__ = ["AgentSource", "build_catalog"]
 
 logger = logging.getLogger("crank.gateway")
 _DIGEST_CACHE = 4096
+KEY_LOOKUPS_PER_SECOND = 10.0
+"""Registry lookups of keys a replica has not loaded yet (`AgentSource.confirm`), per replica and second."""
 
 
 def build_catalog(
@@ -174,8 +177,12 @@ class AgentSource:
         metrics: Metrics | None = None,
         state: StateStore | None = None,
         freeze_heap: bool = True,
+        key_lookups_per_second: float = KEY_LOOKUPS_PER_SECOND,
     ) -> None:
         self.registry = registry
+        self.key_lookups_per_second = key_lookups_per_second
+        self._lookup_budget = max(key_lookups_per_second, 1.0)
+        self._lookup_refilled = time.monotonic()
         self.freeze_heap = freeze_heap
         self.metrics = metrics
         self.state = state or MemoryStore()
@@ -280,3 +287,26 @@ class AgentSource:
                 self._digests.clear()
             digest = self._digests[token] = key_digest(token)
         return self._keys.get(digest)
+
+    async def confirm(self, token: str) -> KeyScope | None:
+        """A key `authenticate` does not know, looked up in the registry: a key made a moment ago (by the
+        CLI, the admin API or another replica) works on its first request instead of after the next poll.
+
+        At most `key_lookups_per_second` lookups a second, so a flood of wrong keys costs the registry
+        that much and no more; past the budget an unknown key is refused (401) without a lookup."""
+        now = time.monotonic()
+        rate = self.key_lookups_per_second
+        self._lookup_budget = min(max(rate, 1.0), self._lookup_budget + (now - self._lookup_refilled) * rate)
+        self._lookup_refilled = now
+        if self._lookup_budget < 1:
+            return None
+        self._lookup_budget -= 1
+        digest = self._digests.get(token) or key_digest(token)
+        try:
+            key_scope = await run_in_threadpool(self.registry.api_key, digest)
+        except Exception as exc:
+            logger.warning("looking up an API key in the registry failed: %s", exc)
+            return None
+        if key_scope is not None:
+            self._keys = {**self._keys, digest: key_scope}  # a new dict: a reload in its thread swaps it whole
+        return key_scope

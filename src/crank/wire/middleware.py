@@ -8,7 +8,7 @@ pass over the headers and one await level: what an endpoint puts around itself o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from crank import _json
@@ -180,7 +180,9 @@ class BearerAuthMiddleware:
     returns who the caller is, or None to refuse with 401 and `WWW-Authenticate: Bearer realm=...`.
 
     What it returned is left in `scope["crank.auth"]` for the app (which may still refuse what that caller
-    may not use). `exempt` names requests that need no credentials (a public document, say)."""
+    may not use). `exempt` names requests that need no credentials (a public document, say). `confirm`,
+    when given, gets the tokens `authenticate` did not recognise, for a slower second look (the
+    registry, say): `authenticate` stays a synchronous lookup on the hot path."""
 
     def __init__(
         self,
@@ -191,9 +193,11 @@ class BearerAuthMiddleware:
         message: str,
         refusal: Refusal = jsonrpc_refusal,
         exempt: Callable[[Scope], bool] | None = None,
+        confirm: Callable[[str], Awaitable[Any]] | None = None,
     ) -> None:
         self.app = app
         self.authenticate = authenticate
+        self.confirm = confirm
         self.message = message
         self.refusal = refusal
         self.exempt = exempt
@@ -203,7 +207,10 @@ class BearerAuthMiddleware:
         if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
-        caller = self.authenticate(bearer_token(header(scope, b"authorization")))
+        token = bearer_token(header(scope, b"authorization"))
+        caller = self.authenticate(token)
+        if caller is None and token is not None and self.confirm is not None:
+            caller = await self.confirm(token)
         if caller is None:
             await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
             return
