@@ -578,8 +578,9 @@ def main() -> int:
     skipped: list[str] = []
     unverified: list[str] = []
     data_source: str | None = None
-    # (name, url, scenario, era) of every verified combination, in target order.
+    # (name, url, scenario, era) of every verified combination, in target order, and the key each sends.
     combos: list[tuple[str, str, str, str]] = []
+    keys: dict[str, str | None] = {}
     upstream: Upstream | None = None
     gateway_key: str | None = None
     gateway_env: dict[str, str] = {}
@@ -627,21 +628,22 @@ def main() -> int:
                         DATA_FILE.write_bytes(body)
                         data_source = f"{target.key} ({ERAS[era]} shape)"
                     combos.append((name, url, scenario, era))
+                    keys[name] = auth
                 if shapes == 0:
                     unverified.append(f"{target.key} {scenario}")
 
-        def context(scenario: str) -> tuple[Upstream | None, str | None]:
-            return (upstream, gateway_key) if GROUP[scenario] == "gateway" else (None, None)
+        def context(name: str, scenario: str) -> tuple[Upstream | None, str | None]:
+            return (upstream, keys[name]) if GROUP[scenario] == "gateway" else (None, None)
 
         for name, url, scenario, era in combos:
-            timed(args, name, "warm-up", url, scenario, era, args.warmup, *context(scenario), count=True)
+            timed(args, name, "warm-up", url, scenario, era, args.warmup, *context(name, scenario), count=True)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in combos}
         for _ in range(args.repeat):
             for scenario in args.scenarios:
                 for era in args.eras:
                     for name, url, _scenario, _era in (c for c in combos if c[2:] == (scenario, era)):
                         runs[name].append(timed(args, name, "timed run", url, scenario, era, args.duration,
-                                                *context(scenario)))  # fmt: skip
+                                                *context(name, scenario)))  # fmt: skip
         rows = [make_row(name, scenario, era, runs[name]) for name, _url, scenario, era in combos]
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
