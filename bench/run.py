@@ -490,6 +490,7 @@ def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
         f"Python {meta['python_version']}; {versions}; Crank from {meta['crank_source']}.",
     ]
     labels = {t.key: t.label for t in TARGETS}
+    labels.update((r.target, r.target) for r in rows if r.target not in labels)  # --base targets
     echo = [r for r in rows if GROUP[r.scenario] == "echo"]
     if echo:
         lines += [

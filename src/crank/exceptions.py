@@ -292,6 +292,11 @@ class ArgumentsRejectedError(CrankError):
         super().__init__(f"Invalid arguments for tool {tool_name!r}")
         self.violations = violations
 
+    def as_invalid_params(self) -> InvalidParamsError:
+        """The JSON-RPC -32602 that answers this refusal, every violation in its data."""
+        violations = [violation.to_wire() for violation in self.violations]
+        return InvalidParamsError(str(self), data={"violations": violations})
+
 
 # -- the gateway's upstream client --------------------------------------------------------------------
 

@@ -12,21 +12,19 @@ Started again with a newer version of the document, the import reports what chan
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from crank import _json
-from crank.admin.actions import CheckAndLint
+from crank.admin.actions import CheckAndLint, kept_api_key
 from crank.admin.changes import ImportReport, reimport
 from crank.admin.documents import load_document
 from crank.admin.lint import CatalogReport, catalog_report
 from crank.exceptions import RegistryNotFoundError
-from crank.registry import Registry, key_digest
+from crank.registry import Registry
 from crank.server import CrankServer
 from crank.settings import Settings
 from crank.types import JSONObject
@@ -114,7 +112,7 @@ def build_instant(
     registry.put_agent(slug, AGENT, {**draft, "mode": mode})
     version = registry.publish(slug, AGENT, check=CheckAndLint(), skip_unchanged=True)
     key_file = settings.data_dir / f"{slug}-api-key"
-    key = kept_key(registry, slug, key_file)
+    key = kept_api_key(registry, slug, key_file)
     if server.gateway is not None:  # built before the publish and the key: serve both from the first request
         server.gateway.source.reload()
     mcp_url = f"http://{settings.listen}/mcp/v1/{slug}/{AGENT}"
@@ -135,21 +133,6 @@ def _set_auth(registry: Registry, workspace: str, names: Sequence[str], auth: JS
         if execution != specs[name].get("execution_config"):
             updated[name] = {**specs[name], "execution_config": execution}
     registry.put_operations(workspace, updated)
-
-
-def kept_key(registry: Registry, workspace: str, path: Path) -> str:
-    """The key of the last start when the registry still knows it, else a new one, written 0600."""
-    if path.is_file():
-        key = path.read_text().strip()
-        if key_digest(key) in registry.api_keys():
-            return key
-    key = registry.create_api_key(workspace)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fresh = path.with_name(f".{path.name}-{secrets.token_hex(8)}")
-    with os.fdopen(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
-        file.write(key + "\n")
-    fresh.replace(path)
-    return key
 
 
 def client_setups(url: str, key: str, *, name: str) -> str:

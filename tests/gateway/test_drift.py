@@ -22,7 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crank.admin.actions import bind_tool, import_operations, publish_agent
+from crank.admin.actions import bind_tool, publish_agent
+from crank.admin.changes import reimport
 from crank.admin.check import check_agent
 from crank.cli import main
 from crank.exceptions import RegistryNotFoundError, RPCToolError, ToolError
@@ -221,7 +222,7 @@ async def test_prism_dynamic_answers_of_a_real_api_never_break_the_sdk_client(
 ) -> None:
     with realapis.prism(realapis.APIS_GURU, dynamic=True) as upstream:
         sqlite_registry.create_workspace("guru", "APIs.guru")
-        names = import_operations(sqlite_registry, "guru", "openapi", str(realapis.APIS_GURU), base_url=upstream)
+        names = reimport(sqlite_registry, "guru", "openapi", str(realapis.APIS_GURU), base_url=upstream).names
         sqlite_registry.put_agent("guru", "catalog", {"bindings": [{"operation": name} for name in names]})
         publish_agent(sqlite_registry, "guru", "catalog")
         url = serve(GatewayService(sqlite_registry, require_api_keys=False)) + "/mcp/v1/guru/catalog"
@@ -241,7 +242,7 @@ async def test_prism_dynamic_answers_of_a_real_api_never_break_the_sdk_client(
 def test_check_reports_answers_that_drift_from_prism(sqlite_registry: Registry, tmp_path: Path) -> None:
     with realapis.prism(realapis.APIS_GURU) as upstream:  # static: the document's examples
         sqlite_registry.create_workspace("guru", "APIs.guru")
-        import_operations(sqlite_registry, "guru", "openapi", str(realapis.APIS_GURU), base_url=upstream)
+        reimport(sqlite_registry, "guru", "openapi", str(realapis.APIS_GURU), base_url=upstream)
         metrics = sqlite_registry.operation("guru", "get_metrics")
         drifted = {**metrics["output_schema"], "required": ["numSpecs", "uptime_days"]}  # the upstream has none
         sqlite_registry.put_operation("guru", "get_metrics", {**metrics, "output_schema": drifted,

@@ -17,7 +17,8 @@ from hypothesis.errors import Unsatisfiable
 from hypothesis_jsonschema import from_schema
 from hypothesis_jsonschema._resolve import HypothesisRefResolutionError
 
-from crank.admin.actions import import_operations, imported_sizes, publish_agent
+from crank.admin.actions import imported_sizes, publish_agent
+from crank.admin.changes import reimport
 from crank.cli import main
 from crank.exceptions import ConfigurationError, RegistryError
 from crank.mcp.catalog import estimate_tokens
@@ -164,7 +165,7 @@ def sqlite_registry(tmp_path: Path) -> Registry:
 def test_workspace_agent_and_operation_settings_apply_at_publish(sqlite_registry: Registry) -> None:
     registry = sqlite_registry
     registry.put_workspace("shop", "Shop", compact={"description_chars": 45})
-    import_operations(registry, "shop", "openapi", str(PETSTORE), base_url="http://pets.test")
+    reimport(registry, "shop", "openapi", str(PETSTORE), base_url="http://pets.test")
     long = "Lists every pet of the store in one call. " + "It pages through them. " * 20
     spec = registry.operation("shop", "list_pets")
     registry.put_operation("shop", "list_pets", {**spec, "description": long})
@@ -193,7 +194,7 @@ def test_import_publish_and_catalog_report_each_tools_size_before_and_after(
     registry = sqlite_registry
     registry.put_workspace("gh", "GitHub")
     names = ["repos_get", "repos_list_for_org", "repos_delete"]
-    import_operations(registry, "gh", "openapi", json_bodies_only(document(GITHUB)), include=names)
+    reimport(registry, "gh", "openapi", json_bodies_only(document(GITHUB)), include=names)
     sizes = {size.name: size for size in imported_sizes(registry, "gh", names)}
     assert set(sizes) == set(names) and all(size.tokens < size.before for size in sizes.values())
     registry.put_agent("gh", "repos", {"bindings": [{"operation": name} for name in names]})
@@ -236,7 +237,7 @@ def _published(path: Path, tmp_path: Path) -> Published:
         migrate(engine)
         registry = Registry(engine)
         registry.put_workspace("big", "Big")
-        names = import_operations(registry, "big", "openapi", json_bodies_only(document(path)))
+        names = reimport(registry, "big", "openapi", json_bodies_only(document(path))).names
         registry.put_agent("big", "all", {"bindings": [{"operation": name} for name in names]})
         runtime = registry.draft_runtime("big", "all")
         catalog = build_catalog(runtime)

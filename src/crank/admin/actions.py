@@ -7,17 +7,19 @@ serving.
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
-from crank.admin.documents import load_document
 from crank.admin.lint import CatalogReport, Finding, ToolSize, catalog_report, lint_runtime, tool_sizes
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.exceptions import RegistryNotFoundError
 from crank.gateway.secrets import missing_secrets
-from crank.registry import Registry, RuntimeView, tool_name_of
+from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -28,9 +30,9 @@ __all__ = [
     "bind_tool",
     "check_runtime",
     "secret_findings",
-    "import_operations",
     "imported_sizes",
     "imported_specs",
+    "kept_api_key",
     "publish_agent",
     "unbind_tool",
 ]
@@ -137,25 +139,6 @@ def imported_specs(
     return {operation.name: operation.spec for operation in imported}
 
 
-def import_operations(
-    registry: Registry,
-    workspace: str,
-    kind: ImportFormat,
-    source: str | JSONObject,
-    *,
-    base_url: str | None = None,
-    include: Sequence[str] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[str]:
-    """Import every operation of a document (a path, a URL or the parsed document) into the workspace's
-    drafts, in one transaction: an invalid document imports nothing. Returns the operation names."""
-    registry.workspace(workspace)  # an unknown workspace fails before the document is read
-    document = load_document(source) if isinstance(source, str) else source
-    specs = imported_specs(kind, document, base_url=base_url, include=include, progress=progress)
-    registry.put_operations(workspace, specs)
-    return list(specs)
-
-
 def bind_tool(registry: Registry, workspace: str, agent: str, binding: JSONObject) -> JSONObject:
     """Add a binding to the agent's draft, or replace the one with the same tool name in its place.
     A binding to an operation the workspace does not have is refused (`RegistryNotFoundError`)."""
@@ -183,3 +166,20 @@ def unbind_tool(registry: Registry, workspace: str, agent: str, tool_name: str) 
         return {**spec, "bindings": bindings}
 
     registry.edit_agent(workspace, agent, edit)
+
+
+def kept_api_key(registry: Registry, workspace: str, path: Path) -> str:
+    """The key kept in `path` when the registry still knows it, else a new key of the workspace, written
+    there 0600 (by a rename, so a reader never sees half a key): a configured client keeps working from
+    one start to the next."""
+    if path.is_file():
+        key = path.read_text().strip()
+        if key_digest(key) in registry.api_keys():
+            return key
+    key = registry.create_api_key(workspace)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}-{secrets.token_hex(8)}")
+    with os.fdopen(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(key + "\n")
+    fresh.replace(path)
+    return key

@@ -11,14 +11,13 @@ registry with `CRANK_DATA_DIR=<folder>`.
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from crank import _json
+from crank.admin.actions import kept_api_key
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.demo.api import create_app
-from crank.registry import key_digest
 from crank.server import CrankServer
 from crank.settings import given_settings
 from crank.types import ASGIApp, Receive, Scope, Send
@@ -52,7 +51,7 @@ def build_demo(listen: str, data_dir: Path) -> DemoServer:
     base = f"http://{settings.listen}"
     catalog = load_catalog_file(CATALOG, variables={"CRANK_DEMO_API": base + API_PATH})
     apply_catalog(server.registry, catalog, base_dir=CATALOG.parent)
-    key = _kept_key(server, data_dir / KEY_FILE)
+    key = kept_api_key(server.registry, "demo", data_dir / KEY_FILE)
     api = create_app()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -64,20 +63,6 @@ def build_demo(listen: str, data_dir: Path) -> DemoServer:
             await server(scope, receive, send)
 
     return DemoServer(app, server, f"{base}/mcp/v1/demo/bookshop", key)
-
-
-def _kept_key(server: CrankServer, path: Path) -> str:
-    """The key of the last start when the registry still knows it, else a new one, written 0600."""
-    if path.is_file():
-        key = path.read_text().strip()
-        if key_digest(key) in server.registry.api_keys():
-            return key
-    key = server.registry.create_api_key("demo")
-    fresh = path.with_name(f".{path.name}-{secrets.token_hex(8)}")
-    with os.fdopen(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
-        file.write(key + "\n")
-    fresh.replace(path)
-    return key
 
 
 def demo_data_dir() -> Path:

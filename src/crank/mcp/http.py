@@ -327,8 +327,8 @@ class MCPEndpoint:
                 observer=catalog.observer,
             )
         except ArgumentsRejectedError as exc:
-            data = {"violations": [violation.to_wire() for violation in exc.violations]}
-            return _plain_error(200, INVALID_PARAMS, str(exc), data)
+            error = exc.as_invalid_params()
+            return _plain_error(200, error.code, error.message, error.data)
         if result.get("isError") and result["content"] and result["content"][0].get("type") == "text":
             try:
                 result["error"] = _json.loads(result["content"][0]["text"])

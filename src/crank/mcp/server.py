@@ -160,8 +160,7 @@ class MCPServer:
                         observer=catalog.observer,
                     )
                 except ArgumentsRejectedError as exc:
-                    data = {"violations": [violation.to_wire() for violation in exc.violations]}
-                    raise InvalidParamsError(str(exc), data=data) from None
+                    raise exc.as_invalid_params() from None
             elif method == "tools/list":
                 return self._list(request_id, params, modern, catalog, info)
             else:

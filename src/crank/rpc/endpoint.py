@@ -76,8 +76,8 @@ class JSONRPCEndpoint:
             await send_response(send, 200, encode_error(None, refused))
             return
         if isinstance(message, list) and message:
-            replies = await gather_batch(message, lambda item: self._one(item, request), size=_size, refused=_refused)
-            payload = _json.dumps(replies) if replies else None
+            replies = await gather_batch(message, lambda item: self._encoded(item, request), size=len, refused=_refused)
+            payload = b"[" + b",".join(replies) + b"]" if replies else None  # each answer encoded once
             request.headers = []  # Retry-After belongs to a single call
         else:
             answer = await self._one(message if message != [] else None, request)
@@ -88,6 +88,11 @@ class JSONRPCEndpoint:
                 await callback()
             except Exception:
                 self.app.logger.exception("post_response handler failed")
+
+    async def _encoded(self, message: Any, request: _Request) -> bytes | None:
+        """One batch item's answer, encoded (None for a notification)."""
+        answer = await self._one(message, request)
+        return _json.dumps(answer) if answer is not None else None
 
     async def _one(self, message: Any, request: _Request) -> JSONObject | None:
         if (
@@ -129,10 +134,6 @@ class JSONRPCEndpoint:
         return outcome.result
 
 
-def _size(answer: JSONObject) -> int:
-    return len(_json.dumps(answer))
-
-
-def _refused(item: Any, reason: str) -> JSONObject:
+def _refused(item: Any, reason: str) -> bytes:
     request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
-    return error_response(request_id, InvalidRequestError(f"Invalid Request: {reason}").to_wire())
+    return _json.dumps(error_response(request_id, InvalidRequestError(f"Invalid Request: {reason}").to_wire()))
