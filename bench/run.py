@@ -38,8 +38,16 @@ from bench.apps.catalog import tool_specs  # noqa: E402
 DATA_FILE = BENCH / "data" / "tools_list_1000.json"
 HOST = "127.0.0.1"
 ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
-SCENARIOS = ("tools_call", "tools_list", "gateway_call", "gateway_list")
-GROUP = {"tools_call": "echo", "tools_list": "echo", "gateway_call": "gateway", "gateway_list": "gateway"}
+SCENARIOS = ("tools_call", "tools_list", "gateway_call", "gateway_list", "discovery_call")
+GROUP = {
+    "tools_call": "echo",
+    "tools_list": "echo",
+    "gateway_call": "gateway",
+    "gateway_list": "gateway",
+    "discovery_call": "gateway",
+}
+# discovery_call goes to the agent `discovery` (discovery mode) of the Crank gateway: only its targets serve it.
+DISCOVERY_PATH = ("/mcp/v1/bench/agent", "/mcp/v1/bench/discovery")
 REFERENCE, UPPER = "sdk-lowlevel", "bare"
 PROXY = "gateway-proxy"  # the simplest proxy on httpx: what Crank measured before it had its own upstream client
 FAST_PROXY = "gateway-proxy-aiohttp"  # the same proxy on aiohttp, the fastest common Python client: the reference
@@ -329,7 +337,7 @@ def check_response(scenario: str, request: dict[str, Any], status: int, ctype: s
     if msg.get("jsonrpc") != "2.0" or msg.get("id") != request["id"] or "result" not in msg:
         return f"not a JSON-RPC result for id {request['id']}: {body[:300]!r}"
     result = msg["result"]
-    if scenario == "gateway_call":
+    if scenario in ("gateway_call", "discovery_call"):
         expected_item = gateway_catalog.item(GATEWAY_ITEM_ID)
         content = result.get("content") or []
         try:
@@ -400,7 +408,7 @@ def timed(
     if upstream is not None:
         after = upstream.settled()  # this count includes the status requests made since `before`
         stats["upstream_requests"] = sent = after - before - (upstream.status_requests - asked)
-        low, high = (stats["requests"], stats["requests"] + args.connections) if scenario == "gateway_call" else (0, 0)
+        low, high = (stats["requests"], stats["requests"] + args.connections) if scenario != "gateway_list" else (0, 0)
         if not low <= sent <= high:
             raise SystemExit(
                 f"FAIL {name} ({phase}): the upstream served {sent} requests for {stats['requests']} completed "
@@ -438,7 +446,10 @@ def nginx_version() -> str:
 
 def scenarios_of(args: argparse.Namespace, target: Target) -> list[str]:
     """The chosen scenarios this target serves."""
-    return [s for s in args.scenarios if GROUP[s] == target.group]
+    return [
+        s for s in args.scenarios
+        if GROUP[s] == target.group and (s != "discovery_call" or target.path == DISCOVERY_PATH[0])
+    ]  # fmt: skip
 
 
 def crank_source(python: str) -> str:
@@ -473,7 +484,8 @@ def ratio(value: float, ref: float | None) -> str:
 
 
 SCENARIO_LABELS = {"tools_call": "tools/call", "tools_list": "tools/list", "gateway_call": "tools/call",
-                   "gateway_list": "tools/list (first page)"}  # fmt: skip
+                   "gateway_list": "tools/list (first page)",
+                   "discovery_call": "tools/call through discovery"}  # fmt: skip
 
 
 def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
@@ -616,9 +628,10 @@ def main() -> int:
             url = servers.enter_context(serve(python, target, args.server_cpu, log, env))
             for scenario in scenarios_of(args, target):
                 shapes = 0
+                where = url.replace(*DISCOVERY_PATH) if scenario == "discovery_call" else url
                 for era in args.eras:
                     name = f"{target.key} {scenario} {era}"
-                    problem, body = verify(args, url, scenario, era, auth)
+                    problem, body = verify(args, where, scenario, era, auth)
                     if problem is not None:
                         print(f"skip {name}: {problem}", file=sys.stderr)
                         skipped.append(f"{name}: {problem}")
@@ -628,7 +641,7 @@ def main() -> int:
                         DATA_FILE.parent.mkdir(parents=True, exist_ok=True)
                         DATA_FILE.write_bytes(body)
                         data_source = f"{target.key} ({ERAS[era]} shape)"
-                    combos.append((name, url, scenario, era))
+                    combos.append((name, where, scenario, era))
                     keys[name] = auth
                 if shapes == 0:
                     unverified.append(f"{target.key} {scenario}")

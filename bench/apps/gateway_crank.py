@@ -3,7 +3,8 @@
 `bench/run.py` first runs `python -m bench.apps.gateway_crank DB_PATH` (with `BENCH_UPSTREAM` set) to
 create the registry: workspace `bench`, one operation per tool of `gateway_catalog` (GET to the
 upstream, with input and output schemas), agent `agent` binding all 1,000, published, plus one
-workspace API key, printed on stdout. The app then opens that SQLite file (`BENCH_GATEWAY_DB`).
+workspace API key, printed on stdout; agent `discovery` binds the same operations in discovery mode.
+The app then opens that SQLite file (`BENCH_GATEWAY_DB`).
 `BENCH_GATEWAY_KEYS=1` serves it as deployed by default (every request needs the key,
 `Authorization: Bearer ...`); `0` passes `require_api_keys=False`. Everything else is
 `GatewayService`'s default, including its own pooled `UpstreamClient` for the upstream.
@@ -19,7 +20,7 @@ from crank.admin.actions import check_runtime
 from crank.registry import Registry, migrate, open_engine
 from crank.server import GatewayService
 
-WORKSPACE, AGENT = "bench", "agent"
+WORKSPACE, AGENT, DISCOVERY_AGENT = "bench", "agent", "discovery"
 PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
 
 
@@ -41,8 +42,12 @@ def setup(db_path: str, upstream: str) -> str:
                 "output_schema": OUTPUT_SCHEMA,
             },
         )
-    registry.put_agent(WORKSPACE, AGENT, {"bindings": [{"operation": tool_name(i)} for i in range(N_TOOLS)]})
+    bindings = [{"operation": tool_name(i)} for i in range(N_TOOLS)]
+    registry.put_agent(WORKSPACE, AGENT, {"bindings": bindings})
     registry.publish(WORKSPACE, AGENT, check=check_runtime)
+    # The same operations in discovery mode (bench/wrk/discovery_call.lua calls through `call_operation`).
+    registry.put_agent(WORKSPACE, DISCOVERY_AGENT, {"bindings": bindings, "mode": "discovery"})
+    registry.publish(WORKSPACE, DISCOVERY_AGENT, check=check_runtime)
     key = registry.create_api_key(WORKSPACE)
     engine.dispose()
     return key
