@@ -9,8 +9,8 @@ what the gateway never needs: redirects (not followed: a tool's request goes onl
 says), cookies (the client is shared by every workspace and caller), proxies, HTTP/2, streaming.
 
 Per origin (scheme, host, port): a pool of keep-alive connections, at most `limit_per_host` at once and
-`limit_per_tenant` of them for one workspace, calls waiting for one served a workspace at a time in
-turn (so one workspace's slow or hanging calls cannot starve another's). The most recently used idle
+`limit_per_tenant` of them for one workspace, a freed connection going to the waiting workspace that
+holds the fewest (so one workspace's slow or hanging calls cannot starve another's). The most recently used idle
 connection goes first; an idle connection is closed after `keepalive_timeout` (one timer per pool
 sweeps them) and never used once the upstream has closed it. TLS certificates and host names are
 verified against the system's trust store (or the `ssl_context` given). Each request has one
@@ -86,8 +86,9 @@ class _Origin:
 
 class _Pool:
     """The connections to one origin, shared by every workspace (tenant) but fairly: a tenant holds at most
-    `tenant_limit` of them at once, and calls waiting for one are served in turn, one tenant after the
-    other, rather than first come first served (so a tenant's flood of calls queues behind its own)."""
+    `tenant_limit` of them at once, and a connection given back goes to a waiting call of the tenant that
+    holds the fewest, in turn among equals, rather than first come first served (so a tenant's flood of
+    calls queues behind its own)."""
 
     def __init__(
         self,
@@ -202,17 +203,23 @@ class _Pool:
         return True
 
     def _next_waiter(self) -> tuple[str, asyncio.Future[Connection | None]] | None:
-        for tenant in list(self.waiters):  # in turn order
-            if self.held.get(tenant, 0) >= self.tenant_limit:
-                continue  # it waits for one of its own calls to end
-            queue = self.waiters.pop(tenant)
-            while queue:
-                waiter = queue.popleft()
-                if not waiter.done():  # not given up (deadline, cancellation)
-                    if queue:
-                        self.waiters[tenant] = queue  # to the end of the turn
-                    return tenant, waiter
-        return None
+        """The first waiting call of the tenant that holds the fewest connections (the first in turn among
+        equals; it then goes to the end of the turn), among those below their limit."""
+        chosen, fewest = None, self.tenant_limit
+        for tenant, queue in list(self.waiters.items()):
+            while queue and queue[0].done():  # given up (deadline, cancellation)
+                queue.popleft()
+            if not queue:
+                del self.waiters[tenant]
+            elif self.held.get(tenant, 0) < fewest:
+                chosen, fewest = tenant, self.held.get(tenant, 0)
+        if chosen is None:
+            return None
+        queue = self.waiters.pop(chosen)
+        waiter = queue.popleft()
+        if queue:
+            self.waiters[chosen] = queue
+        return chosen, waiter
 
     async def acquire(self, tenant: str, deadline: float) -> Connection:
         """A connection when `take_for` gave none: a new one while both limits allow it, else the next one handed

@@ -75,13 +75,14 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def _make_room(self) -> bool:
         """Close the connection idle the longest, if any: it costs its client a reconnect, nothing more."""
-        for oldest in self.idle:
-            del self.idle[oldest]
-            oldest.transport.close()
-            self.notices.warning("max_connections_idle", "closed the connection idle the longest: %d connections "
-                                 "are open (CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
-            return True
-        return False
+        oldest = next(iter(self.idle), None)
+        if oldest is None:
+            return False
+        del self.idle[oldest]
+        oldest.transport.close()
+        self.notices.warning("max_connections_idle", "closed the connection idle the longest: %d connections are "
+                             "open (CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.pop(self, None)
@@ -102,18 +103,24 @@ class CrankHTTPProtocol(HttpToolsProtocol):
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
             if not isinstance(exc.__context__, _HeadTooLarge):
-                raise
+                self._bad_request()
+                return
             self.notices.warning("max_head_bytes", "refused a request head over %d bytes (CRANK_MAX_HEAD_BYTES)",
                                  self.limits.max_head_bytes)  # fmt: skip
             self._close_with(_HEAD_TOO_LARGE)
         except httptools.HttpParserError:
-            self.logger.warning("Invalid HTTP request received.")
-            self.send_400_response("Invalid HTTP request received.")
+            self._bad_request()
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+
+    def _bad_request(self) -> None:
+        # uvicorn logs each one as a warning: throttled here, an attacker's garbage must not flood the log.
+        self.notices.warning("bad_request", "refused a request that is not valid HTTP/1.1 (400)")
+        self._cancel_timers()
+        self.send_400_response("Invalid HTTP request received.")
 
     def _close_with(self, answer: bytes) -> None:
         self._cancel_timers()
