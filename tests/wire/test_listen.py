@@ -99,9 +99,9 @@ def test_idle_and_half_sent_connections_cannot_stop_serve(tmp_path: Path) -> Non
 
 def test_a_body_that_does_not_arrive_in_time_is_408(tmp_path: Path) -> None:
     with crank_serve(tmp_path, CRANK_BODY_TIMEOUT="1") as (port, log):
-        head = (f"POST /admin/v1/workspaces HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        head = (f"PUT /admin/v1/workspaces/slow HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
                 "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")  # fmt: skip
-        with _connect(port, head.encode() + b'{"slug": "sl') as sock:  # the rest of the body never comes
+        with _connect(port, head.encode() + b'{"name": "Sl') as sock:  # the rest of the body never comes
             answer = _read_all(sock)
         assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
         assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
