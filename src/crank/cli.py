@@ -134,7 +134,7 @@ def serve(
     configure_logging(settings.log_format, settings.log_level)
     if app is not None:
         sys.path.insert(0, app_dir)
-        serve_on(app, sock)
+        serve_on(app, sock, settings.connection_limits())
         return
     from crank.server import CrankServer
 
@@ -144,7 +144,7 @@ def serve(
     with _clear_errors():
         server = CrankServer(settings)
     _announce(server, settings)
-    serve_on(server, sock)
+    serve_on(server, sock, settings.connection_limits())
 
 
 def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | None:
@@ -171,7 +171,7 @@ def _serve_openapi(
                                 progress=progress)  # fmt: skip
     click.echo(instant.banner())
     sys.stdout.flush()
-    serve_on(instant.server, sock)
+    serve_on(instant.server, sock, settings.connection_limits())
 
 
 def _announce(server: Any, settings: Any) -> None:

@@ -29,6 +29,7 @@ CrankError
 ├── ArgumentsRejectedError      arguments refused, with every `Violation` (a tool result, or -32602)
 ├── UpstreamError               the gateway's HTTP client could not get an answer
 │   ├── UpstreamTimeoutError        no answer within the deadline
+│   │   └── UpstreamBusyError           no connection free for the workspace within it: never sent
 │   ├── UpstreamConnectionError     not reached (`sent` False), or dropped after the request was sent
 │   └── UpstreamTooLargeError       an answer larger than the client accepts
 └── ToolError                   a tool call failed: the client gets `isError: true` with a structured error
@@ -100,6 +101,7 @@ __all__ = [
     "ToolError",
     "UnknownFormatError",
     "UnknownOperationError",
+    "UpstreamBusyError",
     "UpstreamConnectionError",
     "UpstreamError",
     "UpstreamTimeoutError",
@@ -306,9 +308,24 @@ class UpstreamError(CrankError):
 
 
 class UpstreamTimeoutError(UpstreamError):
-    """No answer within the operation's timeout."""
+    """No answer within the operation's timeout. `sent` False: the deadline passed before the request
+    left (while connecting), so the upstream cannot have acted on it."""
 
     cause = "timeout"
+
+    def __init__(self, *, sent: bool = True) -> None:
+        super().__init__("no answer within the deadline" if sent else "not connected within the deadline")
+        self.sent = sent
+
+
+class UpstreamBusyError(UpstreamTimeoutError):
+    """The deadline passed while the call waited for a connection (the workspace's share of the origin's
+    pool, or the whole pool, was busy): the request was never sent."""
+
+    cause = "busy"
+
+    def __init__(self) -> None:
+        super().__init__(sent=False)
 
 
 class UpstreamConnectionError(UpstreamError):

@@ -185,6 +185,7 @@ class CrankServer:
         if settings.role in ("mcp", "all"):
             self.gateway = GatewayService(
                 registry,
+                client=settings.upstream_client(),
                 poll_interval=settings.poll_interval,
                 require_api_keys=settings.require_api_keys,
                 state=open_state(settings.redis_url),

@@ -28,8 +28,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from crank.exceptions import SettingsError
+from crank.gateway.client import DEFAULT_LIMIT_PER_HOST, DEFAULT_LIMIT_PER_TENANT, UpstreamClient
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
+from crank.wire.listen import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEAD_BYTES,
+    ConnectionLimits,
+)
 
 __all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
 
@@ -65,6 +74,27 @@ class Settings(BaseSettings):
     )
     database_statement_timeout: float = Field(
         DEFAULT_STATEMENT_TIMEOUT, gt=0, le=3600, description="Seconds one registry statement may take."
+    )
+    head_timeout: float = Field(
+        DEFAULT_HEAD_TIMEOUT, gt=0, le=3600, description="Seconds for a request's line and headers to arrive."
+    )
+    body_timeout: float = Field(
+        DEFAULT_BODY_TIMEOUT, gt=0, le=3600, description="Seconds for a request's body to arrive after its head."
+    )
+    keepalive_timeout: float = Field(
+        DEFAULT_KEEPALIVE_TIMEOUT, gt=0, le=3600, description="Seconds a connection may stay idle between requests."
+    )
+    max_connections: int = Field(
+        DEFAULT_MAX_CONNECTIONS, ge=1, le=1_000_000, description="Client connections open at once (per process)."
+    )
+    max_head_bytes: int = Field(
+        DEFAULT_MAX_HEAD_BYTES, ge=1024, le=1024 * 1024, description="Bytes of a request's line and headers."
+    )
+    upstream_connections_per_origin: int = Field(
+        DEFAULT_LIMIT_PER_HOST, ge=1, le=10_000, description="Connections to one upstream origin, all workspaces."
+    )
+    upstream_connections_per_workspace: int = Field(
+        DEFAULT_LIMIT_PER_TENANT, ge=1, le=10_000, description="Connections to one upstream origin, one workspace."
     )
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -111,6 +141,22 @@ class Settings(BaseSettings):
     @property
     def port(self) -> int:
         return int(_split_address(self.listen)[1])
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            head_timeout=self.head_timeout,
+            body_timeout=self.body_timeout,
+            keepalive_timeout=self.keepalive_timeout,
+            max_connections=self.max_connections,
+            max_head_bytes=self.max_head_bytes,
+        )
+
+    def upstream_client(self) -> UpstreamClient:
+        """The gateway's one upstream client, with the settings' pool limits."""
+        return UpstreamClient(
+            limit_per_host=self.upstream_connections_per_origin,
+            limit_per_tenant=self.upstream_connections_per_workspace,
+        )
 
     @property
     def registry_url(self) -> str:

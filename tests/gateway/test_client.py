@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trustme
 
-from crank.exceptions import UpstreamConnectionError, UpstreamTimeoutError, UpstreamTooLargeError
+from crank.exceptions import UpstreamBusyError, UpstreamConnectionError, UpstreamTimeoutError, UpstreamTooLargeError
 from crank.gateway.client import UpstreamClient
 
 pytestmark = pytest.mark.anyio
@@ -399,6 +399,64 @@ async def test_waiting_for_a_connection_counts_against_the_deadline(upstream: An
         await first
     await client.aclose()
     assert server.connections == 1
+
+
+async def test_a_workspace_holds_at_most_its_share_of_an_origin(upstream: Any) -> None:
+    gate = asyncio.Event()
+
+    async def held(request: bytes, n: int) -> bytes:
+        if b"/held" in request:
+            await gate.wait()
+        return OK
+
+    server = await upstream(held)
+    client = UpstreamClient(limit_per_host=4, limit_per_tenant=2)
+    flood = [asyncio.ensure_future(get(client, server.url + "/held", tenant="a")) for _ in range(6)]
+    await _until(lambda: len(server.requests) == 2)
+    answer = await get(client, server.url + "/other", tenant="b")  # while a's six calls are all still running
+    assert answer.status == 200 and not any(call.done() for call in flood)
+    gate.set()
+    assert [call.status for call in await asyncio.gather(*flood)] == [200] * 6
+    await client.aclose()
+    assert server.most_open <= 3  # a's two, then b's one
+
+
+async def test_a_freed_connection_goes_to_the_workspace_holding_fewest(upstream: Any) -> None:
+    gate = asyncio.Event()
+
+    async def held(request: bytes, n: int) -> bytes:
+        if b"/held" in request:
+            await gate.wait()
+        return OK
+
+    server = await upstream(held)
+    client = UpstreamClient(limit_per_host=2, limit_per_tenant=2)  # one workspace may fill the pool
+    first = [asyncio.ensure_future(get(client, server.url + "/held", tenant="a")) for _ in range(2)]
+    await _until(lambda: len(server.requests) == 2)
+    queued = [asyncio.ensure_future(get(client, server.url + f"/a{i}", tenant="a")) for i in range(3)]
+    await asyncio.sleep(0.05)  # a's three wait before b's one
+    late = asyncio.ensure_future(get(client, server.url + "/b", tenant="b"))
+    await asyncio.sleep(0.05)
+    gate.set()
+    await asyncio.gather(*first, *queued, late)
+    await client.aclose()
+    paths = [request.split(b" ")[1] for request in server.requests]
+    assert paths.index(b"/b") < paths.index(b"/a1")  # first come first served would send all of a's first
+
+
+async def test_a_call_that_found_no_connection_in_time_is_busy_and_was_not_sent(upstream: Any) -> None:
+    server = await upstream(lambda request, n: HANG)
+    client = UpstreamClient(limit_per_host=1)
+    first = asyncio.ensure_future(get(client, server.url + "/", timeout=5, tenant="a"))
+    await _until(lambda: bool(server.requests))
+    with pytest.raises(UpstreamBusyError) as caught:
+        await get(client, server.url + "/second", timeout=0.1, tenant="a")
+    assert caught.value.sent is False
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await client.aclose()
+    assert len(server.requests) == 1
 
 
 async def test_idle_connections_are_closed_after_the_keepalive_timeout(upstream: Any) -> None:

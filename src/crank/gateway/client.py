@@ -8,10 +8,12 @@ connection and httptools' C parser, the one uvicorn uses) a fraction of that. Wh
 what the gateway never needs: redirects (not followed: a tool's request goes only where its operation
 says), cookies (the client is shared by every workspace and caller), proxies, HTTP/2, streaming.
 
-Per origin (scheme, host, port): a pool of keep-alive connections, at most `limit_per_host` at once,
-the most recently used first; an idle connection is closed after `keepalive_timeout` (one timer per
-pool sweeps them) and never used once the upstream has closed it. TLS certificates and host names
-are verified against the system's trust store (or the `ssl_context` given). Each request has one
+Per origin (scheme, host, port): a pool of keep-alive connections, at most `limit_per_host` at once and
+`limit_per_tenant` of them for one workspace, a freed connection going to the waiting workspace that
+holds the fewest (so one workspace's slow or hanging calls cannot starve another's). The most recently used idle
+connection goes first; an idle connection is closed after `keepalive_timeout` (one timer per pool
+sweeps them) and never used once the upstream has closed it. TLS certificates and host names are
+verified against the system's trust store (or the `ssl_context` given). Each request has one
 deadline covering the wait for a connection, connecting and the answer. An idempotent request that
 finds its reused connection closed before any answer is sent again once on a new connection (RFC
 9110, 9.2.2): the upstream dropped an idle keep-alive connection as the request went out (and the
@@ -20,7 +22,8 @@ The request line and headers are checked so that no value can change the request
 answer must end where its framing says: bytes after it close the connection, so that nothing an
 upstream sends can be read as the answer to the next request on that connection.
 
-Failures reach the adapters as `UpstreamTimeoutError`, `UpstreamConnectionError` (with `sent`:
+Failures reach the adapters as `UpstreamBusyError` (no connection free for the workspace before the
+deadline: nothing was sent), `UpstreamTimeoutError`, `UpstreamConnectionError` (both with `sent`:
 whether the upstream may have acted) or `UpstreamTooLargeError`.
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import re
 import socket
 import ssl
@@ -37,12 +41,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, quote, urlencode, urlsplit
 
-from crank.exceptions import UpstreamConnectionError, UpstreamTimeoutError
+from crank.exceptions import UpstreamBusyError, UpstreamConnectionError, UpstreamTimeoutError
 from crank.gateway.connection import Connection, UpstreamResponse
 from crank.registry.runtime import DEFAULT_ACCEPT
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
+from crank.wire.notices import ThrottledLog
 
 __all__ = [
+    "DEFAULT_LIMIT_PER_HOST",
+    "DEFAULT_LIMIT_PER_TENANT",
     "MAX_RESPONSE_BYTES",
     "UpstreamClient",
     "UpstreamResponse",
@@ -52,6 +59,14 @@ __all__ = [
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 """The largest upstream answer read, after decompression (a model cannot use more; a gzip bomb cannot
 fill memory)."""
+
+DEFAULT_LIMIT_PER_HOST = 100
+"""Connections to one origin at once, all workspaces together."""
+DEFAULT_LIMIT_PER_TENANT = 50
+"""Connections to one origin that one workspace may hold at once: half the pool, so that a workspace whose
+calls hang cannot take the connections every other workspace needs to reach the same origin."""
+
+_notices = ThrottledLog(logging.getLogger("crank.gateway"))
 
 # JSON unless the caller says otherwise: an upstream that offers XML first answers `*/*` in XML.
 _DEFAULT_HEADERS = {"accept": f"Accept: {DEFAULT_ACCEPT}\r\n", "accept-encoding": "Accept-Encoding: gzip, deflate\r\n",
@@ -70,24 +85,40 @@ class _Origin:
 
 
 class _Pool:
-    """The connections to one origin."""
+    """The connections to one origin, shared by every workspace (tenant) but fairly: a tenant holds at most
+    `tenant_limit` of them at once, and a connection given back goes to a waiting call of the tenant that
+    holds the fewest, in turn among equals, rather than first come first served (so a tenant's flood of
+    calls queues behind its own)."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         connect: Callable[[float], Awaitable[Connection]],
-        limit: int,
+        limits: tuple[int, int],
         keepalive: float,
+        origin: str,
     ) -> None:
         self.loop = loop
         self.connect = connect  # a new connection to the origin, before the deadline
-        self.limit = limit
+        self.limit, self.tenant_limit = limits
         self.keepalive = keepalive
+        self.origin = origin
         self.idle: list[Connection] = []
         self.size = 0  # connections open or opening, idle or busy
-        self.waiters: deque[asyncio.Future[Connection | None]] = deque()
+        self.held: dict[str, int] = {}  # tenant -> connections it holds (busy, opening, or handed on to it)
+        # tenant -> its calls waiting; the tenants in turn order (served from the front, then moved to the end)
+        self.waiters: dict[str, deque[asyncio.Future[Connection | None]]] = {}
         self.closed = False  # the client was closed: connections still busy are closed when given back
         self._sweep_timer: asyncio.TimerHandle | None = None
+
+    def take_for(self, tenant: str) -> Connection | None:
+        """An idle connection for `tenant` at once, if it may hold one more and one is idle."""
+        if self.held.get(tenant, 0) >= self.tenant_limit:
+            return None
+        connection = self.take()
+        if connection is not None:
+            self._hold(tenant)
+        return connection
 
     def take(self) -> Connection | None:
         """The most recently used idle connection that is still open and fresh, if any."""
@@ -106,8 +137,19 @@ class _Pool:
         while self.idle:
             self._drop(self.idle.pop())
 
-    def give_back(self, connection: Connection) -> None:
+    def _hold(self, tenant: str) -> None:
+        self.held[tenant] = self.held.get(tenant, 0) + 1
+
+    def _unhold(self, tenant: str) -> None:
+        left = self.held[tenant] - 1
+        if left:
+            self.held[tenant] = left
+        else:  # no entry for a tenant holding nothing: the dict stays as small as the tenants calling now
+            del self.held[tenant]
+
+    def give_back(self, connection: Connection, tenant: str) -> None:
         """After an exchange: to the next waiter, or idle; closed when it cannot carry another request."""
+        self._unhold(tenant)
         if self.closed or not connection.reusable:
             self._drop(connection)
         elif not self._hand_on(connection):
@@ -148,47 +190,90 @@ class _Pool:
         self._hand_on(None)
 
     def _hand_on(self, given: Connection | None) -> bool:
-        """Wake the next waiter with a connection, or with None for a free slot; False if none waits."""
-        while self.waiters:
-            waiter = self.waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(given)
-                return True
-        return False
+        """Give the next waiter in turn a connection, or None for a free slot (counted as its own at once,
+        so nobody can take it in between); False if no tenant that may hold one more waits."""
+        found = self._next_waiter()
+        if found is None:
+            return False
+        tenant, waiter = found
+        self._hold(tenant)
+        if given is None:
+            self.size += 1
+        waiter.set_result(given)
+        return True
 
-    async def open(self, deadline: float) -> Connection:
-        """A connection when none is idle: a new one while under the limit, else the next given back."""
-        while self.size >= self.limit:
-            waiter: asyncio.Future[Connection | None] = self.loop.create_future()
-            self.waiters.append(waiter)
-            try:
-                async with asyncio.timeout_at(deadline):
-                    given = await waiter
-            except BaseException as exc:  # the deadline, or the caller cancelled
-                self._pass_on(waiter)
-                if isinstance(exc, TimeoutError):
-                    raise UpstreamTimeoutError from None
-                raise
-            if given is not None:
-                return given
-        self.size += 1
+    def _next_waiter(self) -> tuple[str, asyncio.Future[Connection | None]] | None:
+        """The first waiting call of the tenant that holds the fewest connections (the first in turn among
+        equals; it then goes to the end of the turn), among those below their limit."""
+        chosen, fewest = None, self.tenant_limit
+        for tenant, queue in list(self.waiters.items()):
+            while queue and queue[0].done():  # given up (deadline, cancellation)
+                queue.popleft()
+            if not queue:
+                del self.waiters[tenant]
+            elif self.held.get(tenant, 0) < fewest:
+                chosen, fewest = tenant, self.held.get(tenant, 0)
+        if chosen is None:
+            return None
+        queue = self.waiters.pop(chosen)
+        waiter = queue.popleft()
+        if queue:
+            self.waiters[chosen] = queue
+        return chosen, waiter
+
+    async def acquire(self, tenant: str, deadline: float) -> Connection:
+        """A connection when `take_for` gave none: a new one while both limits allow it, else the next one handed
+        on in turn. Waiting past the deadline is `UpstreamBusyError`: nothing was sent."""
+        if self.held.get(tenant, 0) < self.tenant_limit and self.size < self.limit:
+            self.size += 1
+            self._hold(tenant)
+            given = None
+        else:
+            given = await self._wait(tenant, deadline)
+        if given is not None:
+            return given
         try:
             return await self.connect(deadline)
         except BaseException:
+            self._unhold(tenant)
             self._drop(None)
             raise
 
-    def _pass_on(self, waiter: asyncio.Future[Connection | None]) -> None:
+    async def _wait(self, tenant: str, deadline: float) -> Connection | None:
+        held = self.held.get(tenant, 0)
+        if held >= self.tenant_limit:
+            _notices.warning(f"upstream_connections_per_workspace:{tenant}:{self.origin}", "workspace %s holds "
+                             "%d connections to %s (CRANK_UPSTREAM_CONNECTIONS_PER_WORKSPACE): its further calls "
+                             "wait", tenant, held, self.origin)  # fmt: skip
+        else:
+            _notices.warning(f"upstream_connections_per_origin:{self.origin}", "%d connections to %s are busy "
+                             "(CRANK_UPSTREAM_CONNECTIONS_PER_ORIGIN): calls wait their turn", self.size,
+                             self.origin)  # fmt: skip
+        waiter: asyncio.Future[Connection | None] = self.loop.create_future()
+        self.waiters.setdefault(tenant, deque()).append(waiter)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await waiter
+        except BaseException as exc:  # the deadline, or the caller cancelled
+            self._pass_on(waiter, tenant)
+            if isinstance(exc, TimeoutError):
+                raise UpstreamBusyError from None
+            raise
+
+    def _pass_on(self, waiter: asyncio.Future[Connection | None], tenant: str) -> None:
         """A waiter gave up (deadline, cancellation), perhaps just after being handed a connection or a
         free slot: the next one gets it."""
         if not waiter.done():
-            waiter.cancel()
-        elif not waiter.cancelled():
-            given = waiter.result()
-            if given is None:
-                self._hand_on(None)
-            else:
-                self.give_back(given)
+            waiter.cancel()  # left in its queue: skipped when its turn comes
+            return
+        if waiter.cancelled():
+            return
+        given = waiter.result()
+        if given is not None:
+            self.give_back(given, tenant)
+        else:
+            self._unhold(tenant)
+            self._drop(None)
 
 
 class UpstreamClient:
@@ -198,12 +283,15 @@ class UpstreamClient:
     def __init__(
         self,
         *,
-        limit_per_host: int = 100,
+        limit_per_host: int = DEFAULT_LIMIT_PER_HOST,
+        limit_per_tenant: int = DEFAULT_LIMIT_PER_TENANT,
         keepalive_timeout: float = 30.0,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._limit_per_host = limit_per_host
+        if limit_per_host < 1 or limit_per_tenant < 1:
+            raise ValueError("limit_per_host and limit_per_tenant must be at least 1")
+        self._limits = (limit_per_host, min(limit_per_tenant, limit_per_host))
         self._keepalive_timeout = keepalive_timeout
         self._max_response_bytes = max_response_bytes
         self._ssl_context = ssl_context
@@ -222,9 +310,12 @@ class UpstreamClient:
         headers: Mapping[str, str],
         body: bytes | None,
         timeout: float,
+        tenant: str = "",
     ) -> UpstreamResponse:
         """One request; `url` is already percent-encoded (path parameters), `params` are encoded here. A
-        URL, header name or header value that would change the request's framing is a `ValueError`."""
+        URL, header name or header value that would change the request's framing is a `ValueError`.
+
+        `tenant` (the workspace) is whose share of the origin's connections the request uses."""
         origin, target = self._split(url)
         if params:
             target += ("&" if "?" in target else "?") + urlencode(params, quote_via=quote)
@@ -235,7 +326,7 @@ class UpstreamClient:
         for attempt in (1, 2):
             # The second attempt follows a connection the upstream had closed: the other idle ones are
             # as old (an upstream restart closes them all), so it goes out on a new one.
-            connection = (pool.take() if attempt == 1 else None) or await pool.open(deadline)
+            connection = (pool.take_for(tenant) if attempt == 1 else None) or await pool.acquire(tenant, deadline)
             reused = connection.exchanges > 0
             waiter = connection.send(data, head_only=method == "HEAD")
             timer = loop.call_at(deadline, connection.time_out)
@@ -248,7 +339,7 @@ class UpstreamClient:
                 raise
             finally:
                 timer.cancel()
-                pool.give_back(connection)
+                pool.give_back(connection, tenant)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _pool(self, origin: _Origin, loop: asyncio.AbstractEventLoop) -> _Pool:
@@ -258,7 +349,7 @@ class UpstreamClient:
         pool = self._pools.get(origin.key)
         if pool is None:
             connect = functools.partial(self._connect, origin, loop)
-            pool = self._pools[origin.key] = _Pool(loop, connect, self._limit_per_host, self._keepalive_timeout)
+            pool = self._pools[origin.key] = _Pool(loop, connect, self._limits, self._keepalive_timeout, origin.key)
         return pool
 
     async def _connect(self, origin: _Origin, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
@@ -271,7 +362,7 @@ class UpstreamClient:
                     ssl=context, server_hostname=origin.host if context else None,
                 )  # fmt: skip
         except TimeoutError:
-            raise UpstreamTimeoutError from None
+            raise UpstreamTimeoutError(sent=False) from None
         except OSError as exc:  # refused, unreachable, unknown host, a certificate that does not verify
             raise UpstreamConnectionError(str(exc) or type(exc).__name__, sent=False, cause=_cause(exc)) from None
         return connection

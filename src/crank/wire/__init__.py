@@ -30,7 +30,7 @@ from crank.wire.jsonrpc import (
     request_message,
     result_response,
 )
-from crank.wire.listen import bind_listener, serve_on
+from crank.wire.listen import ConnectionLimits, bind_listener, serve_on
 from crank.wire.middleware import (
     AUTH_SCOPE_KEY,
     BearerAuthMiddleware,
@@ -44,6 +44,7 @@ __all__ = [
     "AUTH_SCOPE_KEY",
     "BearerAuthMiddleware",
     "BodyLimitMiddleware",
+    "ConnectionLimits",
     "DEFAULT_MAX_BODY_SIZE",
     "HostOriginMiddleware",
     "HostOriginPolicy",

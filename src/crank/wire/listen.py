@@ -1,16 +1,77 @@
 """The listening socket of `crank serve` and `crank demo`: bound before anything is printed, so that a busy
 port is one clear message instead of a banner followed by uvicorn's traceback, and then handed to uvicorn
-(no second bind, so nothing can take the port in between)."""
+(no second bind, so nothing can take the port in between).
+
+What a connection may cost is bounded (`ConnectionLimits`), because uvicorn alone bounds none of it: a
+connection that never sends a request, or sends half a head, or a body a byte a minute, is kept open
+for ever, and enough of them exhaust the process's file descriptors so that nobody is answered.
+`crank.wire.protocol.CrankHTTPProtocol` (uvicorn's httptools protocol with timers) closes them:
+
+- a request head must be complete `head_timeout` seconds after the connection opened or after the
+  request's first byte (408 if part of a head came, else closed without a word), and at most
+  `max_head_bytes` long (431; llhttp itself sets no limit);
+- a request body must be complete `body_timeout` seconds after its head (408, the app sees a disconnect);
+- a keep-alive connection idle `keepalive_timeout` seconds between requests is closed (uvicorn's timer);
+- at most `max_connections` connections are open: one more closes the connection idle the longest
+  (waiting for a request's first byte), or when none is, is answered 503 and closed at once.
+
+Each limit hit is logged, at most once per 10 s and kind with the count since (`ThrottledLog`).
+"""
 
 from __future__ import annotations
 
 import errno
+import logging
+import resource
 import socket
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crank.exceptions import SettingsError
 
-__all__ = ["bind_listener", "serve_on"]
+__all__ = [
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_HEAD_TIMEOUT",
+    "DEFAULT_KEEPALIVE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_HEAD_BYTES",
+    "ConnectionLimits",
+    "bind_listener",
+    "serve_on",
+]
+
+logger = logging.getLogger("crank.server")
+
+DEFAULT_HEAD_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_KEEPALIVE_TIMEOUT = 5.0  # uvicorn's default
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_HEAD_BYTES = 64 * 1024
+_FD_SHARE = 2  # at most half the file descriptors for client connections: upstreams, registry and logs need theirs
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What one client connection may cost `crank serve` (settings `CRANK_HEAD_TIMEOUT`, `CRANK_BODY_TIMEOUT`,
+    `CRANK_KEEPALIVE_TIMEOUT`, `CRANK_MAX_CONNECTIONS`, `CRANK_MAX_HEAD_BYTES`)."""
+
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
+
+    def within_file_limit(self) -> ConnectionLimits:
+        """These limits with `max_connections` lowered to half the process's file descriptors (`ulimit -n`),
+        when that is fewer: past it, accepting fails and nobody is answered."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        most = max(soft // _FD_SHARE, 1) if soft != resource.RLIM_INFINITY else self.max_connections
+        if most >= self.max_connections:
+            return self
+        logger.warning("at most %d client connections (CRANK_MAX_CONNECTIONS is %d): half of the %d file "
+                       "descriptors this process may open (ulimit -n)", most, self.max_connections, soft)  # fmt: skip
+        return replace(self, max_connections=most)
+
 
 _BACKLOG = 2048  # uvicorn's default
 
@@ -40,10 +101,15 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_on(app: Any, sock: socket.socket, **options: Any) -> None:
-    """Run `app` with uvicorn on an already listening socket until it is stopped (Ctrl+C)."""
+def serve_on(app: Any, sock: socket.socket, limits: ConnectionLimits | None = None, **options: Any) -> None:
+    """Run `app` with uvicorn on an already listening socket until it is stopped (Ctrl+C), each connection
+    bounded by `limits` (the defaults when None)."""
     import uvicorn
 
+    from crank.wire.protocol import protocol_for  # uvicorn's modules: imported only to serve
+
+    limits = (limits or ConnectionLimits()).within_file_limit()
     host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, **options)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, http=protocol_for(limits),
+                            timeout_keep_alive=limits.keepalive_timeout, **options)  # type: ignore[arg-type]  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])

@@ -21,6 +21,7 @@ from crank.exceptions import (
     ExternalServiceError,
     MappingError,
     ToolConfigurationError,
+    UpstreamBusyError,
     UpstreamConnectionError,
     UpstreamTimeoutError,
     UpstreamTooLargeError,
@@ -36,6 +37,7 @@ __all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
 logger = logging.getLogger("crank.gateway")
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _EXCERPT = 300
+_BUSY_RETRY_AFTER = 5  # seconds: what `upstream_busy` suggests waiting before a retry
 
 
 SECRET_DIRS_VARIABLE = "CRANK_SECRET_DIRS"
@@ -86,8 +88,11 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class HTTPAdapter(Adapter):
-    def __init__(self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str) -> None:
+    def __init__(
+        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, tenant: str = ""
+    ) -> None:
         self.client = client
+        self.tenant = tenant  # the workspace: whose share of the upstream's connections its calls use
         self.method = (target.method or DEFAULT_HTTP_METHOD).upper()
         if not is_token(self.method):
             raise ConfigurationError(f"{where}: {self.method!r} is not an HTTP method")
@@ -125,14 +130,20 @@ class HTTPAdapter(Adapter):
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
-                response = await self.client.request(
-                    self.method, url, params=query, headers=headers, body=body, timeout=self.timeout
-                )
+                response = await self.client.request(self.method, url, params=query, headers=headers, body=body,
+                                                     timeout=self.timeout, tenant=self.tenant)  # fmt: skip
+            except UpstreamBusyError as exc:  # not retried: the wait took the whole timeout already
+                raise self._logged(_external(
+                    f"This workspace's calls to the upstream are all busy: the call waited {self.timeout:g} s for a "
+                    "connection and was not sent.", "upstream_busy",
+                    "Nothing was sent or changed: retry in a few seconds, with fewer calls at once.", applied=False,
+                    details={"retry_after": _BUSY_RETRY_AFTER},
+                ), exc.cause) from None  # fmt: skip
             except UpstreamTimeoutError as exc:
                 if last:
                     raise self._logged(_external(
                         f"The upstream did not answer within {self.timeout:g} s.", "upstream_timeout",
-                        "Retry later, or narrow the request.", applied=True,
+                        "Retry later, or narrow the request.", applied=exc.sent,
                     ), exc.cause) from None  # fmt: skip
                 continue
             except UpstreamConnectionError as exc:
