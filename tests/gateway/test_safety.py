@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crank.admin.actions import check_runtime
+from crank.exceptions import IdempotencyError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
 from crank.registry import Registry
@@ -269,7 +270,8 @@ async def test_a_call_that_outlived_its_claim_leaves_the_next_claim_alone() -> N
     from crank.state import MemoryStore
 
     state = MemoryStore()
-    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op")
+    # A claim lasts the window (and at least the call's own time limit): here both are 50 ms.
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=0.05, scope="acme/op")
     arguments = {"request_id": "r-1"}
     first_started, release_first = asyncio.Event(), asyncio.Event()
 
@@ -285,7 +287,7 @@ async def test_a_call_that_outlived_its_claim_leaves_the_next_claim_alone() -> N
     first = asyncio.create_task(idempotency.run(state, arguments, 0.05, slow_failure))  # claim lasts 50 ms
     await first_started.wait()
     await asyncio.sleep(0.1)  # the first claim expired; a second call claims the key
-    running = asyncio.create_task(idempotency.run(state, arguments, 5, second))
+    running = asyncio.create_task(idempotency.run(state, arguments, 5, second))  # claims for 5 s
     await asyncio.sleep(0.05)
     release_first.set()
     with pytest.raises(MappingError):
@@ -293,3 +295,36 @@ async def test_a_call_that_outlived_its_claim_leaves_the_next_claim_alone() -> N
     record = await state.get(f"idem:acme/op:{fingerprint('r-1')}")
     assert record is not None and record["state"] == "running"  # the second caller's claim survived
     assert await running == {"value": 2, "omitted": 0}
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_claim_whose_owner_stopped_renewing_is_outcome_unknown(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    from crank.gateway.safety import Idempotency, fingerprint
+    from crank.state import MemoryStore
+
+    state: StateStore = MemoryStore()
+    if backend == "redis":
+        state = RedisStore(request.getfixturevalue("redis_url"), prefix=f"t-{uuid.uuid4().hex}:")
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op")
+    arguments = {"request_id": "r-1"}
+    # What a replica that died mid-call leaves behind: its claim, and a lease nobody renews any more.
+    key = f"idem:acme/op:{fingerprint('r-1')}"
+    dead = {"state": "running", "arguments": fingerprint(arguments), "claim": "dead-replica"}
+    assert await state.claim(key, dead, ttl=60, lease=0.1)
+    calls: list[int] = []
+
+    async def effect() -> dict[str, Any]:
+        calls.append(1)
+        return {"value": 1, "omitted": 0}
+
+    with pytest.raises(IdempotencyError) as in_progress:
+        await idempotency.run(state, arguments, 5, effect)
+    assert in_progress.value.error_code == "idempotency_in_progress"
+    await asyncio.sleep(0.3)
+    with pytest.raises(IdempotencyError) as unknown:
+        await idempotency.run(state, arguments, 5, effect)
+    assert unknown.value.error_code == "idempotency_outcome_unknown" and "interrupted" in unknown.value.message
+    assert calls == []
+    await state.aclose()
