@@ -87,34 +87,47 @@ def registry_url(tmp_path: Path) -> Iterator[str]:
 
 
 @contextmanager
-def replica(registry_url: str, redis_url: str, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`crank serve --role mcp` in a process of its own; yields it and its base URL once it is ready."""
-    port = free_port()
-    env = {
-        **os.environ, "PYTHONPATH": str(ROOT / "src"), "CRANK_LISTEN": f"{HOST}:{port}",
-        "CRANK_DATABASE_URL": registry_url, "CRANK_REDIS_URL": redis_url, "CRANK_REQUIRE_API_KEYS": "false",
-        "CRANK_DATA_DIR": str(log.parent), "CRANK_POLL_INTERVAL": "0.2",
-    }  # fmt: skip
-    with log.open("ab") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "crank.cli", "serve", "--role", "mcp"], cwd=ROOT, env=env,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
-    base = f"http://{HOST}:{port}"
+def replicas(
+    registry_url: str, redis_url: str, logs: list[Path]
+) -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
+    """`crank serve --role mcp` processes on one registry and one Redis, one per log file, started together;
+    yields each with its base URL once all are ready."""
+    started: list[tuple[subprocess.Popen[bytes], str, Path]] = []
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/mcp/v1/acme/desk/tools", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, f"crank exited:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"crank did not answer:\n{log.read_text()}"
-            time.sleep(0.1)
-        yield process, base
+        for log in logs:
+            port = free_port()
+            env = {
+                **os.environ, "PYTHONPATH": str(ROOT / "src"), "CRANK_LISTEN": f"{HOST}:{port}",
+                "CRANK_DATABASE_URL": registry_url, "CRANK_REDIS_URL": redis_url, "CRANK_REQUIRE_API_KEYS": "false",
+                "CRANK_DATA_DIR": str(log.parent), "CRANK_POLL_INTERVAL": "0.2",
+            }  # fmt: skip
+            with log.open("ab") as stderr:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "crank.cli", "serve", "--role", "mcp"], cwd=ROOT, env=env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                )  # fmt: skip
+            started.append((process, f"http://{HOST}:{port}", log))
+        for process, base, log in started:
+            wait_until_serving(process, base, log)
+        yield [(process, base) for process, base, _ in started]
     finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=10)
+        for process, _, _ in started:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=10)
+
+
+def wait_until_serving(process: subprocess.Popen[bytes], base: str, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(base + "/mcp/v1/acme/desk/tools", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert process.poll() is None, f"crank exited:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"crank did not answer:\n{log.read_text()}"
+        time.sleep(0.1)
 
 
 async def call(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -149,10 +162,7 @@ async def test_a_replica_killed_after_the_upstream_acted_never_lets_its_key_run_
     registry = Registry(open_engine(registry_url, pooled=False))
     publish(registry, serve(upstream.app))
     arguments = {"name": "invoice", "request_id": f"crash-{uuid.uuid4().hex}"}
-    with (
-        replica(registry_url, redis_url, tmp_path / "a.log") as (a, a_root),
-        replica(registry_url, redis_url, tmp_path / "b.log") as (_, b_root),
-    ):
+    with replicas(registry_url, redis_url, [tmp_path / "a.log", tmp_path / "b.log"]) as [(a, a_root), (_, b_root)]:
         # The first call goes to replica A, which is killed once the upstream acted and before it answered.
         async with httpx.AsyncClient(timeout=30) as http:
             first = asyncio.create_task(http.post(f"{a_root}/mcp/v1/acme/desk/call",
