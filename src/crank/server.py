@@ -130,8 +130,7 @@ class GatewayService:
         """Start watching the registry, and check (in the background: a state store that does not answer
         never delays the start) that the state store keeps idempotency records (docs/security.md)."""
         self.source.ensure_watching()
-        if self._durability_check is None:
-            self._durability_check = asyncio.get_running_loop().create_task(check_durability(self.source.state))
+        self._durability_check = asyncio.get_running_loop().create_task(check_durability(self.source.state))
 
     async def _stop(self) -> None:
         if self._durability_check is not None:

@@ -37,15 +37,15 @@ from tests.services import HOST, free_port
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
-ACTING_TIME = 1.5  # seconds the upstream takes to answer after it acted
-OPERATION_TIMEOUT = 3  # the operation's timeout: before issue 12, its claim expired this + 10 s after the call
+OLD_CLAIM_MARGIN = 10  # before issue 12, a claim expired this long past the operation's timeout
 PATIENCE = 60  # seconds a test repeats a call that is in progress before it gives up
 
 
 class CountingUpstream:
-    """POST /effects: counts the effect at once, then takes `ACTING_TIME` to answer."""
+    """POST /effects: counts the effect at once, then takes `acting_time` seconds to answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, acting_time: float) -> None:
+        self.acting_time = acting_time
         self.effects: list[dict[str, Any]] = []
         self.acted = threading.Event()
         self.app = Starlette(routes=[Route("/effects", self.create, methods=["POST"])])
@@ -53,11 +53,11 @@ class CountingUpstream:
     async def create(self, request: Request) -> Response:
         self.effects.append({"body": await request.json(), "key": request.headers.get("idempotency-key")})
         self.acted.set()
-        await asyncio.sleep(ACTING_TIME)
+        await asyncio.sleep(self.acting_time)
         return JSONResponse({"effect": len(self.effects)}, status_code=201)
 
 
-def publish(registry: Registry, upstream: str) -> None:
+def publish(registry: Registry, upstream: str, timeout: float) -> None:
     schema = {
         "type": "object",
         "properties": {
@@ -70,7 +70,7 @@ def publish(registry: Registry, upstream: str) -> None:
     registry.put_operation("acme", "create_effect", {
         "protocol": "http", "target": {"method": "POST", "url": upstream + "/effects"},
         "description": "Creates an effect.", "input_schema": schema,
-        "execution_config": {"idempotency": {"argument": "request_id"}, "timeout": OPERATION_TIMEOUT},
+        "execution_config": {"idempotency": {"argument": "request_id"}, "timeout": timeout},
     })  # fmt: skip
     registry.put_agent("acme", "desk", {"bindings": [{"operation": "create_effect"}]})
     registry.publish("acme", "desk", check=check_runtime)
@@ -158,9 +158,9 @@ def assert_in_progress_advises_the_same_key(answer: dict[str, Any]) -> None:
 async def test_a_replica_killed_after_the_upstream_acted_never_lets_its_key_run_again(
     tmp_path: Path, registry_url: str, redis_url: str, serve: Callable[..., str]
 ) -> None:
-    upstream = CountingUpstream()
+    upstream, timeout = CountingUpstream(acting_time=1.5), 3
     registry = Registry(open_engine(registry_url, pooled=False))
-    publish(registry, serve(upstream.app))
+    publish(registry, serve(upstream.app), timeout)
     arguments = {"name": "invoice", "request_id": f"crash-{uuid.uuid4().hex}"}
     with replicas(registry_url, redis_url, [tmp_path / "a.log", tmp_path / "b.log"]) as [(a, a_root), (_, b_root)]:
         # The first call goes to replica A, which is killed once the upstream acted and before it answered.
@@ -180,7 +180,7 @@ async def test_a_replica_killed_after_the_upstream_acted_never_lets_its_key_run_
             assert answer["error"]["error_code"] == "idempotency_outcome_unknown", answer
             assert "interrupted" in answer["error"]["message"] and "read it back" in answer["error"]["suggested_action"]
             # Past the old claim's expiry too (the operation's timeout plus 10 s): still unknown, still one effect.
-            await asyncio.sleep(max(0.0, OPERATION_TIMEOUT + 10 - (time.monotonic() - started)))
+            await asyncio.sleep(max(0.0, timeout + OLD_CLAIM_MARGIN - (time.monotonic() - started)))
             again = await call(client, arguments)
             assert again["error"]["error_code"] == "idempotency_outcome_unknown", again
     assert upstream.effects == [{"body": {"name": "invoice"}, "key": arguments["request_id"]}]
@@ -257,9 +257,10 @@ def redis_proxy(redis_url: str) -> Iterator[TCPProxy]:
 async def test_an_outcome_the_store_could_not_record_is_never_run_again(
     tmp_path: Path, registry_url: str, redis_proxy: TCPProxy, serve: Callable[..., str]
 ) -> None:
-    upstream = CountingUpstream()
+    # The upstream takes longer than a heartbeat: the owner's renewal fails too while Redis is cut off.
+    upstream, timeout = CountingUpstream(acting_time=IDEMPOTENCY_LEASE / 3 + 1), IDEMPOTENCY_LEASE / 3 + 3
     registry = Registry(open_engine(registry_url, pooled=False))
-    publish(registry, serve(upstream.app))
+    publish(registry, serve(upstream.app), timeout)
     store = RedisStore(f"redis://{HOST}:{redis_proxy.port}/0", prefix=f"t-{uuid.uuid4().hex}:")
     root = serve(GatewayService(registry, require_api_keys=False, state=store))
     arguments = {"name": "invoice", "request_id": f"lost-{uuid.uuid4().hex}"}
@@ -275,6 +276,6 @@ async def test_an_outcome_the_store_could_not_record_is_never_run_again(
             answer = await repeat_while_in_progress(other, arguments)
             assert answer["error"]["error_code"] == "idempotency_outcome_unknown", answer
             # Past the old claim's expiry (the operation's timeout plus 10 s after the call): never run again.
-            await asyncio.sleep(OPERATION_TIMEOUT + 10 - IDEMPOTENCY_LEASE)
+            await asyncio.sleep(timeout + OLD_CLAIM_MARGIN - IDEMPOTENCY_LEASE + 1)
             assert (await call(other, arguments))["error"]["error_code"] == "idempotency_outcome_unknown"
     assert len(upstream.effects) == 1

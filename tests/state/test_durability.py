@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -66,6 +67,11 @@ async def test_a_redis_that_refuses_config_or_answers_nothing_is_reported_unchec
     (unreachable,) = await check_durability(nowhere, timeout=2)
     assert unreachable.startswith("could not check") and "ConnectionError" in unreachable
     await nowhere.aclose()
+    with socket.create_server((HOST, 0)) as black_hole:  # connects, never answers
+        silent = RedisStore(f"redis://{HOST}:{black_hole.getsockname()[1]}/0")
+        (unanswered,) = await check_durability(silent, timeout=0.5)
+        assert unanswered.startswith("could not check") and "TimeoutError after 0.5 s" in unanswered
+        await silent.aclose()
 
 
 def serve_and_read_log(redis_url: str, tmp_path: Path) -> list[dict[str, str]]:

@@ -51,7 +51,6 @@ IDEMPOTENCY_LEASE = 10.0
 """Seconds a claimed idempotency key stays "in progress" without a heartbeat from its owner. Past it, a claim
 without an outcome is `idempotency_outcome_unknown`. Short enough that a client learns of a dead replica soon;
 long enough that a busy event loop does not miss three heartbeats in a row (docs/safety.md)."""
-_HEARTBEAT = IDEMPOTENCY_LEASE / 3
 
 CONFIRMATION_ARGUMENT = "_crank_confirmation_token"
 CONFIRMATION_SENTENCE = (
@@ -71,6 +70,7 @@ class Idempotency:
     header: str
     window: float
     scope: str  # workspace and operation: a key means the same thing in every agent binding the operation
+    lease: float = IDEMPOTENCY_LEASE
 
     @classmethod
     def compile(
@@ -101,9 +101,9 @@ class Idempotency:
         claim = secrets.token_hex(16)  # ours: every later write checks it
         ttl = max(self.window, in_flight_ttl)  # never free while it runs, whatever the window
         running = {"state": "running", "arguments": arguments_print, "claim": claim}
-        if not await state.claim(key, running, ttl, IDEMPOTENCY_LEASE):
+        if not await state.claim(key, running, ttl, self.lease):
             return self._repeat(*await state.inspect(key), arguments_print)
-        heartbeat = asyncio.get_running_loop().create_task(_heartbeat(state, key, claim))
+        heartbeat = asyncio.get_running_loop().create_task(_heartbeat(state, key, claim, self.lease))
         unknown = {"state": "unknown", "arguments": arguments_print, "claim": claim}
         try:
             outcome = await call()
@@ -156,13 +156,13 @@ class Idempotency:
         )  # fmt: skip
 
 
-async def _heartbeat(state: StateStore, key: str, claim: str) -> None:
-    """Renew the claim's lease until cancelled. A lease that lapsed stays lapsed: repeats have been told the
-    outcome is unknown, and a late outcome still replaces the claim."""
+async def _heartbeat(state: StateStore, key: str, claim: str, lease: float) -> None:
+    """Renew the claim's lease every third of it until cancelled. A lease that lapsed stays lapsed: repeats
+    have been told the outcome is unknown, and a late outcome still replaces the claim."""
     while True:
-        await asyncio.sleep(_HEARTBEAT)
+        await asyncio.sleep(lease / 3)
         try:
-            if not await state.renew(key, claim, IDEMPOTENCY_LEASE):
+            if not await state.renew(key, claim, lease):
                 return
         except Exception as exc:  # the store is unreachable: the lease lapses unless a later beat gets through
             error = f"{type(exc).__name__}: {exc}"
