@@ -17,6 +17,8 @@ app = RPCService(rpc, mcp={"/mcp": MCPConfig(group="mcp", enabled=True)})
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 
 from starlette.applications import Starlette
@@ -34,7 +36,7 @@ from crank.rpc import RPCApp
 from crank.settings import Settings
 from crank.sources.agents import AgentSource
 from crank.sources.rpc import MCPConfig, RPCSource
-from crank.state import StateStore, open_state
+from crank.state import StateStore, check_durability, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics
 from crank.types import ASGIApp, Receive, Scope, Send
 from crank.wire.asgi import serve_lifespan
@@ -122,6 +124,20 @@ class GatewayService:
             confirm_key=self.source.confirm if require_api_keys else None,
         )
         self.endpoint = endpoint
+        self._durability_check: asyncio.Task[list[str]] | None = None
+
+    def _start(self) -> None:
+        """Start watching the registry, and check (in the background: a state store that does not answer
+        never delays the start) that the state store keeps idempotency records (docs/security.md)."""
+        self.source.ensure_watching()
+        self._durability_check = asyncio.get_running_loop().create_task(check_durability(self.source.state))
+
+    async def _stop(self) -> None:
+        if self._durability_check is not None:
+            self._durability_check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._durability_check
+        await self.source.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Routes by splitting the path: `/mcp/v1/{workspace}/{agent}[/tools|/call]`, `/metrics`, else 404.
@@ -129,7 +145,7 @@ class GatewayService:
         The hot path of every call, so no router: it cost about 8 % of a call's CPU (docs/benchmarks.md).
         """
         if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, startup=self.source.ensure_watching, shutdown=self.source.aclose)
+            await serve_lifespan(receive, send, startup=self._start, shutdown=self._stop)
             return
         path: str = scope.get("path", "")
         if path.startswith(_MCP_PREFIX):

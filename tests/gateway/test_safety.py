@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,13 +19,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crank.admin.actions import check_runtime
+from crank.exceptions import IdempotencyError
 from crank.gateway.client import UpstreamClient
-from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
+from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, Idempotency, fingerprint
 from crank.registry import Registry
 from crank.registry.runtime import ConfirmationConfig, ExecutionConfig
 from crank.server import GatewayService
 from crank.sources.agents import build_catalog
-from crank.state import RedisStore, StateStore
+from crank.state import MemoryStore, RedisStore, StateStore
 
 pytestmark = pytest.mark.anyio
 CHECK_CLIENT = UpstreamClient()  # builds catalogs; never sends a request
@@ -265,11 +267,10 @@ async def test_replicas_share_tokens_and_keys_through_redis(
 
 async def test_a_call_that_outlived_its_claim_leaves_the_next_claim_alone() -> None:
     from crank.exceptions import MappingError
-    from crank.gateway.safety import Idempotency, fingerprint
-    from crank.state import MemoryStore
 
     state = MemoryStore()
-    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op")
+    # A claim lasts the window (and at least the call's own time limit): here both are 50 ms.
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=0.05, scope="acme/op")
     arguments = {"request_id": "r-1"}
     first_started, release_first = asyncio.Event(), asyncio.Event()
 
@@ -285,7 +286,7 @@ async def test_a_call_that_outlived_its_claim_leaves_the_next_claim_alone() -> N
     first = asyncio.create_task(idempotency.run(state, arguments, 0.05, slow_failure))  # claim lasts 50 ms
     await first_started.wait()
     await asyncio.sleep(0.1)  # the first claim expired; a second call claims the key
-    running = asyncio.create_task(idempotency.run(state, arguments, 5, second))
+    running = asyncio.create_task(idempotency.run(state, arguments, 5, second))  # claims for 5 s
     await asyncio.sleep(0.05)
     release_first.set()
     with pytest.raises(MappingError):
@@ -293,3 +294,83 @@ async def test_a_call_that_outlived_its_claim_leaves_the_next_claim_alone() -> N
     record = await state.get(f"idem:acme/op:{fingerprint('r-1')}")
     assert record is not None and record["state"] == "running"  # the second caller's claim survived
     assert await running == {"value": 2, "omitted": 0}
+
+
+def state_of(backend: str, request: pytest.FixtureRequest) -> StateStore:
+    if backend == "memory":
+        return MemoryStore()
+    return RedisStore(request.getfixturevalue("redis_url"), prefix=f"t-{uuid.uuid4().hex}:")
+
+
+async def effect_once(calls: list[int], until: asyncio.Event | None = None) -> dict[str, Any]:
+    calls.append(1)
+    if until is not None:
+        await until.wait()
+    return {"value": len(calls), "omitted": 0}
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_claim_whose_owner_stopped_renewing_is_outcome_unknown(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    state = state_of(backend, request)
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op")
+    arguments = {"request_id": "r-1"}
+    # What a replica that died mid-call leaves behind: its claim, and a lease nobody renews any more.
+    key = f"idem:acme/op:{fingerprint('r-1')}"
+    dead = {"state": "running", "arguments": fingerprint(arguments), "claim": "dead-replica"}
+    assert await state.claim(key, dead, ttl=60, lease=0.1)
+    calls: list[int] = []
+    with pytest.raises(IdempotencyError) as in_progress:
+        await idempotency.run(state, arguments, 5, lambda: effect_once(calls))
+    assert in_progress.value.error_code == "idempotency_in_progress"
+    await asyncio.sleep(0.3)
+    with pytest.raises(IdempotencyError) as unknown:
+        await idempotency.run(state, arguments, 5, lambda: effect_once(calls))
+    assert unknown.value.error_code == "idempotency_outcome_unknown" and "interrupted" in unknown.value.message
+    assert calls == []
+    await state.aclose()
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_call_longer_than_its_lease_stays_in_progress_while_its_owner_renews_it(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    state = state_of(backend, request)
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op", lease=0.3)
+    arguments, calls, release = {"request_id": "r-1"}, [], asyncio.Event()
+    first = asyncio.create_task(idempotency.run(state, arguments, 5, lambda: effect_once(calls, release)))
+    await asyncio.sleep(1)  # three leases long: only the owner's heartbeats keep its claim in progress
+    with pytest.raises(IdempotencyError) as repeat:
+        await idempotency.run(state, arguments, 5, lambda: effect_once(calls))
+    assert repeat.value.error_code == "idempotency_in_progress"
+    release.set()
+    assert await first == await idempotency.run(state, arguments, 5, lambda: effect_once(calls))
+    assert calls == [1]
+    await state.aclose()
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_an_owner_that_stalled_past_its_lease_still_records_its_outcome(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    state = state_of(backend, request)
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op", lease=0.2)
+    arguments, calls, resumed, release = {"request_id": "r-1"}, [], asyncio.Event(), asyncio.Event()
+
+    async def stalls() -> dict[str, Any]:
+        time.sleep(0.5)  # the event loop stalls: no heartbeat gets out, and the lease lapses
+        resumed.set()
+        return await effect_once(calls, release)
+
+    first = asyncio.create_task(idempotency.run(state, arguments, 5, stalls))
+    await resumed.wait()
+    await asyncio.sleep(0.1)  # the owner's next heartbeat finds its lease lapsed, and leaves it so
+    with pytest.raises(IdempotencyError) as repeat:
+        await idempotency.run(state, arguments, 5, lambda: effect_once(calls))
+    assert repeat.value.error_code == "idempotency_outcome_unknown"
+    release.set()
+    assert await first == {"value": 1, "omitted": 0}  # the slow owner still writes its outcome: repeats get it
+    assert await idempotency.run(state, arguments, 5, lambda: effect_once(calls)) == {"value": 1, "omitted": 0}
+    assert calls == [1]
+    await state.aclose()

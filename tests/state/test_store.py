@@ -52,3 +52,32 @@ async def test_replace_if_touches_only_its_own_claim(store: StateStore) -> None:
     assert await store.get("k") == {"claim": "mine", "state": "done"}
     assert await store.replace_if("k", "mine", None, ttl=5)
     assert await store.get("k") is None and not await store.replace_if("k", "mine", None, ttl=5)
+
+
+async def test_a_claims_lease_lapses_without_renewal_and_the_claim_stays(store: StateStore) -> None:
+    assert await store.claim("k", {"claim": "mine", "state": "running"}, ttl=5, lease=0.1)
+    assert await store.inspect("k") == ({"claim": "mine", "state": "running"}, True)
+    assert not await store.claim("k", {"claim": "theirs"}, ttl=5, lease=5)
+    assert await store.renew("k", "mine", lease=0.1) and not await store.renew("k", "theirs", lease=5)
+    await asyncio.sleep(0.3)
+    assert await store.inspect("k") == ({"claim": "mine", "state": "running"}, False)  # its owner is gone
+    assert not await store.renew("k", "mine", lease=5)  # a lapsed lease stays lapsed
+    assert not await store.add("k", {"claim": "theirs"}, ttl=5)  # and the key is not free
+    assert await store.inspect("missing") == (None, False)
+
+
+async def test_replace_if_ends_the_lease_and_writes_back_a_value_that_was_lost(store: StateStore) -> None:
+    assert await store.claim("k", {"claim": "mine", "state": "running"}, ttl=5, lease=5)
+    assert await store.replace_if("k", "mine", {"claim": "mine", "state": "done"}, ttl=5)
+    assert await store.inspect("k") == ({"claim": "mine", "state": "done"}, False)
+    assert await store.replace_if("k", "mine", None, ttl=5) and await store.inspect("k") == (None, False)
+    # A record the store lost (evicted, a restart) is written back, unless someone claimed the key since.
+    assert await store.replace_if("k", "mine", {"claim": "mine", "state": "done"}, ttl=5)
+    assert await store.get("k") == {"claim": "mine", "state": "done"}
+    assert await store.claim("other", {"claim": "theirs"}, ttl=5, lease=5)
+    assert not await store.replace_if("other", "mine", {"claim": "mine"}, ttl=5)
+    assert await store.inspect("other") == ({"claim": "theirs"}, True)
+
+
+async def test_the_memory_store_has_nothing_to_warn_about() -> None:
+    assert await MemoryStore().durability_warnings() == []

@@ -11,6 +11,11 @@ upstream acted (a refused connection, a 4xx, 429 or 503, a mapping error) is not
 key for a retry; one that may have acted (a timeout, another 5xx, a dropped connection, a cancelled
 call) keeps the key as `idempotency_outcome_unknown` until the window ends.
 
+A claim is kept for the whole window; only its owner writes an outcome over it or frees it. While it
+works, the owner renews a lease on the claim (`IDEMPOTENCY_LEASE` seconds, renewed every third of it).
+A claim whose lease lapsed without an outcome (its replica died, or the store failed when the outcome
+was to be written) is `idempotency_outcome_unknown` to every repeat: never free, never run twice.
+
 **Two-step confirmation.** A destructive operation (DELETE by default; `execution_config.confirmation`
 true or false says otherwise) never reaches the upstream on its first call: that returns
 `confirmation_required` with a token. The model repeats the same call with `_crank_confirmation_token`.
@@ -23,8 +28,10 @@ and the canonical arguments, compared in constant time. A mismatch, reuse, expir
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,7 +43,14 @@ from crank.registry.runtime import ConfirmationConfig, IdempotencyConfig
 from crank.state import StateStore
 from crank.types import JSONObject
 
-__all__ = ["CONFIRMATION_ARGUMENT", "Confirmation", "Idempotency", "fingerprint"]
+__all__ = ["CONFIRMATION_ARGUMENT", "IDEMPOTENCY_LEASE", "Confirmation", "Idempotency", "fingerprint"]
+
+logger = logging.getLogger("crank.gateway")
+
+IDEMPOTENCY_LEASE = 10.0
+"""Seconds a claimed idempotency key stays "in progress" without a heartbeat from its owner. Past it, a claim
+without an outcome is `idempotency_outcome_unknown`. Short enough that a client learns of a dead replica soon;
+long enough that a busy event loop does not miss three heartbeats in a row (docs/safety.md)."""
 
 CONFIRMATION_ARGUMENT = "_crank_confirmation_token"
 CONFIRMATION_SENTENCE = (
@@ -56,6 +70,7 @@ class Idempotency:
     header: str
     window: float
     scope: str  # workspace and operation: a key means the same thing in every agent binding the operation
+    lease: float = IDEMPOTENCY_LEASE
 
     @classmethod
     def compile(
@@ -74,55 +89,96 @@ class Idempotency:
         in_flight_ttl: float,
         call: Callable[[], Awaitable[JSONObject]],
     ) -> JSONObject:
-        """`call` once per key and argument set; its JSON-able outcome is what repeats get back."""
+        """`call` once per key and argument set; its JSON-able outcome is what repeats get back.
+
+        `in_flight_ttl` is how long the call may take (its timeouts and retries): the claim lasts at least
+        that, and the window."""
         value = arguments.get(self.argument)
         if value is None:
             return await call()  # no key given: nothing to deduplicate on
         key = f"idem:{self.scope}:{fingerprint(value)}"
         arguments_print = fingerprint(arguments)
-        claim = secrets.token_hex(16)  # ours: every later write checks it, in case our claim expired meanwhile
-        if not await state.add(key, {"state": "running", "arguments": arguments_print, "claim": claim}, in_flight_ttl):
-            return self._repeat(await state.get(key), arguments_print)
+        claim = secrets.token_hex(16)  # ours: every later write checks it
+        ttl = max(self.window, in_flight_ttl)  # never free while it runs, whatever the window
+        running = {"state": "running", "arguments": arguments_print, "claim": claim}
+        if not await state.claim(key, running, ttl, self.lease):
+            return self._repeat(*await state.inspect(key), arguments_print)
+        heartbeat = asyncio.get_running_loop().create_task(_heartbeat(state, key, claim, self.lease))
         unknown = {"state": "unknown", "arguments": arguments_print, "claim": claim}
         try:
             outcome = await call()
-        except ToolError as exc:
-            if exc.may_have_taken_effect:  # a timeout, a 5xx: the upstream may have acted; keep the key
-                await state.replace_if(key, claim, unknown, self.window)
-            else:  # nothing happened upstream (refused, 4xx, 503, bad mapping): free the key for a retry
-                await state.replace_if(key, claim, None, self.window)
+        except BaseException as exc:
+            heartbeat.cancel()
+            # Nothing happened upstream (refused, 4xx, 503, bad mapping): free the key for a retry. A timeout,
+            # a 5xx, a cancelled or crashed call: the upstream may have acted, keep the key.
+            untouched = isinstance(exc, ToolError) and not exc.may_have_taken_effect
+            await _settle(state, key, claim, None if untouched else unknown, ttl)
             raise
-        except BaseException:  # cancelled or failed mid-call: the outcome is not known either
-            await state.replace_if(key, claim, unknown, self.window)
-            raise
+        heartbeat.cancel()
         done = {"state": "done", "arguments": arguments_print, "claim": claim, "outcome": outcome}
-        await state.replace_if(key, claim, done, self.window)
-        return outcome
+        await _settle(state, key, claim, done, ttl)
+        return outcome  # the upstream acted: its answer is the caller's even if the store could not keep it
 
-    def _repeat(self, record: JSONObject | None, arguments_print: str) -> JSONObject:
-        if record is None:  # expired between the two steps: treat as in flight, the model retries
-            record = {"state": "running", "arguments": arguments_print}
+    def _repeat(self, record: JSONObject | None, leased: bool, arguments_print: str) -> JSONObject:
+        if record is None:  # its window ended between the two steps: in flight to us, and a repeat claims it anew
+            record, leased = {"state": "running", "arguments": arguments_print}, True
         if not hmac.compare_digest(str(record.get("arguments")), arguments_print):
             raise IdempotencyError(
                 f"The idempotency key {self.argument!r} was already used with other arguments.",
                 error_code="idempotency_key_reused", recoverable=True,
                 suggested_action=f"Use a new {self.argument} for a new request; reuse one only to repeat a call.",
             )  # fmt: skip
-        if record.get("state") == "unknown":
-            raise IdempotencyError(
-                f"An earlier call with this {self.argument} failed in a way that may still have changed data "
-                "upstream (a timeout or a server error), so it is not repeated.",
-                error_code="idempotency_outcome_unknown", recoverable=True,
-                suggested_action="Check whether the change happened (read it back) before trying again with a "
-                f"new {self.argument}.",
-            )  # fmt: skip
-        if record.get("state") != "done":
-            raise IdempotencyError(
-                "A call with this idempotency key is still running.", error_code="idempotency_in_progress",
-                recoverable=True, suggested_action="Wait a few seconds, then repeat the same call.",
-            )  # fmt: skip
-        outcome: JSONObject = record["outcome"]
-        return outcome
+        state = record.get("state")
+        if state == "done":
+            outcome: JSONObject = record["outcome"]
+            return outcome
+        if state == "unknown" or not leased:
+            raise self._unknown(interrupted=state != "unknown")
+        raise IdempotencyError(
+            f"A call with this {self.argument} is still running; it is never run twice.",
+            error_code="idempotency_in_progress", recoverable=True,
+            suggested_action=f"Wait a few seconds, then repeat the same call with the same {self.argument}: you "
+            "get its result once it is written, or idempotency_outcome_unknown if the call was interrupted. "
+            f"A new {self.argument} would run it again.",
+        )  # fmt: skip
+
+    def _unknown(self, *, interrupted: bool) -> IdempotencyError:
+        why = (
+            "was interrupted before its outcome was recorded (the server running it stopped, or its state store failed)"
+            if interrupted
+            else "failed in a way that may still have changed data upstream (a timeout or a server error)"
+        )
+        return IdempotencyError(
+            f"An earlier call with this {self.argument} {why}, so it is not repeated.",
+            error_code="idempotency_outcome_unknown", recoverable=True,
+            suggested_action="Check whether the change happened (read it back) before trying again with a "
+            f"new {self.argument}.",
+        )  # fmt: skip
+
+
+async def _heartbeat(state: StateStore, key: str, claim: str, lease: float) -> None:
+    """Renew the claim's lease every third of it until cancelled. A lease that lapsed stays lapsed: repeats
+    have been told the outcome is unknown, and a late outcome still replaces the claim."""
+    while True:
+        await asyncio.sleep(lease / 3)
+        try:
+            if not await state.renew(key, claim, lease):
+                return
+        except Exception as exc:  # the store is unreachable: the lease lapses unless a later beat gets through
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning("could not renew an idempotency lease", extra={"idempotency_scope": key, "error": error})
+
+
+async def _settle(state: StateStore, key: str, claim: str, value: JSONObject | None, ttl: float) -> None:
+    """Write the claim's outcome (or free it). When the store fails, the claim stays as it was and its lease
+    lapses: repeats get `idempotency_outcome_unknown`, never a second run."""
+    try:
+        await state.replace_if(key, claim, value, ttl)
+    except Exception as exc:
+        logger.warning(
+            "could not record an idempotency outcome: the key stays claimed, and repeats get "
+            "idempotency_outcome_unknown", extra={"idempotency_scope": key, "error": f"{type(exc).__name__}: {exc}"},
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,13 @@ any replica honours a token issued or a record written by another.
 
 from __future__ import annotations
 
-from crank.state.store import MemoryStore, RedisStore, StateStore, open_state
+from crank.state.store import (
+    DURABILITY_CHECK_TIMEOUT,
+    MemoryStore,
+    RedisStore,
+    StateStore,
+    check_durability,
+    open_state,
+)
 
-__all__ = ["MemoryStore", "RedisStore", "StateStore", "open_state"]
+__all__ = ["DURABILITY_CHECK_TIMEOUT", "MemoryStore", "RedisStore", "StateStore", "check_durability", "open_state"]

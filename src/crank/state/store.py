@@ -1,19 +1,30 @@
 """`StateStore`: a few atomic operations on keys with a time to live, in process or in Redis.
 
 Values are JSON objects. Every operation the gateway needs is one atomic step in either backend:
-`add` (set only if absent: claiming an idempotency key), `take` (read and delete: a single-use
-token), `get`, `put` and `delete`.
+`add` (set only if absent), `claim` (add with a lease: claiming an idempotency key), `renew` (the
+lease's heartbeat), `inspect` (a value and whether its lease is held), `replace_if` (write or delete
+only while one's own claim holds the key), `take` (read and delete: a single-use token), `get` and `put`.
+
+`check_durability` reads what could make the store forget before a value's time (a Redis without
+persistence, or one that evicts keys) and logs a warning at start (docs/security.md).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any, Protocol
 
 from crank import _json
 from crank.types import JSONObject
 
-__all__ = ["MemoryStore", "RedisStore", "StateStore", "open_state"]
+__all__ = ["DURABILITY_CHECK_TIMEOUT", "MemoryStore", "RedisStore", "StateStore", "check_durability", "open_state"]
+
+logger = logging.getLogger("crank.state")
+
+DURABILITY_CHECK_TIMEOUT = 5.0
+"""Seconds the start-up check of Redis's settings may take before it logs that it could not check."""
 
 
 class StateStore(Protocol):
@@ -27,9 +38,24 @@ class StateStore(Protocol):
     async def take(self, key: str) -> JSONObject | None:
         """Read and delete in one step: of two concurrent takers, only one gets the value."""
 
+    async def claim(self, key: str, value: JSONObject, ttl: float, lease: float) -> bool:
+        """`add`, and in the same step a lease of `lease` seconds on the key, held by `value["claim"]`. The
+        holder renews it while it works (`renew`); a lease that lapsed tells others its holder is gone."""
+
+    async def renew(self, key: str, claim: str, lease: float) -> bool:
+        """Extend the lease to `lease` seconds from now while `claim` holds it. A lapsed lease stays lapsed
+        (others may have been told its holder is gone). True when renewed."""
+
+    async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
+        """The value (None when absent) and whether a lease on the key is held."""
+
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
-        """Replace (or, with None, delete) the value only while its `claim` field is `claim`: a caller whose
-        claim expired and was taken by another never overwrites the other's. True when done."""
+        """Replace (or, with None, delete) the value unless another claim holds the key, and end the lease:
+        a caller whose claim expired and was taken by another never overwrites the other's. A value for a
+        key that is gone (expired, evicted, lost in a restart) is written back. True when done."""
+
+    async def durability_warnings(self) -> list[str]:
+        """What in the backend's settings could lose a value before its time; empty when nothing can."""
 
     async def aclose(self) -> None: ...
 
@@ -70,15 +96,37 @@ class MemoryStore:
         self._items.pop(key, None)
         return value
 
+    async def claim(self, key: str, value: JSONObject, ttl: float, lease: float) -> bool:
+        if not await self.add(key, value, ttl):
+            return False
+        self._items[_lease_key(key)] = (time.monotonic() + lease, {"claim": value["claim"]})
+        return True
+
+    async def renew(self, key: str, claim: str, lease: float) -> bool:
+        held = self._live(_lease_key(key))
+        if held is None or held.get("claim") != claim:
+            return False
+        self._items[_lease_key(key)] = (time.monotonic() + lease, held)
+        return True
+
+    async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
+        return self._live(key), self._live(_lease_key(key)) is not None
+
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         current = self._live(key)
-        if current is None or current.get("claim") != claim:
+        if current is None and value is None:
             return False
+        if current is not None and current.get("claim") != claim:
+            return False
+        self._items.pop(_lease_key(key), None)
         if value is None:
             del self._items[key]
         else:
             self._items[key] = (time.monotonic() + ttl, value)
         return True
+
+    async def durability_warnings(self) -> list[str]:
+        return []  # the process's memory: it goes with the process, and so does every call it was running
 
     async def aclose(self) -> None:
         self._items.clear()
@@ -93,7 +141,7 @@ class MemoryStore:
 
 
 class RedisStore:
-    """State shared by every replica, in Redis (SET NX PX, GETDEL: Redis 6.2 or newer)."""
+    """State shared by every replica, in Redis (SET NX PX in Lua scripts, GETDEL: Redis 6.2 or newer)."""
 
     def __init__(self, url: str, *, prefix: str = "crank:") -> None:
         import redis.asyncio
@@ -101,6 +149,8 @@ class RedisStore:
         self._redis: Any = redis.asyncio.Redis.from_url(url)
         self._prefix = prefix
         self._replace_if = self._redis.register_script(_REPLACE_IF)
+        self._claim = self._redis.register_script(_CLAIM)
+        self._renew = self._redis.register_script(_RENEW)
 
     async def add(self, key: str, value: JSONObject, ttl: float) -> bool:
         return bool(await self._redis.set(self._prefix + key, _json.dumps(value), nx=True, px=_ms(ttl)))
@@ -114,23 +164,112 @@ class RedisStore:
     async def take(self, key: str) -> JSONObject | None:
         return _decode(await self._redis.getdel(self._prefix + key))
 
+    async def claim(self, key: str, value: JSONObject, ttl: float, lease: float) -> bool:
+        keys = [self._prefix + key, self._prefix + _lease_key(key)]
+        return bool(await self._claim(keys=keys, args=[_json.dumps(value), _ms(ttl), value["claim"], _ms(lease)]))
+
+    async def renew(self, key: str, claim: str, lease: float) -> bool:
+        return bool(await self._renew(keys=[self._prefix + _lease_key(key)], args=[claim, _ms(lease)]))
+
+    async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
+        value, lease = await self._redis.mget(self._prefix + key, self._prefix + _lease_key(key))
+        return _decode(value), lease is not None
+
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         new = _json.dumps(value).decode() if value is not None else ""
-        return bool(await self._replace_if(keys=[self._prefix + key], args=[claim, new, _ms(ttl)]))
+        keys = [self._prefix + key, self._prefix + _lease_key(key)]
+        return bool(await self._replace_if(keys=keys, args=[claim, new, _ms(ttl)]))
+
+    async def durability_warnings(self) -> list[str]:
+        """Reads `appendonly`, `save` and `maxmemory-policy` with CONFIG GET (which managed Redis services
+        may refuse: then the warning says that it could not check)."""
+        import redis.exceptions
+
+        pipeline = self._redis.pipeline(transaction=False)
+        for name in _DURABILITY_SETTINGS:  # one name per CONFIG GET: Redis 6.2 takes no more
+            pipeline.config_get(name)
+        try:
+            answers = await pipeline.execute()
+        except redis.exceptions.ResponseError as exc:  # CONFIG renamed away, or an ACL without it
+            return [f"could not check Redis's persistence and eviction settings: CONFIG GET was refused ({exc})"]
+        config = {_text(name): _text(value) for answer in answers for name, value in answer.items()}
+        return _redis_warnings(config)
 
     async def aclose(self) -> None:
         await self._redis.aclose()
 
 
-# One atomic step in Redis: compare the stored value's claim, then set or delete.
+# Each one atomic step in Redis. KEYS[1] is the value, KEYS[2] its lease (the claim's id, expiring).
+_CLAIM = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+return 1
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+# Compare the stored value's claim (a value for a key that is gone is written back), then set or delete.
 _REPLACE_IF = """
 local current = redis.call('GET', KEYS[1])
-if not current then return 0 end
-local ok, decoded = pcall(cjson.decode, current)
-if not ok or decoded['claim'] ~= ARGV[1] then return 0 end
+if current then
+  local ok, decoded = pcall(cjson.decode, current)
+  if not ok or decoded['claim'] ~= ARGV[1] then return 0 end
+elseif ARGV[2] == '' then
+  return 0
+end
+redis.call('DEL', KEYS[2])
 if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
 return 1
 """
+
+_DURABILITY_SETTINGS = ("appendonly", "save", "maxmemory-policy")
+_SAFE_EVICTION = "noeviction"
+
+
+def _redis_warnings(config: dict[str, str]) -> list[str]:
+    """The settings that lose records: no append-only file (a restart loses what came after the last
+    snapshot, or everything without one), and any eviction policy (every key Crank writes has a time to
+    live, so the volatile-* policies choose among exactly Crank's keys)."""
+    warnings: list[str] = []
+    if config.get("appendonly") != "yes":
+        lost = "everything" if not config.get("save") else "what was written since the last snapshot"
+        warnings.append(
+            f"Redis runs without an append-only file (appendonly {config.get('appendonly', '?')}, save "
+            f"{config.get('save') or 'none'!r}): a restart loses {lost}, and with it at-most-once for those "
+            "idempotency keys. Set appendonly yes."
+        )
+    policy = config.get("maxmemory-policy", "?")
+    if policy != _SAFE_EVICTION:
+        warnings.append(
+            f"Redis may evict keys (maxmemory-policy {policy}): an evicted idempotency record lets its key run "
+            f"again. Set maxmemory-policy {_SAFE_EVICTION}."
+        )
+    return warnings
+
+
+async def check_durability(store: StateStore, *, timeout: float = DURABILITY_CHECK_TIMEOUT) -> list[str]:
+    """Log (at warning) and return what in the store's settings could lose idempotency records; that it
+    could not check, when the store cannot be asked in `timeout` seconds. Never raises."""
+    try:
+        warnings = await asyncio.wait_for(store.durability_warnings(), timeout)
+    except Exception as exc:  # unreachable, timed out: starting is still better than not
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {timeout:g} s"
+        warnings = [f"could not check the state store's persistence and eviction settings ({reason})"]
+    for warning in warnings:
+        logger.warning("%s", warning, extra={"event": "state_durability"})
+    verdict = f"{len(warnings)} warning(s) above" if warnings else "nothing in its settings loses idempotency records"
+    logger.info("state store checked: %s", verdict, extra={"event": "state_durability"})
+    return warnings
+
+
+def _lease_key(key: str) -> str:
+    return key + ":lease"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _ms(seconds: float) -> int:
