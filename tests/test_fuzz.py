@@ -47,7 +47,7 @@ ADMIN_TOKEN = "admin-token-for-the-fuzz-0123456789"
 MAX_BODY = 4 * 1024 * 1024  # crank.wire.asgi.DEFAULT_MAX_BODY_SIZE, as the limits table says
 TIMEOUT = 20.0  # seconds: an answer that takes longer is a hang
 FUZZ = settings(
-    max_examples=60,
+    max_examples=50,
     derandomize=True,
     deadline=None,
     database=None,
@@ -182,7 +182,9 @@ def client() -> Iterator[httpx.Client]:
 # -- what every answer must be ----------------------------------------------------------------------------
 
 _EXCEPTION_NAMES = sorted(
-    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException) and not issubclass(value, Warning)
 )
 _LEAKS = re.compile(r"Traceback \(most recent call|File \"[^\"]*\.py\"|\b(" + "|".join(_EXCEPTION_NAMES) + r")\b")
 
@@ -199,8 +201,15 @@ class Sent:
         return f"{self.method} {self.url} headers={self.headers} drop={self.drop} body={self.body[:300]!r}"
 
 
+def wire_header(value: str | bytes) -> bytes:
+    """What a client can put on the wire as a header value: any bytes but controls, without outer spaces."""
+    raw = value.encode() if isinstance(value, str) else value
+    return bytes(c for c in raw if c >= 0x20 and c != 0x7F).strip(b" \t")
+
+
 def send(client: httpx.Client, sent: Sent) -> httpx.Response:
-    request = client.build_request(sent.method, sent.url, headers=sent.headers, content=sent.body)
+    headers = [(name, wire_header(value)) for name, value in sent.headers]
+    request = client.build_request(sent.method, sent.url, headers=headers, content=sent.body)
     for name in sent.drop:
         if name in request.headers and not any(k.lower() == name for k, _ in sent.headers):
             del request.headers[name]
@@ -324,7 +333,6 @@ def nested(depth: int, kind: str) -> str:
     return '{"a":' * depth + "1" + "}" * depth
 
 
-_DEPTHS = st.sampled_from([1, 62, 63, 64, 65, 66, 200, 254, 255, 256, 1023, 1024, 1025, 20_000])
 _PATHS = (
     ("jsonrpc",), ("id",), ("method",), ("params",), ("params", "name"), ("params", "arguments"),
     ("params", "cursor"), ("params", "_meta"), ("params", "_meta", "io.modelcontextprotocol/protocolVersion"),
@@ -336,8 +344,9 @@ _PATHS = (
 
 
 @st.composite
-def mutated(draw: st.DrawFn, message: dict[str, Any]) -> dict[str, Any]:
-    """The message with up to three fields removed, replaced by any JSON value, a wrong type or a long text."""
+def mutated(draw: st.DrawFn, message: dict[str, Any], long: bool = True) -> dict[str, Any]:
+    """The message with up to three fields removed, replaced by any JSON value, a wrong type or (`long`) a long
+    text."""
     message = json.loads(json.dumps(message))
     for _ in range(draw(st.integers(0, 3))):
         path = draw(st.sampled_from(_PATHS))
@@ -346,7 +355,7 @@ def mutated(draw: st.DrawFn, message: dict[str, Any]) -> dict[str, Any]:
             parent = parent.setdefault(key, {}) if isinstance(parent, dict) else None
         if not isinstance(parent, dict):
             continue
-        action = draw(st.sampled_from(["delete", "value", "value", "text"]))
+        action = draw(st.sampled_from(["delete", "value", "value", "text"] if long else ["delete", "value"]))
         if action == "delete":
             parent.pop(path[-1], None)
         else:
@@ -404,7 +413,7 @@ def mcp_headers(
     headers = [(name, value) for name, value in chosen.items() if value is not None]
     if draw(st.integers(0, 9)) == 0:  # the same routing header twice
         headers.append(("MCP-Protocol-Version", draw(st.sampled_from(VERSIONS))))
-    drop = tuple(name.lower() for name, value in chosen.items() if value is None)
+    drop = tuple(name.lower() for name, value in chosen.items() if value is None and name != "Host")
     return headers, drop
 
 
@@ -434,8 +443,7 @@ def healthy(servers: Servers, client: httpx.Client) -> None:
         message = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
                    "params": {"name": "get_user", "arguments": {"id": 2}}}  # fmt: skip
         answer = client.post(f"{servers.gateway}/mcp/v1/{agent}", headers=headers, json=message).json()
-        assert answer["result"]["structuredContent"] == {"id": 2, "name": "user2", "email": "u2@example.com",
-                                                         "internal": "x"}, answer  # fmt: skip
+        assert not answer["result"].get("isError") and '"name":"user2"' in answer["result"]["content"][0]["text"]
     search = {"jsonrpc": "2.0", "id": 1, "method": "Catalog.get", "params": {"id": 1}}
     assert client.post(f"{servers.rpc}/rpc", json=search).json()["result"]["name"] == "Kobzar"
     workspaces = client.get(f"{servers.admin}/workspaces", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
@@ -468,7 +476,8 @@ def test_mcp_batches_near_and_past_the_limit_are_answered_in_shape(
     base = data.draw(st.sampled_from(mcp_bases(servers)[:1] + mcp_bases(servers)[3:4]), label="endpoint")
     limit = DEFAULT_MAX_BATCH_ITEMS
     size = data.draw(st.sampled_from([0, 1, 2, limit - 1, limit, limit + 1, 10 * limit]), label="size")
-    one = data.draw(mutated(mcp_message("legacy", data.draw(st.sampled_from(MCP_METHODS)), "get_user", 1)))
+    # Without long texts: a batch repeats its item, and its size is what is tested here.
+    one = data.draw(mutated(mcp_message("legacy", data.draw(st.sampled_from(MCP_METHODS)), "get_user", 1), long=False))
     odd = data.draw(st.lists(json_values, max_size=3), label="odd items")
     version = data.draw(st.sampled_from([None, "2025-03-26", "2025-11-25", MODERN]), label="version")
     headers: list[Any] = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"),
@@ -480,37 +489,43 @@ def test_mcp_batches_near_and_past_the_limit_are_answered_in_shape(
     check(servers, sent, send(client, sent), "mcp")
 
 
-@settings(FUZZ, max_examples=40)
-@given(data=st.data())
-def test_deep_json_near_and_past_the_limit_is_refused_in_shape_everywhere(
-    servers: Servers, client: httpx.Client, data: st.DataObject
-) -> None:
-    depth, kind = data.draw(_DEPTHS, label="depth"), data.draw(st.sampled_from(["array", "object"]), label="kind")
-    deep = nested(depth, kind)
-    place = data.draw(st.sampled_from(["arguments", "id", "meta", "whole", "params"]), label="place")
-    envelope = {
-        "arguments": '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_user","arguments":%s}}',
-        "id": '{"jsonrpc":"2.0","id":%s,"method":"tools/list"}',
-        "meta": '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"x":%s}}}',
-        "whole": "%s",
-        "params": '{"jsonrpc":"2.0","id":1,"method":"Catalog.search","params":%s}',
-    }[place]
-    body = (envelope % deep).encode()
-    target = data.draw(st.sampled_from(["mcp", "call", "rpc", "admin", "admin-yaml"]), label="endpoint")
+# Around each nesting limit there is: 64 (crank._json.MAX_DEPTH), 255 (what orjson can write), 256 (YAML), 1,024
+# (what orjson can read). Swept, not drawn: every depth reaches every endpoint.
+DEPTHS = (1, 62, 63, 64, 65, 66, 250, 251, 252, 253, 254, 255, 256, 257, 1022, 1023, 1024, 1025, 20_000)
+
+
+def deep_requests(servers: Servers, deep: str) -> Iterator[tuple[Sent, str]]:
+    """One request per endpoint and place carrying `deep`, with the kind its answer is checked as."""
     auth = ("Authorization", f"Bearer {servers.keys['acme']}")
     json_type = ("Content-Type", "application/json")
     accept = ("Accept", "application/json, text/event-stream")
+    mcp, call = f"{servers.gateway}/mcp/v1/acme/support", f"{servers.gateway}/mcp/v1/acme/support/call"
+    for body in (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_user","arguments":{"id":' + deep + "}}}",
+        '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"x":' + deep + "}}}",
+        deep,
+    ):
+        yield Sent("POST", mcp, [auth, json_type, accept], body.encode()), "mcp"
+        yield Sent("POST", f"{servers.rpc}/mcp", [json_type, accept], body.encode()), "mcp"
+    for body in ('{"name":"get_user","arguments":{"id":' + deep + "}}", deep):
+        yield Sent("POST", call, [auth, json_type], body.encode()), "call"
+    for body in ('{"jsonrpc":"2.0","id":1,"method":"Catalog.search","params":{"query":' + deep + "}}", deep):
+        yield Sent("POST", f"{servers.rpc}/rpc", [json_type], body.encode()), "rpc"
     operation = '{"protocol":"http","target":{"url":"http://127.0.0.1:9/x"},"input_schema":{"x":' + deep + "}}"
-    admin = f"{servers.admin}/workspaces/acme/operations/deep"
     admin_auth = ("Authorization", f"Bearer {ADMIN_TOKEN}")
-    sent = {
-        "mcp": Sent("POST", f"{servers.gateway}/mcp/v1/acme/support", [auth, json_type, accept], body),
-        "call": Sent("POST", f"{servers.gateway}/mcp/v1/acme/support/call", [auth, json_type], body),
-        "rpc": Sent("POST", f"{servers.rpc}/rpc", [json_type], body),
-        "admin": Sent("PUT", admin, [admin_auth, json_type], operation.encode()),
-        "admin-yaml": Sent("PUT", admin, [admin_auth, ("Content-Type", "application/yaml")], operation.encode()),
-    }[target]
-    check(servers, sent, send(client, sent), {"mcp": "mcp", "call": "call", "rpc": "rpc"}.get(target, "admin"))
+    for content_type in ("application/json", "application/yaml"):
+        for body in (operation, deep):
+            url = f"{servers.admin}/workspaces/acme/operations/deep"
+            yield Sent("PUT", url, [admin_auth, ("Content-Type", content_type)], body.encode()), "admin"
+
+
+@pytest.mark.parametrize("shape", ["array", "object"])
+def test_deep_json_near_and_past_each_limit_is_answered_in_shape_everywhere(
+    servers: Servers, client: httpx.Client, shape: str
+) -> None:
+    for depth in DEPTHS:
+        for sent, kind in deep_requests(servers, nested(depth, shape)):
+            check(servers, sent, send(client, sent), kind)
 
 
 @settings(FUZZ, max_examples=16)
@@ -521,9 +536,9 @@ def test_bodies_near_and_past_the_size_limit_are_answered_in_shape(
     size = data.draw(st.sampled_from([MAX_BODY - 200, MAX_BODY, MAX_BODY + 1, MAX_BODY + 100_000]), label="size")
     chunked = data.draw(st.booleans(), label="chunked")
     target = data.draw(st.sampled_from(["mcp", "tools", "call", "rpc"]), label="endpoint")
-    filler = "x" * max(0, size - 120)
-    body = wire_json({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "get_user", "arguments": {"id": 1, "pad": filler}}})  # fmt: skip
+    prefix = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_user","arguments":{"id":1,"pad":"'
+    body = prefix + b"x" * (size - len(prefix) - 4) + b'"}}}'
+    assert len(body) == size
     url = {"mcp": f"{servers.gateway}/mcp/v1/acme/support", "tools": f"{servers.gateway}/mcp/v1/acme/support/tools",
            "call": f"{servers.gateway}/mcp/v1/acme/support/call", "rpc": f"{servers.rpc}/rpc"}[target]  # fmt: skip
     headers: list[Any] = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"),
@@ -563,7 +578,7 @@ def test_random_bytes_and_values_are_answered_in_shape_everywhere(
 # -- the plain pair ---------------------------------------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=50)
+@settings(FUZZ, max_examples=40)
 @given(data=st.data())
 def test_the_plain_pair_answers_in_its_shape(servers: Servers, client: httpx.Client, data: st.DataObject) -> None:
     base = data.draw(st.sampled_from(mcp_bases(servers)), label="endpoint")
@@ -587,19 +602,19 @@ RPC_PARAMS: dict[str, Any] = {"Catalog.search": {"query": "ko", "limit": 2}, "Ca
 
 
 @st.composite
-def rpc_messages(draw: st.DrawFn) -> Any:
+def rpc_messages(draw: st.DrawFn, long: bool = True) -> Any:
     method = draw(st.sampled_from(RPC_METHODS))
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": draw(st.sampled_from([1, "x", None]) | scalars),
                                "method": method, "params": dict(RPC_PARAMS.get(method, {}))}  # fmt: skip
     for _ in range(draw(st.integers(0, 2))):
         key = draw(st.sampled_from(["jsonrpc", "id", "method", "params", "params.query", "params.id", "params.limit"]))
-        parent, name = (message["params"], key[7:]) if key.startswith("params.") else (message, key)
+        parent, name = (message.get("params"), key[7:]) if key.startswith("params.") else (message, key)
         if not isinstance(parent, dict):
             continue
         if draw(st.booleans()):
             parent.pop(name, None)
         else:
-            parent[name] = draw(json_values | long_texts)
+            parent[name] = draw(json_values | long_texts if long else json_values)
     return message
 
 
@@ -609,7 +624,7 @@ def test_rpc_answers_every_request_in_shape(servers: Servers, client: httpx.Clie
     shape = data.draw(st.sampled_from(["one", "one", "batch", "value"]), label="shape")
     if shape == "batch":
         size = data.draw(st.sampled_from([1, 3, DEFAULT_MAX_BATCH_ITEMS, DEFAULT_MAX_BATCH_ITEMS + 1, 500]))
-        one = data.draw(rpc_messages())
+        one = data.draw(rpc_messages(long=False))  # repeated: its size is what is tested
         payload: Any = [one] * size
     else:
         payload = data.draw(rpc_messages() if shape == "one" else json_values)
@@ -656,7 +671,7 @@ _YAML_BOMB = b'a: &a ["x","x","x","x","x","x","x","x","x"]\nb: &b [*a,*a,*a,*a,*
 )
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=60)
 @given(data=st.data())
 def test_the_admin_api_answers_in_its_shape(servers: Servers, client: httpx.Client, data: st.DataObject) -> None:
     method, template, body = data.draw(st.sampled_from(ADMIN_ROUTES), label="route")
