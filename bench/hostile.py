@@ -14,7 +14,7 @@ the agents of workspaces `honest` and `hostile` under uvicorn (uvloop, httptools
 3. hostile: the honest tenant as in 2, plus the hostile tenant's own valid calls (`hostile_valid.lua`) and its
    invalid and hostile requests (`wrk/hostile_junk.lua`: unknown tools, wrong types, bodies that are not
    JSON, unsupported versions, other tenants' agents with no key, a wrong key or its own, JSON 65 and 5,000
-   levels deep, batches of 101 and of 100 calls or lists, a 1 MB argument, a body over the 4 MiB limit);
+   levels deep, batches of 101 and of 100 calls or lists, a 1 MB argument);
 4. after: the honest tenant alone again.
 
 The gateway's RSS is read from /proc/PID/status every `--sample` seconds, its CPU time from /proc/PID/stat.

@@ -3,10 +3,10 @@
 -- agent; some try the `honest` agent with no key, a wrong key or the hostile key. Every answer goes through
 -- response(): done() prints the count per status class and of the responses that leak a traceback or an
 -- exception name. add()'s first argument only names the kind of request for the reader. BENCH_PACE_MS paces
--- each connection as in hostile_valid.lua.
+-- each connection as in hostile_valid.lua. Not here: a body over the 4 MiB limit (the gateway answers 413 before
+-- reading it, and wrk, still writing it, stalls the connection for a long while; tests/test_fuzz.py sends them).
 local hostile_key = assert(os.getenv("BENCH_HOSTILE_KEY"), "BENCH_HOSTILE_KEY is required")
 local HOSTILE, HONEST = "/mcp/v1/hostile/agent", "/mcp/v1/honest/agent"
-local BODY_LIMIT = 4 * 1024 * 1024
 local requests = {}
 local threads = {}
 s2xx, s4xx, s5xx, other, leaks, sent = 0, 0, 0, 0, 0, 0
@@ -44,7 +44,7 @@ function init(args)
   local batched = { ["MCP-Protocol-Version"] = "2025-03-26" }
   local calls, lists = {}, {}
   for i = 1, 100 do
-    calls[i] = call(i, '{"id":' .. i .. '}', i % 2 == 0 and string.format("get_item_%03d", i % 50) or nil)
+    calls[i] = call(i, '{"id":' .. i .. '}', i % 2 == 0 and string.format("get_item_%03d", 1 + i % 9) or nil)
     lists[i] = '{"jsonrpc":"2.0","id":' .. i .. ',"method":"tools/list"}'
   end
   -- invalid: what a buggy client sends
@@ -70,7 +70,6 @@ function init(args)
   add("batch of 100 calls", 1, HOSTILE, hostile_key, "[" .. table.concat(calls, ",") .. "]", batched)
   add("batch of 100 lists", 1, HOSTILE, hostile_key, "[" .. table.concat(lists, ",") .. "]", batched)
   add("1 MB string argument", 1, HOSTILE, hostile_key, call(1, '{"id":7,"pad":"' .. rep("x", 1000000) .. '"}'))
-  add("body over the limit", 1, HOSTILE, hostile_key, call(1, '{"id":7,"pad":"' .. rep("x", BODY_LIMIT) .. '"}'))
   -- A fixed shuffle (the same in every thread and run): heavy requests spread over the cycle.
   math.randomseed(12)
   for i = #requests, 2, -1 do
