@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -27,9 +28,10 @@ class _Server(uvicorn.Server):
         pass
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[..., str]]:
-    """Serve an ASGI app over real HTTP on a free loopback port; returns its base URL."""
+@contextlib.contextmanager
+def serving() -> Iterator[Callable[..., str]]:
+    """Serve ASGI apps over real HTTP on free loopback ports until the block ends (`serve` for one test; a
+    module's fixture can share servers between its tests)."""
     servers: list[tuple[_Server, threading.Thread]] = []
 
     def start(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -50,10 +52,19 @@ def serve() -> Iterator[Callable[..., str]]:
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}"
 
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(timeout=10)
+    try:
+        yield start
+    finally:
+        for server, thread in servers:
+            server.should_exit = True
+            thread.join(timeout=10)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., str]]:
+    """Serve an ASGI app over real HTTP on a free loopback port; returns its base URL."""
+    with serving() as start:
+        yield start
 
 
 POSTGRES_URL_VARIABLE = "CRANK_TEST_POSTGRES_URL"

@@ -77,3 +77,25 @@ def test_the_admin_api_answers_dangerous_yaml_bodies_with_400(registry: Registry
         response = httpx.post(base + "/apply", content=body, headers=headers)
         assert response.status_code == 400, response.text
         assert response.json()["error"]["code"] == "bad_request"
+
+
+def test_a_lower_nesting_limit_can_be_asked_for() -> None:
+    assert _yaml.load(deep(20), max_depth=21) is not None
+    with pytest.raises(_yaml.YAMLLimitError, match="nested more than 20 levels deep"):
+        _yaml.load(deep(20), max_depth=20)
+
+
+def test_an_admin_yaml_body_is_nested_no_deeper_than_a_json_one(registry: Registry, serve: Callable[..., str]) -> None:
+    """Found by tests/test_fuzz.py: a YAML body within YAML's own limit but deeper than JSON can be written out was
+    stored, and its answer (and every later read of the operation) was a plain-text 500."""
+    token = "t" * 32
+    base = serve(AdminAPI(registry, token=token)) + "/admin/v1"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
+    registry.create_workspace("acme", "Acme")
+    schema = "[" * 252 + "]" * 252  # the operation's answer nests it 3 levels deeper: past what orjson writes (255)
+    body = '{"protocol": "http", "target": {"url": "http://127.0.0.1:9/x"}, "input_schema": {"x": ' + schema + "}}"
+    response = httpx.put(base + "/workspaces/acme/operations/deep", content=body, headers=headers)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error == {"code": "bad_request", "message": "the body: the document is nested more than 64 levels deep"}
+    assert registry.operations("acme") == {}

@@ -55,24 +55,25 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def load(text: str | bytes) -> Any:
+def load(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     """The one YAML document in `text` (None for an empty one); `yaml.YAMLError` when it is not valid YAML
-    or breaks a limit."""
+    or breaks a limit. `max_depth`: a lower nesting limit, for a document read where JSON would be (the admin
+    API's request bodies take `crank._json.MAX_DEPTH`)."""
     loader = _Loader(text)
     try:
         try:
             node = loader.get_single_node()
         except RecursionError:  # the composer recurses once per level
-            raise YAMLLimitError(f"the document is nested more than {MAX_DEPTH} levels deep") from None
+            raise YAMLLimitError(f"the document is nested more than {max_depth} levels deep") from None
         if node is None:
             return None
-        _check(node)
+        _check(node, max_depth)
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def _check(root: yaml.Node) -> None:
+def _check(root: yaml.Node, max_depth: int) -> None:
     """Depth, self-containing aliases, and the nodes the aliases add, without expanding anything: each node's
     expanded size is computed once (aliases share the node they name), children before parents."""
     sizes: dict[int, int] = {}
@@ -90,8 +91,8 @@ def _check(root: yaml.Node) -> None:
             raise YAMLLimitError("an alias refers to a node that contains it")
         if key in sizes:
             continue  # an alias of a node already counted
-        if depth > MAX_DEPTH:
-            raise YAMLLimitError(f"the document is nested more than {MAX_DEPTH} levels deep")
+        if depth > max_depth:
+            raise YAMLLimitError(f"the document is nested more than {max_depth} levels deep")
         literal += 1
         on_path.add(key)
         stack.append((node, depth, True))

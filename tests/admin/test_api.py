@@ -53,6 +53,16 @@ async def test_the_token_is_required(registry: Registry, serve: Callable[..., st
         assert (await client.get(base + "/openapi.json")).status_code == 200  # the document is public
 
 
+async def test_a_path_or_method_the_api_does_not_serve_is_answered_in_its_error_shape(admin: Admin) -> None:
+    """Found by tests/test_fuzz.py: the router's own 404 and 405 were Starlette's plain text."""
+    missing = await admin.client.get("/nowhere")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    wrong = await admin.client.patch("/workspaces/acme", json={"name": "Acme"})
+    assert wrong.status_code == 405 and "PUT" in wrong.headers["allow"]
+    assert wrong.json()["error"] == {"code": "method_not_allowed", "message": "this path does not take this method"}
+
+
 def test_the_admin_openapi_document_is_valid() -> None:
     document = openapi_document()
     validate(document)

@@ -122,6 +122,15 @@ async def test_openrpc_on_get_and_rpc_discover(url: str) -> None:
     assert echo["result"]["schema"] == {"type": "string"}
 
 
+async def test_other_http_methods_get_the_endpoints_own_405(url: str) -> None:
+    """Found by tests/test_fuzz.py: the router answered them first, in plain text and allowing HEAD."""
+    async with httpx.AsyncClient() as client:
+        for method in ("PUT", "DELETE", "PATCH", "HEAD"):
+            response = await client.request(method, url + "/rpc", content=b"{}")
+            assert response.status_code == 405, method
+            assert response.headers["allow"] == "GET, POST" and response.content == b""
+
+
 def test_crank_openrpc_prints_the_document() -> None:
     from click.testing import CliRunner
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -85,7 +86,7 @@ class AdminAPI:
         routes += [Route(PREFIX + e.path, self._route(e), methods=[e.method]) for e in ENDPOINTS]
         # Every request but the OpenAPI document needs the admin token: checked around the whole app.
         self._app = BearerAuthMiddleware(
-            Starlette(routes=routes),
+            Starlette(routes=routes, exception_handlers={HTTPException: _routing_error}),
             self._authenticate,
             realm="crank-admin",
             message=_UNAUTHORIZED,
@@ -132,6 +133,22 @@ def _error(status: int, code: str, message: str) -> Response:
     return _json_response({"error": {"code": code, "message": message}}, status)
 
 
+_ROUTING_ERRORS = {
+    404: ("not_found", "no admin API endpoint at this path (see /admin/v1/openapi.json)"),
+    405: ("method_not_allowed", "this path does not take this method"),
+}
+
+
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    """What the router refuses (no such path, another method) in the admin error shape, not Starlette's text."""
+    if not isinstance(exc, HTTPException):  # registered for HTTPException only
+        raise exc
+    code, message = _ROUTING_ERRORS.get(exc.status_code, ("bad_request", exc.detail))
+    response = _error(exc.status_code, code, message)
+    response.headers.update(exc.headers or {})  # Allow, on a 405
+    return response
+
+
 def _refusal(scope: Scope, status: int, message: str) -> bytes:
     return _json.dumps({"error": {"code": "unauthorized", "message": message}})
 
@@ -140,11 +157,12 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
     raw = await request.body()
     try:
         if "yaml" in request.headers.get("content-type", ""):
-            data = _yaml.load(raw)
+            # Nested no deeper than a JSON body may be: what is stored must be written out again as JSON.
+            data = _yaml.load(raw, max_depth=_json.MAX_DEPTH)
         else:
             data = _json.loads_bounded(raw) if raw else {}
-    except _json.JSONDepthError as deep:
-        raise _HTTPError(400, "bad_request", f"the body is {deep}") from None
+    except (_json.JSONDepthError, _yaml.YAMLLimitError) as limit:
+        raise _HTTPError(400, "bad_request", f"the body: {limit}") from None
     except (ValueError, yaml.YAMLError):
         raise _HTTPError(400, "bad_request", "the body is not valid JSON (or YAML with Content-Type yaml)") from None
     try:

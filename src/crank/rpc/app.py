@@ -183,7 +183,8 @@ class RPCApp:
         default = self.versions[0]
         for version in self.versions:
             path = self.rpc_path if version == default else f"{self.rpc_path}/{version}"
-            routes.append(Route(path, JSONRPCEndpoint(self, version), methods=["GET", "POST"]))
+            # Every method reaches the endpoint, which answers the others itself (405 with Allow: GET, POST).
+            routes.append(Route(path, JSONRPCEndpoint(self, version)))
             self.openrpc(version)
         return routes
 

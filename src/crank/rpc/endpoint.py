@@ -59,7 +59,7 @@ class JSONRPCEndpoint:
         elif scope["method"] == "POST":
             await self._limited(scope, receive, send)
         else:
-            await send_response(send, 405, b"", [(b"allow", b"GET, POST")])
+            await send_response(send, 405, b"", [(b"allow", b"GET, POST")], content_type=None)
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

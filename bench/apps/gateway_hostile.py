@@ -1,0 +1,57 @@
+"""Target of `bench/hostile.py`: one Crank gateway serving two tenants, `honest` and `hostile`.
+
+`python -m bench.apps.gateway_hostile DB_PATH` (with `BENCH_UPSTREAM` set) creates the SQLite registry:
+in each workspace, `N_TOOLS` GET operations to the upstream (`get_item` and fillers, the schemas of
+`gateway_catalog`), an agent `agent` binding them all, published, and one workspace API key; it prints
+`{"honest": key, "hostile": key}`. The app then opens that file (`BENCH_GATEWAY_DB`) and serves it as
+`crank serve` does by default: API keys required, the default limits, its own pooled upstream client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA, tool_name, tool_path
+from crank.admin.actions import check_runtime
+from crank.registry import Registry, migrate, open_engine
+from crank.server import GatewayService
+
+WORKSPACES = ("honest", "hostile")
+AGENT = "agent"
+N_TOOLS = 10  # one small tools/list page: wrk grows a response buffer 1 KiB at a time, so long answers stall it
+
+
+def setup(db_path: str, upstream: str) -> dict[str, str]:
+    """Create and publish both tenants' agents in a new SQLite registry; returns a key per workspace."""
+    engine = open_engine(f"sqlite:///{db_path}")
+    migrate(engine)
+    registry = Registry(engine)
+    keys = {}
+    for workspace in WORKSPACES:
+        registry.create_workspace(workspace, workspace.title())
+        for i in range(N_TOOLS):
+            spec = {
+                "protocol": "http",
+                "target": {"method": "GET", "url": upstream.rstrip("/") + tool_path(i)},
+                "description": DESCRIPTION,
+                "input_schema": INPUT_SCHEMA,
+                "output_schema": OUTPUT_SCHEMA,
+            }
+            registry.put_operation(workspace, tool_name(i), spec)
+        registry.put_agent(workspace, AGENT, {"bindings": [{"operation": tool_name(i)} for i in range(N_TOOLS)]})
+        registry.publish(workspace, AGENT, check=check_runtime)
+        keys[workspace] = registry.create_api_key(workspace)
+    engine.dispose()
+    return keys
+
+
+def make_app() -> GatewayService:
+    return GatewayService(Registry(open_engine(f"sqlite:///{os.environ['BENCH_GATEWAY_DB']}")))
+
+
+app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None
+
+if __name__ == "__main__":
+    print(json.dumps(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"])))
