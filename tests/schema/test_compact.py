@@ -299,13 +299,14 @@ def test_every_parameter_keeps_what_a_call_needs(path: Path, count: int, tmp_pat
                 assert 0 < len(kept["description"]) <= CompactPolicy().parameter_description_chars
 
 
-_DRAWABLE = 40_000  # hypothesis-jsonschema inlines every reference first: larger schemas take minutes each
+_DRAWABLE = 12_000  # hypothesis-jsonschema inlines every reference first: larger schemas take minutes each
+_SAMPLED = 16  # operations per API: the whole property costs about a minute, not ten
 
 
 def _still_valid(before: JSONObject, after: JSONObject, name: str) -> Callable[[], None]:
     validator = jsonschema_rs.validator_for(after)
 
-    @settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(from_schema(before))
     def still_valid(instance: object) -> None:
         assert validator.is_valid(instance), (name, instance)
@@ -317,10 +318,11 @@ def _still_valid(before: JSONObject, after: JSONObject, name: str) -> Callable[[
 def test_every_valid_call_and_answer_stays_valid(path: Path, count: int, tmp_path: Path) -> None:
     """Property: instances generated from the full input (and output) schema of real operations validate
     against the compacted one (recursive schemas, which hypothesis-jsonschema cannot draw from, left out).
-    About 40 operations per API, evenly spread."""
+    `_SAMPLED` operations per API, evenly spread; the larger schemas are left to
+    test_every_parameter_keeps_what_a_call_needs, which checks every tool's parameters one by one."""
     published = _published(path, tmp_path)
     pairs = list(zip(published.full.tools, published.runtime.tools, strict=True))
-    chosen = pairs[:: max(1, len(pairs) // 40)]
+    chosen = pairs[:: max(1, len(pairs) // _SAMPLED)]
     checked = 0
     for full, tool in chosen:
         for before, after in ((full.input_schema, tool.input_schema), (full.output_schema, tool.output_schema)):
@@ -331,4 +333,4 @@ def test_every_valid_call_and_answer_stays_valid(path: Path, count: int, tmp_pat
             except (HypothesisRefResolutionError, Unsatisfiable):
                 continue  # a schema hypothesis-jsonschema cannot draw from (recursive, or filtered too hard)
             checked += 1
-    assert checked >= 30
+    assert checked >= 10
