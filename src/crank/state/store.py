@@ -31,6 +31,9 @@ class StateStore(Protocol):
         """Replace (or, with None, delete) the value only while its `claim` field is `claim`: a caller whose
         claim expired and was taken by another never overwrites the other's. True when done."""
 
+    async def ping(self) -> None:
+        """Raise when the store cannot be reached (`/readyz`); the in-process store always can."""
+
     async def aclose(self) -> None: ...
 
 
@@ -80,6 +83,9 @@ class MemoryStore:
             self._items[key] = (time.monotonic() + ttl, value)
         return True
 
+    async def ping(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         self._items.clear()
 
@@ -117,6 +123,9 @@ class RedisStore:
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         new = _json.dumps(value).decode() if value is not None else ""
         return bool(await self._replace_if(keys=[self._prefix + key], args=[claim, new, _ms(ttl)]))
+
+    async def ping(self) -> None:
+        await self._redis.ping()
 
     async def aclose(self) -> None:
         await self._redis.aclose()
