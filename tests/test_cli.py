@@ -248,8 +248,9 @@ def test_json_log_lines_carry_no_colour_codes(tmp_path: Path) -> None:
 )
 def test_an_unreachable_registry_is_one_line_and_a_failed_exit(command: list[str], tmp_path: Path) -> None:
     nobody = free_port()  # nothing listens there: every connection is refused
+    database = f"postgresql+psycopg://crank:secret-password@127.0.0.1:{nobody}/crank"
     environment = {**os.environ, "CRANK_DATA_DIR": str(tmp_path), "CRANK_LISTEN": f"127.0.0.1:{free_port()}",
-                   "CRANK_DATABASE_URL": f"postgresql+psycopg://crank:secret-password@127.0.0.1:{nobody}/crank"}  # fmt: skip
+                   "CRANK_DATABASE_URL": database}  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "crank.cli", *command], cwd=ROOT, env=environment,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 1

@@ -162,7 +162,7 @@ class GatewayService:
         """`/readyz`: 200 when the registry (and Redis, when used) answer and every served tool's secret
         references resolve on this host, else 503 naming the dependencies that do not answer and listing the
         missing secrets by workspace, agent and operation (references are names; values are never read out)."""
-        unavailable = await unavailable_dependencies(self.probes)
+        unavailable = await _unavailable(self.probes)
         if unavailable:
             return JSONResponse({"status": "not_ready", "unavailable": unavailable}, 503)
         missing = self.source.missing_secrets()
@@ -173,7 +173,7 @@ class GatewayService:
         return JSONResponse({"status": "not_ready", "missing_secrets": listed}, 503)
 
 
-async def unavailable_dependencies(probes: list[Probe]) -> list[str]:
+async def _unavailable(probes: list[Probe]) -> list[str]:
     """The names of the dependencies whose probe fails (asked at once: each waits at most its timeout). The
     details (a host, a port) go to the log, not to whoever asks `/readyz`."""
     problems = await asyncio.gather(*(probe.problem() for probe in probes))
@@ -225,7 +225,7 @@ class CrankServer:
         if path == "/healthz":
             await JSONResponse({"status": "ok", "role": self.settings.role})(scope, receive, send)
         elif path == "/readyz" and self.gateway is None:  # the admin role needs only the registry
-            unavailable = await unavailable_dependencies([self.probe])
+            unavailable = await _unavailable([self.probe])
             body = {"status": "not_ready", "unavailable": unavailable} if unavailable else {"status": "ready"}
             await JSONResponse(body, 503 if unavailable else 200)(scope, receive, send)
         elif self.admin is not None and path.startswith("/admin/"):

@@ -194,13 +194,12 @@ class Probe:
             self._task = asyncio.get_running_loop().create_task(self._run())
             self._started = now
         left = self.timeout - (now - self._started)
-        verdict = f"{self.name}: no answer within {self.timeout:g} s"
+        verdict: str | None = f"{self.name}: no answer within {self.timeout:g} s"
         if left > 0:
             try:  # shielded: a check that outlives its timeout goes on, and the next verdict reads it
-                verdict = await asyncio.wait_for(asyncio.shield(self._task), left) or ""
+                verdict = await asyncio.wait_for(asyncio.shield(self._task), left)
             except TimeoutError:
                 pass
-        verdict = verdict or None
         if verdict != self._verdict:  # the log says what changed, once; the verdict itself names no host
             if verdict is None:
                 health_logger.info("%s answers again", self.name)
