@@ -268,5 +268,5 @@ def test_a_reference_chain_over_the_limit_is_one_line(runner: CliRunner, tmp_pat
     assert runner.invoke(main, ["workspace", "create", "chain"]).exit_code == 0
     result = runner.invoke(main, ["import", "openapi", str(spec), "-w", "chain"])
     assert result.exit_code == 1
-    assert "nest more than 512 levels deep" in result.output and "Traceback" not in result.output
+    assert "nest more than 400 levels deep" in result.output and "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from crank.registry import Registry, migrate, open_engine
@@ -56,13 +57,23 @@ def proxied(url: str, proxy: TCPProxy) -> str:
     return make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
 
 
-def server(tmp_path: Path, database_url: str, **settings: Any) -> CrankServer:
-    return CrankServer(
-        given_settings(
-            data_dir=tmp_path, database_url=database_url, admin_token=TOKEN, poll_interval=0.1,
-            database_connect_timeout=1, database_statement_timeout=1, **settings,
-        )
-    )  # fmt: skip
+@pytest.fixture
+def engines() -> Iterator[list[Engine]]:
+    """The servers' registry engines, disposed after the servers stopped (ask for it before `serve`): a pooled
+    connection left open would be collected during a later test."""
+    made: list[Engine] = []
+    yield made
+    for engine in made:
+        engine.dispose()
+
+
+def server(engines: list[Engine], tmp_path: Path, database_url: str, **values: Any) -> CrankServer:
+    """`crank serve` as its settings would build it, with a pooled registry engine of its own."""
+    settings = given_settings(data_dir=tmp_path, database_url=database_url, admin_token=TOKEN, poll_interval=0.1,
+                              database_connect_timeout=1, database_statement_timeout=1, **values)  # fmt: skip
+    engine = open_engine(settings.registry_url, connect_timeout=1, statement_timeout=1)
+    engines.append(engine)
+    return CrankServer(settings, registry=Registry(engine))
 
 
 def until(condition: Callable[[], bool]) -> None:
@@ -78,10 +89,10 @@ def status(url: str, headers: dict[str, str] | None = None) -> int:
 
 
 def test_readyz_and_the_admin_api_while_the_registry_is_black_holed(
-    database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str]
+    engines: list[Engine], database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str]
 ) -> None:
     url, proxy = database
-    base = serve(server(tmp_path, proxied(url, proxy)))
+    base = serve(server(engines, tmp_path, proxied(url, proxy)))
     assert httpx.get(base + "/readyz").json() == {"status": "ready"}
     assert status(base + "/admin/v1/workspaces", ADMIN) == 200
 
@@ -101,10 +112,10 @@ def test_readyz_and_the_admin_api_while_the_registry_is_black_holed(
 
 
 def test_the_admin_api_answers_json_while_the_database_refuses(
-    database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str]
+    engines: list[Engine], database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str]
 ) -> None:
     url, proxy = database
-    base = serve(server(tmp_path, proxied(url, proxy), role="admin"))
+    base = serve(server(engines, tmp_path, proxied(url, proxy), role="admin"))
     proxy.refuse()
     until(lambda: status(base + "/readyz") == 503)  # the admin role needs its registry too
     for method, path in (("GET", "/workspaces"), ("PUT", "/workspaces/shop")):
@@ -118,7 +129,11 @@ def test_the_admin_api_answers_json_while_the_database_refuses(
 
 
 def test_a_replica_refuses_keys_it_cannot_confirm_once_its_key_list_is_too_old(
-    database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str], caplog: pytest.LogCaptureFixture
+    engines: list[Engine],
+    database: tuple[str, TCPProxy],
+    tmp_path: Path,
+    serve: Callable[..., str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     url, proxy = database
     direct = Registry(open_engine(url, pooled=False))  # the registry itself, not behind the proxy
@@ -127,7 +142,7 @@ def test_a_replica_refuses_keys_it_cannot_confirm_once_its_key_list_is_too_old(
     direct.put_agent("shop", "desk", {"bindings": [{"operation": "get_book"}]})
     direct.publish("shop", "desk")
     revoked, kept = direct.create_api_key("shop"), direct.create_api_key("shop")
-    base = serve(server(tmp_path, proxied(url, proxy), role="mcp", key_list_max_age=2))
+    base = serve(server(engines, tmp_path, proxied(url, proxy), role="mcp", key_list_max_age=2))
     tools = base + "/mcp/v1/shop/desk/tools"
     assert status(tools, {"Authorization": f"Bearer {revoked}"}) == 200
 
@@ -155,12 +170,12 @@ def test_a_replica_refuses_keys_it_cannot_confirm_once_its_key_list_is_too_old(
 
 
 def test_readyz_names_redis_while_it_is_black_holed(
-    database: tuple[str, TCPProxy], redis_url: str, tmp_path: Path, serve: Callable[..., str]
+    engines: list[Engine], database: tuple[str, TCPProxy], redis_url: str, tmp_path: Path, serve: Callable[..., str]
 ) -> None:
     url, _ = database
     with TCPProxy(urlsplit(redis_url).port or 6379) as redis_proxy:
         redis = f"redis://{services.HOST}:{redis_proxy.port}/0"
-        base = serve(server(tmp_path, url, role="mcp", redis_url=redis))
+        base = serve(server(engines, tmp_path, url, role="mcp", redis_url=redis))
         until(lambda: status(base + "/readyz") == 200)
         redis_proxy.black_hole()
         until(lambda: status(base + "/readyz") == 503)

@@ -216,4 +216,4 @@ async def test_a_reference_chain_over_the_limit_is_a_422_with_one_line(admin: Ad
     failed = await admin("POST", "/workspaces/chain/imports", {"format": "openapi", "document": reference_chain(500)},
                          status=422)  # fmt: skip
     assert failed["error"]["code"] == "invalid_definition"
-    assert "nest more than 512 levels deep" in failed["error"]["message"] and "\n" not in failed["error"]["message"]
+    assert "nest more than 400 levels deep" in failed["error"]["message"] and "\n" not in failed["error"]["message"]
