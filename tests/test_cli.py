@@ -240,3 +240,33 @@ def test_json_log_lines_carry_no_colour_codes(tmp_path: Path) -> None:
     assert any("Started server process" in line for line in lines)
     assert all(isinstance(json.loads(line), dict) for line in lines)
     assert not [line for line in lines if "\x1b" in line or "\\u001b" in line]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["workspace", "list"], ["key", "list", "shop"], ["agent", "list", "shop"], ["serve", "--role", "mcp"]],
+)
+def test_an_unreachable_registry_is_one_line_and_a_failed_exit(command: list[str], tmp_path: Path) -> None:
+    nobody = free_port()  # nothing listens there: every connection is refused
+    database = f"postgresql+psycopg://crank:secret-password@127.0.0.1:{nobody}/crank"
+    environment = {**os.environ, "CRANK_DATA_DIR": str(tmp_path), "CRANK_LISTEN": f"127.0.0.1:{free_port()}",
+                   "CRANK_DATABASE_URL": database}  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "crank.cli", *command], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("Error: the registry database cannot be used: ")
+    assert str(nobody) in lines[0] and "secret-password" not in done.stderr + done.stdout
+
+
+def test_a_reference_chain_over_the_limit_is_one_line(runner: CliRunner, tmp_path: Path) -> None:
+    from tests.admin.test_openapi import reference_chain
+
+    spec = tmp_path / "chain.json"
+    spec.write_text(json.dumps(reference_chain(500)))
+    assert runner.invoke(main, ["workspace", "create", "chain"]).exit_code == 0
+    result = runner.invoke(main, ["import", "openapi", str(spec), "-w", "chain"])
+    assert result.exit_code == 1
+    assert "nest more than 400 levels deep" in result.output and "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)

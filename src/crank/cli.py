@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from crank import __version__, _json
-from crank.exceptions import ConfigurationError
+from crank.exceptions import ConfigurationError, DependencyUnavailableError
 
 __all__ = ["main"]
 
@@ -28,11 +28,42 @@ def _echo_json(value: Any) -> None:
 
 @contextmanager
 def _clear_errors() -> Iterator[None]:
-    """A wrong definition or setting is a one-line (or one-per-problem) message and exit code 1."""
+    """A wrong definition or setting, or an operational fault (the registry database or Redis cannot be
+    reached), is a one-line (or one-per-problem) message and exit code 1, never a traceback."""
     try:
         yield
-    except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        message = _operational(exc)
+        if message is None:
+            raise
+        raise click.ClickException(message) from None
+
+
+def _operational(error: Exception) -> str | None:
+    """The message of an error the operator must fix (not a bug in Crank), else None. The driver modules
+    are looked at only when a command loaded them: `crank --version` imports neither."""
+    if isinstance(error, ConfigurationError | DependencyUnavailableError):
+        return str(error)
+    if "sqlalchemy" in sys.modules:
+        from crank.registry import DATABASE_ERRORS, describe_database_error
+
+        if isinstance(error, DATABASE_ERRORS):
+            return describe_database_error(error)
+    if "redis" in sys.modules:
+        import redis.exceptions
+
+        if isinstance(error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            return f"Redis cannot be reached: {first}"
+    return None
+
+
+class _Commands(click.Group):
+    """Every command answers an operational fault in one line (`_clear_errors`), wherever it arises."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _clear_errors():
+            return super().invoke(ctx)
 
 
 def _settings(**overrides: Any) -> Any:
@@ -72,7 +103,7 @@ def _read_definition(path: str) -> Any:
         raise click.BadParameter(f"{path} is not valid JSON or YAML: {exc}") from None
 
 
-@click.group()
+@click.group(cls=_Commands)
 @click.version_option(__version__, prog_name="crank")
 @click.option("--settings", "settings_file", type=click.Path(dir_okay=False), help="Settings file (TOML or YAML).")
 def main(settings_file: str | None) -> None:

@@ -22,6 +22,7 @@ CrankError
 │   ├── NotFoundError               -32002  (raise it from a method: "no such user")
 │   └── RateLimitedError            -32003  (with `retry_after` seconds)
 ├── RequestTooLargeError        a request body over the endpoint's limit (413)
+├── DependencyUnavailableError  the registry or Redis does not answer, or a replica's key list is too old to trust (503)
 ├── CatalogNotFoundError        no MCP endpoint at the requested path (404)
 ├── CatalogUnauthorizedError    the request's credentials do not open this endpoint (401)
 ├── InvalidCursorError          a `tools/list` cursor this catalog did not issue
@@ -73,6 +74,7 @@ __all__ = [
     "ConfigurationError",
     "ConfirmationError",
     "CrankError",
+    "DependencyUnavailableError",
     "ExternalServiceError",
     "IdempotencyError",
     "InternalError",
@@ -249,6 +251,18 @@ class RequestTooLargeError(CrankError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"Request body exceeds {limit} bytes")
         self.limit = limit
+
+
+class DependencyUnavailableError(CrankError):
+    """A service Crank needs (`dependency`: `registry` or `redis`) cannot be reached, or this replica could
+    not confirm its API keys with the registry for too long. Answered 503 with `Retry-After: retry_after`;
+    the message is one line, for a client or a terminal, and names no secret."""
+
+    def __init__(self, dependency: str, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.dependency = dependency
+        self.message = message
+        self.retry_after = retry_after
 
 
 class CatalogNotFoundError(CrankError, LookupError):

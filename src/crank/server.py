@@ -5,7 +5,8 @@ one API group at that path (the first API version) and at `<path>/<version>`.
 
 `GatewayService` serves every published agent of a registry at `/mcp/v1/{workspace}/{agent}` (with the
 plain pair below it), reloading published versions without restart, its metrics at `/metrics` and its
-readiness at `/readyz` (not ready while a served tool's secret does not resolve on this host).
+readiness at `/readyz` (not ready while the registry or Redis does not answer, or a served tool's secret does
+not resolve on this host).
 
 `CrankServer` is what `crank serve` runs: the gateway's roles (`mcp`, `admin` or `all`) in one app,
 from `Settings`.
@@ -26,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
-from crank.admin.api import AdminAPI
+from crank.admin.api import AdminAPI, registry_probe
 from crank.gateway.client import UpstreamClient
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
@@ -34,10 +35,10 @@ from crank.mcp.server import ServerInfo
 from crank.registry import Registry, migrate, open_engine
 from crank.rpc import RPCApp
 from crank.settings import Settings
-from crank.sources.agents import AgentSource
+from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE, AgentSource
 from crank.sources.rpc import MCPConfig, RPCSource
-from crank.state import StateStore, check_durability, open_state
-from crank.telemetry import METRICS_CONTENT_TYPE, Metrics
+from crank.state import MemoryStore, StateStore, check_durability, open_state
+from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
 from crank.types import ASGIApp, Receive, Scope, Send
 from crank.wire.asgi import serve_lifespan
 
@@ -90,7 +91,8 @@ class GatewayService:
     """Published agents over MCP. Give it the registry; it owns one pooled upstream client unless given one.
 
     Every request needs a workspace API key (`Authorization: Bearer <key>`, see `Registry.create_api_key`)
-    unless `require_api_keys=False`; a missing or wrong key is 401 with `WWW-Authenticate`.
+    unless `require_api_keys=False`; a missing or wrong key is 401 with `WWW-Authenticate`, and every key is
+    503 while the registry has not confirmed the key list for `key_list_max_age` seconds.
     """
 
     def __init__(
@@ -103,6 +105,8 @@ class GatewayService:
         server_info: ServerInfo | None = None,
         metrics: Metrics | None = None,
         state: StateStore | None = None,
+        key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
+        probe: Probe | None = None,
     ) -> None:
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
@@ -113,7 +117,12 @@ class GatewayService:
             require_keys=require_api_keys,
             metrics=self.metrics,
             state=state,
+            key_list_max_age=key_list_max_age,
         )
+        # `/readyz` asks each dependency through a bounded, cached probe: the registry, and Redis when used.
+        self.probes = [probe or registry_probe(registry)]
+        if not isinstance(self.source.state, MemoryStore):
+            self.probes.append(Probe("redis", self.source.state.ping))
         self.source.reload()
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
         endpoint = MCPEndpoint(
@@ -165,14 +174,25 @@ class GatewayService:
         await response(scope, receive, send)
 
     async def readiness(self) -> Response:
-        """`/readyz`: 200 when every served tool's secret references resolve on this host, else 503 listing the
-        missing ones by workspace, agent and operation (references are names; values are never read out)."""
+        """`/readyz`: 200 when the registry (and Redis, when used) answer and every served tool's secret
+        references resolve on this host, else 503 naming the dependencies that do not answer and listing the
+        missing secrets by workspace, agent and operation (references are names; values are never read out)."""
+        unavailable = await _unavailable(self.probes)
+        if unavailable:
+            return JSONResponse({"status": "not_ready", "unavailable": unavailable}, 503)
         missing = self.source.missing_secrets()
         if not missing:
             return JSONResponse({"status": "ready"})
         names = await run_in_threadpool(self.source.registry.operation_names)
         listed = [entry.to_json(names.get(entry.operation_id)) for entry in missing]
         return JSONResponse({"status": "not_ready", "missing_secrets": listed}, 503)
+
+
+async def _unavailable(probes: list[Probe]) -> list[str]:
+    """The names of the dependencies whose probe fails (asked at once: each waits at most its timeout). The
+    details (a host, a port) go to the log, not to whoever asks `/readyz`."""
+    problems = await asyncio.gather(*(probe.problem() for probe in probes))
+    return [probe.name for probe, problem in zip(probes, problems, strict=True) if problem is not None]
 
 
 class CrankServer:
@@ -196,8 +216,9 @@ class CrankServer:
         self.registry = registry
         self.admin: ASGIApp | None = None
         self.gateway: GatewayService | None = None
+        self.probe = registry_probe(registry)  # one for the admin API and /readyz
         if settings.role in ("admin", "all"):
-            self.admin = AdminAPI(registry, token=settings.admin_secret())
+            self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe)
         if settings.role in ("mcp", "all"):
             self.gateway = GatewayService(
                 registry,
@@ -205,6 +226,8 @@ class CrankServer:
                 poll_interval=settings.poll_interval,
                 require_api_keys=settings.require_api_keys,
                 state=open_state(settings.redis_url),
+                key_list_max_age=settings.key_list_max_age,
+                probe=self.probe,
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -217,8 +240,10 @@ class CrankServer:
         path: str = scope.get("path", "")
         if path == "/healthz":
             await JSONResponse({"status": "ok", "role": self.settings.role})(scope, receive, send)
-        elif path == "/readyz" and self.gateway is None:  # the admin role calls no upstream
-            await JSONResponse({"status": "ready"})(scope, receive, send)
+        elif path == "/readyz" and self.gateway is None:  # the admin role needs only the registry
+            unavailable = await _unavailable([self.probe])
+            body = {"status": "not_ready", "unavailable": unavailable} if unavailable else {"status": "ready"}
+            await JSONResponse(body, 503 if unavailable else 200)(scope, receive, send)
         elif self.admin is not None and path.startswith("/admin/"):
             await self.admin(scope, receive, send)
         elif self.gateway is not None:

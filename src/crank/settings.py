@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -31,6 +31,7 @@ from crank.exceptions import SettingsError
 from crank.gateway.client import DEFAULT_LIMIT_PER_HOST, DEFAULT_LIMIT_PER_TENANT, UpstreamClient
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
+from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
 from crank.wire.listen import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -96,6 +97,12 @@ class Settings(BaseSettings):
     upstream_connections_per_workspace: int = Field(
         DEFAULT_LIMIT_PER_TENANT, ge=1, le=10_000, description="Connections to one upstream origin, one workspace."
     )
+    key_list_max_age: float = Field(
+        DEFAULT_KEY_LIST_MAX_AGE,
+        gt=0,
+        le=3600,
+        description="Seconds an MCP replica accepts keys without the registry confirming its key list (then 503).",
+    )
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -133,6 +140,13 @@ class Settings(BaseSettings):
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError("expected host:port with a port from 1 to 65535, e.g. 127.0.0.1:8000 or [::1]:8000")
         return value
+
+    @model_validator(mode="after")
+    def _key_list_outlives_polls(self) -> Settings:
+        # The watcher confirms the key list once per poll: a shorter window would refuse keys between polls.
+        if self.key_list_max_age <= 2 * self.poll_interval:
+            raise ValueError("key_list_max_age must be more than twice poll_interval")
+        return self
 
     @property
     def host(self) -> str:

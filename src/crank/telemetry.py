@@ -11,21 +11,41 @@ counters. `Metrics.observer(...)` gives a catalog the `CallObserver` that counts
 Failures are also logged (one line each, with the request id the client got); successes are logged
 only at debug level, so that the hot path does not format a log line per call. An answer that failed
 the tool's outputSchema is logged at warning level with its violations' paths (never the values).
+
+`Probe` is the readiness check of one dependency (the registry, Redis): bounded by a timeout, cached
+for a moment, one check in flight at a time, so that `/readyz` and the admin API can ask it on every
+request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from crank import _json
 from crank.exceptions import OutputValidationError, ToolError
 
-__all__ = ["METRICS_CONTENT_TYPE", "JSONLogFormatter", "Metrics", "configure_logging"]
+__all__ = [
+    "DEFAULT_PROBE_CACHE",
+    "DEFAULT_PROBE_TIMEOUT",
+    "METRICS_CONTENT_TYPE",
+    "JSONLogFormatter",
+    "Metrics",
+    "Probe",
+    "configure_logging",
+]
+
+DEFAULT_PROBE_TIMEOUT: Final = 2.0
+"""Seconds a dependency has to answer a readiness check before it counts as unreachable."""
+DEFAULT_PROBE_CACHE: Final = 1.0
+"""Seconds a readiness verdict is kept: a flood of `/readyz` (or of admin requests) costs one check a second."""
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LABELS = ("workspace", "agent", "tool")
@@ -34,6 +54,7 @@ Observe = Callable[[str, ToolError | None, float, str | None], None]
 declares; telemetry sits below the core and never imports it."""
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 logger = logging.getLogger("crank.calls")
+health_logger = logging.getLogger("crank.health")
 
 
 class Metrics:
@@ -135,3 +156,62 @@ def configure_logging(log_format: str = "json", level: str = "info") -> None:
         target.handlers[:] = [handler]
         target.setLevel(level.upper())
         target.propagate = False
+
+
+class Probe:
+    """Whether one dependency answers: `check` is awaited (it raises when the dependency fails), at most
+    once per `cache_for` seconds, and its answer is awaited at most `timeout` seconds.
+
+    One check is in flight at a time: a dependency that never answers (a network black hole) holds one
+    check, not one per request; until that check ends, every verdict is "no answer". `describe` turns a
+    failure into the one line `problem` returns (never a secret: the callers' exceptions name none)."""
+
+    def __init__(
+        self,
+        name: str,
+        check: Callable[[], Awaitable[object]],
+        *,
+        describe: Callable[[Exception], str] = str,
+        timeout: float = DEFAULT_PROBE_TIMEOUT,
+        cache_for: float = DEFAULT_PROBE_CACHE,
+    ) -> None:
+        self.name = name
+        self.timeout = timeout
+        self.cache_for = cache_for
+        self._check = check
+        self._describe = describe
+        self._task: asyncio.Task[str | None] | None = None
+        self._started = 0.0
+        self._verdict: str | None = None
+        self._decided = -math.inf
+
+    async def problem(self) -> str | None:
+        """None when the dependency answered, else one line saying what is wrong."""
+        now = time.monotonic()
+        if now - self._decided < self.cache_for:
+            return self._verdict
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._started = now
+        left = self.timeout - (now - self._started)
+        verdict: str | None = f"{self.name}: no answer within {self.timeout:g} s"
+        if left > 0:
+            try:  # shielded: a check that outlives its timeout goes on, and the next verdict reads it
+                verdict = await asyncio.wait_for(asyncio.shield(self._task), left)
+            except TimeoutError:
+                pass
+        if verdict != self._verdict:  # the log says what changed, once; the verdict itself names no host
+            if verdict is None:
+                health_logger.info("%s answers again", self.name)
+            else:
+                health_logger.warning("not ready: %s", verdict)
+        self._verdict, self._decided = verdict, time.monotonic()
+        return self._verdict
+
+    async def _run(self) -> str | None:
+        try:
+            await self._check()
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready", said in one line
+            lines = self._describe(exc).strip().splitlines() or [type(exc).__name__]
+            return f"{self.name}: {lines[0]}"
+        return None

@@ -217,3 +217,13 @@ async def _until_status(http: httpx.AsyncClient, url: str, key: str, status: int
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{url} never answered {status}")
+
+
+async def test_a_reference_chain_over_the_limit_is_a_422_with_one_line(admin: Admin, registry: Registry) -> None:
+    from tests.admin.test_openapi import reference_chain
+
+    registry.create_workspace("chain", "Chain")
+    failed = await admin("POST", "/workspaces/chain/imports", {"format": "openapi", "document": reference_chain(500)},
+                         status=422)  # fmt: skip
+    assert failed["error"]["code"] == "invalid_definition"
+    assert "nest more than 400 levels deep" in failed["error"]["message"] and "\n" not in failed["error"]["message"]

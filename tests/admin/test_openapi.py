@@ -25,7 +25,8 @@ from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation
 from crank.mcp.tools import TOOL_NAME_PATTERN
 from crank.mcp.validation import ArgumentValidator
-from crank.registry import tool_from_spec
+from crank.registry import Registry, migrate, open_engine, tool_from_spec
+from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
 SPECS = Path(__file__).parent / "specs"
@@ -614,3 +615,33 @@ def test_an_unreachable_url_raises() -> None:
     # Port 9 (discard) on loopback: nothing listens there, so the connection is refused at once.
     with pytest.raises(SpecError, match=r"^http://127.0.0.1:9/openapi.json: cannot fetch the document: "):
         load_document("http://127.0.0.1:9/openapi.json")
+
+
+def reference_chain(links: int) -> JSONObject:
+    """A document whose one request body is the first of `links` schemas, each referring to the next."""
+    schemas: JSONObject = {
+        f"S{i}": {"type": "object", "properties": {"next": {"$ref": f"#/components/schemas/S{i + 1}"}}}
+        for i in range(links)
+    }
+    schemas[f"S{links}"] = {"type": "string"}
+    body = {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/S0"}}}}
+    operation = {"operationId": "createThing", "requestBody": body, "responses": {"200": {"description": "Done."}}}
+    return {"openapi": "3.1.0", "info": {"title": "Chain", "version": "1"}, "servers": [{"url": SERVER}],
+            "paths": {"/things": {"post": operation}}, "components": {"schemas": schemas}}  # fmt: skip
+
+
+def test_a_chain_of_500_references_is_a_one_line_spec_error() -> None:
+    with pytest.raises(SpecError, match="nest more than 400 levels deep") as raised:
+        import_openapi(reference_chain(500))
+    assert "\n" not in str(raised.value) and "'#/components/schemas/S" in str(raised.value)
+
+
+def test_a_long_chain_within_the_limit_imports_compacts_and_publishes(tmp_path: Path) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)
+    migrate(engine)
+    registry = Registry(engine)
+    registry.create_workspace("ws", "WS")
+    (imported,) = import_openapi(reference_chain(190))
+    registry.put_operation("ws", imported.name, imported.spec)
+    registry.put_agent("ws", "chain", {"bindings": [{"operation": imported.name}]})
+    assert registry.publish("ws", "chain", check=lambda runtime: build_catalog(runtime) and None) == 1

@@ -5,7 +5,9 @@ versions, rollback and API keys, under `/admin/v1`, with its own OpenAPI documen
 Every request except the OpenAPI document needs `Authorization: Bearer <admin token>` (compared in
 constant time). Errors are `{"error": {"code", "message"}}` with a fitting status: 400 for a body
 that is not JSON, 401 without the token, 404 for what does not exist, 409 for what exists already,
-422 for a body or a definition that is wrong (the message names the place).
+422 for a body or a definition that is wrong (the message names the place), 503 `registry_unavailable`
+(with `Retry-After`) while the registry database cannot be reached or refuses: a request fails within the
+readiness probe's timeout instead of waiting for the database.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ from crank.admin.models import (
     problems,
 )
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
-from crank.registry import Registry
+from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
+from crank.telemetry import Probe
 from crank.types import JSONObject, Scope
 from crank.wire.middleware import BearerAuthMiddleware
 
-__all__ = ["AdminAPI"]
+__all__ = ["AdminAPI", "registry_probe"]
 
 PREFIX = "/admin/v1"
 _OPENAPI_PATH = PREFIX + "/openapi.json"
@@ -70,17 +73,31 @@ class _Endpoint:
     status: int = 200
 
 
+_RETRY_AFTER = 5
+
+
 def _json_response(payload: Any, status: int = 200) -> Response:
     return Response(_json.dumps(payload), status, media_type="application/json")
 
 
-class AdminAPI:
-    """An ASGI app serving the admin API for one registry."""
+def registry_probe(registry: Registry) -> Probe:
+    """Whether the registry database answers a read (`crank.telemetry.Probe`: bounded, cached, one in flight)."""
 
-    def __init__(self, registry: Registry, *, token: str) -> None:
+    async def read() -> None:
+        await run_in_threadpool(registry.generation)
+
+    return Probe("registry", read, describe=describe_database_error)
+
+
+class AdminAPI:
+    """An ASGI app serving the admin API for one registry. `probe` checks the registry before each request
+    (default: `registry_probe(registry)`; `crank serve` shares one with `/readyz`)."""
+
+    def __init__(self, registry: Registry, *, token: str, probe: Probe | None = None) -> None:
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
+        self.probe = probe or registry_probe(registry)
         self._token = token.encode()
         routes = [Route(_OPENAPI_PATH, self._openapi, methods=["GET"])]
         routes += [Route(PREFIX + e.path, self._route(e), methods=[e.method]) for e in ENDPOINTS]
@@ -101,8 +118,13 @@ class AdminAPI:
         async def handle(request: Request) -> Response:
             try:
                 body = await _body(request, endpoint.body) if endpoint.body is not None else None
+                problem = await self.probe.problem()
+                if problem is not None:  # fail fast: a request would wait for the database's own timeouts
+                    return _unavailable(problem)
                 # The registry is synchronous (SQLAlchemy): run it off the event loop.
                 result = await run_in_threadpool(endpoint.handler, self, request, body)
+            except DATABASE_ERRORS as exc:
+                return _unavailable(describe_database_error(exc))
             except _HTTPError as exc:
                 return _error(exc.status, exc.code, exc.message)
             except RegistryNotFoundError as exc:
@@ -146,6 +168,12 @@ async def _routing_error(request: Request, exc: Exception) -> Response:
     code, message = _ROUTING_ERRORS.get(exc.status_code, ("bad_request", exc.detail))
     response = _error(exc.status_code, code, message)
     response.headers.update(exc.headers or {})  # Allow, on a 405
+    return response
+
+
+def _unavailable(problem: str) -> Response:
+    response = _error(503, "registry_unavailable", f"{problem}; retry later")
+    response.headers["retry-after"] = str(_RETRY_AFTER)
     return response
 
 
@@ -350,6 +378,7 @@ def openapi_document() -> JSONObject:
                 "401": _error_response("No or wrong admin token."),
                 "404": _error_response("Not found."),
                 "422": _error_response("The body or the definition is wrong."),
+                "503": _error_response("The registry database cannot be reached (registry_unavailable)."),
             },
         }
         if endpoint.body is not None:

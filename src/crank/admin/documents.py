@@ -44,6 +44,7 @@ from crank.types import JSONObject
 
 __all__ = [
     "DESCRIPTION_LIMIT",
+    "MAX_SCHEMA_DEPTH",
     "Arguments",
     "Document",
     "ImportedOperation",
@@ -79,6 +80,11 @@ Include: TypeAlias = Sequence[str] | Callable[[str, JSONObject], bool] | None
 Progress: TypeAlias = Callable[[int, int], None] | None
 
 _FETCH_TIMEOUT = 30.0
+MAX_SCHEMA_DEPTH = 400
+"""The deepest a schema may nest while it is made tool-local, counting each subschema level and each `$ref`
+followed (a chain of schemas that each refer to the next through a property is two levels a link: 200
+links). Every walk over a tool's schemas (conversion, compaction, validation) recurses once per level; a chain
+of 500 references used to end in Python's recursion limit instead of an error naming the place."""
 _ARGUMENT = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NOT_NAME = re.compile(r"[^A-Za-z0-9]+")
@@ -426,24 +432,41 @@ class Schemas:
         self.openapi30 = openapi30
         self._names: dict[str, str] = {}
         self._defs: dict[str, tuple[Any, set[str]]] = {}
+        self._defining: list[str] = []  # the references being converted, outermost first
+        self._nesting = 0
 
     def convert(self, schema: Any, used: set[str]) -> Any:
         if not isinstance(schema, dict):
             return schema  # true / false
-        out: JSONObject = {}
-        for key, value in schema.items():
-            if key == "$ref" and isinstance(value, str):
-                out[key] = "#/$defs/" + self._define(value, used)
-            elif key in _SCHEMA_MAPS and isinstance(value, dict):
-                out[key] = {name: self.convert(sub, used) for name, sub in value.items()}
-            elif (key in _SCHEMA_LISTS or key == "items") and isinstance(value, list):
-                out[key] = [self.convert(sub, used) for sub in value]
-            elif key in _SCHEMA_VALUES:
-                out[key] = self.convert(value, used)
-            elif key in _DROPPED or (key.startswith("x-") and key not in _KEPT_EXTENSIONS):
-                continue
-            else:
-                out[key] = value
+        if self._nesting >= MAX_SCHEMA_DEPTH:
+            place = f"schema {self._defining[-1]!r}" if self._defining else "a schema"
+            raise SpecError(f"{place}: schemas nest more than {MAX_SCHEMA_DEPTH} levels deep (each $ref followed "
+                            "counts as one); flatten the chain")  # fmt: skip
+        # Loops, not comprehensions: each level costs as few Python frames as it can (3 a link of a chain).
+        self._nesting += 1
+        try:
+            out: JSONObject = {}
+            for key, value in schema.items():
+                if key == "$ref" and isinstance(value, str):
+                    out[key] = "#/$defs/" + self._define(value, used)
+                elif key in _SCHEMA_MAPS and isinstance(value, dict):
+                    converted: JSONObject = {}
+                    for name, sub in value.items():
+                        converted[name] = self.convert(sub, used)
+                    out[key] = converted
+                elif (key in _SCHEMA_LISTS or key == "items") and isinstance(value, list):
+                    items = []
+                    for sub in value:
+                        items.append(self.convert(sub, used))
+                    out[key] = items
+                elif key in _SCHEMA_VALUES:
+                    out[key] = self.convert(value, used)
+                elif key in _DROPPED or (key.startswith("x-") and key not in _KEPT_EXTENSIONS):
+                    continue
+                else:
+                    out[key] = value
+        finally:
+            self._nesting -= 1
         if "example" in out:
             example = out.pop("example")
             out.setdefault("examples", [example])
@@ -475,7 +498,11 @@ class Schemas:
             name = self._names[ref] = self._new_name(ref)
             direct: set[str] = set()
             self._defs[name] = ({}, direct)  # placeholder first: a recursive schema refers to itself
-            self._defs[name] = (self.convert(self.document.lookup(ref), direct), direct)
+            self._defining.append(ref)
+            try:
+                self._defs[name] = (self.convert(self.document.lookup(ref), direct), direct)
+            finally:
+                self._defining.pop()
         used.add(name)
         return name
 

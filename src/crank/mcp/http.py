@@ -47,6 +47,7 @@ from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
     DEFAULT_MAX_BATCH_ANSWER_BYTES,
     DEFAULT_MAX_BATCH_ITEMS,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -409,5 +410,5 @@ def _route(scope: Scope) -> str:
 def _refusal(scope: Scope, status: int, message: str) -> bytes:
     """A refused request in the shape of its route: the plain pair's, or a JSON-RPC error."""
     if _route(scope) in _PLAIN_ROUTES:
-        return _plain_error_body(INVALID_REQUEST, message)
+        return _plain_error_body(INTERNAL_ERROR if status >= 500 else INVALID_REQUEST, message)
     return jsonrpc_refusal(scope, status, message)

@@ -3,7 +3,7 @@ the typed runtime view a published version holds (`crank.registry.runtime`)."""
 
 from __future__ import annotations
 
-from crank.registry.database import migrate, open_engine
+from crank.registry.database import DATABASE_ERRORS, describe_database_error, migrate, open_engine
 from crank.registry.runtime import FORMAT_VERSION, RuntimeTool, RuntimeView, load_runtime, tool_from_spec
 from crank.registry.service import (
     AgentDraft,
@@ -17,6 +17,7 @@ from crank.registry.service import (
 )
 
 __all__ = [
+    "DATABASE_ERRORS",
     "FORMAT_VERSION",
     "AgentDraft",
     "ApiKeyInfo",
@@ -26,6 +27,7 @@ __all__ = [
     "RuntimeTool",
     "RuntimeView",
     "VersionInfo",
+    "describe_database_error",
     "key_digest",
     "load_runtime",
     "migrate",

@@ -13,9 +13,17 @@ from typing import Any, Final
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_STATEMENT_TIMEOUT", "migrate", "open_engine"]
+__all__ = [
+    "DATABASE_ERRORS",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_STATEMENT_TIMEOUT",
+    "describe_database_error",
+    "migrate",
+    "open_engine",
+]
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 """Seconds to open a registry connection (PostgreSQL), the server's answer to the handshake included."""
@@ -24,6 +32,19 @@ DEFAULT_STATEMENT_TIMEOUT: Final = 15.0
 that long is dropped (a network black hole); on SQLite, how long to wait for the write lock."""
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
+
+DATABASE_ERRORS: Final = (OperationalError, InterfaceError)
+"""What the driver raises when the registry database cannot be used at all (refused, unreachable, timed out,
+gone, a file that cannot be opened): an operational fault, answered 503 by the admin API and in one line by
+the CLI. Errors of a statement itself (IntegrityError, ProgrammingError) are not among them."""
+
+
+def describe_database_error(error: Exception) -> str:
+    """One line for an operator: the driver's first line, without SQLAlchemy's statement and link (a libpq
+    message names host and port, never the password)."""
+    cause = getattr(error, "orig", None) or error
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return f"the registry database cannot be used: {lines[0] if lines else type(cause).__name__}"
 
 
 def open_engine(

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import time
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 
-from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError
+from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError, DependencyUnavailableError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
@@ -27,7 +28,7 @@ from crank.gateway.secrets import MissingSecret, missing_secrets
 from crank.mcp.catalog import Catalog
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
-from crank.registry import KeyScope, PublishedAgent, Registry, key_digest
+from crank.registry import DATABASE_ERRORS, KeyScope, PublishedAgent, Registry, describe_database_error, key_digest
 from crank.registry.runtime import RuntimeView, ToolHints
 from crank.schema import wrap_output
 from crank.sources.discovery import Discovery, observer_for
@@ -37,12 +38,17 @@ from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
 from crank.wire.middleware import AUTH_SCOPE_KEY
 
-__all__ = ["AgentSource", "build_catalog"]
+__all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "AgentSource", "build_catalog"]
 
 logger = logging.getLogger("crank.gateway")
 _DIGEST_CACHE = 4096
 KEY_LOOKUPS_PER_SECOND = 10.0
 """Registry lookups of keys a replica has not loaded yet (`AgentSource.confirm`), per replica and second."""
+DEFAULT_KEY_LIST_MAX_AGE: Final = 30.0
+"""Seconds a replica trusts its list of API keys without the registry confirming it (a generation read by the
+watcher). Past it, a revoked key could still be in the list: every key is refused with 503 until the registry
+answers again."""
+_STALE_RETRY_AFTER = 5
 
 
 def build_catalog(
@@ -178,8 +184,13 @@ class AgentSource:
         state: StateStore | None = None,
         freeze_heap: bool = True,
         key_lookups_per_second: float = KEY_LOOKUPS_PER_SECOND,
+        key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
     ) -> None:
         self.registry = registry
+        self.key_list_max_age = key_list_max_age
+        self._keys_confirmed = -math.inf  # when the registry last confirmed the key list (monotonic)
+        self._stale_since: float | None = None  # the start of an episode of unconfirmed keys, logged once
+        self._failing = False  # the watcher's reads fail: logged once per episode
         self.key_lookups_per_second = key_lookups_per_second
         self._lookup_budget = max(key_lookups_per_second, 1.0)
         self._lookup_refilled = time.monotonic()
@@ -228,6 +239,7 @@ class AgentSource:
         self._secret_views = views
         self._keys = self.registry.api_keys()
         self._generation = generation
+        self._confirm_keys()
         if self.freeze_heap:
             _settle_heap()
 
@@ -242,13 +254,52 @@ class AgentSource:
         return [missing for view in self._secret_views.values() for missing in missing_secrets(view)]
 
     async def watch(self) -> None:
+        """Poll the registry's generation; reload on a change. Each successful read confirms the key list
+        (`key_list_max_age`). A registry that does not answer holds this loop, never the requests."""
         while True:
             try:
                 if await run_in_threadpool(self.registry.generation) != self._generation:
                     await run_in_threadpool(self.reload)
+                else:
+                    self._confirm_keys()
+                if self._failing:
+                    self._failing = False
+                    logger.info("the registry answers again")
+            except DATABASE_ERRORS as exc:
+                self._watch_failed(describe_database_error(exc))
             except Exception:
                 logger.exception("reading the registry failed; serving the catalogs already loaded")
             await asyncio.sleep(self.poll_interval)
+
+    def _watch_failed(self, problem: str) -> None:
+        """An unreachable registry is logged once per episode (a refusing one fails every poll)."""
+        if not self._failing:
+            self._failing = True
+            logger.warning("%s; serving the catalogs already loaded", problem)
+
+    def _confirm_keys(self) -> None:
+        self._keys_confirmed = time.monotonic()
+        if self._stale_since is not None:
+            logger.info("the registry confirmed the API keys again after %.0f s: accepting keys",
+                        self._keys_confirmed - self._stale_since)  # fmt: skip
+            self._stale_since = None
+
+    def _check_keys_fresh(self) -> None:
+        """Refuse (503) while the key list is older than `key_list_max_age`: a key revoked meanwhile must not
+        go on working on a replica that cannot hear of it."""
+        now = time.monotonic()
+        age = now - self._keys_confirmed
+        if age <= self.key_list_max_age:
+            return
+        if self._stale_since is None:
+            self._stale_since = now
+            logger.warning("the registry has not confirmed the API keys for %.0f s (more than %g s): refusing every "
+                           "key with 503 until it answers", age, self.key_list_max_age)  # fmt: skip
+        raise DependencyUnavailableError(
+            "registry",
+            "This server cannot confirm API keys right now (its registry does not answer); retry later.",
+            retry_after=_STALE_RETRY_AFTER,
+        )
 
     def ensure_watching(self) -> None:
         if self._watcher is None or self._watcher.done():
@@ -278,9 +329,13 @@ class AgentSource:
         return entry[1]
 
     def authenticate(self, token: str | None) -> KeyScope | None:
-        """The scope of an API key, or None for no key or one this registry does not know (401)."""
+        """The scope of an API key, or None for no key or one this registry does not know (401).
+
+        Raises `DependencyUnavailableError` (503) for any key while the key list is older than
+        `key_list_max_age`."""
         if token is None:
             return None
+        self._check_keys_fresh()
         digest = self._digests.get(token)
         if digest is None:
             if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
@@ -294,6 +349,7 @@ class AgentSource:
 
         At most `key_lookups_per_second` lookups a second, so a flood of wrong keys costs the registry
         that much and no more; past the budget an unknown key is refused (401) without a lookup."""
+        self._check_keys_fresh()
         now = time.monotonic()
         rate = self.key_lookups_per_second
         self._lookup_budget = min(max(rate, 1.0), self._lookup_budget + (now - self._lookup_refilled) * rate)

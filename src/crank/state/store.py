@@ -57,6 +57,9 @@ class StateStore(Protocol):
     async def durability_warnings(self) -> list[str]:
         """What in the backend's settings could lose a value before its time; empty when nothing can."""
 
+    async def ping(self) -> None:
+        """Raise when the store cannot be reached (`/readyz`); the in-process store always can."""
+
     async def aclose(self) -> None: ...
 
 
@@ -128,6 +131,9 @@ class MemoryStore:
     async def durability_warnings(self) -> list[str]:
         return []  # the process's memory: it goes with the process, and so does every call it was running
 
+    async def ping(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         self._items.clear()
 
@@ -194,6 +200,9 @@ class RedisStore:
             return [f"could not check Redis's persistence and eviction settings: CONFIG GET was refused ({exc})"]
         config = {_text(name): _text(value) for answer in answers for name, value in answer.items()}
         return _redis_warnings(config)
+
+    async def ping(self) -> None:
+        await self._redis.ping()
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from crank import _json
-from crank.exceptions import InvalidRequestError, RequestTooLargeError
+from crank.exceptions import DependencyUnavailableError, InternalError, InvalidRequestError, RequestTooLargeError
 from crank.types import ASGIApp, Message, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, header, send_response
 from crank.wire.http import bearer_token
@@ -36,7 +36,10 @@ Refusal = Callable[[Scope, int, str], bytes]
 
 
 def jsonrpc_refusal(scope: Scope, status: int, message: str) -> bytes:
-    """A JSON-RPC error without an id (-32600), the shape the MCP and rpc endpoints answer in."""
+    """A JSON-RPC error without an id, the shape the MCP and rpc endpoints answer in: -32600 for a request
+    refused (4xx), -32603 when the server cannot serve it now (5xx)."""
+    if status >= 500:
+        return encode_error(None, InternalError(message))
     return encode_error(None, InvalidRequestError(message))
 
 
@@ -182,7 +185,9 @@ class BearerAuthMiddleware:
     What it returned is left in `scope["crank.auth"]` for the app (which may still refuse what that caller
     may not use). `exempt` names requests that need no credentials (a public document, say). `confirm`,
     when given, gets the tokens `authenticate` did not recognise, for a slower second look (the
-    registry, say): `authenticate` stays a synchronous lookup on the hot path."""
+    registry, say): `authenticate` stays a synchronous lookup on the hot path. Either may raise
+    `DependencyUnavailableError` when it cannot tell who calls (its registry does not answer): 503 with
+    `Retry-After`."""
 
     def __init__(
         self,
@@ -208,9 +213,14 @@ class BearerAuthMiddleware:
             await self.app(scope, receive, send)
             return
         token = bearer_token(header(scope, b"authorization"))
-        caller = self.authenticate(token)
-        if caller is None and token is not None and self.confirm is not None:
-            caller = await self.confirm(token)
+        try:
+            caller = self.authenticate(token)
+            if caller is None and token is not None and self.confirm is not None:
+                caller = await self.confirm(token)
+        except DependencyUnavailableError as unavailable:
+            retry = [(b"retry-after", str(unavailable.retry_after).encode())]
+            await send_response(send, 503, self.refusal(scope, 503, unavailable.message), retry)
+            return
         if caller is None:
             await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
             return

@@ -1,0 +1,184 @@
+"""`crank serve` (`CrankServer`) when its registry or Redis fails: a private PostgreSQL and a private Redis
+reached through a TCP proxy the test controls (tests/proxy.py), which forwards, refuses or black-holes.
+
+`/readyz` says which dependency does not answer, the admin API fails fast with its JSON error, and once its key
+list is older than `key_list_max_age` an MCP replica refuses every key with 503 (a key revoked meanwhile
+must not go on working); all of it recovers when the proxy forwards again. Waits are generous and only
+guard against a hang: nothing here measures time."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from crank.registry import Registry, migrate, open_engine
+from crank.server import CrankServer
+from crank.settings import given_settings
+from tests import services
+from tests.proxy import TCPProxy
+
+TOKEN = "t" * 32
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+WAIT = 60.0  # seconds before a test gives up on a change it waits for (a guard, not a measure)
+OPERATION = {"protocol": "http", "target": {"method": "GET", "url": "http://127.0.0.1:9/never"}, "description": "x"}
+
+
+@pytest.fixture
+def database(postgres_url: str) -> Iterator[tuple[str, TCPProxy]]:
+    """A fresh database of the private PostgreSQL: its direct URL, and the proxy in front of the server."""
+    name = f"crank_faults_{uuid.uuid4().hex[:12]}"
+    admin_url, url = services.database_urls(postgres_url, name)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    engine = open_engine(url, pooled=False)
+    migrate(engine)
+    engine.dispose()
+    proxy = TCPProxy(make_url(url).port or 5432)
+    try:
+        yield url, proxy
+    finally:
+        proxy.close()
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def proxied(url: str, proxy: TCPProxy) -> str:
+    return make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def engines() -> Iterator[list[Engine]]:
+    """The servers' registry engines, disposed after the servers stopped (ask for it before `serve`): a pooled
+    connection left open would be collected during a later test."""
+    made: list[Engine] = []
+    yield made
+    for engine in made:
+        engine.dispose()
+
+
+def server(engines: list[Engine], tmp_path: Path, database_url: str, **values: Any) -> CrankServer:
+    """`crank serve` as its settings would build it, with a pooled registry engine of its own."""
+    settings = given_settings(data_dir=tmp_path, database_url=database_url, admin_token=TOKEN, poll_interval=0.1,
+                              database_connect_timeout=1, database_statement_timeout=1, **values)  # fmt: skip
+    engine = open_engine(settings.registry_url, connect_timeout=1, statement_timeout=1)
+    engines.append(engine)
+    return CrankServer(settings, registry=Registry(engine))
+
+
+def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "the change waited for did not come"
+        time.sleep(0.1)
+
+
+def status(url: str, headers: dict[str, str] | None = None) -> int:
+    # The client's own timeout guards the test against a hang; the server must answer well within it.
+    return httpx.get(url, headers=headers, timeout=WAIT).status_code
+
+
+def test_readyz_and_the_admin_api_while_the_registry_is_black_holed(
+    engines: list[Engine], database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    url, proxy = database
+    base = serve(server(engines, tmp_path, proxied(url, proxy)))
+    assert httpx.get(base + "/readyz").json() == {"status": "ready"}
+    assert status(base + "/admin/v1/workspaces", ADMIN) == 200
+
+    proxy.black_hole()
+    until(lambda: status(base + "/readyz") == 503)
+    ready = httpx.get(base + "/readyz", timeout=WAIT)
+    assert ready.json() == {"status": "not_ready", "unavailable": ["registry"]}
+    assert httpx.get(base + "/healthz").status_code == 200  # alive: only not ready
+    admin = httpx.get(base + "/admin/v1/workspaces", headers=ADMIN, timeout=WAIT)
+    assert admin.status_code == 503
+    assert admin.headers["retry-after"].isdigit()
+    assert admin.json()["error"]["code"] == "registry_unavailable"
+
+    proxy.forward()
+    until(lambda: status(base + "/readyz") == 200)
+    assert status(base + "/admin/v1/workspaces", ADMIN) == 200
+
+
+def test_the_admin_api_answers_json_while_the_database_refuses(
+    engines: list[Engine], database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    url, proxy = database
+    base = serve(server(engines, tmp_path, proxied(url, proxy), role="admin"))
+    proxy.refuse()
+    until(lambda: status(base + "/readyz") == 503)  # the admin role needs its registry too
+    for method, path in (("GET", "/workspaces"), ("PUT", "/workspaces/shop")):
+        response = httpx.request(method, base + "/admin/v1" + path, headers=ADMIN, json={"name": "Shop"}, timeout=WAIT)
+        assert response.status_code == 503, response.text
+        error = response.json()["error"]
+        assert error["code"] == "registry_unavailable"
+        assert "\n" not in error["message"] and "Traceback" not in error["message"]
+    proxy.forward()
+    until(lambda: status(base + "/admin/v1/workspaces", ADMIN) == 200)
+
+
+def test_a_replica_refuses_keys_it_cannot_confirm_once_its_key_list_is_too_old(
+    engines: list[Engine],
+    database: tuple[str, TCPProxy],
+    tmp_path: Path,
+    serve: Callable[..., str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, proxy = database
+    direct = Registry(open_engine(url, pooled=False))  # the registry itself, not behind the proxy
+    direct.create_workspace("shop", "Shop")
+    direct.put_operation("shop", "get_book", OPERATION)
+    direct.put_agent("shop", "desk", {"bindings": [{"operation": "get_book"}]})
+    direct.publish("shop", "desk")
+    revoked, kept = direct.create_api_key("shop"), direct.create_api_key("shop")
+    base = serve(server(engines, tmp_path, proxied(url, proxy), role="mcp", key_list_max_age=2))
+    tools = base + "/mcp/v1/shop/desk/tools"
+    assert status(tools, {"Authorization": f"Bearer {revoked}"}) == 200
+
+    proxy.black_hole()
+    direct.revoke_api_key(revoked)  # behind the proxy: the replica cannot hear of it
+    caplog.set_level(logging.WARNING, logger="crank.gateway")
+    until(lambda: status(tools, {"Authorization": f"Bearer {revoked}"}) == 503)
+    refused = httpx.get(tools, headers={"Authorization": f"Bearer {kept}"}, timeout=WAIT)
+    assert refused.status_code == 503  # no key can be confirmed: every key waits for the registry
+    assert refused.headers["retry-after"].isdigit()
+    assert refused.json()["error"]["code"] == -32603
+    assert "cannot confirm API keys" in refused.json()["error"]["message"]
+    mcp = httpx.post(base + "/mcp/v1/shop/desk", headers={"Authorization": f"Bearer {kept}"}, timeout=WAIT,
+                     json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})  # fmt: skip
+    assert mcp.status_code == 503
+    assert mcp.json()["error"]["code"] == -32603
+    assert status(tools) == 401  # no key at all is still no key
+    stale = [r for r in caplog.records if "has not confirmed the API keys" in r.getMessage()]
+    assert len(stale) == 1  # once per episode, not once per request
+
+    proxy.forward()
+    until(lambda: status(tools, {"Authorization": f"Bearer {kept}"}) == 200)
+    assert status(tools, {"Authorization": f"Bearer {revoked}"}) == 401
+    direct.engine.dispose()
+
+
+def test_readyz_names_redis_while_it_is_black_holed(
+    engines: list[Engine], database: tuple[str, TCPProxy], redis_url: str, tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    url, _ = database
+    with TCPProxy(urlsplit(redis_url).port or 6379) as redis_proxy:
+        redis = f"redis://{services.HOST}:{redis_proxy.port}/0"
+        base = serve(server(engines, tmp_path, url, role="mcp", redis_url=redis))
+        until(lambda: status(base + "/readyz") == 200)
+        redis_proxy.black_hole()
+        until(lambda: status(base + "/readyz") == 503)
+        assert httpx.get(base + "/readyz", timeout=WAIT).json() == {"status": "not_ready", "unavailable": ["redis"]}
+        redis_proxy.forward()
+        until(lambda: status(base + "/readyz") == 200)
