@@ -27,9 +27,11 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from crank.exceptions import SettingsError
+from crank.exceptions import ConfigurationError, SettingsError
+from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
+from crank.wire.listen import DEFAULT_LISTEN
 
 __all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
 
@@ -56,7 +58,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="sqlite:///path or postgresql+psycopg://...; default: SQLite.")
     redis_url: str | None = Field(None, description="redis://host:port/db for shared state and notifications.")
     admin_token: SecretStr | None = Field(None, description="Bearer token of the admin API (generated if unset).")
-    listen: str = Field("127.0.0.1:8000", description="host:port to listen on ([::1]:8000 for IPv6).")
+    listen: str = Field(DEFAULT_LISTEN, description="host:port to listen on ([::1]:8000 for IPv6).")
     role: Role = Field("all", description="admin, mcp or all.")
     require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
@@ -66,6 +68,10 @@ class Settings(BaseSettings):
     database_statement_timeout: float = Field(
         DEFAULT_STATEMENT_TIMEOUT, gt=0, le=3600, description="Seconds one registry statement may take."
     )
+    egress_allow: str = Field(
+        "", description="Comma-separated networks, address:port or host:port the gateway may connect to besides "
+        "public addresses (crank.gateway.egress)."
+    )  # fmt: skip
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -95,6 +101,19 @@ class Settings(BaseSettings):
         if value is not None and len(value.get_secret_value()) < 16:
             raise ValueError("the admin token must be at least 16 characters")
         return value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _egress(cls, value: str) -> str:
+        try:
+            EgressPolicy(value.split(","))
+        except ConfigurationError as exc:
+            raise ValueError(str(exc).removeprefix(f"{ALLOW_VARIABLE}: ")) from None
+        return value
+
+    def egress_policy(self) -> EgressPolicy:
+        """What the gateway may connect to: public addresses, `egress_allow`, never its own `listen` port."""
+        return EgressPolicy(self.egress_allow.split(","), listen=[self.listen])
 
     @field_validator("listen")
     @classmethod

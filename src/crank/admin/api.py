@@ -41,6 +41,7 @@ from crank.admin.models import (
     problems,
 )
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
+from crank.gateway.egress import EgressPolicy
 from crank.registry import Registry
 from crank.types import JSONObject, Scope
 from crank.wire.middleware import BearerAuthMiddleware
@@ -76,10 +77,12 @@ def _json_response(payload: Any, status: int = 200) -> Response:
 class AdminAPI:
     """An ASGI app serving the admin API for one registry."""
 
-    def __init__(self, registry: Registry, *, token: str) -> None:
+    def __init__(self, registry: Registry, *, token: str, egress: EgressPolicy | None = None) -> None:
+        """`egress`: what URL imports may fetch and publishes may target (`CRANK_EGRESS_ALLOW` when None)."""
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
+        self.egress = egress if egress is not None else EgressPolicy.from_environment()
         self._token = token.encode()
         routes = [Route(_OPENAPI_PATH, self._openapi, methods=["GET"])]
         routes += [Route(PREFIX + e.path, self._route(e), methods=[e.method]) for e in ENDPOINTS]
@@ -196,7 +199,8 @@ def delete_operation(api: AdminAPI, request: Request, body: None) -> Any:
 
 def republish(api: AdminAPI, request: Request, body: None) -> Any:
     """Publish every published agent that binds the operation, in one transaction."""
-    return republish_operation(api.registry, _path(request, "workspace"), _path(request, "operation")).to_json()
+    workspace, operation = _path(request, "workspace"), _path(request, "operation")
+    return republish_operation(api.registry, workspace, operation, egress=api.egress).to_json()
 
 
 def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
@@ -206,7 +210,8 @@ def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
     if isinstance(source, str) and not is_url(source):
         raise _HTTPError(422, "invalid_body", "url: only http(s) URLs (the admin API does not read server files)")
     report = reimport(api.registry, _path(request, "workspace"), body.format, source, base_url=body.base_url,
-                      include=body.include, republish=body.republish, dry_run=body.dry_run)  # fmt: skip
+                      include=body.include, republish=body.republish, dry_run=body.dry_run,
+                      egress=api.egress)  # fmt: skip
     return report.to_json()
 
 
@@ -236,7 +241,7 @@ def delete_binding(api: AdminAPI, request: Request, body: None) -> Any:
 
 def publish(api: AdminAPI, request: Request, body: None) -> Any:
     workspace, slug = _path(request, "workspace"), _path(request, "agent")
-    return publish_agent(api.registry, workspace, slug).to_json()
+    return publish_agent(api.registry, workspace, slug, egress=api.egress).to_json()
 
 
 def list_versions(api: AdminAPI, request: Request, body: None) -> Any:
@@ -269,7 +274,7 @@ def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
         raise _HTTPError(
             422, "invalid_body", "sources: only URLs through the admin API (it does not read server files)"
         )
-    report = apply_catalog(api.registry, body)
+    report = apply_catalog(api.registry, body, egress=api.egress)
     return {
         "workspace": report.workspace,
         "operations": report.operations,

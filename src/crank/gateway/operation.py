@@ -46,12 +46,12 @@ class RemoteOperation:
     ) -> None:
         where = f"tool {tool.tool_name!r}"
         config = tool.execution_config
-        if tool.protocol == "http":
-            self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where)
-        else:  # every argument goes to `params` unless the mapping says otherwise
-            self.adapter = JSONRPCAdapter(client, tool.target, config, where=where)
-        method = tool.http_method
         placement = placement or Placement("", "", 0)
+        if tool.protocol == "http":
+            self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where, workspace=placement.workspace)
+        else:  # every argument goes to `params` unless the mapping says otherwise
+            self.adapter = JSONRPCAdapter(client, tool.target, config, where=where, workspace=placement.workspace)
+        method = tool.http_method
         operation = f"{placement.workspace}/{tool.operation_id or tool.tool_name}"
         self.state = state or MemoryStore()
         self.idempotency = Idempotency.compile(config.idempotency, tool.input_schema or {}, operation, where=where)

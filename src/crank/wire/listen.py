@@ -10,7 +10,10 @@ from typing import Any
 
 from crank.exceptions import SettingsError
 
-__all__ = ["bind_listener", "serve_on"]
+__all__ = ["DEFAULT_LISTEN", "bind_listener", "serve_on"]
+
+DEFAULT_LISTEN = "127.0.0.1:8000"
+"""Where `crank serve` listens unless told otherwise (`CRANK_LISTEN`, `--listen`)."""
 
 _BACKLOG = 2048  # uvicorn's default
 
