@@ -140,7 +140,7 @@ async def test_calls_to_refused_addresses_are_configuration_errors(
     assert not [record for record in caplog.records if record.exc_info]
 
 
-async def test_a_name_is_connected_to_at_the_address_that_was_checked(
+async def test_a_name_is_checked_on_the_addresses_it_resolves_to(
     serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hits.clear()
