@@ -262,6 +262,7 @@ def test_shell_blocks_run(page: Path, tmp_path: Path, serve: Callable[..., str])
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         PYTHONPATH=str(ROOT),
         CRANK_DATA_DIR=str(folder),
+        CRANK_EGRESS_ALLOW=f"127.0.0.1:{port}",  # as README.md says: the demo's address, for the CLI's publishes
         CRANK_DEMO_API=f"{base}/demo-api",
         KEY=demo.api_key,
     )
