@@ -24,6 +24,8 @@ from crank.registry import Registry, migrate, open_engine
 from crank.server import GatewayService
 from mcp import Client
 
+pytestmark = pytest.mark.anyio
+
 hits: list[str] = []
 
 
