@@ -31,8 +31,9 @@ Get = Callable[[int], Awaitable[bytes]]
 
 async def crank_client(base: str) -> tuple[Get, Callable[[], Awaitable[None]]]:
     from crank.gateway.client import UpstreamClient
+    from crank.gateway.egress import LOOPBACK, EgressPolicy
 
-    client = UpstreamClient()
+    client = UpstreamClient(egress=EgressPolicy(LOOPBACK))  # nginx on loopback
 
     async def get(n: int) -> bytes:
         response = await client.request("GET", f"{base}/items/{n}", params=None, headers={}, body=None, timeout=10)

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import uvicorn
 
+from crank.gateway.egress import ALLOW_VARIABLE, LOOPBACK
 from crank.registry import Registry, migrate, open_engine
 from crank.types import ASGIApp
 from tests import services
@@ -21,6 +22,14 @@ from tests import services
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def loopback_egress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's one egress allowance: its upstreams are real servers on loopback, which the egress policy
+    refuses by default (crank.gateway.egress). Loopback only: private, link-local and the other ranges stay
+    refused, and so does a gateway's own listening port. The egress tests set their own policy."""
+    monkeypatch.setenv(ALLOW_VARIABLE, ",".join(LOOPBACK))
 
 
 class _Server(uvicorn.Server):

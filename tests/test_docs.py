@@ -51,6 +51,7 @@ import yaml
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.demo import CATALOG, DemoServer, build_demo
 from crank.exceptions import ExternalServiceError, ToolError
+from crank.gateway.egress import LOOPBACK, EgressPolicy
 from crank.registry import Registry, migrate, open_engine, tool_from_spec
 from crank.settings import Settings, load_settings
 from mcp import Client
@@ -234,7 +235,9 @@ def check_catalog(block: Block, folder: Path) -> None:
     engine = open_engine(f"sqlite:///{folder / 'registry.sqlite3'}", pooled=False)
     try:
         migrate(engine)
-        report = apply_catalog(Registry(engine), load_catalog_file(path), base_dir=folder)
+        # The demo's catalog targets the demo on 127.0.0.1:8000: allowed by name, as README.md tells the CLI to.
+        demo = EgressPolicy([*LOOPBACK, "127.0.0.1:8000"])
+        report = apply_catalog(Registry(engine), load_catalog_file(path), base_dir=folder, egress=demo)
     finally:
         engine.dispose()
     assert report.versions, "the catalog publishes no agent"
@@ -262,6 +265,7 @@ def test_shell_blocks_run(page: Path, tmp_path: Path, serve: Callable[..., str])
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         PYTHONPATH=str(ROOT),
         CRANK_DATA_DIR=str(folder),
+        CRANK_EGRESS_ALLOW=f"127.0.0.1:{port}",  # as README.md says: the demo's address, for the CLI's publishes
         CRANK_DEMO_API=f"{base}/demo-api",
         KEY=demo.api_key,
     )

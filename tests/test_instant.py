@@ -155,9 +155,11 @@ def test_upstream_options_need_openapi(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "go with --openapi" in result.output
 
 
-def test_a_bearer_reference_reaches_every_operation(tmp_path: Path) -> None:
+def test_a_bearer_reference_reaches_every_operation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from crank.instant import build_instant
     from crank.settings import given_settings
+
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "")  # build_instant gives SHOP_TOKEN to the workspace: undone after
 
     spec = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
     settings = given_settings(listen="127.0.0.1:9", data_dir=tmp_path)

@@ -17,11 +17,14 @@ import sys
 
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, N_TOOLS, OUTPUT_SCHEMA, tool_name, tool_path
 from crank.admin.actions import check_runtime
+from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import LOOPBACK, EgressPolicy
 from crank.registry import Registry, migrate, open_engine
 from crank.server import GatewayService
 
 WORKSPACE, AGENT, DISCOVERY_AGENT = "bench", "agent", "discovery"
 PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
+LOOPBACK_EGRESS = EgressPolicy(LOOPBACK)  # the bench's upstream runs on loopback, which the default refuses
 
 
 def setup(db_path: str, upstream: str) -> str:
@@ -55,7 +58,8 @@ def setup(db_path: str, upstream: str) -> str:
 
 def make_app() -> GatewayService:
     registry = Registry(open_engine(f"sqlite:///{os.environ['BENCH_GATEWAY_DB']}"))
-    return GatewayService(registry, require_api_keys=os.environ.get("BENCH_GATEWAY_KEYS", "1") == "1")
+    keys = os.environ.get("BENCH_GATEWAY_KEYS", "1") == "1"
+    return GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), require_api_keys=keys)
 
 
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None

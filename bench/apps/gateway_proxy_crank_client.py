@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from bench.apps.gateway_proxy import make_app
 from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import LOOPBACK, EgressPolicy
 
-_client = UpstreamClient()
+_client = UpstreamClient(egress=EgressPolicy(LOOPBACK))  # the bench's upstream runs on loopback
 
 
 async def fetch(url: str) -> tuple[int, bytes]:

@@ -32,7 +32,8 @@ CrankError
 │   ├── UpstreamTimeoutError        no answer within the deadline
 │   │   └── UpstreamBusyError           no connection free for the workspace within it: never sent
 │   ├── UpstreamConnectionError     not reached (`sent` False), or dropped after the request was sent
-│   └── UpstreamTooLargeError       an answer larger than the client accepts
+│   ├── UpstreamTooLargeError       an answer larger than the client accepts
+│   └── UpstreamRefusedError        the egress policy refuses every address of the upstream (crank.gateway.egress)
 └── ToolError                   a tool call failed: the client gets `isError: true` with a structured error
     │                               (raised as is by a tool for its own business failure: class `tool`)
     ├── SchemaValidationError       arguments do not match the tool's inputSchema (class `schema_validation`)
@@ -44,7 +45,8 @@ CrankError
     ├── ConfirmationError           a destructive call without (or with a wrong) confirmation token
     ├── IdempotencyError            an idempotency key reused with other arguments, or still in flight
     ├── OutputValidationError       an answer that fails the tool's published outputSchema (class `output_validation`)
-    ├── ToolConfigurationError      a secret the tool needs is missing on this server (class `configuration`)
+    ├── ToolConfigurationError      a secret the tool needs is missing or not allowed on this server, or its
+    │                                   upstream's address is refused by the egress policy (class `configuration`)
     ├── RPCToolError                an rpc method's `RPCError` as a tool error (class `rpc`)
     └── InternalRuntimeError        anything unexpected (class `internal_runtime`)
 ```
@@ -106,6 +108,7 @@ __all__ = [
     "UpstreamBusyError",
     "UpstreamConnectionError",
     "UpstreamError",
+    "UpstreamRefusedError",
     "UpstreamTimeoutError",
     "UpstreamTooLargeError",
     "Violation",
@@ -356,6 +359,11 @@ class UpstreamConnectionError(UpstreamError):
 
 class UpstreamTooLargeError(UpstreamError):
     """The answer is larger than the client accepts."""
+
+
+class UpstreamRefusedError(UpstreamError):
+    """The egress policy refuses every address the upstream's host resolves to; nothing was sent. The
+    message says which address and why (for the operator's log, never a client)."""
 
 
 # -- tool calls ---------------------------------------------------------------------------------------

@@ -12,21 +12,27 @@ Started again with a newer version of the document, the import reports what chan
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from crank import _json
 from crank.admin.actions import CheckAndLint, kept_api_key
 from crank.admin.changes import ImportReport, reimport
-from crank.admin.documents import load_document
+from crank.admin.documents import is_url, load_document
 from crank.admin.lint import CatalogReport, catalog_report
 from crank.exceptions import RegistryNotFoundError
+from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import EgressPolicy
+from crank.gateway.secrets import ENV_ALLOW_VARIABLE
 from crank.registry import Registry
 from crank.server import CrankServer
 from crank.settings import Settings
+from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
 __all__ = ["AGENT", "InstantServer", "build_instant", "client_setups", "workspace_slug"]
@@ -89,10 +95,16 @@ def build_instant(
 
     `auth` (`{"type": "bearer", "secret": "env:NAME"}` or `{"type": "header", "name": ..., "secret": ...}`)
     goes into every operation's execution settings. Raises `ConfigurationError` (a `SpecError` for the
-    document) with a message for the user."""
-    server = CrankServer(settings)
+    document) with a message for the user.
+
+    The addresses named here (`spec` when a URL, `base_url`) are allowed beside the settings' egress
+    allowance, and a variable `auth` names is given to the workspace (crank.gateway.secrets), for this
+    process: the operator named them on the command line."""
+    named = [origin for origin in (_origin(spec), _origin(base_url)) if origin]
+    egress = EgressPolicy([*settings.egress_allow.split(","), *named], listen=[settings.listen])
+    server = CrankServer(settings, egress=egress)
     registry = server.registry
-    document = load_document(spec)
+    document = load_document(spec, egress=egress)
     title = str((document.get("info") or {}).get("title") or "API")
     slug = workspace or workspace_slug(title)
     try:
@@ -101,16 +113,18 @@ def build_instant(
         registry.put_workspace(slug, title)
     # The agent is published below, with every operation bound: not by the import.
     changes = reimport(registry, slug, "openapi", document, base_url=base_url, include=include, progress=progress,
-                       republish=False)  # fmt: skip
+                       republish=False, egress=egress)  # fmt: skip
     if auth is not None:
+        _give_variable(slug, str(auth.get("secret", "")))
         _set_auth(registry, slug, changes.names, auth)
     description = f"The operations of {title}, as its OpenAPI document describes them."
     draft: JSONObject = {"description": description, "bindings": [{"operation": name} for name in changes.names]}
     registry.put_agent(slug, AGENT, draft)
-    catalog = catalog_report(registry.draft_runtime(slug, AGENT))
+    runtime = registry.draft_runtime(slug, AGENT)
+    catalog = catalog_report(runtime, catalog=build_catalog(runtime, UpstreamClient(egress=egress)))
     mode: AgentMode = "discovery" if catalog.over_budget else "direct"
     registry.put_agent(slug, AGENT, {**draft, "mode": mode})
-    version = registry.publish(slug, AGENT, check=CheckAndLint(), skip_unchanged=True)
+    version = registry.publish(slug, AGENT, check=CheckAndLint(egress=egress), skip_unchanged=True)
     key_file = settings.data_dir / f"{slug}-api-key"
     key = kept_api_key(registry, slug, key_file)
     if server.gateway is not None:  # built before the publish and the key: serve both from the first request
@@ -123,6 +137,24 @@ def workspace_slug(title: str) -> str:
     """A workspace slug from a document's title: `Mailchimp Marketing API` -> `mailchimp-marketing-api`."""
     slug = _NOT_SLUG.sub("-", title.lower()).strip("-")[:64].rstrip("-")
     return slug or "api"
+
+
+def _origin(location: str | None) -> str | None:
+    """host:port of an http(s) URL (an egress allowance), or None for a file or nothing."""
+    if not location or not is_url(location):
+        return None
+    parts = urlsplit(location)
+    host = parts.hostname or ""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{shown}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def _give_variable(workspace: str, reference: str) -> None:
+    """Give the variable of an `env:NAME` reference to the workspace, in this process's allowance."""
+    kind, _, name = reference.partition(":")
+    if kind == "env" and name:
+        given = os.environ.get(ENV_ALLOW_VARIABLE, "")
+        os.environ[ENV_ALLOW_VARIABLE] = f"{given},{workspace}:{name}" if given else f"{workspace}:{name}"
 
 
 def _set_auth(registry: Registry, workspace: str, names: Sequence[str], auth: JSONObject) -> None:

@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute
 
 from crank.admin.api import AdminAPI, registry_probe
 from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import EgressPolicy
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
@@ -203,8 +204,12 @@ class CrankServer:
     its schema up to date before serving.
     """
 
-    def __init__(self, settings: Settings, *, registry: Registry | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, registry: Registry | None = None, egress: EgressPolicy | None = None
+    ) -> None:
+        """`egress`: what its upstream calls, URL imports and publishes may reach (the settings' by default)."""
         self.settings = settings
+        self.egress = egress if egress is not None else settings.egress_policy()
         if registry is None:
             engine = open_engine(
                 settings.registry_url,
@@ -218,11 +223,11 @@ class CrankServer:
         self.gateway: GatewayService | None = None
         self.probe = registry_probe(registry)  # one for the admin API and /readyz
         if settings.role in ("admin", "all"):
-            self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe)
+            self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe, egress=self.egress)
         if settings.role in ("mcp", "all"):
             self.gateway = GatewayService(
                 registry,
-                client=settings.upstream_client(),
+                client=settings.upstream_client(self.egress),
                 poll_interval=settings.poll_interval,
                 require_api_keys=settings.require_api_keys,
                 state=open_state(settings.redis_url),

@@ -27,8 +27,9 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from crank.exceptions import SettingsError
+from crank.exceptions import ConfigurationError, SettingsError
 from crank.gateway.client import DEFAULT_LIMIT_PER_HOST, DEFAULT_LIMIT_PER_TENANT, UpstreamClient
+from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
@@ -36,6 +37,7 @@ from crank.wire.listen import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
     DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_LISTEN,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEAD_BYTES,
     ConnectionLimits,
@@ -66,7 +68,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="sqlite:///path or postgresql+psycopg://...; default: SQLite.")
     redis_url: str | None = Field(None, description="redis://host:port/db for shared state and notifications.")
     admin_token: SecretStr | None = Field(None, description="Bearer token of the admin API (generated if unset).")
-    listen: str = Field("127.0.0.1:8000", description="host:port to listen on ([::1]:8000 for IPv6).")
+    listen: str = Field(DEFAULT_LISTEN, description="host:port to listen on ([::1]:8000 for IPv6).")
     role: Role = Field("all", description="admin, mcp or all.")
     require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
@@ -103,6 +105,10 @@ class Settings(BaseSettings):
         le=3600,
         description="Seconds an MCP replica accepts keys without the registry confirming its key list (then 503).",
     )
+    egress_allow: str = Field(
+        "", description="Comma-separated networks, address:port or host:port the gateway may connect to besides "
+        "public addresses (crank.gateway.egress)."
+    )  # fmt: skip
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -132,6 +138,19 @@ class Settings(BaseSettings):
         if value is not None and len(value.get_secret_value()) < 16:
             raise ValueError("the admin token must be at least 16 characters")
         return value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _egress(cls, value: str) -> str:
+        try:
+            EgressPolicy(value.split(","))
+        except ConfigurationError as exc:
+            raise ValueError(str(exc).removeprefix(f"{ALLOW_VARIABLE}: ")) from None
+        return value
+
+    def egress_policy(self) -> EgressPolicy:
+        """What the gateway may connect to: public addresses, `egress_allow`, never its own `listen` port."""
+        return EgressPolicy(self.egress_allow.split(","), listen=[self.listen])
 
     @field_validator("listen")
     @classmethod
@@ -165,11 +184,12 @@ class Settings(BaseSettings):
             max_head_bytes=self.max_head_bytes,
         )
 
-    def upstream_client(self) -> UpstreamClient:
-        """The gateway's one upstream client, with the settings' pool limits."""
+    def upstream_client(self, egress: EgressPolicy) -> UpstreamClient:
+        """The gateway's one upstream client, with the settings' pool limits and the egress policy."""
         return UpstreamClient(
             limit_per_host=self.upstream_connections_per_origin,
             limit_per_tenant=self.upstream_connections_per_workspace,
+            egress=egress,
         )
 
     @property

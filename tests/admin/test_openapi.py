@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jsonschema_rs
 import pytest
 from starlette.applications import Starlette
@@ -594,21 +593,6 @@ def test_empty_non_utf8_and_unreadable_documents(tmp_path: Path) -> None:
         (tmp_path / "text.yaml").write_text(text)
         with pytest.raises(SpecError, match=message):
             load_document(str(tmp_path / "text.yaml"))
-
-
-def test_a_document_from_a_url() -> None:
-    def server(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/openapi.yaml":
-            return httpx.Response(200, text=(SPECS / "petstore.yaml").read_text())
-        return httpx.Response(404)
-
-    with httpx.Client(transport=httpx.MockTransport(server)) as client:
-        document = load_document("https://docs.example.com/openapi.yaml", client=client)
-        assert document["info"]["title"] == "Petstore"
-        with pytest.raises(
-            SpecError, match=r"^https://docs.example.com/nope.json: cannot fetch the document: HTTP 404$"
-        ):
-            load_document("https://docs.example.com/nope.json", client=client)
 
 
 def test_an_unreachable_url_raises() -> None:

@@ -68,6 +68,12 @@ def _drifting_app() -> Starlette:
     return Starlette(routes=[Route("/thing", thing), Route("/loose", thing), Route("/negotiated", negotiated)])
 
 
+@pytest.fixture(autouse=True)
+def secured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator gives the variable of the `secured` operations to their workspace (crank.gateway.secrets)."""
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "acme:DRIFT_TEST_UNSET_TOKEN")
+
+
 @pytest.fixture
 def sqlite_registry(tmp_path: Path) -> Iterator[Registry]:
     engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from crank.exceptions import ConfigurationError, ExternalServiceError, MappingError, ToolError
 from crank.gateway.client import UpstreamClient
-from crank.gateway.operation import RemoteOperation
+from crank.gateway.operation import Placement, RemoteOperation
 from crank.registry import tool_from_spec
 from crank.telemetry import JSONLogFormatter, Metrics
 from tests.services import free_port
@@ -63,17 +63,19 @@ async def client() -> AsyncIterator[UpstreamClient]:
 
 def operation(client: UpstreamClient, url: str, **config: Any) -> RemoteOperation:
     spec = {"tool_name": "t", "protocol": "http", "target": {"method": "GET", "url": url}, "execution_config": config}
-    return RemoteOperation(tool_from_spec(spec), client)
+    return RemoteOperation(tool_from_spec(spec), client, placement=Placement("shop", "desk", 1))
 
 
 async def test_credentials_come_from_references_when_called(
     base: str, client: UpstreamClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "shop-key").write_text("file-secret\n")
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "shop-key").write_text("file-secret\n")
     monkeypatch.setenv("CRANK_SECRET_DIRS", str(tmp_path))
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "shop:SHOP_TOKEN")
     bearer = operation(client, base + "/echo/a", auth={"type": "bearer", "secret": "env:SHOP_TOKEN"})
     header = operation(client, base + "/echo/b", auth={"type": "header", "name": "X-Key",
-                                                       "secret": f"file:{tmp_path / 'shop-key'}"})  # fmt: skip
+                                                       "secret": f"file:{tmp_path / 'shop' / 'shop-key'}"})  # fmt: skip
     monkeypatch.setenv("SHOP_TOKEN", "env-secret")  # read on the first call, not when the version was built
     await bearer.call({})
     await header.call({})
@@ -84,8 +86,9 @@ async def test_credentials_come_from_references_when_called(
     ("secret", "message"),
     [
         ("env:CRANK_DATABASE_URL", "Crank's own settings"),
-        ("file:/etc/passwd", "secret files must be in one of"),
-        ("file:relative/key", "secret files must be in one of"),
+        ("file:/etc/passwd", "secret files of workspace 'shop' must be in one of"),
+        ("file:relative/key", "secret files of workspace 'shop' must be in one of"),
+        ("env:HOME", "environment variable 'HOME' is not given to workspace 'shop'"),
         ("vault:x", "a secret is 'env:NAME' or 'file:/path'"),
     ],
 )

@@ -32,6 +32,13 @@ from tests.gateway import upstream
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture(autouse=True)
+def upstream_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator gives the `UPSTREAM_*` variables to the workspace of these agents (crank.gateway.secrets)."""
+    monkeypatch.setenv("CRANK_SECRET_ENV_PREFIX", "acme:UPSTREAM_")
+
+
 FIXTURES = Path(__file__).parent
 CAPTURED_BASE = "http://127.0.0.1:9"
 

@@ -18,6 +18,8 @@ from crank.admin.lint import CatalogReport, Finding, ToolSize, catalog_report, l
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.exceptions import RegistryNotFoundError
+from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import missing_secrets
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
 from crank.sources.agents import build_catalog
@@ -68,7 +70,11 @@ class PublishReport:
 class CheckAndLint:
     """A publish check that compiles each agent's catalog and keeps its lint findings for the report."""
 
-    def __init__(self, uncompacted: dict[str, RuntimeView] | None = None) -> None:
+    def __init__(
+        self, uncompacted: dict[str, RuntimeView] | None = None, *, egress: EgressPolicy | None = None
+    ) -> None:
+        self.egress = egress
+        """The policy the agents' targets are checked against (`CRANK_EGRESS_ALLOW` when None)."""
         self.findings: dict[str, list[Finding]] = {}
         self.catalogs: dict[str, CatalogReport] = {}
         self.sizes: dict[str, list[ToolSize]] = {}
@@ -76,7 +82,12 @@ class CheckAndLint:
         """Agents' views before compaction, by slug, for the sizes before and after."""
 
     def __call__(self, runtime: RuntimeView) -> None:
-        catalog = build_catalog(runtime)  # the check; the linter and the budget report reuse what it built
+        egress = self.egress if self.egress is not None else EgressPolicy.from_environment()
+        for tool in runtime.tools:  # a target address the policy refuses is never published
+            egress.check_target(tool.target.url, where=f"tool {tool.tool_name!r}")
+        catalog = build_catalog(
+            runtime, UpstreamClient(egress=self.egress)
+        )  # the check; the linter and the budget report reuse what it built
         slug = runtime.agent.slug
         self.findings[slug] = lint_runtime(runtime, catalog=catalog) + secret_findings(runtime)
         self.catalogs[slug] = catalog_report(runtime, catalog=catalog)
@@ -105,10 +116,13 @@ def secret_findings(runtime: RuntimeView) -> list[Finding]:
     ]
 
 
-def publish_agent(registry: Registry, workspace: str, agent: str) -> PublishReport:
-    """Publish the agent's draft (compiled first); the report carries the linter's findings, budget included,
-    and each tool's size before and after compaction."""
-    check = CheckAndLint({agent: registry.draft_runtime(workspace, agent, compact=False)})
+def publish_agent(
+    registry: Registry, workspace: str, agent: str, *, egress: EgressPolicy | None = None
+) -> PublishReport:
+    """Publish the agent's draft (compiled first: its targets under `egress`, `CRANK_EGRESS_ALLOW` when
+    None); the report carries the linter's findings, budget included, and each tool's size before and
+    after compaction."""
+    check = CheckAndLint({agent: registry.draft_runtime(workspace, agent, compact=False)}, egress=egress)
     version = registry.publish(workspace, agent, check=check)
     return check.report(agent, version)
 

@@ -44,6 +44,7 @@ from crank.admin.models import (
     problems,
 )
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
+from crank.gateway.egress import EgressPolicy
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
 from crank.telemetry import Probe
 from crank.types import JSONObject, Scope
@@ -91,13 +92,17 @@ def registry_probe(registry: Registry) -> Probe:
 
 class AdminAPI:
     """An ASGI app serving the admin API for one registry. `probe` checks the registry before each request
-    (default: `registry_probe(registry)`; `crank serve` shares one with `/readyz`)."""
+    (default: `registry_probe(registry)`; `crank serve` shares one with `/readyz`); `egress` says what URL
+    imports may fetch and publishes may target (`CRANK_EGRESS_ALLOW` when None)."""
 
-    def __init__(self, registry: Registry, *, token: str, probe: Probe | None = None) -> None:
+    def __init__(
+        self, registry: Registry, *, token: str, probe: Probe | None = None, egress: EgressPolicy | None = None
+    ) -> None:
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
         self.probe = probe or registry_probe(registry)
+        self.egress = egress if egress is not None else EgressPolicy.from_environment()
         self._token = token.encode()
         routes = [Route(_OPENAPI_PATH, self._openapi, methods=["GET"])]
         routes += [Route(PREFIX + e.path, self._route(e), methods=[e.method]) for e in ENDPOINTS]
@@ -242,7 +247,8 @@ def delete_operation(api: AdminAPI, request: Request, body: None) -> Any:
 
 def republish(api: AdminAPI, request: Request, body: None) -> Any:
     """Publish every published agent that binds the operation, in one transaction."""
-    return republish_operation(api.registry, _path(request, "workspace"), _path(request, "operation")).to_json()
+    workspace, operation = _path(request, "workspace"), _path(request, "operation")
+    return republish_operation(api.registry, workspace, operation, egress=api.egress).to_json()
 
 
 def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
@@ -252,7 +258,8 @@ def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
     if isinstance(source, str) and not is_url(source):
         raise _HTTPError(422, "invalid_body", "url: only http(s) URLs (the admin API does not read server files)")
     report = reimport(api.registry, _path(request, "workspace"), body.format, source, base_url=body.base_url,
-                      include=body.include, republish=body.republish, dry_run=body.dry_run)  # fmt: skip
+                      include=body.include, republish=body.republish, dry_run=body.dry_run,
+                      egress=api.egress)  # fmt: skip
     return report.to_json()
 
 
@@ -282,7 +289,7 @@ def delete_binding(api: AdminAPI, request: Request, body: None) -> Any:
 
 def publish(api: AdminAPI, request: Request, body: None) -> Any:
     workspace, slug = _path(request, "workspace"), _path(request, "agent")
-    return publish_agent(api.registry, workspace, slug).to_json()
+    return publish_agent(api.registry, workspace, slug, egress=api.egress).to_json()
 
 
 def list_versions(api: AdminAPI, request: Request, body: None) -> Any:
@@ -315,7 +322,7 @@ def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
         raise _HTTPError(
             422, "invalid_body", "sources: only URLs through the admin API (it does not read server files)"
         )
-    report = apply_catalog(api.registry, body)
+    report = apply_catalog(api.registry, body, egress=api.egress)
     return {
         "workspace": report.workspace,
         "operations": report.operations,

@@ -26,6 +26,7 @@ from crank.admin.documents import is_url, load_document
 from crank.admin.lint import Finding
 from crank.admin.models import CatalogFile, OperationIn, SourceIn
 from crank.exceptions import ApplyError, SpecError
+from crank.gateway.egress import EgressPolicy
 from crank.registry import AgentDraft, Registry
 from crank.schema import problems_of
 from crank.types import JSONObject
@@ -67,14 +68,16 @@ def apply_catalog(
     *,
     base_dir: Path = Path("."),
     progress: Callable[[int, int], None] | None = None,
+    egress: EgressPolicy | None = None,
 ) -> ApplyReport:
-    """Create or update the workspace, operations and agents, and publish what changed: all or nothing."""
+    """Create or update the workspace, operations and agents, and publish what changed: all or nothing.
+    `egress`: the policy for source URLs and the published targets (`CRANK_EGRESS_ALLOW` when not given)."""
     operations: dict[str, JSONObject] = {}
     for index, source in enumerate(catalog.sources):
         try:
             kind, location = _source(source, index)
             reference = location if is_url(location) else str(base_dir / location)
-            operations.update(imported_specs(kind, load_document(reference), base_url=source.base_url,
+            operations.update(imported_specs(kind, load_document(reference, egress=egress), base_url=source.base_url,
                                              include=source.include, progress=progress))  # fmt: skip
         except SpecError as exc:
             raise ApplyError(f"sources[{index}]: {exc}") from None
@@ -84,7 +87,7 @@ def apply_catalog(
         AgentDraft(slug, agent.model_dump(exclude_none=True, exclude_defaults=False))
         for slug, agent in catalog.agents.items()
     ]
-    check = CheckAndLint()
+    check = CheckAndLint(egress=egress)
     versions = registry.apply(catalog.workspace.model_dump(), operations, agents, check=check)
     return ApplyReport(catalog.workspace.slug, sorted(operations), versions, check.findings)
 

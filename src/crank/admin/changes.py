@@ -27,6 +27,7 @@ from typing import Any
 from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
 from crank.admin.documents import Matcher, load_document
 from crank.admin.lint import Finding
+from crank.gateway.egress import EgressPolicy
 from crank.registry import Registry, tool_name_of
 from crank.types import JSONObject
 
@@ -238,6 +239,7 @@ def reimport(
     progress: Callable[[int, int], None] | None = None,
     republish: bool = True,
     dry_run: bool = False,
+    egress: EgressPolicy | None = None,
 ) -> ImportReport:
     """Import a document (a path, a URL or the parsed document) into the workspace's drafts and report
     what changed against the operations imported from it before.
@@ -246,9 +248,10 @@ def reimport(
     imported before titles were kept count too) that `include` selects. Added and changed operations
     are written, removed ones deleted with their bindings, and (with `republish`) every published agent
     that binds a changed or removed operation is published again: all in one transaction, so an invalid
-    document or an agent that cannot be built changes nothing. `dry_run` reports and writes nothing."""
+    document or an agent that cannot be built changes nothing. `dry_run` reports and writes nothing.
+    `egress`: the policy for a URL and the published targets (`CRANK_EGRESS_ALLOW` when not given)."""
     registry.workspace(workspace)  # an unknown workspace fails before the document is read
-    document = load_document(source) if isinstance(source, str) else source
+    document = load_document(source, egress=egress) if isinstance(source, str) else source
     title = _title(document)
     imported = imported_specs(kind, document, base_url=base_url, include=include, progress=progress)
     for spec in imported.values():
@@ -268,7 +271,7 @@ def reimport(
                 changed.append(change)
     breaking = _breakages(registry.agents(workspace), changed, removed)
     touched = {change.operation for change in changed} | set(removed)
-    check = CheckAndLint()
+    check = CheckAndLint(egress=egress)
     versions = registry.update_operations(
         workspace,
         {name: spec for name, spec in specs.items() if spec != drafts.get(name)},
@@ -283,11 +286,13 @@ def reimport(
                         findings, dry_run, first=not earlier)  # fmt: skip
 
 
-def republish_operation(registry: Registry, workspace: str, operation: str) -> RepublishReport:
+def republish_operation(
+    registry: Registry, workspace: str, operation: str, *, egress: EgressPolicy | None = None
+) -> RepublishReport:
     """Publish, in one transaction, every published agent that binds the operation (seed 003 section 9:
     an edited operation becomes a new published version of each agent that serves it)."""
     registry.operation(workspace, operation)  # 404 for an unknown one
-    check = CheckAndLint()
+    check = CheckAndLint(egress=egress)
     versions = registry.update_operations(workspace, {}, republish={operation}, check=check)
     published = {agent: version for agent, (version, new) in versions.items() if new}
     unchanged = [agent for agent, (_, new) in versions.items() if not new]

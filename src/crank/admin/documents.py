@@ -1,7 +1,11 @@
 """API description documents: loading them, and what the OpenAPI and OpenRPC importers share.
 
 `load_document` reads a file or an http(s) URL and parses JSON or YAML, told apart by content (a
-document that starts with `{` or `[` is read as JSON first). YAML is read as JSON would have it:
+document that starts with `{` or `[` is read as JSON first). A URL is fetched through the gateway's
+upstream client, under the egress policy (crank.gateway.egress: public addresses only unless
+`CRANK_EGRESS_ALLOW` says more), without following redirects, at most `MAX_DOCUMENT_BYTES` and within
+`FETCH_DEADLINE` seconds in all; every network failure is the same message, so that the answers cannot
+map which ports of a network are open. YAML is read as JSON would have it:
 keys stay strings as written (`200:` is `"200"`), dates stay strings.
 
 Both importers return `ImportedOperation`s (a name and an operation draft) and share what follows
@@ -24,6 +28,7 @@ Both importers return `ImportedOperation`s (a name and an operation draft) and s
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,18 +37,21 @@ from pathlib import Path
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
-import httpx
 import jsonschema_rs
 import referencing
 import referencing.exceptions
 import yaml
 
 from crank import _json, _yaml
-from crank.exceptions import SpecError
+from crank.exceptions import SpecError, UpstreamError, UpstreamRefusedError, UpstreamTooLargeError
+from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import EgressPolicy
 from crank.types import JSONObject
 
 __all__ = [
     "DESCRIPTION_LIMIT",
+    "FETCH_DEADLINE",
+    "MAX_DOCUMENT_BYTES",
     "MAX_SCHEMA_DEPTH",
     "Arguments",
     "Document",
@@ -79,12 +87,16 @@ DESCRIPTION_LIMIT = 1024
 Include: TypeAlias = Sequence[str] | Callable[[str, JSONObject], bool] | None
 Progress: TypeAlias = Callable[[int, int], None] | None
 
-_FETCH_TIMEOUT = 30.0
 MAX_SCHEMA_DEPTH = 400
 """The deepest a schema may nest while it is made tool-local, counting each subschema level and each `$ref`
 followed (a chain of schemas that each refer to the next through a property is two levels a link: 200
 links). Every walk over a tool's schemas (conversion, compaction, validation) recurses once per level; a chain
 of 500 references used to end in Python's recursion limit instead of an error naming the place."""
+FETCH_DEADLINE = 30.0
+"""Seconds a document fetch may take in all: connecting, the headers and the whole body."""
+MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
+"""The largest API description fetched, after decompression (the largest public ones are a few MiB)."""
+_UNREACHABLE = "cannot fetch the document: no answer from that address (connection failed, closed or timed out)"
 _ARGUMENT = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NOT_NAME = re.compile(r"[^A-Za-z0-9]+")
@@ -111,10 +123,18 @@ def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
-def load_document(source: str, *, client: httpx.Client | None = None) -> JSONObject:
-    """Read a JSON or YAML document from a file path or an http(s) URL; raises `SpecError`."""
+def load_document(
+    source: str,
+    *,
+    egress: EgressPolicy | None = None,
+    deadline: float = FETCH_DEADLINE,
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+) -> JSONObject:
+    """Read a JSON or YAML document from a file path or an http(s) URL; raises `SpecError`. `egress`: the
+    policy a URL is fetched under (`CRANK_EGRESS_ALLOW` when not given). Call it outside an event loop
+    (the admin API runs it in a worker thread)."""
     if is_url(source):
-        data = _fetch(source, client)
+        data = _fetch(source, egress, deadline, max_bytes)
     else:
         data = _read(source)
     try:
@@ -124,18 +144,33 @@ def load_document(source: str, *, client: httpx.Client | None = None) -> JSONObj
     return parse_document(text, source=source)
 
 
-def _fetch(url: str, client: httpx.Client | None) -> bytes:
-    http = client or httpx.Client(follow_redirects=True, timeout=_FETCH_TIMEOUT)
+def _fetch(url: str, egress: EgressPolicy | None, deadline: float, max_bytes: int) -> bytes:
     try:
-        response = http.get(url)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        status, body = asyncio.run(_get(url, UpstreamClient(max_response_bytes=max_bytes, egress=egress), deadline))
+    except ValueError as exc:  # not a URL the client can request
         raise SpecError(f"{url}: cannot fetch the document: {exc}") from None
+    except UpstreamRefusedError as exc:
+        raise SpecError(f"{url}: cannot fetch the document: {exc}") from None
+    except UpstreamTooLargeError:
+        raise SpecError(f"{url}: cannot fetch the document: larger than {max_bytes:,} bytes") from None
+    except UpstreamError:  # refused, reset, closed, timed out, a DNS or TLS failure: all alike to the caller
+        raise SpecError(f"{url}: {_UNREACHABLE}") from None
+    if 300 <= status < 400:
+        raise SpecError(f"{url}: cannot fetch the document: HTTP {status} (redirects are not followed; give the "
+                        "document's own URL)")  # fmt: skip
+    if status >= 400:
+        raise SpecError(f"{url}: cannot fetch the document: HTTP {status}")
+    return body
+
+
+async def _get(url: str, client: UpstreamClient, deadline: float) -> tuple[int, bytes]:
+    """One GET within one deadline for everything (the client's: connection, head and body)."""
+    try:
+        response = await client.request("GET", url, params=None, headers={"Accept": "*/*"}, body=None,
+                                        timeout=deadline)  # fmt: skip
     finally:
-        if client is None:
-            http.close()
-    if response.status_code >= 400:
-        raise SpecError(f"{url}: cannot fetch the document: HTTP {response.status_code}")
-    return response.content
+        await client.aclose()
+    return response.status, response.body
 
 
 def _read(path: str) -> bytes:

@@ -18,6 +18,7 @@ from crank import _json
 from crank.admin.actions import kept_api_key
 from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.demo.api import create_app
+from crank.gateway.egress import EgressPolicy
 from crank.server import CrankServer
 from crank.settings import given_settings
 from crank.types import ASGIApp, Receive, Scope, Send
@@ -47,10 +48,12 @@ def build_demo(listen: str, data_dir: Path) -> DemoServer:
     # Only what is given here: a CRANK_DATABASE_URL (or any CRANK_*) of the environment must not make the
     # demo write into a real registry.
     settings = given_settings(listen=listen, data_dir=data_dir, log_format="text", poll_interval=0.2)
-    server = CrankServer(settings)
+    # The demo's upstream is the API it serves itself: its own address and port, and nothing else besides
+    # public addresses, may be called (crank.gateway.egress).
+    server = CrankServer(settings, egress=EgressPolicy([settings.listen], listen=[settings.listen]))
     base = f"http://{settings.listen}"
     catalog = load_catalog_file(CATALOG, variables={"CRANK_DEMO_API": base + API_PATH})
-    apply_catalog(server.registry, catalog, base_dir=CATALOG.parent)
+    apply_catalog(server.registry, catalog, base_dir=CATALOG.parent, egress=server.egress)
     key = kept_api_key(server.registry, "demo", data_dir / KEY_FILE)
     api = create_app()
 

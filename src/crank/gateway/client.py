@@ -22,9 +22,13 @@ The request line and headers are checked so that no value can change the request
 answer must end where its framing says: bytes after it close the connection, so that nothing an
 upstream sends can be read as the answer to the next request on that connection.
 
+Connections go only where its egress policy allows (crank.gateway.egress: public addresses unless
+`CRANK_EGRESS_ALLOW` says more), to the address that was checked.
+
 Failures reach the adapters as `UpstreamBusyError` (no connection free for the workspace before the
 deadline: nothing was sent), `UpstreamTimeoutError`, `UpstreamConnectionError` (both with `sent`:
-whether the upstream may have acted) or `UpstreamTooLargeError`.
+whether the upstream may have acted), `UpstreamTooLargeError` or `UpstreamRefusedError` (the egress
+policy).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from urllib.parse import SplitResult, quote, urlencode, urlsplit
 
 from crank.exceptions import UpstreamBusyError, UpstreamConnectionError, UpstreamTimeoutError
 from crank.gateway.connection import Connection, UpstreamResponse
+from crank.gateway.egress import EgressPolicy
 from crank.registry.runtime import DEFAULT_ACCEPT
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 from crank.wire.notices import ThrottledLog
@@ -288,10 +293,13 @@ class UpstreamClient:
         keepalive_timeout: float = 30.0,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         ssl_context: ssl.SSLContext | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         if limit_per_host < 1 or limit_per_tenant < 1:
             raise ValueError("limit_per_host and limit_per_tenant must be at least 1")
         self._limits = (limit_per_host, min(limit_per_tenant, limit_per_host))
+        self.egress = egress if egress is not None else EgressPolicy.from_environment()
+        """Which addresses it connects to (crank.gateway.egress); `CRANK_EGRESS_ALLOW` when not given."""
         self._keepalive_timeout = keepalive_timeout
         self._max_response_bytes = max_response_bytes
         self._ssl_context = ssl_context
@@ -357,15 +365,25 @@ class UpstreamClient:
         limit = self._max_response_bytes
         try:
             async with asyncio.timeout_at(deadline):
-                _, connection = await loop.create_connection(
-                    lambda: Connection(loop, limit), origin.host, origin.port,
-                    ssl=context, server_hostname=origin.host if context else None,
-                )  # fmt: skip
+                # Resolved and checked once; the connection goes to a checked address, never to what a second
+                # resolution (DNS rebinding) would say. TLS still verifies the certificate for the host name.
+                addresses = await self.egress.addresses(origin.host, origin.port)
+                failure: OSError | None = None
+                for address in addresses:
+                    try:
+                        _, connection = await loop.create_connection(
+                            lambda: Connection(loop, limit), address, origin.port,
+                            ssl=context, server_hostname=origin.host if context else None,
+                        )  # fmt: skip
+                        return connection
+                    except OSError as exc:
+                        failure = exc
+                assert failure is not None  # `addresses` is never empty
+                raise failure
         except TimeoutError:
             raise UpstreamTimeoutError(sent=False) from None
         except OSError as exc:  # refused, unreachable, unknown host, a certificate that does not verify
             raise UpstreamConnectionError(str(exc) or type(exc).__name__, sent=False, cause=_cause(exc)) from None
-        return connection
 
     def _split(self, url: str) -> tuple[_Origin, str]:
         """The origin of `url` (parsed once per origin) and the request target (path and query)."""

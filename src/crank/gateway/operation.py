@@ -47,11 +47,11 @@ class RemoteOperation:
         where = f"tool {tool.tool_name!r}"
         config = tool.execution_config
         placement = placement or Placement("", "", 0)
-        tenant = placement.workspace  # its calls use the workspace's share of the upstream's connections
+        workspace = placement.workspace  # whose secrets and share of the upstream's connections its calls use
         if tool.protocol == "http":
-            self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where, tenant=tenant)
+            self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where, workspace=workspace)
         else:  # every argument goes to `params` unless the mapping says otherwise
-            self.adapter = JSONRPCAdapter(client, tool.target, config, where=where, tenant=tenant)
+            self.adapter = JSONRPCAdapter(client, tool.target, config, where=where, workspace=workspace)
         method = tool.http_method
         operation = f"{placement.workspace}/{tool.operation_id or tool.tool_name}"
         self.state = state or MemoryStore()

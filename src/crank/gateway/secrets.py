@@ -1,21 +1,111 @@
-"""Secret references that do not resolve on this host, found before the first call.
+"""Secret references: which ones an operation may name, their values when called, and the ones that do
+not resolve on this host.
 
-Operations name their upstream credentials by reference (`env:NAME`, `file:/path`); the serving process
-reads them on the first call. This module checks them without keeping or showing any value: a publish
-warns about the ones missing where it runs, and a serving replica reports them on `/readyz`.
+Operations name their upstream credentials by reference (`env:NAME`, `file:/path`), never by value;
+the serving process reads them on the first call. Whoever may define operations is not the operator,
+so a reference must be one the operator gave to the operation's workspace:
+
+- `env:NAME`: the variable is listed for the workspace in `CRANK_SECRET_ENV_ALLOW` (`shop:SHOP_TOKEN`),
+  or starts with a prefix given to the workspace in `CRANK_SECRET_ENV_PREFIX` (`shop:SHOP_`); entries are
+  comma-separated. A variable that more than one workspace's entries match belongs to none (one
+  workspace never reads another's), and Crank's own `CRANK_*` variables are never a secret;
+- `file:/path`: the file lies in the workspace's own folder of a secrets folder, `<folder>/<workspace>/`
+  (`CRANK_SECRET_DIRS`, `:`-separated, /run/secrets and /var/run/secrets by default).
+
+Nothing is allowed by default. A refused reference fails a publish naming the tool, and a call as
+`configuration_error`; neither message, nor any log line, carries a value. `missing_secrets` lists
+the references that do not resolve here, for a publish's warnings and `/readyz`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from crank.exceptions import ConfigurationError
-from crank.gateway.adapters.http import check_secret_reference
 from crank.registry.runtime import RuntimeView
 from crank.types import JSONObject
 
-__all__ = ["MissingSecret", "missing_secrets", "secret_problem"]
+__all__ = [
+    "ENV_ALLOW_VARIABLE",
+    "ENV_PREFIX_VARIABLE",
+    "SECRET_DIRS_VARIABLE",
+    "MissingSecret",
+    "check_secret_reference",
+    "missing_secrets",
+    "resolve_secret",
+    "secret_problem",
+]
+
+ENV_ALLOW_VARIABLE = "CRANK_SECRET_ENV_ALLOW"
+ENV_PREFIX_VARIABLE = "CRANK_SECRET_ENV_PREFIX"
+SECRET_DIRS_VARIABLE = "CRANK_SECRET_DIRS"
+DEFAULT_SECRET_DIRS = ("/run/secrets", "/var/run/secrets")
+
+
+def check_secret_reference(
+    reference: str, *, workspace: str, where: str, environ: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """(kind, name) of a reference the workspace may use, checked without reading it; else a
+    `ConfigurationError` saying why (names only)."""
+    environ = os.environ if environ is None else environ
+    kind, _, name = reference.partition(":")
+    if kind == "env" and name:
+        if name.upper().startswith("CRANK_"):
+            raise ConfigurationError(f"{where}: Crank's own settings ({name}) cannot be an upstream secret")
+        owners = _owners(name, environ)
+        if owners != {workspace}:
+            raise ConfigurationError(
+                f"{where}: environment variable {name!r} is not given to workspace {workspace!r}"
+                + (" alone" if workspace in owners else "")
+                + f" (the operator lists it in {ENV_ALLOW_VARIABLE} as '{workspace}:{name}', or gives the workspace "
+                f"a prefix in {ENV_PREFIX_VARIABLE}; docs/gateway.md, Upstream credentials)"
+            )
+        return kind, name
+    if kind == "file" and name:
+        path = Path(name)
+        folders = [folder for folder in environ.get(SECRET_DIRS_VARIABLE, ":".join(DEFAULT_SECRET_DIRS)).split(":")
+                   if folder]  # fmt: skip
+        own = [str(Path(folder) / workspace) for folder in folders]
+        if not workspace or not path.is_absolute() or not any(_inside(path, Path(folder)) for folder in own):
+            raise ConfigurationError(
+                f"{where}: secret files of workspace {workspace!r} must be in one of {own} ({SECRET_DIRS_VARIABLE}), "
+                f"got {name!r}"
+            )
+        return kind, name
+    raise ConfigurationError(f"{where}: a secret is 'env:NAME' or 'file:/path', got {reference!r}")
+
+
+def _owners(name: str, environ: Mapping[str, str]) -> set[str]:
+    """The workspaces whose `CRANK_SECRET_ENV_ALLOW` or `CRANK_SECRET_ENV_PREFIX` entries match `name`."""
+    owners = set()
+    for variable, matches in ((ENV_ALLOW_VARIABLE, str.__eq__), (ENV_PREFIX_VARIABLE, str.startswith)):
+        for entry in environ.get(variable, "").split(","):
+            workspace, _, given = entry.strip().partition(":")
+            if workspace and given and matches(name, given):
+                owners.add(workspace)
+    return owners
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == os.path.realpath(folder)
+
+
+def resolve_secret(reference: str, *, workspace: str, where: str) -> str:
+    """The value of a reference the workspace may use (checked again: the operator may have withdrawn it
+    since the version was built). Refused, unset or unreadable: a `ConfigurationError` naming it."""
+    kind, name = check_secret_reference(reference, workspace=workspace, where=where)
+    if kind == "env":
+        value = os.environ.get(name)
+        if value is None:
+            raise ConfigurationError(f"{where}: environment variable {name!r} is not set")
+        return value
+    try:
+        return Path(name).read_text().strip()
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: cannot read secret file {name!r}: {exc.strerror}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +131,11 @@ class MissingSecret:
         }
 
 
-def secret_problem(reference: str) -> str | None:
-    """Why `reference` does not resolve on this host, or None when it does. The value is never read into
-    the answer: for a file, only whether it can be read."""
+def secret_problem(reference: str, workspace: str) -> str | None:
+    """Why `reference` does not resolve on this host for `workspace`, or None when it does. The value is
+    never read into the answer: for a file, only whether it can be read."""
     try:
-        kind, name = check_secret_reference(reference, where="secret")
+        kind, name = check_secret_reference(reference, workspace=workspace, where="secret")
     except ConfigurationError as exc:
         return str(exc).removeprefix("secret: ")
     if kind == "env":
@@ -62,7 +152,7 @@ def missing_secrets(runtime: RuntimeView) -> list[MissingSecret]:
         auth = tool.execution_config.auth
         if auth is None:
             continue
-        problem = secret_problem(auth.secret)
+        problem = secret_problem(auth.secret, runtime.workspace.slug)
         if problem is not None:
             missing.append(
                 MissingSecret(

@@ -107,7 +107,7 @@ _M = TypeVar("_M", bound=BaseModel)
 
 class AuthConfig(_Model):
     """Upstream credentials, by reference: `secret` is `env:NAME` or `file:/path`, never the secret itself
-    (`crank.gateway.adapters.http.check_secret_reference` says which references are allowed)."""
+    (`crank.gateway.secrets.check_secret_reference` says which references a workspace may use)."""
 
     type: Literal["bearer", "header"]
     secret: str

@@ -31,6 +31,7 @@ from crank.exceptions import SettingsError
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_LISTEN",
     "DEFAULT_HEAD_TIMEOUT",
     "DEFAULT_KEEPALIVE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
@@ -42,6 +43,8 @@ __all__ = [
 
 logger = logging.getLogger("crank.server")
 
+DEFAULT_LISTEN = "127.0.0.1:8000"
+"""Where `crank serve` listens unless told otherwise (`CRANK_LISTEN`, `--listen`)."""
 DEFAULT_HEAD_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 30.0
 DEFAULT_KEEPALIVE_TIMEOUT = 5.0  # uvicorn's default

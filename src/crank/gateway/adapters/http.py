@@ -9,8 +9,6 @@ messages a model can act on; raw upstream bodies are never passed through beyond
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,16 +21,18 @@ from crank.exceptions import (
     ToolConfigurationError,
     UpstreamBusyError,
     UpstreamConnectionError,
+    UpstreamRefusedError,
     UpstreamTimeoutError,
     UpstreamTooLargeError,
 )
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.client import UpstreamClient, UpstreamResponse, parse_upstream_url
 from crank.gateway.mapping import RequestParts
+from crank.gateway.secrets import check_secret_reference, resolve_secret
 from crank.registry.runtime import DEFAULT_ACCEPT, DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
-__all__ = ["HTTPAdapter", "check_secret_reference", "resolve_secret", "trimmed"]
+__all__ = ["HTTPAdapter", "trimmed"]
 
 logger = logging.getLogger("crank.gateway")
 _RETRY_STATUSES = frozenset({502, 503, 504})
@@ -40,67 +40,28 @@ _EXCERPT = 300
 _BUSY_RETRY_AFTER = 5  # seconds: what `upstream_busy` suggests waiting before a retry
 
 
-SECRET_DIRS_VARIABLE = "CRANK_SECRET_DIRS"
-_DEFAULT_SECRET_DIRS = ("/run/secrets", "/var/run/secrets")
-
-
-def check_secret_reference(reference: str, *, where: str) -> tuple[str, str]:
-    """`env:NAME` or `file:/path`, checked without reading it. Crank's own `CRANK_*` variables are never a
-    secret of an upstream, and files must lie in a secrets folder (`CRANK_SECRET_DIRS`, separated by
-    `:`; /run/secrets and /var/run/secrets by default), so that whoever may define operations cannot
-    make the gateway send any variable or file it can read."""
-    kind, _, name = reference.partition(":")
-    if kind == "env" and name:
-        if name.upper().startswith("CRANK_"):
-            raise ConfigurationError(f"{where}: Crank's own settings ({name}) cannot be an upstream secret")
-        return kind, name
-    if kind == "file" and name:
-        path = Path(name)
-        folders = os.environ.get(SECRET_DIRS_VARIABLE, ":".join(_DEFAULT_SECRET_DIRS)).split(":")
-        if not path.is_absolute() or not any(_inside(path, Path(folder)) for folder in folders if folder):
-            raise ConfigurationError(
-                f"{where}: secret files must be in one of {folders} ({SECRET_DIRS_VARIABLE}), got {name!r}"
-            )
-        return kind, name
-    raise ConfigurationError(f"{where}: a secret is 'env:NAME' or 'file:/path', got {reference!r}")
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    return os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == os.path.realpath(folder)
-
-
-def resolve_secret(reference: str, *, where: str) -> str:
-    """The value of an `env:NAME` or `file:/path` reference: secrets are referenced, never stored in the
-    registry. A missing one is a `ConfigurationError` (the call fails as `internal_error`; the log says why)."""
-    kind, name = check_secret_reference(reference, where=where)
-    if kind == "env":
-        value = os.environ.get(name)
-        if value is None:
-            raise ConfigurationError(f"{where}: environment variable {name!r} is not set")
-        return value
-    try:
-        return Path(name).read_text().strip()
-    except OSError as exc:
-        raise ConfigurationError(f"{where}: cannot read secret file {name!r}: {exc.strerror}") from None
-
-
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class HTTPAdapter(Adapter):
     def __init__(
-        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, tenant: str = ""
+        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, workspace: str = ""
     ) -> None:
+        """`workspace`: the operation's, whose secrets it may name (crank.gateway.secrets) and whose share of
+        the upstream's connections its calls use."""
         self.client = client
-        self.tenant = tenant  # the workspace: whose share of the upstream's connections its calls use
         self.method = (target.method or DEFAULT_HTTP_METHOD).upper()
         if not is_token(self.method):
             raise ConfigurationError(f"{where}: {self.method!r} is not an HTTP method")
         self.url = _checked_url(target.url, where=where)
+        # An address the egress policy refuses: a publish refuses it (crank.admin.actions); a replica whose
+        # policy is stricter than the publisher's serves the tool, whose calls fail as configuration_error.
+        self._refusal = client.egress.target_refusal(self.url)
         self.timeout = config.timeout
         idempotent = config.idempotent if config.idempotent is not None else self.method in IDEMPOTENT_METHODS
         self.retries = config.retries if idempotent else 0
-        self._auth = _auth(config.auth, where=where)
+        self._workspace = workspace
+        self._auth = _auth(config.auth, workspace=workspace, where=where)
         self._auth_cache: dict[str, str] | None = None
         self._where = where
         # The client already sends `Accept: application/json`; another value goes as a header of its own.
@@ -116,7 +77,7 @@ class HTTPAdapter(Adapter):
             else:
                 kind, name, reference = self._auth
                 try:
-                    secret = resolve_secret(reference, where=self._where)
+                    secret = resolve_secret(reference, workspace=self._workspace, where=self._where)
                 except ConfigurationError as exc:  # the operator's to fix: a warning without a traceback
                     logger.warning("%s", exc, extra={"secret_reference": reference})
                     raise ToolConfigurationError(
@@ -126,12 +87,14 @@ class HTTPAdapter(Adapter):
         return self._auth_cache
 
     async def call(self, parts: RequestParts) -> Any:
+        if self._refusal is not None:
+            raise self._refused(self._refusal)
         url, headers, query, body = self._request(parts)
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
                 response = await self.client.request(self.method, url, params=query, headers=headers, body=body,
-                                                     timeout=self.timeout, tenant=self.tenant)  # fmt: skip
+                                                     timeout=self.timeout, tenant=self._workspace)  # fmt: skip
             except UpstreamBusyError as exc:  # not retried: the wait took the whole timeout already
                 raise self._logged(_external(
                     f"This workspace's calls to the upstream are all busy: the call waited {self.timeout:g} s for a "
@@ -152,6 +115,8 @@ class HTTPAdapter(Adapter):
                                             "Retry in a minute.", applied=exc.sent)  # fmt: skip
                     raise self._logged(unavailable, exc.cause, str(exc)) from None
                 continue
+            except UpstreamRefusedError as exc:  # the operator's to fix, like a missing secret; never retried
+                raise self._refused(str(exc)) from None
             except UpstreamTooLargeError:
                 raise AdapterError("The upstream's answer is too large to pass on.", error_code="upstream_bad_response",
                                    suggested_action="Narrow the request (filters, a smaller page) and try again.",
@@ -163,6 +128,13 @@ class HTTPAdapter(Adapter):
             except ExternalServiceError as exc:
                 raise self._logged(exc, f"http_{response.status}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _refused(self, reason: str) -> ToolConfigurationError:
+        """The egress policy refuses the upstream's address: one warning line for the operator, never a client."""
+        logger.warning("%s: %s", self._where, reason, extra={"origin": self._origin})
+        return ToolConfigurationError(
+            "The tool cannot call its upstream: this server's egress policy does not allow its address."
+        )
 
     def _logged(self, error: ExternalServiceError, cause: str, detail: str | None = None) -> ExternalServiceError:
         """The error with what the operator's log line names: why, and which upstream (never sent to clients)."""
@@ -202,11 +174,11 @@ def _query_items(query: dict[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _auth(auth: AuthConfig | None, *, where: str) -> tuple[str, str, str] | None:
+def _auth(auth: AuthConfig | None, *, workspace: str, where: str) -> tuple[str, str, str] | None:
     """(type, header name, secret reference), checked when the version is built; resolved on first call."""
     if auth is None:
         return None
-    check_secret_reference(auth.secret, where=where)
+    check_secret_reference(auth.secret, workspace=workspace, where=where)
     return auth.type, auth.name, auth.secret
 
 

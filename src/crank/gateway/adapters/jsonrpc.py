@@ -24,11 +24,11 @@ _ids = itertools.count(1)
 
 class JSONRPCAdapter(HTTPAdapter):
     def __init__(
-        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, tenant: str = ""
+        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, workspace: str = ""
     ) -> None:
         if target.method is None:
             raise ConfigurationError(f"{where}: a jsonrpc target needs a 'url' and the remote 'method' name")
-        super().__init__(client, Target(url=target.url, method="POST"), config, where=where, tenant=tenant)
+        super().__init__(client, Target(url=target.url, method="POST"), config, where=where, workspace=workspace)
         # A POST: the http adapter retries it only when the operation says `"idempotent": true`.
         self.remote_method = target.method
 
