@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Self
 
 from sqlalchemy.engine import make_url
 
@@ -61,7 +61,29 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-class PostgresServer:
+class _Server:
+    """What both servers share: a directory of their own, deleted with them, and use as a context manager."""
+
+    root: Path
+
+    def _halt(self) -> None:
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        """Stop the server if it runs and delete its data."""
+        try:
+            self._halt()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.destroy()
+
+
+class PostgresServer(_Server):
     """A PostgreSQL cluster of its own: superuser `postgres`, trust authentication, TCP on 127.0.0.1 only,
     its Unix socket in its own directory, fsync off. Built by `start_postgres()`."""
 
@@ -124,19 +146,9 @@ class PostgresServer:
         if done.returncode != 0:
             raise self._fail(f"pg_ctl stop --mode {mode} failed")
 
-    def destroy(self) -> None:
-        """Stop the server if it runs and delete its data."""
-        try:
-            if (self.root / "data").exists():
-                self.stop("immediate")
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> PostgresServer:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.destroy()
+    def _halt(self) -> None:
+        if (self.root / "data").exists():
+            self.stop("immediate")
 
 
 def start_postgres(attempts: int = 3) -> PostgresServer:
@@ -171,7 +183,7 @@ def start_postgres(attempts: int = 3) -> PostgresServer:
     raise AssertionError("unreachable")
 
 
-class RedisServer:
+class RedisServer(_Server):
     """A redis-server of its own on 127.0.0.1, with persistence off. Built by `start_redis()`."""
 
     def __init__(self, root: Path, port: int) -> None:
@@ -231,17 +243,8 @@ class RedisServer:
             self._log.close()
             self._log = None
 
-    def destroy(self) -> None:
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.destroy()
+    def _halt(self) -> None:
+        self.stop()
 
 
 def start_redis(attempts: int = 3) -> RedisServer:
