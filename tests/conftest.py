@@ -122,6 +122,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @pytest.fixture
+def sqlite_registry(tmp_path: Path) -> Iterator[Registry]:
+    """A new, migrated SQLite registry of the test's own (for tests that need no PostgreSQL run)."""
+    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)
+    migrate(engine)
+    yield Registry(engine)
+    engine.dispose()
+
+
+@pytest.fixture
 def registry(database_url: str) -> Iterator[Registry]:
     # Unpooled: a test's servers may still be finishing a poll when the database is dropped, and a pooled
     # connection left behind would be garbage-collected open.

@@ -9,7 +9,7 @@ import itertools
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from crank.admin.changes import reimport
 from crank.admin.check import check_agent
 from crank.cli import main
 from crank.exceptions import RegistryNotFoundError, RPCToolError, ToolError
-from crank.registry import Registry, migrate, open_engine
+from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
 from tests import realapis
@@ -72,14 +72,6 @@ def _drifting_app() -> Starlette:
 def secured(monkeypatch: pytest.MonkeyPatch) -> None:
     """The operator gives the variable of the `secured` operations to their workspace (crank.gateway.secrets)."""
     monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "acme:DRIFT_TEST_UNSET_TOKEN")
-
-
-@pytest.fixture
-def sqlite_registry(tmp_path: Path) -> Iterator[Registry]:
-    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)
-    migrate(engine)
-    yield Registry(engine)
-    engine.dispose()
 
 
 def _operation(url: str, **extra: Any) -> dict[str, Any]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from crank.admin.actions import PublishReport, publish_agent
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import ALLOW_VARIABLE, LOOPBACK, EgressPolicy
-from crank.registry import Registry, migrate, open_engine
+from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
 
@@ -35,14 +34,6 @@ async def thing(request: Request) -> JSONResponse:
 
 
 upstream = Starlette(routes=[Route("/{rest:path}", thing)])
-
-
-@pytest.fixture
-def sqlite_registry(tmp_path: Path) -> Iterator[Registry]:
-    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}")
-    migrate(engine)
-    yield Registry(engine)
-    engine.dispose()
 
 
 def free_port() -> int:

@@ -8,7 +8,6 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +19,7 @@ from starlette.routing import Route
 
 from crank.admin.actions import check_runtime
 from crank.gateway.client import UpstreamClient
-from crank.registry import Registry, migrate, open_engine
+from crank.registry import Registry
 from crank.server import GatewayService
 
 pytestmark = pytest.mark.anyio
@@ -81,14 +80,6 @@ class Caller:
         result = (await self.client.post(url, json={"name": tool, "arguments": arguments or {}})).json()
         text = result["content"][0]["text"]
         return {"error": json.loads(text)} if result.get("isError") else {"value": result.get("structuredContent")}
-
-
-@pytest.fixture
-def sqlite_registry(tmp_path: Path) -> Iterator[Registry]:
-    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)
-    migrate(engine)
-    yield Registry(engine)
-    engine.dispose()
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from starlette.routing import Route
 from crank.admin.actions import publish_agent
 from crank.exceptions import ConfigurationError
 from crank.gateway.secrets import ENV_ALLOW_VARIABLE, ENV_PREFIX_VARIABLE, SECRET_DIRS_VARIABLE
-from crank.registry import Registry, migrate, open_engine
+from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
 
@@ -33,14 +33,6 @@ async def echo(request: Request) -> JSONResponse:
 
 
 upstream = Starlette(routes=[Route("/{rest:path}", echo)])
-
-
-@pytest.fixture
-def sqlite_registry(tmp_path: Path) -> Iterator[Registry]:
-    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}")
-    migrate(engine)
-    yield Registry(engine)
-    engine.dispose()
 
 
 def publish(registry: Registry, workspace: str, secret: str, url: str = "http://127.0.0.1:9/x") -> None:

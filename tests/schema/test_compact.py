@@ -155,13 +155,6 @@ def test_settings_merge_most_specific_last_and_name_a_wrong_one() -> None:
 # -- the registry: settings at every level, sizes before and after ------------------------------------
 
 
-@pytest.fixture
-def sqlite_registry(tmp_path: Path) -> Registry:
-    engine = open_engine(f"sqlite:///{tmp_path / 'registry.db'}", pooled=False)
-    migrate(engine)
-    return Registry(engine)
-
-
 def test_workspace_agent_and_operation_settings_apply_at_publish(sqlite_registry: Registry) -> None:
     registry = sqlite_registry
     registry.put_workspace("shop", "Shop", compact={"description_chars": 45})

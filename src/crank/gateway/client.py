@@ -197,6 +197,8 @@ class _Pool:
     def _hand_on(self, given: Connection | None) -> bool:
         """Give the next waiter in turn a connection, or None for a free slot (counted as its own at once,
         so nobody can take it in between); False if no tenant that may hold one more waits."""
+        if not self.waiters:  # the common case, on every connection given back: no allocation
+            return False
         found = self._next_waiter()
         if found is None:
             return False
