@@ -128,6 +128,28 @@ def test_the_admin_api_answers_json_while_the_database_refuses(
     until(lambda: status(base + "/admin/v1/workspaces", ADMIN) == 200)
 
 
+def test_a_new_key_is_503_while_the_registry_refuses_its_lookup(
+    engines: list[Engine], database: tuple[str, TCPProxy], tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    url, proxy = database
+    direct = Registry(open_engine(url, pooled=False))
+    direct.create_workspace("shop", "Shop")
+    direct.put_operation("shop", "get_book", OPERATION)
+    direct.put_agent("shop", "desk", {"bindings": [{"operation": "get_book"}]})
+    direct.publish("shop", "desk")
+    base = serve(server(engines, tmp_path, proxied(url, proxy), role="mcp", poll_interval=3600))
+    tools = base + "/mcp/v1/shop/desk/tools"
+    assert status(tools, {"Authorization": "Bearer crk_unknown"}) == 401  # loaded, and the watcher started
+    fresh = direct.create_api_key("shop")  # after the replica's only reload: only a lookup can find it
+    proxy.refuse()
+    answer = httpx.get(tools, headers={"Authorization": f"Bearer {fresh}"}, timeout=WAIT)
+    assert answer.status_code == 503  # the key may be good: not 401, which would tell the client to drop it
+    assert "cannot look up API keys" in answer.json()["error"]["message"]
+    proxy.forward()
+    until(lambda: status(tools, {"Authorization": f"Bearer {fresh}"}) == 200)
+    direct.engine.dispose()
+
+
 def test_a_replica_refuses_keys_it_cannot_confirm_once_its_key_list_is_too_old(
     engines: list[Engine],
     database: tuple[str, TCPProxy],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.mcp.formats import render
-from crank.registry import Registry
+from crank.registry import KeyScope, Registry
 from crank.server import GatewayService
 from crank.sources.agents import build_catalog
 from mcp import Client
@@ -143,6 +144,35 @@ async def test_a_key_made_after_the_last_reload_works_on_its_first_request(
         assert (await http.get(url, headers={"Authorization": f"Bearer {later}"})).status_code == 401
         await asyncio.sleep(2.1)
         assert (await http.get(url, headers={"Authorization": f"Bearer {later}"})).status_code == 200
+
+
+class _PausedLookups(Registry):
+    """The real registry, whose key lookups wait for the test between reading and answering: a lookup and
+    a revocation can then overlap the way they do under load."""
+
+    def __init__(self, registry: Registry) -> None:
+        super().__init__(registry.engine)
+        self.read, self.answer = threading.Event(), threading.Event()
+
+    def api_key(self, digest: str) -> KeyScope | None:
+        found = super().api_key(digest)
+        self.read.set()
+        self.answer.wait(timeout=30)
+        return found
+
+
+async def test_a_key_revoked_while_it_is_looked_up_stays_revoked(registry: Registry, serve: Callable[..., str]) -> None:
+    publish_demo(registry, serve(upstream.app))
+    paused = _PausedLookups(registry)
+    source = GatewayService(paused, poll_interval=3600).source
+    key = registry.create_api_key("acme")
+    lookup = asyncio.ensure_future(source.confirm(key))
+    assert await asyncio.to_thread(paused.read.wait, 30)  # the lookup found the key ...
+    registry.revoke_api_key(key)
+    await asyncio.to_thread(source.reload)  # ... and the revocation reached the replica before it answered
+    paused.answer.set()
+    assert await lookup is None
+    assert source.authenticate(key) is None  # the lookup did not bring the revoked key back
 
 
 def test_keys_are_stored_as_digests(registry: Registry) -> None:

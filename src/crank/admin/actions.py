@@ -188,7 +188,7 @@ def kept_api_key(registry: Registry, workspace: str, path: Path) -> str:
     one start to the next."""
     if path.is_file():
         key = path.read_text().strip()
-        if key_digest(key) in registry.api_keys():
+        if registry.api_key(key_digest(key)) is not None:
             return key
     key = registry.create_api_key(workspace)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -448,10 +448,7 @@ class Registry:
         )
         with Session(self.engine) as session:
             row: Any = session.execute(query).first()
-        if row is None:
-            return None
-        slug, scope = row
-        return KeyScope(slug, frozenset(scope["agents"]) if scope is not None else None)
+        return None if row is None else _key_scope(*row)
 
     def api_keys(self) -> dict[str, KeyScope]:
         """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation)."""
@@ -460,10 +457,7 @@ class Registry:
         )
         with Session(self.engine) as session:
             rows: list[Any] = list(session.execute(query).all())
-        return {
-            digest: KeyScope(slug, frozenset(scope["agents"]) if scope is not None else None)
-            for digest, slug, scope in rows
-        }
+        return {digest: _key_scope(slug, scope) for digest, slug, scope in rows}
 
     # -- what the MCP side reads -------------------------------------------------------------------
 
@@ -613,3 +607,8 @@ def _agent_info(row: Agent) -> JSONObject:
         "compact": row.spec.get("compact"),
         "published_version": row.published_version,
     }
+
+
+def _key_scope(workspace: str, scope: JSONObject | None) -> KeyScope:
+    """A key's scope from its row: its workspace, and the agents it is limited to (None: all of them)."""
+    return KeyScope(workspace, frozenset(scope["agents"]) if scope is not None else None)

@@ -37,10 +37,12 @@ from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
 from crank.wire.middleware import AUTH_SCOPE_KEY
+from crank.wire.notices import ThrottledLog
 
 __all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "AgentSource", "build_catalog"]
 
 logger = logging.getLogger("crank.gateway")
+_notices = ThrottledLog(logger)
 _DIGEST_CACHE = 4096
 KEY_LOOKUPS_PER_SECOND = 10.0
 """Registry lookups of keys a replica has not loaded yet (`AgentSource.confirm`), per replica and second."""
@@ -194,6 +196,7 @@ class AgentSource:
         self.key_lookups_per_second = key_lookups_per_second
         self._lookup_budget = max(key_lookups_per_second, 1.0)
         self._lookup_refilled = time.monotonic()
+        self._lookup_running = False
         self.freeze_heap = freeze_heap
         self.metrics = metrics
         self.state = state or MemoryStore()
@@ -347,22 +350,43 @@ class AgentSource:
         """A key `authenticate` does not know, looked up in the registry: a key made a moment ago (by the
         CLI, the admin API or another replica) works on its first request instead of after the next poll.
 
-        At most `key_lookups_per_second` lookups a second, so a flood of wrong keys costs the registry
-        that much and no more; past the budget an unknown key is refused (401) without a lookup."""
+        At most `key_lookups_per_second` lookups a second and one at a time, so a flood of wrong keys costs
+        the registry that much and holds one worker thread at most; past the budget an unknown key is
+        refused (401) without a lookup. A registry that fails the lookup is 503 (the key may be good)."""
         self._check_keys_fresh()
+        if self._lookup_running or not self._take_lookup():
+            return None
+        digest = self._digests.get(token) or key_digest(token)
+        keys = self._keys
+        self._lookup_running = True
+        try:
+            key_scope = await run_in_threadpool(self.registry.api_key, digest)
+        except DATABASE_ERRORS as exc:
+            _notices.warning("key-lookup", "looking up an API key in the registry failed: %s",
+                             describe_database_error(exc))  # fmt: skip
+            raise DependencyUnavailableError(
+                "registry",
+                "This server cannot look up API keys right now (its registry does not answer); retry later.",
+                retry_after=_STALE_RETRY_AFTER,
+            ) from None
+        finally:
+            self._lookup_running = False
+        if key_scope is None:
+            return None
+        if self._keys is not keys:
+            # A reload came in meanwhile: its list is newer than this lookup (the key may have been revoked
+            # since), so it decides; adding the key back would let a revoked key live on.
+            return self._keys.get(digest)
+        self._keys = {**keys, digest: key_scope}  # a new dict: a reload in its thread swaps it whole
+        return key_scope
+
+    def _take_lookup(self) -> bool:
+        """One lookup from a budget of `key_lookups_per_second` that refills continuously."""
         now = time.monotonic()
         rate = self.key_lookups_per_second
         self._lookup_budget = min(max(rate, 1.0), self._lookup_budget + (now - self._lookup_refilled) * rate)
         self._lookup_refilled = now
         if self._lookup_budget < 1:
-            return None
+            return False
         self._lookup_budget -= 1
-        digest = self._digests.get(token) or key_digest(token)
-        try:
-            key_scope = await run_in_threadpool(self.registry.api_key, digest)
-        except Exception as exc:
-            logger.warning("looking up an API key in the registry failed: %s", exc)
-            return None
-        if key_scope is not None:
-            self._keys = {**self._keys, digest: key_scope}  # a new dict: a reload in its thread swaps it whole
-        return key_scope
+        return True
