@@ -125,9 +125,9 @@ class MemoryStore:
             return False
         until = time.monotonic() + lease
         self._items[_lease_key(key)] = (until, held)
-        item = self._items.get(key)
-        if item is not None and item[0] < until:
-            self._items[key] = (until, item[1])
+        value = self._live(key)  # an expired value is not brought back
+        if value is not None and self._items[key][0] < until:
+            self._items[key] = (until, value)
         return True
 
     async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
