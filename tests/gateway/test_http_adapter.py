@@ -3,6 +3,7 @@ shared, path segments that cannot climb, redirects and oversized answers as erro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from crank.exceptions import ConfigurationError, ExternalServiceError, MappingError, ToolError
+from crank.exceptions import ConfigurationError, ExternalServiceError, IdempotencyError, MappingError, ToolError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.registry import tool_from_spec
@@ -181,3 +182,33 @@ async def test_an_upstream_failure_is_logged_with_its_cause_and_origin(
     assert line["cause"] == cause and line["origin"] == origin
     assert line["message"].startswith(f"tool t failed: {failed.value.error_code} ({cause}, {origin}")
     assert origin not in json.dumps(failed.value.to_payload("req-1"))  # the operator's, not the client's
+
+
+async def test_a_retry_that_was_never_sent_keeps_the_key_of_an_attempt_that_was() -> None:
+    # The upstream answers the first attempt 502 (it may have acted), then stops listening: the retries are
+    # refused before anything is sent. The call may still have acted, so its key stays claimed.
+    requests: list[bytes] = []
+
+    async def answer_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await reader.readuntil(b"\r\n\r\n"))
+        server.close()  # nothing listens any more: the retries are refused
+        writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer_once, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    schema = {"type": "object", "properties": {"request_id": {"type": "string"}}}
+    spec = {"tool_name": "t", "protocol": "http", "target": {"method": "POST", "url": f"http://127.0.0.1:{port}/x"},
+            "input_schema": schema, "execution_config": {"idempotent": True, "retries": 2,
+                                                         "idempotency": {"argument": "request_id"}}}  # fmt: skip
+    client = UpstreamClient()
+    remote = RemoteOperation(tool_from_spec(spec), client, placement=Placement("shop", "desk", 1))
+    with pytest.raises(ExternalServiceError) as failed:
+        await remote.call({"request_id": "k-1"})
+    assert failed.value.error_code == "upstream_unavailable" and failed.value.may_have_taken_effect
+    with pytest.raises(IdempotencyError) as repeat:  # never sent again: the first attempt may have acted
+        await remote.call({"request_id": "k-1"})
+    assert repeat.value.error_code == "idempotency_outcome_unknown"
+    assert len(requests) == 1
+    await client.aclose()

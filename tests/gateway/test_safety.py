@@ -8,7 +8,7 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -21,12 +21,14 @@ from starlette.routing import Route
 from crank.admin.actions import check_runtime
 from crank.exceptions import IdempotencyError
 from crank.gateway.client import UpstreamClient
+from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, Idempotency, fingerprint
-from crank.registry import Registry
+from crank.registry import Registry, tool_from_spec
 from crank.registry.runtime import ConfirmationConfig, ExecutionConfig
 from crank.server import GatewayService
 from crank.sources.agents import build_catalog
 from crank.state import MemoryStore, RedisStore, StateStore
+from tests.proxy import TCPProxy
 
 pytestmark = pytest.mark.anyio
 CHECK_CLIENT = UpstreamClient()  # builds catalogs; never sends a request
@@ -374,3 +376,75 @@ async def test_an_owner_that_stalled_past_its_lease_still_records_its_outcome(
     assert await idempotency.run(state, arguments, 5, lambda: effect_once(calls)) == {"value": 1, "omitted": 0}
     assert calls == [1]
     await state.aclose()
+
+
+@pytest.fixture
+def redis_proxy(redis_url: str) -> Iterator[TCPProxy]:
+    host, _, port = redis_url.removeprefix("redis://").partition("/")[0].rpartition(":")
+    with TCPProxy(int(port), target_host=host) as proxy:
+        yield proxy
+
+
+async def test_a_redis_that_stops_answering_never_holds_back_the_upstreams_answer(
+    redis_proxy: TCPProxy, serve: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    requests: list[str] = []
+
+    async def create(request: Request) -> Response:
+        requests.append(request.headers["idempotency-key"])
+        redis_proxy.black_hole()  # claimed, acted upon: now Redis answers nothing, not even an error
+        return JSONResponse({"id": 1}, status_code=201)
+
+    base = serve(Starlette(routes=[Route("/records", create, methods=["POST"])]))
+    spec = {"tool_name": "create_record", "protocol": "http", "target": {"method": "POST", "url": base + "/records"},
+            "input_schema": {"type": "object", "properties": {"request_id": {"type": "string"}}},
+            "execution_config": {"idempotency": {"argument": "request_id"}}}  # fmt: skip
+    state = RedisStore(f"redis://127.0.0.1:{redis_proxy.port}/0", prefix=f"t-{uuid.uuid4().hex}:", timeout=0.5)
+    client = UpstreamClient()
+    remote = RemoteOperation(tool_from_spec(spec), client, state=state, placement=Placement("acme", "desk", 1))
+    try:
+        # Generous: the store's timeout is 0.5 s; without one, the outcome write waits for good.
+        outcome = await asyncio.wait_for(remote.call({"request_id": "r-1"}), 30)
+        assert outcome.value == {"id": 1} and requests == ["r-1"]
+        assert any("could not record an idempotency outcome" in record.message for record in caplog.records)
+    finally:
+        redis_proxy.forward()
+        await client.aclose()
+        await state.aclose()
+
+
+async def test_renewals_that_fail_while_the_store_is_down_are_logged_once(
+    redis_proxy: TCPProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = RedisStore(f"redis://127.0.0.1:{redis_proxy.port}/0", prefix=f"t-{uuid.uuid4().hex}:", timeout=0.5)
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op", lease=0.3)
+    calls: list[int] = []
+    release = asyncio.Event()
+    runs = [
+        asyncio.create_task(idempotency.run(state, {"request_id": f"r-{n}"}, 5, lambda: effect_once(calls, release)))
+        for n in range(5)
+    ]
+    while len(calls) < 5:  # every call claimed its key and is running
+        await asyncio.sleep(0.01)
+    redis_proxy.refuse()
+    await asyncio.sleep(1)  # about three heartbeats for each of the five calls, each failing
+    release.set()
+    assert len(await asyncio.gather(*runs)) == 5
+    lines = [record for record in caplog.records if record.message.startswith("could not renew")]
+    assert len(lines) == 1, [record.message for record in lines]
+    redis_proxy.forward()
+    await state.aclose()
+
+
+async def test_a_call_shorter_than_a_heartbeat_starts_no_task() -> None:
+    state = MemoryStore()
+    idempotency = Idempotency("request_id", "Idempotency-Key", window=60, scope="acme/op")
+    before = len(asyncio.all_tasks())
+    during: list[int] = []
+
+    async def quick() -> dict[str, Any]:
+        during.append(len(asyncio.all_tasks()))
+        return {"value": 1, "omitted": 0}
+
+    assert await idempotency.run(state, {"request_id": "r-1"}, 5, quick) == {"value": 1, "omitted": 0}
+    assert during == [before]

@@ -81,3 +81,12 @@ async def test_replace_if_ends_the_lease_and_writes_back_a_value_that_was_lost(s
 
 async def test_the_memory_store_has_nothing_to_warn_about() -> None:
     assert await MemoryStore().durability_warnings() == []
+
+
+async def test_renewing_a_lease_keeps_the_claim_past_its_own_time_to_live(store: StateStore) -> None:
+    assert await store.claim("k", {"claim": "mine", "state": "running"}, ttl=0.2, lease=0.2)
+    for _ in range(4):  # the call outlives the claim's own time to live; its owner renews the lease
+        await asyncio.sleep(0.1)
+        assert await store.renew("k", "mine", lease=0.2)
+    assert await store.inspect("k") == ({"claim": "mine", "state": "running"}, True)
+    assert not await store.add("k", {"claim": "theirs"}, ttl=5)  # never free while its owner still works

@@ -42,10 +42,12 @@ from crank.exceptions import ConfigurationError, ConfirmationError, IdempotencyE
 from crank.registry.runtime import ConfirmationConfig, IdempotencyConfig
 from crank.state import StateStore
 from crank.types import JSONObject
+from crank.wire.notices import ThrottledLog
 
 __all__ = ["CONFIRMATION_ARGUMENT", "IDEMPOTENCY_LEASE", "Confirmation", "Idempotency", "fingerprint"]
 
 logger = logging.getLogger("crank.gateway")
+_renewal_failures = ThrottledLog(logger)  # while the store is down, every call in flight fails each heartbeat
 
 IDEMPOTENCY_LEASE = 10.0
 """Seconds a claimed idempotency key stays "in progress" without a heartbeat from its owner. Past it, a claim
@@ -103,18 +105,18 @@ class Idempotency:
         running = {"state": "running", "arguments": arguments_print, "claim": claim}
         if not await state.claim(key, running, ttl, self.lease):
             return self._repeat(*await state.inspect(key), arguments_print)
-        heartbeat = asyncio.get_running_loop().create_task(_heartbeat(state, key, claim, self.lease))
+        heartbeat = _Heartbeat(state, key, claim, self.lease)
         unknown = {"state": "unknown", "arguments": arguments_print, "claim": claim}
         try:
             outcome = await call()
         except BaseException as exc:
-            heartbeat.cancel()
+            heartbeat.stop()
             # Nothing happened upstream (refused, 4xx, 503, bad mapping): free the key for a retry. A timeout,
             # a 5xx, a cancelled or crashed call: the upstream may have acted, keep the key.
             untouched = isinstance(exc, ToolError) and not exc.may_have_taken_effect
             await _settle(state, key, claim, None if untouched else unknown, ttl)
             raise
-        heartbeat.cancel()
+        heartbeat.stop()
         done = {"state": "done", "arguments": arguments_print, "claim": claim, "outcome": outcome}
         await _settle(state, key, claim, done, ttl)
         return outcome  # the upstream acted: its answer is the caller's even if the store could not keep it
@@ -156,22 +158,43 @@ class Idempotency:
         )  # fmt: skip
 
 
-async def _heartbeat(state: StateStore, key: str, claim: str, lease: float) -> None:
-    """Renew the claim's lease every third of it until cancelled. A lease that lapsed stays lapsed: repeats
-    have been told the outcome is unknown, and a late outcome still replaces the claim."""
+class _Heartbeat:
+    """Renews the claim's lease every third of it until stopped. Most calls end before the first beat: for
+    them it is one timer, armed and cancelled, and no task (the lease costs nothing, docs/safety.md)."""
+
+    def __init__(self, state: StateStore, key: str, claim: str, lease: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._renewing: asyncio.Task[None] | None = None
+        self._timer = self._loop.call_later(lease / 3, self._start, state, key, claim, lease)
+
+    def _start(self, state: StateStore, key: str, claim: str, lease: float) -> None:
+        self._renewing = self._loop.create_task(_renew_until_cancelled(state, key, claim, lease))
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        if self._renewing is not None:
+            self._renewing.cancel()
+
+
+async def _renew_until_cancelled(state: StateStore, key: str, claim: str, lease: float) -> None:
+    """Renew now, then every third of the lease. A lease that lapsed stays lapsed: repeats have been told
+    the outcome is unknown, and a late outcome still replaces the claim."""
     while True:
-        await asyncio.sleep(lease / 3)
         try:
             if not await state.renew(key, claim, lease):
                 return
-        except Exception as exc:  # the store is unreachable: the lease lapses unless a later beat gets through
-            error = f"{type(exc).__name__}: {exc}"
-            logger.warning("could not renew an idempotency lease", extra={"idempotency_scope": key, "error": error})
+        except Exception as exc:  # unreachable or timed out: the lease lapses unless a later beat gets through
+            _renewal_failures.warning(
+                "idempotency_lease", "could not renew an idempotency lease",
+                idempotency_scope=key, error=f"{type(exc).__name__}: {exc}",
+            )  # fmt: skip
+        await asyncio.sleep(lease / 3)
 
 
 async def _settle(state: StateStore, key: str, claim: str, value: JSONObject | None, ttl: float) -> None:
-    """Write the claim's outcome (or free it). When the store fails, the claim stays as it was and its lease
-    lapses: repeats get `idempotency_outcome_unknown`, never a second run."""
+    """Write the claim's outcome (or free it). When the store fails or times out (`DEFAULT_REDIS_TIMEOUT`),
+    the claim stays as it was and its lease lapses: repeats get `idempotency_outcome_unknown`, never a second
+    run, and the caller still gets the upstream's answer."""
     try:
         await state.replace_if(key, claim, value, ttl)
     except Exception as exc:

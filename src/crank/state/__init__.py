@@ -7,6 +7,7 @@ any replica honours a token issued or a record written by another.
 from __future__ import annotations
 
 from crank.state.store import (
+    DEFAULT_REDIS_TIMEOUT,
     DURABILITY_CHECK_TIMEOUT,
     MemoryStore,
     RedisStore,
@@ -15,4 +16,12 @@ from crank.state.store import (
     open_state,
 )
 
-__all__ = ["DURABILITY_CHECK_TIMEOUT", "MemoryStore", "RedisStore", "StateStore", "check_durability", "open_state"]
+__all__ = [
+    "DEFAULT_REDIS_TIMEOUT",
+    "DURABILITY_CHECK_TIMEOUT",
+    "MemoryStore",
+    "RedisStore",
+    "StateStore",
+    "check_durability",
+    "open_state",
+]

@@ -19,12 +19,25 @@ from typing import Any, Protocol
 from crank import _json
 from crank.types import JSONObject
 
-__all__ = ["DURABILITY_CHECK_TIMEOUT", "MemoryStore", "RedisStore", "StateStore", "check_durability", "open_state"]
+__all__ = [
+    "DEFAULT_REDIS_TIMEOUT",
+    "DURABILITY_CHECK_TIMEOUT",
+    "MemoryStore",
+    "RedisStore",
+    "StateStore",
+    "check_durability",
+    "open_state",
+]
 
 logger = logging.getLogger("crank.state")
 
 DURABILITY_CHECK_TIMEOUT = 5.0
 """Seconds the start-up check of Redis's settings may take before it logs that it could not check."""
+
+DEFAULT_REDIS_TIMEOUT = 5.0
+"""Seconds one Redis command (or connecting) may take before it fails with a timeout, never retried (a write
+that timed out may have been applied). Without it, a Redis that stopped answering (a lost network path)
+held every claim, lease renewal and outcome write, and with them the calls' answers, for good."""
 
 
 class StateStore(Protocol):
@@ -43,8 +56,9 @@ class StateStore(Protocol):
         holder renews it while it works (`renew`); a lease that lapsed tells others its holder is gone."""
 
     async def renew(self, key: str, claim: str, lease: float) -> bool:
-        """Extend the lease to `lease` seconds from now while `claim` holds it. A lapsed lease stays lapsed
-        (others may have been told its holder is gone). True when renewed."""
+        """Extend the lease to `lease` seconds from now while `claim` holds it, and the value's own time to
+        live to at least as long (never shorter): a claim outlives its window while its holder still works.
+        A lapsed lease stays lapsed (others may have been told its holder is gone). True when renewed."""
 
     async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
         """The value (None when absent) and whether a lease on the key is held."""
@@ -109,7 +123,11 @@ class MemoryStore:
         held = self._live(_lease_key(key))
         if held is None or held.get("claim") != claim:
             return False
-        self._items[_lease_key(key)] = (time.monotonic() + lease, held)
+        until = time.monotonic() + lease
+        self._items[_lease_key(key)] = (until, held)
+        value = self._live(key)  # an expired value is not brought back
+        if value is not None and self._items[key][0] < until:
+            self._items[key] = (until, value)
         return True
 
     async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
@@ -149,10 +167,21 @@ class MemoryStore:
 class RedisStore:
     """State shared by every replica, in Redis (SET NX PX in Lua scripts, GETDEL: Redis 6.2 or newer)."""
 
-    def __init__(self, url: str, *, prefix: str = "crank:") -> None:
+    def __init__(self, url: str, *, prefix: str = "crank:", timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
         import redis.asyncio
+        import redis.asyncio.retry
+        import redis.backoff
+        import redis.exceptions
 
-        self._redis: Any = redis.asyncio.Redis.from_url(url)
+        # A dropped connection is retried (a Redis restart; redis-py's default), a timeout never: the command
+        # may have been applied, and retrying it would wait `timeout` again, ten times over.
+        retry = redis.asyncio.retry.Retry(
+            redis.backoff.ExponentialBackoff(cap=1, base=0.01), 3,
+            supported_errors=(redis.exceptions.ConnectionError,),
+        )  # fmt: skip
+        self._redis: Any = redis.asyncio.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=retry
+        )
         self._prefix = prefix
         self._replace_if = self._redis.register_script(_REPLACE_IF)
         self._claim = self._redis.register_script(_CLAIM)
@@ -175,7 +204,8 @@ class RedisStore:
         return bool(await self._claim(keys=keys, args=[_json.dumps(value), _ms(ttl), value["claim"], _ms(lease)]))
 
     async def renew(self, key: str, claim: str, lease: float) -> bool:
-        return bool(await self._renew(keys=[self._prefix + _lease_key(key)], args=[claim, _ms(lease)]))
+        keys = [self._prefix + _lease_key(key), self._prefix + key]
+        return bool(await self._renew(keys=keys, args=[claim, _ms(lease)]))
 
     async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
         value, lease = await self._redis.mget(self._prefix + key, self._prefix + _lease_key(key))
@@ -214,9 +244,13 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 en
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
 return 1
 """
+# KEYS[1] the lease, KEYS[2] the value, whose time to live grows to the lease's if shorter (never shrinks;
+# PEXPIRE GT is Redis 7).
 _RENEW = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl >= 0 and ttl < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 return 1
 """
 # Compare the stored value's claim (a value for a key that is gone is written back), then set or delete.

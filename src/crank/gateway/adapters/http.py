@@ -90,29 +90,29 @@ class HTTPAdapter(Adapter):
         if self._refusal is not None:
             raise self._refused(self._refusal)
         url, headers, query, body = self._request(parts)
+        # Whether an earlier attempt may have acted upstream (sent, then timed out, dropped or answered 5xx): a
+        # later attempt that was never sent does not undo it, so the error says so and the key stays claimed.
+        maybe_applied = False
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
                 response = await self.client.request(self.method, url, params=query, headers=headers, body=body,
                                                      timeout=self.timeout, tenant=self._workspace)  # fmt: skip
             except UpstreamBusyError as exc:  # not retried: the wait took the whole timeout already
-                raise self._logged(_external(
-                    f"This workspace's calls to the upstream are all busy: the call waited {self.timeout:g} s for a "
-                    "connection and was not sent.", "upstream_busy",
-                    "Nothing was sent or changed: retry in a few seconds, with fewer calls at once.", applied=False,
-                    details={"retry_after": _BUSY_RETRY_AFTER},
-                ), exc.cause) from None  # fmt: skip
+                raise self._logged(self._busy(maybe_applied), exc.cause) from None
             except UpstreamTimeoutError as exc:
+                maybe_applied = maybe_applied or exc.sent
                 if last:
                     raise self._logged(_external(
                         f"The upstream did not answer within {self.timeout:g} s.", "upstream_timeout",
-                        "Retry later, or narrow the request.", applied=exc.sent,
+                        "Retry later, or narrow the request.", applied=maybe_applied,
                     ), exc.cause) from None  # fmt: skip
                 continue
             except UpstreamConnectionError as exc:
+                maybe_applied = maybe_applied or exc.sent
                 if last:
                     unavailable = _external("The upstream service cannot be reached.", "upstream_unavailable",
-                                            "Retry in a minute.", applied=exc.sent)  # fmt: skip
+                                            "Retry in a minute.", applied=maybe_applied)  # fmt: skip
                     raise self._logged(unavailable, exc.cause, str(exc)) from None
                 continue
             except UpstreamRefusedError as exc:  # the operator's to fix, like a missing secret; never retried
@@ -122,12 +122,30 @@ class HTTPAdapter(Adapter):
                                    suggested_action="Narrow the request (filters, a smaller page) and try again.",
                                    ) from None  # fmt: skip
             if response.status in _RETRY_STATUSES and not last:
+                maybe_applied = maybe_applied or response.status != 503  # a 503 says it did not act
                 continue
             try:
                 return _decode(response)
             except ExternalServiceError as exc:
+                exc.may_have_taken_effect = exc.may_have_taken_effect or maybe_applied
                 raise self._logged(exc, f"http_{response.status}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _busy(self, maybe_applied: bool) -> ExternalServiceError:
+        """No connection within the timeout: this attempt was not sent, but an earlier one may have acted."""
+        waited = f"the call waited {self.timeout:g} s for a connection"
+        if maybe_applied:
+            return _external(
+                f"This workspace's calls to the upstream are all busy: {waited} to retry, after an attempt that "
+                "the upstream may have acted on.", "upstream_busy",
+                "Check whether the change happened (read it back) before retrying, with fewer calls at once.",
+                applied=True, details={"retry_after": _BUSY_RETRY_AFTER},
+            )  # fmt: skip
+        return _external(
+            f"This workspace's calls to the upstream are all busy: {waited} and was not sent.", "upstream_busy",
+            "Nothing was sent or changed: retry in a few seconds, with fewer calls at once.", applied=False,
+            details={"retry_after": _BUSY_RETRY_AFTER},
+        )  # fmt: skip
 
     def _refused(self, reason: str) -> ToolConfigurationError:
         """The egress policy refuses the upstream's address: one warning line for the operator, never a client."""
