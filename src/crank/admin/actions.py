@@ -99,7 +99,7 @@ class CheckAndLint:
             egress.check_target(tool.target.url, where=f"tool {tool.tool_name!r}")
         check_secret_references(runtime)
         catalog = build_catalog(
-            runtime, UpstreamClient(egress=self.egress)
+            runtime, UpstreamClient(egress=egress)
         )  # the check; the linter and the budget report reuse what it built
         slug = runtime.agent.slug
         self.findings[slug] = lint_runtime(runtime, catalog=catalog) + secret_findings(runtime)
