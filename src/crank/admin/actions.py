@@ -20,7 +20,7 @@ from crank.admin.openrpc import import_openrpc
 from crank.exceptions import RegistryNotFoundError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
-from crank.gateway.secrets import check_secret_reference, missing_secrets
+from crank.gateway.secrets import check_secret_references, missing_secrets
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
@@ -31,7 +31,6 @@ __all__ = [
     "PublishReport",
     "bind_tool",
     "check_runtime",
-    "check_secret_references",
     "secret_findings",
     "imported_sizes",
     "imported_specs",
@@ -47,16 +46,6 @@ def check_runtime(runtime: RuntimeView) -> None:
     """Compile the catalog of a runtime view; raises `ConfigurationError` naming the tool that is wrong."""
     check_secret_references(runtime)
     build_catalog(runtime)
-
-
-def check_secret_references(runtime: RuntimeView) -> None:
-    """At publish: a secret reference the workspace may not use is a `ConfigurationError` naming the tool.
-    Only here: a serving replica compiles such a tool anyway and fails its calls (crank.gateway.secrets)."""
-    for tool in runtime.tools:
-        if tool.execution_config.auth is not None:
-            check_secret_reference(
-                tool.execution_config.auth.secret, workspace=runtime.workspace.slug, where=f"tool {tool.tool_name!r}"
-            )
 
 
 @dataclass(frozen=True)
