@@ -23,7 +23,9 @@ gateway's own port (the demo calls the API it serves itself); a network never do
 Checked where the connection is made, on the resolved addresses: a name is resolved once, every
 address it resolves to is checked, and the connection goes to a checked address (a DNS answer that
 changes between the check and the connection cannot redirect it). At publish, targets whose host is
-an address (or `localhost`) are checked too, so that a refused one fails the publish naming the tool.
+an address are checked too, so that a refused one fails the publish naming the tool; a target whose host
+is a name, `localhost` included, is checked only when a call connects (what it resolves to is the
+serving host's answer, not the publisher's).
 """
 
 from __future__ import annotations
