@@ -118,6 +118,24 @@ def test_admin_commands_import_bind_publish_and_roll_back(runner: CliRunner) -> 
     assert gone.exit_code == 1 and key_id in gone.output and "Traceback" not in gone.output
 
 
+def test_publish_uses_the_settings_files_egress_allowance(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRANK_EGRESS_ALLOW")  # the environment allows no loopback target; the settings file does
+    settings = tmp_path / "crank.toml"
+    settings.write_text('egress_allow = "127.0.0.0/8"\n')
+    runner.invoke(main, ["workspace", "create", "shop"])
+    imported = runner.invoke(
+        main, ["import", "openapi", str(DEMO_SPEC), "-w", "shop", "--base-url", "http://127.0.0.1:9"]
+    )
+    assert imported.exit_code == 0, imported.output
+    runner.invoke(main, ["agent", "bind", "shop", "desk", "get_book"])
+    refused = runner.invoke(main, ["publish", "shop", "desk"])
+    assert refused.exit_code == 1 and "127.0.0.1:9 is not a public address" in refused.output
+    published = runner.invoke(main, ["--settings", str(settings), "publish", "shop", "desk"])
+    assert published.exit_code == 0 and "version 1" in published.output, published.output
+
+
 def test_admin_commands_fail_clearly(runner: CliRunner, tmp_path: Path) -> None:
     runner.invoke(main, ["workspace", "create", "shop"])
     bad = tmp_path / "bad.yaml"

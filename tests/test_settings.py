@@ -80,3 +80,19 @@ def test_a_missing_admin_token_is_generated_once_and_kept_private(tmp_path: Path
     assert len(token) >= 32 and settings.admin_secret() == token
     mode = stat.S_IMODE((tmp_path / "data" / "admin-token").stat().st_mode)
     assert mode == 0o600
+
+
+def test_a_workspaces_share_of_an_origin_is_half_and_never_more_than_the_origins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRANK_UPSTREAM_CONNECTIONS_PER_ORIGIN", "20")
+    settings = load_settings()
+    assert settings.upstream_connections_per_workspace is None
+    assert settings.upstream_client(settings.egress_policy())._limits == (20, 10)
+    monkeypatch.setenv("CRANK_UPSTREAM_CONNECTIONS_PER_WORKSPACE", "30")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert (
+        "CRANK_UPSTREAM_CONNECTIONS_PER_WORKSPACE (30) may not exceed CRANK_UPSTREAM_CONNECTIONS_PER_ORIGIN (20)"
+        in str(caught.value)
+    )

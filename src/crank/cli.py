@@ -75,6 +75,12 @@ def _settings(**overrides: Any) -> Any:
         return load_settings(settings_file, **overrides)
 
 
+def _egress() -> Any:
+    """The settings' egress policy (`egress_allow` and `listen`, from the environment or the settings file):
+    what imports by URL, publishes and checks may reach, as `crank serve` would."""
+    return _settings().egress_policy()
+
+
 def _registry() -> Any:
     from crank.registry import Registry, migrate, open_engine
 
@@ -390,7 +396,7 @@ def _import(kind: str, spec: str, workspace: str, base_url: str | None, include:
     with _clear_errors(), _progress_bar(f"importing {Path(spec).name}") as progress:
         report = reimport(registry, workspace, kind,  # type: ignore[arg-type]
                           spec, base_url=base_url, include=include or None, progress=progress,
-                          republish=republish, dry_run=dry_run)  # fmt: skip
+                          republish=republish, dry_run=dry_run, egress=_egress())  # fmt: skip
     for line in report.lines():
         click.echo(line)
     for agent, findings in report.findings.items():
@@ -573,7 +579,7 @@ def publish(workspace: str, agent_slug: str) -> None:
     from crank.admin.actions import publish_agent
 
     with _clear_errors():
-        report = publish_agent(_registry(), workspace, agent_slug)
+        report = publish_agent(_registry(), workspace, agent_slug, egress=_egress())
     click.echo(f"published {workspace}/{agent_slug} version {report.version}")
     _echo_catalog_line(report.catalog)
     for size in report.tools:
@@ -668,7 +674,7 @@ def apply(file: str) -> None:
         catalog = load_catalog_file(file)
         registry = _registry()
         with _progress_bar("importing") as progress:
-            report = apply_catalog(registry, catalog, base_dir=Path(file).parent, progress=progress)
+            report = apply_catalog(registry, catalog, base_dir=Path(file).parent, progress=progress, egress=_egress())
     click.echo(f"workspace {report.workspace}: {len(report.operations)} operations")
     for slug, (version, new) in report.versions.items():
         click.echo(f"  agent {slug}: version {version}{' (published)' if new else ' (unchanged)'}")
@@ -775,7 +781,7 @@ def check(workspace: str, agent_slug: str) -> None:
 
     registry = _registry()
     with _clear_errors():
-        results = asyncio.run(check_agent(registry, workspace, agent_slug))
+        results = asyncio.run(check_agent(registry, workspace, agent_slug, egress=_egress()))
     for result in results:
         click.echo(str(result))
     failed = sum(result.status in ("drift", "error") for result in results)

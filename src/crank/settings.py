@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from crank.exceptions import ConfigurationError, SettingsError
-from crank.gateway.client import DEFAULT_LIMIT_PER_HOST, DEFAULT_LIMIT_PER_TENANT, UpstreamClient
+from crank.gateway.client import DEFAULT_LIMIT_PER_HOST, UpstreamClient
 from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
@@ -96,8 +96,12 @@ class Settings(BaseSettings):
     upstream_connections_per_origin: int = Field(
         DEFAULT_LIMIT_PER_HOST, ge=1, le=10_000, description="Connections to one upstream origin, all workspaces."
     )
-    upstream_connections_per_workspace: int = Field(
-        DEFAULT_LIMIT_PER_TENANT, ge=1, le=10_000, description="Connections to one upstream origin, one workspace."
+    upstream_connections_per_workspace: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Connections to one upstream origin, one workspace (default: half the per-origin limit, at "
+        "least 1; at most the per-origin limit).",
     )
     key_list_max_age: float = Field(
         DEFAULT_KEY_LIST_MAX_AGE,
@@ -165,6 +169,16 @@ class Settings(BaseSettings):
         # The watcher confirms the key list once per poll: a shorter window would refuse keys between polls.
         if self.key_list_max_age <= 2 * self.poll_interval:
             raise ValueError("key_list_max_age must be more than twice poll_interval")
+        return self
+
+    @model_validator(mode="after")
+    def _workspace_share_within_origin(self) -> Settings:
+        per_workspace, per_origin = self.upstream_connections_per_workspace, self.upstream_connections_per_origin
+        if per_workspace is not None and per_workspace > per_origin:
+            raise ValueError(
+                f"{ENV_PREFIX}UPSTREAM_CONNECTIONS_PER_WORKSPACE ({per_workspace}) may not exceed "
+                f"{ENV_PREFIX}UPSTREAM_CONNECTIONS_PER_ORIGIN ({per_origin})"
+            )
         return self
 
     @property

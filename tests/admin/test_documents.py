@@ -4,6 +4,7 @@ deadline and one message for every network failure, against real servers on loop
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import socket
 import threading
@@ -69,7 +70,7 @@ def test_a_slow_endless_body_is_cut_by_the_deadline(base: str) -> None:
 
 def test_loopback_documents_need_an_allowance(base: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ALLOW_VARIABLE)
-    with pytest.raises(SpecError, match=r"is not a public address; this server's egress policy refuses it"):
+    with pytest.raises(SpecError, match=r"cannot fetch the document: this server's egress policy does not allow"):
         load_document(base + "/openapi.yaml")
     assert load_document(base + "/openapi.yaml", egress=EgressPolicy(LOOPBACK))["info"]["title"] == "Petstore"
 
@@ -120,3 +121,19 @@ def test_refused_and_closed_ports_give_the_same_answer(
     assert answers[0] == answers[1]
     assert "no answer from that address" in answers[0]
     engine.dispose()
+
+
+def test_the_admin_api_does_not_say_what_a_refused_name_resolves_to(
+    base: str, sqlite_registry: Registry, serve: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    sqlite_registry.create_workspace("acme", "Acme")
+    admin = serve(AdminAPI(sqlite_registry, token=TOKEN, egress=EgressPolicy()))  # public addresses only
+    url = base.replace("127.0.0.1", "localhost") + "/openapi.yaml"
+    port = url.split(":")[2].split("/")[0]
+    with caplog.at_level(logging.INFO, logger="crank"):
+        response = httpx.post(admin + "/admin/v1/workspaces/acme/imports", headers={"Authorization": f"Bearer {TOKEN}"},
+                              json={"format": "openapi", "url": url})  # fmt: skip
+    assert response.status_code == 422
+    assert "this server's egress policy does not allow that address" in response.text
+    assert "127.0.0.1" not in response.text and "::1" not in response.text and "public" not in response.text
+    assert f":{port} is not a public address" in caplog.text  # the operator's log names it

@@ -421,6 +421,29 @@ async def test_a_workspace_holds_at_most_its_share_of_an_origin(upstream: Any) -
     assert server.most_open <= 3  # a's two, then b's one
 
 
+async def test_a_workspace_holds_half_the_configured_pool_by_default(upstream: Any) -> None:
+    gate = asyncio.Event()
+
+    async def held(request: bytes, n: int) -> bytes:
+        if b"/held" in request:
+            await gate.wait()
+        return OK
+
+    server = await upstream(held)
+    client = UpstreamClient(limit_per_host=4)  # a smaller pool than the default: the share follows it
+    flood = [asyncio.ensure_future(get(client, server.url + "/held", tenant="a")) for _ in range(6)]
+    await _until(lambda: len(server.requests) >= 2)
+    await asyncio.sleep(0.05)  # room for a third of a's calls to go out, were its share more than half
+    assert len(server.requests) == 2
+    answer = await get(client, server.url + "/other", tenant="b")
+    assert answer.status == 200 and not any(call.done() for call in flood)
+    gate.set()
+    await asyncio.gather(*flood)
+    await client.aclose()
+    with pytest.raises(ValueError, match=r"limit_per_tenant \(5\) may not exceed limit_per_host \(4\)"):
+        UpstreamClient(limit_per_host=4, limit_per_tenant=5)
+
+
 async def test_a_freed_connection_goes_to_the_workspace_holding_fewest(upstream: Any) -> None:
     gate = asyncio.Event()
 

@@ -3,6 +3,7 @@ port are refused at publish and at call time, with real servers on loopback."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import socket
@@ -18,7 +19,7 @@ from starlette.routing import Route
 from crank.admin.actions import PublishReport, publish_agent
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
-from crank.gateway.egress import ALLOW_VARIABLE, LOOPBACK, EgressPolicy
+from crank.gateway.egress import ALLOW_VARIABLE, DENIED, LOOPBACK, EgressPolicy
 from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
@@ -64,6 +65,14 @@ def publish(registry: Registry, targets: dict[str, str], *, egress: EgressPolicy
         "http://0.0.0.0:8080/x",
         "http://224.0.0.1/multicast",
         "http://127.0.0.1:9/loopback",
+        "http://[64:ff9b::a9fe:a9fe]/nat64",  # the metadata service through NAT64
+        "http://[64:ff9b:1::808:808]/local-nat64",  # local-use NAT64: refused whatever it carries
+        "http://[2002:a9fe:a9fe::]/6to4",
+        "http://[::7f00:1]/ipv4-compatible",
+        "http://[2001:0:4136:e378:8000:63bf:5601:5601]/teredo",  # client 169.254.169.254
+        "http://[fec0::1]/site-local",
+        "http://[2001:db8::1]/documentation",
+        "http://198.18.0.1/benchmarking",
     ],
 )
 def test_a_target_at_an_internal_address_is_refused_at_publish(
@@ -74,6 +83,28 @@ def test_a_target_at_an_internal_address_is_refused_at_publish(
     with pytest.raises(ConfigurationError, match=refused + r" \(CRANK_EGRESS_ALLOW"):
         publish(sqlite_registry, {"get_thing": url})
     assert sqlite_registry.versions("acme", "desk") == []
+
+
+def test_an_ipv6_address_is_judged_by_the_ipv4_address_it_carries() -> None:
+    public = EgressPolicy()
+    for carrying in ("64:ff9b::808:808", "2002:808:808::1", "2001:0:4136:e378:8000:63bf:f7f7:f7f7", "::ffff:8.8.8.8"):
+        assert public.refusal(carrying, ipaddress.ip_address(carrying), 443) is None, carrying  # 8.8.8.8
+    assert public.target_refusal("https://[2606:4700:4700::1111]/") is None  # a plain public IPv6 address
+    refused = public.refusal("64:ff9b::a9fe:a9fe", ipaddress.ip_address("64:ff9b::a9fe:a9fe"), 80)
+    assert refused == "[64:ff9b::a9fe:a9fe]:80 (169.254.169.254) is not a public address"
+    # An allowance of the IPv4 network covers the addresses that carry it, and so does the gateway's own port.
+    private = EgressPolicy(["10.0.0.0/8"], listen=["127.0.0.1:8123"])
+    assert private.target_refusal("http://[2002:a00:1::]/x") is None
+    assert "own port" in str(
+        EgressPolicy(LOOPBACK, listen=["127.0.0.1:8123"]).target_refusal("http://[::7f00:1]:8123/")
+    )
+
+
+def test_every_denied_range_is_refused_whatever_python_calls_global() -> None:
+    policy = EgressPolicy()
+    for network in DENIED:
+        address = network[1] if network.num_addresses > 1 else network[0]
+        assert policy.refusal(str(address), address, 443) is not None, network
 
 
 def test_an_allowance_opens_exactly_what_it_names(sqlite_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:

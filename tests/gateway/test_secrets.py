@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,7 +20,8 @@ from crank.admin.actions import publish_agent
 from crank.exceptions import ConfigurationError
 from crank.gateway.secrets import ENV_ALLOW_VARIABLE, ENV_PREFIX_VARIABLE, SECRET_DIRS_VARIABLE
 from crank.registry import Registry
-from crank.server import GatewayService
+from crank.server import CrankServer, GatewayService
+from crank.settings import given_settings
 from mcp import Client
 
 pytestmark = pytest.mark.anyio
@@ -110,3 +112,28 @@ async def test_a_withdrawn_allowance_is_a_configuration_error_at_call_time(
     assert received == []  # nothing went upstream
     assert "someone-private" not in result.content[0].text and "someone-private" not in caplog.text
     assert "environment variable 'HOME' is not given to workspace 'acme'" in caplog.text
+
+
+async def test_a_replica_without_the_allowance_serves_the_agent_and_is_not_ready(
+    sqlite_registry: Registry, serve: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    received.clear()
+    monkeypatch.setenv("SHOP_TOKEN", "shop-token-value")
+    monkeypatch.setenv(ENV_ALLOW_VARIABLE, "acme:SHOP_TOKEN")  # the publisher's allowance...
+    publish(sqlite_registry, "acme", "env:SHOP_TOKEN", serve(upstream) + "/x")
+    monkeypatch.delenv(ENV_ALLOW_VARIABLE)  # ...which the serving replica does not have
+    settings = given_settings(data_dir=tmp_path, admin_token="t" * 32, require_api_keys=False,
+                              egress_allow="127.0.0.0/8")  # fmt: skip
+    root = serve(CrankServer(settings, registry=sqlite_registry))
+    with caplog.at_level(logging.INFO, logger="crank"):
+        async with Client(root + "/mcp/v1/acme/desk", mode="auto") as client:
+            result = await client.call_tool("get_thing", {})
+    error = _error(result)
+    assert (error["error_code"], error["error_class"]) == ("configuration_error", "configuration")
+    assert received == [] and "shop-token-value" not in result.content[0].text + caplog.text
+    ready = httpx.get(root + "/readyz")
+    assert ready.status_code == 503
+    [missing] = ready.json()["missing_secrets"]
+    assert (missing["agent"], missing["tool"], missing["reference"]) == ("desk", "get_thing", "env:SHOP_TOKEN")
+    assert "is not given to workspace 'acme'" in missing["problem"]

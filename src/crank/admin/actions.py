@@ -20,7 +20,7 @@ from crank.admin.openrpc import import_openrpc
 from crank.exceptions import RegistryNotFoundError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
-from crank.gateway.secrets import missing_secrets
+from crank.gateway.secrets import check_secret_references, missing_secrets
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
@@ -44,6 +44,7 @@ ImportFormat = Literal["openapi", "openrpc"]
 
 def check_runtime(runtime: RuntimeView) -> None:
     """Compile the catalog of a runtime view; raises `ConfigurationError` naming the tool that is wrong."""
+    check_secret_references(runtime)
     build_catalog(runtime)
 
 
@@ -85,8 +86,9 @@ class CheckAndLint:
         egress = self.egress if self.egress is not None else EgressPolicy.from_environment()
         for tool in runtime.tools:  # a target address the policy refuses is never published
             egress.check_target(tool.target.url, where=f"tool {tool.tool_name!r}")
+        check_secret_references(runtime)
         catalog = build_catalog(
-            runtime, UpstreamClient(egress=self.egress)
+            runtime, UpstreamClient(egress=egress)
         )  # the check; the linter and the budget report reuse what it built
         slug = runtime.agent.slug
         self.findings[slug] = lint_runtime(runtime, catalog=catalog) + secret_findings(runtime)

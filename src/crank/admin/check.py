@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from crank import _json
 from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import EgressPolicy
 from crank.mcp.calls import call_tool
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.tools import CallContext
@@ -61,9 +62,15 @@ class CheckResult:
 
 
 async def check_agent(
-    registry: Registry, workspace: str, agent: str, *, client: UpstreamClient | None = None
+    registry: Registry,
+    workspace: str,
+    agent: str,
+    *,
+    client: UpstreamClient | None = None,
+    egress: EgressPolicy | None = None,
 ) -> list[CheckResult]:
-    """Call the agent's draft tools as the module says; one result per tool, in binding order."""
+    """Call the agent's draft tools as the module says; one result per tool, in binding order. Without a
+    `client`, one of its own under `egress` (the environment's policy when None)."""
     runtime = registry.draft_runtime(workspace, agent)
     operations = registry.operations(workspace)
     samples = {
@@ -71,7 +78,7 @@ async def check_agent(
         for binding in registry.agent(workspace, agent)["bindings"]
     }
     own = client is None
-    client = client or UpstreamClient()
+    client = client or UpstreamClient(egress=egress)
     try:
         catalog = build_catalog(runtime, client)
         results = []

@@ -29,6 +29,7 @@ Both importers return `ImportedOperation`s (a name and an operation draft) and s
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ import yaml
 from crank import _json, _yaml
 from crank.exceptions import SpecError, UpstreamError, UpstreamRefusedError, UpstreamTooLargeError
 from crank.gateway.client import UpstreamClient
-from crank.gateway.egress import EgressPolicy
+from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
 from crank.types import JSONObject
 
 __all__ = [
@@ -97,6 +98,13 @@ FETCH_DEADLINE = 30.0
 MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
 """The largest API description fetched, after decompression (the largest public ones are a few MiB)."""
 _UNREACHABLE = "cannot fetch the document: no answer from that address (connection failed, closed or timed out)"
+_REFUSED = (
+    f"cannot fetch the document: this server's egress policy does not allow that address ({ALLOW_VARIABLE}, "
+    "docs/security.md)"
+)
+"""The one answer for a refused address: the resolved address and why go to the log, not to the caller (a name
+would otherwise map the internal addresses it resolves to)."""
+logger = logging.getLogger("crank.admin")
 _ARGUMENT = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NOT_NAME = re.compile(r"[^A-Za-z0-9]+")
@@ -150,7 +158,8 @@ def _fetch(url: str, egress: EgressPolicy | None, deadline: float, max_bytes: in
     except ValueError as exc:  # not a URL the client can request
         raise SpecError(f"{url}: cannot fetch the document: {exc}") from None
     except UpstreamRefusedError as exc:
-        raise SpecError(f"{url}: cannot fetch the document: {exc}") from None
+        logger.warning("%s: cannot fetch the document: %s", url, exc)
+        raise SpecError(f"{url}: {_REFUSED}") from None
     except UpstreamTooLargeError:
         raise SpecError(f"{url}: cannot fetch the document: larger than {max_bytes:,} bytes") from None
     except UpstreamError:  # refused, reset, closed, timed out, a DNS or TLS failure: all alike to the caller

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from crank.exceptions import ConfigurationError, RegistryNotFoundError
+from crank.gateway.secrets import check_secret_references
 from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.registry import Registry
 from crank.registry.runtime import ExecutionConfig, OutputSpec, RuntimeTool, RuntimeView, ToolHints
@@ -156,6 +157,7 @@ def catalog_report(runtime: RuntimeView, *, budget: int | None = None, catalog: 
 
     Raises `ConfigurationError` naming the tool when the catalog cannot be built."""
     if catalog is None:  # not `or`: a Catalog has a length, and an empty one is falsy
+        check_secret_references(runtime)  # what a publish refuses besides the build
         catalog = build_catalog(runtime)
     return _report(runtime.agent.slug, catalog, _budget(runtime, budget))
 

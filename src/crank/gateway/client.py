@@ -54,10 +54,10 @@ from crank.wire.notices import ThrottledLog
 
 __all__ = [
     "DEFAULT_LIMIT_PER_HOST",
-    "DEFAULT_LIMIT_PER_TENANT",
     "MAX_RESPONSE_BYTES",
     "UpstreamClient",
     "UpstreamResponse",
+    "default_limit_per_tenant",
     "parse_upstream_url",
 ]
 
@@ -67,9 +67,14 @@ fill memory)."""
 
 DEFAULT_LIMIT_PER_HOST = 100
 """Connections to one origin at once, all workspaces together."""
-DEFAULT_LIMIT_PER_TENANT = 50
-"""Connections to one origin that one workspace may hold at once: half the pool, so that a workspace whose
-calls hang cannot take the connections every other workspace needs to reach the same origin."""
+
+
+def default_limit_per_tenant(limit_per_host: int) -> int:
+    """Connections to one origin that one workspace may hold at once, unless configured: half the pool (at
+    least one), so that a workspace whose calls hang cannot take the connections every other workspace
+    needs to reach the same origin."""
+    return max(limit_per_host // 2, 1)
+
 
 _notices = ThrottledLog(logging.getLogger("crank.gateway"))
 
@@ -291,15 +296,20 @@ class UpstreamClient:
         self,
         *,
         limit_per_host: int = DEFAULT_LIMIT_PER_HOST,
-        limit_per_tenant: int = DEFAULT_LIMIT_PER_TENANT,
+        limit_per_tenant: int | None = None,
         keepalive_timeout: float = 30.0,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         ssl_context: ssl.SSLContext | None = None,
         egress: EgressPolicy | None = None,
     ) -> None:
+        """`limit_per_tenant`: half of `limit_per_host` when None (`default_limit_per_tenant`)."""
+        if limit_per_tenant is None:
+            limit_per_tenant = default_limit_per_tenant(limit_per_host)
         if limit_per_host < 1 or limit_per_tenant < 1:
             raise ValueError("limit_per_host and limit_per_tenant must be at least 1")
-        self._limits = (limit_per_host, min(limit_per_tenant, limit_per_host))
+        if limit_per_tenant > limit_per_host:  # not capped silently: the operator meant something else
+            raise ValueError(f"limit_per_tenant ({limit_per_tenant}) may not exceed limit_per_host ({limit_per_host})")
+        self._limits = (limit_per_host, limit_per_tenant)
         self.egress = egress if egress is not None else EgressPolicy.from_environment()
         """Which addresses it connects to (crank.gateway.egress); `CRANK_EGRESS_ALLOW` when not given."""
         self._keepalive_timeout = keepalive_timeout

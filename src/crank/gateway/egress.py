@@ -6,7 +6,12 @@ a policy, a target `http://169.254.169.254/...` would hand a tenant the cloud's 
 to public addresses. Refused unless allowed:
 
 - loopback, link-local, private (RFC 1918, unique local, shared 100.64/10), unspecified, multicast,
-  reserved and documentation ranges: every address Python's `ipaddress` does not call global;
+  reserved, benchmarking and documentation ranges, and IPv6 site-local (fec0::/10): the explicit list
+  `DENIED` below, and anything else Python's `ipaddress` does not call global (its meaning changed
+  across patch versions; the list does not);
+- an IPv6 address that carries an IPv4 one is judged by the IPv4 address it ends up at: IPv4-mapped
+  (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96, and the local-use 64:ff9b:1::/48,
+  refused whatever it carries), 6to4 (2002::/16) and Teredo (its client address);
 - the gateway's own listening ports (`CRANK_LISTEN`), on loopback, on the listening address and on any
   address of this host, even where loopback is allowed.
 
@@ -18,7 +23,9 @@ gateway's own port (the demo calls the API it serves itself); a network never do
 Checked where the connection is made, on the resolved addresses: a name is resolved once, every
 address it resolves to is checked, and the connection goes to a checked address (a DNS answer that
 changes between the check and the connection cannot redirect it). At publish, targets whose host is
-an address (or `localhost`) are checked too, so that a refused one fails the publish naming the tool.
+an address are checked too, so that a refused one fails the publish naming the tool; a target whose host
+is a name, `localhost` included, is checked only when a call connects (what it resolves to is the
+serving host's answer, not the publisher's).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from urllib.parse import urlsplit
 from crank.exceptions import ConfigurationError, UpstreamRefusedError
 from crank.wire.listen import DEFAULT_LISTEN
 
-__all__ = ["ALLOW_VARIABLE", "LISTEN_VARIABLE", "EgressPolicy", "LOOPBACK"]
+__all__ = ["ALLOW_VARIABLE", "DENIED", "LISTEN_VARIABLE", "EgressPolicy", "LOOPBACK"]
 
 ALLOW_VARIABLE = "CRANK_EGRESS_ALLOW"
 LISTEN_VARIABLE = "CRANK_LISTEN"
@@ -44,6 +51,19 @@ LOOPBACK = ("127.0.0.0/8", "::1")
 
 Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DENIED: tuple[Network, ...] = tuple(ipaddress.ip_network(network) for network in (
+    # IPv4 (RFC 6890 and its updates)
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24",
+    "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
+    "224.0.0.0/4", "240.0.0.0/4",
+    # IPv6; the ranges that carry an IPv4 address are judged by it first (`_carried`) and listed for the rest
+    "::/96", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32",
+    "2002::/16", "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+))  # fmt: skip
+"""Ranges refused unless allowed: never a public upstream."""
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +93,19 @@ class EgressPolicy:
 
     def refusal(self, host: str, address: Address, port: int) -> str | None:
         """Why a connection to `address`:`port` (resolved from `host`) is refused, or None if it is allowed."""
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+        carried = _carried(address)  # ::ffff:127.0.0.1, ::7f00:1 and 2002:7f00:1:: end up at 127.0.0.1
+        judged = (address,) if carried is None else (address, carried)
+        shown = _shown(address, port) + ("" if carried is None else f" ({carried})")
         name = host.lower().strip("[]")
         for rule in self._rules:
-            if rule.port == port and (rule.name == name or (rule.network is not None and address in rule.network)):
+            if rule.port == port and (rule.name == name or _within(judged, rule.network)):
                 return None  # named with its port: the operator means exactly this one
-        if port in self._own_ports and self._is_own(address):
-            return f"{_shown(address, port)} is the gateway's own port"
-        if any(rule.port is None and rule.network is not None and address in rule.network for rule in self._rules):
+        if port in self._own_ports and any(self._is_own(each) for each in judged):
+            return f"{shown} is the gateway's own port"
+        if any(rule.port is None and _within(judged, rule.network) for rule in self._rules):
             return None
-        if not address.is_global or address.is_multicast:
-            return f"{_shown(address, port)} is not a public address"
+        if _denied(carried if carried is not None else address) or address in _LOCAL_NAT64:
+            return f"{shown} is not a public address"
         return None
 
     def _is_own(self, address: Address) -> bool:
@@ -161,6 +182,31 @@ def _address(host: str) -> Address | None:
         return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return None
+
+
+def _carried(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries, where a connection to it ends up; None for any other."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]  # the client, behind the relay
+    value = int(address)
+    if address in _NAT64 or address in _LOCAL_NAT64 or (value >> 32 == 0 and value > 1):  # ::, ::1 are IPv6's own
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    return None
+
+
+def _within(addresses: tuple[Address, ...], network: Network | None) -> bool:
+    return network is not None and any(address in network for address in addresses)
+
+
+def _denied(address: Address) -> bool:
+    """Whether the address is never a public upstream: in `DENIED`, or not global to Python's `ipaddress`."""
+    return any(address in network for network in DENIED) or not address.is_global
 
 
 def _is_local(address: Address) -> bool:

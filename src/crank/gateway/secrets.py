@@ -34,6 +34,7 @@ __all__ = [
     "SECRET_DIRS_VARIABLE",
     "MissingSecret",
     "check_secret_reference",
+    "check_secret_references",
     "missing_secrets",
     "resolve_secret",
     "secret_problem",
@@ -76,6 +77,16 @@ def check_secret_reference(
             )
         return kind, name
     raise ConfigurationError(f"{where}: a secret is 'env:NAME' or 'file:/path', got {reference!r}")
+
+
+def check_secret_references(runtime: RuntimeView) -> None:
+    """At publish (and lint): a reference the workspace may not use is a `ConfigurationError` naming the
+    tool. Only there: a serving replica whose allowances differ compiles the tool anyway, fails its calls
+    as configuration_error and lists the reference in `missing_secrets`."""
+    for tool in runtime.tools:
+        auth = tool.execution_config.auth
+        if auth is not None:
+            check_secret_reference(auth.secret, workspace=runtime.workspace.slug, where=f"tool {tool.tool_name!r}")
 
 
 def _owners(name: str, environ: Mapping[str, str]) -> set[str]:

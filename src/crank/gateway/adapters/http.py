@@ -28,7 +28,7 @@ from crank.exceptions import (
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.client import UpstreamClient, UpstreamResponse, parse_upstream_url
 from crank.gateway.mapping import RequestParts
-from crank.gateway.secrets import check_secret_reference, resolve_secret
+from crank.gateway.secrets import resolve_secret
 from crank.registry.runtime import DEFAULT_ACCEPT, DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
@@ -61,7 +61,7 @@ class HTTPAdapter(Adapter):
         idempotent = config.idempotent if config.idempotent is not None else self.method in IDEMPOTENT_METHODS
         self.retries = config.retries if idempotent else 0
         self._workspace = workspace
-        self._auth = _auth(config.auth, workspace=workspace, where=where)
+        self._auth = _auth(config.auth)
         self._auth_cache: dict[str, str] | None = None
         self._where = where
         # The client already sends `Accept: application/json`; another value goes as a header of its own.
@@ -192,11 +192,13 @@ def _query_items(query: dict[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _auth(auth: AuthConfig | None, *, workspace: str, where: str) -> tuple[str, str, str] | None:
-    """(type, header name, secret reference), checked when the version is built; resolved on first call."""
+def _auth(auth: AuthConfig | None) -> tuple[str, str, str] | None:
+    """(type, header name, secret reference), checked and resolved on first call. A publish refuses a
+    reference the workspace may not use (crank.admin.actions); a replica whose allowances differ from the
+    publisher's still serves the agent, and that tool's calls fail as configuration_error while `/readyz`
+    lists the reference (crank.gateway.secrets.missing_secrets)."""
     if auth is None:
         return None
-    check_secret_reference(auth.secret, workspace=workspace, where=where)
     return auth.type, auth.name, auth.secret
 
 
