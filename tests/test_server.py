@@ -69,8 +69,8 @@ def engines() -> Iterator[list[Engine]]:
 
 def server(engines: list[Engine], tmp_path: Path, database_url: str, **values: Any) -> CrankServer:
     """`crank serve` as its settings would build it, with a pooled registry engine of its own."""
-    settings = given_settings(data_dir=tmp_path, database_url=database_url, admin_token=TOKEN, poll_interval=0.1,
-                              database_connect_timeout=1, database_statement_timeout=1, **values)  # fmt: skip
+    given: dict[str, Any] = {"poll_interval": 0.1, "database_connect_timeout": 1, "database_statement_timeout": 1}
+    settings = given_settings(data_dir=tmp_path, database_url=database_url, admin_token=TOKEN, **{**given, **values})
     engine = open_engine(settings.registry_url, connect_timeout=1, statement_timeout=1)
     engines.append(engine)
     return CrankServer(settings, registry=Registry(engine))
@@ -137,7 +137,7 @@ def test_a_new_key_is_503_while_the_registry_refuses_its_lookup(
     direct.put_operation("shop", "get_book", OPERATION)
     direct.put_agent("shop", "desk", {"bindings": [{"operation": "get_book"}]})
     direct.publish("shop", "desk")
-    base = serve(server(engines, tmp_path, proxied(url, proxy), role="mcp", poll_interval=3600))
+    base = serve(server(engines, tmp_path, proxied(url, proxy), role="mcp", poll_interval=20, key_list_max_age=50))
     tools = base + "/mcp/v1/shop/desk/tools"
     assert status(tools, {"Authorization": "Bearer crk_unknown"}) == 401  # loaded, and the watcher started
     fresh = direct.create_api_key("shop")  # after the replica's only reload: only a lookup can find it

@@ -380,7 +380,7 @@ async def test_connections_per_host_are_limited(upstream: Any) -> None:
         return OK
 
     server = await upstream(slow)
-    client = UpstreamClient(limit_per_host=2)
+    client = UpstreamClient(limit_per_host=2, limit_per_tenant=2)  # one workspace may use the whole pool here
     answers = await asyncio.gather(*(get(client, server.url + "/") for _ in range(8)))
     await client.aclose()
     assert [a.status for a in answers] == [200] * 8

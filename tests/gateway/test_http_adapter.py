@@ -20,6 +20,7 @@ from starlette.routing import Route
 from crank.exceptions import ConfigurationError, ExternalServiceError, IdempotencyError, MappingError, ToolError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.operation import Placement, RemoteOperation
+from crank.gateway.secrets import check_secret_reference
 from crank.registry import tool_from_spec
 from crank.telemetry import JSONLogFormatter, Metrics
 from tests.services import free_port
@@ -94,8 +95,10 @@ async def test_credentials_come_from_references_when_called(
     ],
 )
 def test_references_that_could_leak_the_server_are_refused(secret: str, message: str) -> None:
+    # The rule publish applies (crank.admin.actions checks every reference of a version before it is kept);
+    # a serving replica applies it again on each call (tests/gateway/test_secrets.py).
     with pytest.raises(ConfigurationError, match=message):
-        operation(UNUSED, "http://u/x", auth={"type": "bearer", "secret": secret})
+        check_secret_reference(secret, workspace="shop", where="tool 'x'")
 
 
 async def test_cookies_an_upstream_sets_never_go_out_again(base: str, client: UpstreamClient) -> None:
