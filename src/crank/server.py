@@ -164,7 +164,10 @@ class GatewayService:
             if workspace and agent:
                 root = f"{scope.get('root_path', '')}{_MCP_PREFIX}{workspace}/{agent}"
                 child = {**scope, "root_path": root, "path_params": {"workspace": workspace, "agent": agent}}
-                await self.endpoint(child, receive, send)
+                if scope["type"] == "http":
+                    await self.endpoint.http_app(child, receive, send)
+                else:
+                    await self.endpoint(child, receive, send)
                 return
         if path == "/metrics" and scope["type"] == "http":
             response = Response(self.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)

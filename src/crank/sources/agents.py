@@ -338,7 +338,8 @@ class AgentSource:
         `key_list_max_age`."""
         if token is None:
             return None
-        self._check_keys_fresh()
+        if time.monotonic() - self._keys_confirmed > self.key_list_max_age:  # inline: this runs on every call
+            self._check_keys_fresh()
         digest = self._digests.get(token)
         if digest is None:
             if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it

@@ -212,7 +212,12 @@ class BearerAuthMiddleware:
         if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
-        token = bearer_token(header(scope, b"authorization"))
+        raw = None
+        for name, value in scope["headers"]:  # inline, not `header()`: one call less on every request
+            if name == b"authorization":
+                raw = value
+                break
+        token = bearer_token(raw) if raw is not None else None
         try:
             caller = self.authenticate(token)
             if caller is None and token is not None and self.confirm is not None:
