@@ -44,6 +44,7 @@ CrankError
     ├── ExternalServiceError        the upstream service failed or refused (class `external_service`)
     ├── ConfirmationError           a destructive call without (or with a wrong) confirmation token
     ├── IdempotencyError            an idempotency key reused with other arguments, or still in flight
+    ├── StateStoreFullError         the in-process state store holds all it may: nothing was sent (class `state`)
     ├── OutputValidationError       an answer that fails the tool's published outputSchema (class `output_validation`)
     ├── ToolConfigurationError      a secret the tool needs is missing or not allowed on this server, or its
     │                                   upstream's address is refused by the egress policy (class `configuration`)
@@ -79,6 +80,7 @@ __all__ = [
     "DependencyUnavailableError",
     "ExternalServiceError",
     "IdempotencyError",
+    "StateStoreFullError",
     "InternalError",
     "InternalRuntimeError",
     "InvalidCursorError",
@@ -479,6 +481,17 @@ class IdempotencyError(ToolError):
     error_class = "idempotency"
     default_code = "idempotency_key_reused"
     default_action = "Use a new idempotency key for a new request; reuse one only to repeat a call."
+    may_have_taken_effect = False
+
+
+class StateStoreFullError(ToolError):
+    """The in-process state store (`MemoryStore`) holds as many live records as it may, and none has expired:
+    a new idempotency claim or confirmation token is refused rather than another's record dropped (which
+    would let that call run twice). Raised before anything is sent."""
+
+    error_class = "state"
+    default_code = "state_store_full"
+    default_action = "Nothing was sent. Wait a minute and repeat the call; if it keeps failing, tell the operator."
     may_have_taken_effect = False
 
 

@@ -338,6 +338,8 @@ async def test_every_error_code_of_the_gateway_suggests_an_action(
                 codes[error["error_code"]] = error["error_class"]
     documented = set(re.findall(r"^\| `([a-z_]+)` \| `", (ROOT / "docs/safety.md").read_text(), re.MULTILINE))
     # Produced elsewhere (a concurrent repeat, a repeat after a timeout, an unexpected exception, a pool with
-    # no free connection): tests/gateway/test_safety.py, tests/mcp and tests/gateway/test_fairness.py.
-    elsewhere = {"idempotency_in_progress", "idempotency_outcome_unknown", "internal_error", "upstream_busy"}
+    # no free connection, a full in-process store): tests/gateway/test_safety.py, tests/mcp,
+    # tests/gateway/test_fairness.py and tests/state/test_store.py.
+    elsewhere = {"idempotency_in_progress", "idempotency_outcome_unknown", "internal_error", "upstream_busy",
+                 "state_store_full"}  # fmt: skip
     assert set(codes) == documented - elsewhere

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from crank.exceptions import StateStoreFullError
 from crank.state import MemoryStore, RedisStore, StateStore
 
 pytestmark = pytest.mark.anyio
@@ -90,3 +91,18 @@ async def test_renewing_a_lease_keeps_the_claim_past_its_own_time_to_live(store:
         assert await store.renew("k", "mine", lease=0.2)
     assert await store.inspect("k") == ({"claim": "mine", "state": "running"}, True)
     assert not await store.add("k", {"claim": "theirs"}, ttl=5)  # never free while its owner still works
+
+
+async def test_a_full_memory_store_refuses_new_records_and_keeps_the_live_ones() -> None:
+    store = MemoryStore(max_items=3)
+    for name in ("a", "b"):
+        assert await store.add(name, {"n": name}, ttl=60)
+    await store.put("short", {"n": "short"}, ttl=0.05)
+    with pytest.raises(StateStoreFullError) as refused:
+        await store.add("c", {"n": "c"}, ttl=60)
+    assert refused.value.error_code == "state_store_full" and not refused.value.may_have_taken_effect
+    assert [await store.get(name) for name in ("a", "b")] == [{"n": "a"}, {"n": "b"}]  # none dropped
+    await asyncio.sleep(0.1)
+    assert await store.add("c", {"n": "c"}, ttl=60)  # the expired record made room
+    with pytest.raises(StateStoreFullError):
+        await store.put("d", {"n": "d"}, ttl=60)

@@ -7,6 +7,7 @@ any replica honours a token issued or a record written by another.
 from __future__ import annotations
 
 from crank.state.store import (
+    DEFAULT_MAX_ITEMS,
     DEFAULT_REDIS_TIMEOUT,
     DURABILITY_CHECK_TIMEOUT,
     MemoryStore,
@@ -17,6 +18,7 @@ from crank.state.store import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_ITEMS",
     "DEFAULT_REDIS_TIMEOUT",
     "DURABILITY_CHECK_TIMEOUT",
     "MemoryStore",

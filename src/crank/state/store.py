@@ -17,9 +17,11 @@ import time
 from typing import Any, Protocol
 
 from crank import _json
+from crank.exceptions import StateStoreFullError
 from crank.types import JSONObject
 
 __all__ = [
+    "DEFAULT_MAX_ITEMS",
     "DEFAULT_REDIS_TIMEOUT",
     "DURABILITY_CHECK_TIMEOUT",
     "MemoryStore",
@@ -34,6 +36,9 @@ logger = logging.getLogger("crank.state")
 DURABILITY_CHECK_TIMEOUT = 5.0
 """Seconds the start-up check of Redis's settings may take before it logs that it could not check."""
 
+DEFAULT_MAX_ITEMS = 100_000
+"""Live records `MemoryStore` keeps at most (idempotency records, their leases and confirmation tokens): a
+client sending new idempotency keys as fast as it can fills it to this, not the process's memory."""
 DEFAULT_REDIS_TIMEOUT = 5.0
 """Seconds one Redis command (or connecting) may take before it fails with a timeout, never retried (a write
 that timed out may have been applied). Without it, a Redis that stopped answering (a lost network path)
@@ -81,7 +86,8 @@ class MemoryStore:
     """One process's state (the embedded default). Atomic because every step runs on the event loop
     without awaiting in between."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_items: int = DEFAULT_MAX_ITEMS) -> None:
+        self.max_items = max_items
         self._items: dict[str, tuple[float, JSONObject]] = {}
         self._writes = 0
 
@@ -156,12 +162,20 @@ class MemoryStore:
         self._items.clear()
 
     def _prune(self) -> None:
-        """Every 1,024 writes, drop what expired, so that the dict does not grow without bound."""
+        """Before a write: every 1,024 writes, and whenever the store is full, drop what expired; a store
+        still full refuses the write (`StateStoreFullError`) rather than drop a live record, which could let
+        a call run twice."""
         self._writes += 1
-        if self._writes % 1024 == 0:
+        if self._writes % 1024 == 0 or len(self._items) >= self.max_items:
             now = time.monotonic()
             for key in [key for key, (expires, _) in self._items.items() if expires <= now]:
                 del self._items[key]
+            if len(self._items) >= self.max_items:
+                raise StateStoreFullError(
+                    f"This server holds {self.max_items} idempotency records and confirmation tokens, the most "
+                    "it may keep in memory; the call was refused before anything was sent.",
+                    recoverable=True,
+                )
 
 
 class RedisStore:
