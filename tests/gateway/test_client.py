@@ -401,15 +401,20 @@ async def test_waiting_for_a_connection_counts_against_the_deadline(upstream: An
     assert server.connections == 1
 
 
-async def test_a_workspace_holds_at_most_its_share_of_an_origin(upstream: Any) -> None:
-    gate = asyncio.Event()
+def held_until(gate: asyncio.Event) -> Callable[[bytes, int], Awaitable[bytes]]:
+    """An upstream handler that holds requests for `/held` until `gate` is set and answers the rest at once."""
 
     async def held(request: bytes, n: int) -> bytes:
         if b"/held" in request:
             await gate.wait()
         return OK
 
-    server = await upstream(held)
+    return held
+
+
+async def test_a_workspace_holds_at_most_its_share_of_an_origin(upstream: Any) -> None:
+    gate = asyncio.Event()
+    server = await upstream(held_until(gate))
     client = UpstreamClient(limit_per_host=4, limit_per_tenant=2)
     flood = [asyncio.ensure_future(get(client, server.url + "/held", tenant="a")) for _ in range(6)]
     await _until(lambda: len(server.requests) == 2)
@@ -423,13 +428,7 @@ async def test_a_workspace_holds_at_most_its_share_of_an_origin(upstream: Any) -
 
 async def test_a_workspace_holds_half_the_configured_pool_by_default(upstream: Any) -> None:
     gate = asyncio.Event()
-
-    async def held(request: bytes, n: int) -> bytes:
-        if b"/held" in request:
-            await gate.wait()
-        return OK
-
-    server = await upstream(held)
+    server = await upstream(held_until(gate))
     client = UpstreamClient(limit_per_host=4)  # a smaller pool than the default: the share follows it
     flood = [asyncio.ensure_future(get(client, server.url + "/held", tenant="a")) for _ in range(6)]
     await _until(lambda: len(server.requests) >= 2)
@@ -446,13 +445,7 @@ async def test_a_workspace_holds_half_the_configured_pool_by_default(upstream: A
 
 async def test_a_freed_connection_goes_to_the_workspace_holding_fewest(upstream: Any) -> None:
     gate = asyncio.Event()
-
-    async def held(request: bytes, n: int) -> bytes:
-        if b"/held" in request:
-            await gate.wait()
-        return OK
-
-    server = await upstream(held)
+    server = await upstream(held_until(gate))
     client = UpstreamClient(limit_per_host=2, limit_per_tenant=2)  # one workspace may fill the pool
     first = [asyncio.ensure_future(get(client, server.url + "/held", tenant="a")) for _ in range(2)]
     await _until(lambda: len(server.requests) == 2)
