@@ -640,20 +640,12 @@ def _key_limits(rate: str | None, quota: str | None) -> Any:
             calls, slash, per = value.partition("/")
             if not slash or not calls.strip().isdigit():
                 raise click.BadParameter(f"{value!r}: expected CALLS/{second.upper()}", param_hint=f"--{option}")
-            data[option] = {"calls": int(calls), second: float(per) if option == "rate" and _number(per) else per}
+            data[option] = {"calls": int(calls), second: per.strip()}  # the model reads "60" as 60.0
     try:
         return Limits.model_validate(data) if data else None
     except ValidationError as exc:
         problem = exc.errors()[0]
         raise click.BadParameter(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 @key.command("create")

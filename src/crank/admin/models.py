@@ -53,7 +53,7 @@ _COMPACT = (
 
 
 _LIMITS = (
-    "Rate limit ({calls, window} in seconds: a fixed window from its first call) and quota ({calls, period}: "
+    "Rate limit ({{calls, window}} in seconds: a fixed window from its first call) and quota ({{calls, period}}: "
     "hour, day or month, UTC) of {what} (docs/gateway.md, Rate limits and quotas)."
 )
 
