@@ -675,11 +675,13 @@ def key_revoke(api_key: str) -> None:
 @key.command("list")
 @click.argument("workspace")
 def key_list(workspace: str) -> None:
-    """List a workspace's keys: ids, agents and dates (never the keys)."""
+    """List a workspace's keys: ids, dates, agents and own limits (never the keys)."""
     with _clear_errors():
         infos = _registry().api_key_infos(workspace)
     for info in infos:
-        click.echo(f"{info.id}  {info.created_at}  {','.join(info.agents) if info.agents is not None else '*'}")
+        agents = ",".join(info.agents) if info.agents is not None else "*"
+        limits = f"  {_json.dumps(info.limits).decode()}" if info.limits else ""  # none: the workspace's key_limits
+        click.echo(f"{info.id}  {info.created_at}  {agents}{limits}")
 
 
 @key.command("limits")
