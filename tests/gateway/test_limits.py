@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ def redis_stores(redis_url: str, count: int) -> list[StateStore]:
     return [RedisStore(redis_url, prefix=prefix) for _ in range(count)]
 
 
-def replicas(registry: Registry, serve: Callable[..., str], stores: list[StateStore | None]) -> list[str]:
+def replicas(registry: Registry, serve: Callable[..., str], stores: Sequence[StateStore | None]) -> list[str]:
     """A gateway per store (None: its own memory), each on its own port; the agent's URL on each."""
     return [serve(GatewayService(registry, poll_interval=0.05, state=state)) + "/mcp/v1/acme/support"
             for state in stores]  # fmt: skip
