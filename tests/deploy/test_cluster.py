@@ -11,6 +11,7 @@ from functools import partial
 
 import httpx
 
+from tests import services
 from tests.cluster import StartCluster, admin, mcp, publish_user_agent, serves_tool, until
 from tests.gateway import upstream
 
@@ -137,3 +138,33 @@ def test_a_restarted_replica_serves_the_catalog_published_while_it_was_down(
     assert sorted(tool["name"] for tool in listed) == ["profile", "user_get"]
     called = mcp(cluster.replicas[2].url, key, "tools/call", {"name": "profile", "arguments": {"id": 3}})
     assert called.json()["result"]["structuredContent"]["name"] == "user3"
+
+
+def readiness(base: str) -> tuple[int, object]:
+    answer = httpx.get(base + "/readyz", timeout=30)
+    return answer.status_code, answer.json()
+
+
+def ready_is(status: int, base: str) -> bool:
+    return readiness(base)[0] == status
+
+
+def test_replicas_keep_serving_plain_calls_while_redis_is_away(
+    start_cluster: StartCluster, serve: Callable[..., str]
+) -> None:
+    users = serve(upstream.app)
+    with services.start_redis() as redis:  # a Redis of the test's own, to take away
+        cluster = start_cluster(2, env={"CRANK_REDIS_URL": redis.url})
+        key = publish_user_agent(cluster.url, users)
+        for replica in cluster.replicas:
+            until(partial(serves_tool, replica.url, key, "user_get"), what=f"the publish on {replica.url}")
+        redis.stop()
+        for replica in cluster.replicas:
+            until(partial(ready_is, 503, replica.url), what="readiness to fail")
+            assert readiness(replica.url) == (503, {"status": "not_ready", "unavailable": ["redis"]})
+        # A call with no idempotency key and no confirmation never asks Redis: it is served as before.
+        with httpx.Client(timeout=30) as client:
+            assert [call_user(client, cluster.url, key, 4) for _ in range(10)] == ["ok"] * 10
+        redis.start()
+        for replica in cluster.replicas:
+            until(partial(ready_is, 200, replica.url), what="readiness to return")
