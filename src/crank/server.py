@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -108,7 +108,11 @@ class GatewayService:
         state: StateStore | None = None,
         key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
         probe: Probe | None = None,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
     ) -> None:
+        """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
+        the loopback names and same-origin requests (`MCPEndpoint`)."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         self.source = AgentSource(
@@ -132,6 +136,8 @@ class GatewayService:
             cache_scope="private" if require_api_keys else "public",
             authenticate=self.source.authenticate if require_api_keys else None,
             confirm_key=self.source.confirm if require_api_keys else None,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
             admit=self.source.admit if require_api_keys else None,
         )
         self.endpoint = endpoint
@@ -237,6 +243,8 @@ class CrankServer:
                 state=open_state(settings.redis_url),
                 key_list_max_age=settings.key_list_max_age,
                 probe=self.probe,
+                allowed_hosts=settings.host_names,
+                allowed_origins=settings.origins,
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
