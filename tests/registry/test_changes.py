@@ -190,6 +190,36 @@ def test_a_publish_on_sqlite_is_served_before_the_next_poll_over_redis(
     announcer.close()
 
 
+def test_a_listing_begun_before_a_publish_is_refused_on_its_next_page_never_mixed(
+    postgres_database: tuple[str, str], registries: list[Registry], serve: Callable[..., str]
+) -> None:
+    url, _ = postgres_database
+    registry = seeded(registries, url)
+    many = {f"op{index:03}": operation("version 1") for index in range(150)}  # two pages of 100
+    registry.put_operations("shop", many)
+    registry.put_agent("shop", "desk", {"bindings": [{"operation": name} for name in sorted(many)]})
+    registry.publish("shop", "desk")
+    listener = PostgresListener(url)
+    endpoint = replica(serve, registry, listener, require_api_keys=False).removesuffix("/tools")
+    listening(listener)
+
+    def tools_list(cursor: str | None = None) -> dict[str, Any]:
+        params = {"cursor": cursor} if cursor is not None else {}
+        message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}
+        headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+        answer: dict[str, Any] = httpx.post(endpoint, json=message, headers=headers, timeout=WAIT).json()
+        return answer
+
+    first = tools_list()["result"]
+    assert {tool["description"] for tool in first["tools"]} == {"version 1"}
+    registry.put_operations("shop", {name: operation("version 2") for name in many})
+    registry.publish("shop", "desk")
+    until(lambda: tools_list()["result"]["tools"][0]["description"] == "version 2")
+    stale = tools_list(first["nextCursor"])
+    assert stale["error"]["code"] == -32602
+    assert "list the tools again from the first page" in stale["error"]["message"]
+
+
 def test_the_listener_follows_the_registry_and_the_settings() -> None:
     postgres = "postgresql+psycopg://crank@127.0.0.1:5432/crank"
     assert isinstance(change_listener(postgres, "redis://127.0.0.1:6379/0"), PostgresListener)
