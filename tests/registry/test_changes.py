@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import psycopg
 import pytest
 
-from crank.registry import Registry, migrate, open_engine
+from crank.gateway.client import UpstreamClient
+from crank.registry import PublishedAgent, Registry, migrate, open_engine
 from crank.registry.changes import (
     POSTGRES_CHANNEL,
     ChangeListener,
@@ -27,6 +29,7 @@ from crank.registry.changes import (
     change_listener,
 )
 from crank.server import GatewayService
+from crank.sources.agents import AgentSource
 from tests import services
 
 LONG_POLL = 30.0  # the replicas' poll interval: longer than any wait below
@@ -218,6 +221,50 @@ def test_a_listing_begun_before_a_publish_is_refused_on_its_next_page_never_mixe
     stale = tools_list(first["nextCursor"])
     assert stale["error"]["code"] == -32602
     assert "list the tools again from the first page" in stale["error"]["message"]
+
+
+class SlowRegistry(Registry):
+    """A registry whose reads of the published agents take a while and are counted: a reload long enough
+    for a burst of announcements to arrive while it runs."""
+
+    reads = 0
+
+    def published(self) -> list[PublishedAgent]:
+        self.reads += 1
+        time.sleep(0.3)
+        return super().published()
+
+
+@pytest.mark.anyio
+async def test_a_burst_of_announcements_during_a_reload_costs_one_more_reload_not_one_each(
+    postgres_database: tuple[str, str], registries: list[Registry]
+) -> None:
+    url, _ = postgres_database
+    registry = seeded(registries, url)
+    slow = SlowRegistry(open_engine(url, pooled=False))
+    registries.append(slow)
+    listener = PostgresListener(url)
+    source = AgentSource(slow, UpstreamClient(), poll_interval=LONG_POLL, require_keys=False, listener=listener,
+                         freeze_heap=False)  # fmt: skip
+    await anyio.to_thread.run_sync(source.reload)
+    source.ensure_watching()
+    with anyio.fail_after(WAIT):
+        while not listener.healthy:
+            await anyio.sleep(0.02)
+    before = slow.reads
+
+    def burst() -> None:
+        for version in range(2, 12):
+            republish(registry, f"version {version}")
+
+    await anyio.to_thread.run_sync(burst)
+    scope = {"path": "/", "path_params": {"workspace": "shop", "agent": "desk"}}
+    with anyio.fail_after(WAIT):
+        while (await source.provide(scope)).version != "11":
+            await anyio.sleep(0.02)
+    await anyio.sleep(1)  # any reload still owed would run now
+    await source.aclose()
+    assert 1 <= slow.reads - before <= 4  # ten announcements: not ten reloads
 
 
 def test_the_listener_follows_the_registry_and_the_settings() -> None:
