@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     )
     require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
+    registry_push: bool = Field(
+        True,
+        description="MCP replicas reload as soon as a registry change is announced (PostgreSQL LISTEN/NOTIFY, or "
+        "Redis pub/sub with another database); polling stays as the fallback.",
+    )
     database_connect_timeout: float = Field(
         DEFAULT_CONNECT_TIMEOUT, gt=0, le=300, description="Seconds to open a registry connection."
     )
