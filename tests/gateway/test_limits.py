@@ -123,9 +123,10 @@ async def test_a_call_refused_by_one_limit_consumes_no_other(
     tight = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=1, window=60)))
     other = registry.create_api_key("acme")
     urls = replicas(registry, serve, redis_stores(redis_url, 1))
-    assert ["ok" in answer for answer in await calls_spread(urls, tight, 4)] == [True, False, False, False]
+    # Concurrent calls: which of them wins a slot is not set, how many do is.
+    assert sum("ok" in answer for answer in await calls_spread(urls, tight, 4)) == 1
     # The three refusals took nothing of the agent's 3 calls: 2 are left for the other key.
-    assert ["ok" in answer for answer in await calls_spread(urls, other, 3)] == [True, True, False]
+    assert sum("ok" in answer for answer in await calls_spread(urls, other, 3)) == 2
 
 
 async def test_a_workspace_limit_counts_every_request_before_its_body_is_read(
