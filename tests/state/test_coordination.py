@@ -1,0 +1,221 @@
+"""The rpc executor's coordinators, in process and in a real Redis: locks with a lease, a heartbeat and fencing
+tokens, release by the owner only, a shared expiring cache with a size cap, one fixed-window count, and what
+happens when Redis does not answer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from crank.exceptions import DependencyUnavailableError
+from crank.state import Coordinator, Held, LocalCoordinator, RedisCoordinator
+from tests.services import free_port
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+Make = Callable[..., RedisCoordinator]
+
+
+@pytest.fixture
+async def make_redis(redis_url: str) -> AsyncIterator[Make]:
+    """RedisCoordinators on one prefix of this test's own: several of them are several processes' views."""
+    prefix = f"t-{uuid.uuid4().hex}:"
+    made: list[RedisCoordinator] = []
+
+    def make(**options: float) -> RedisCoordinator:
+        made.append(RedisCoordinator(redis_url, prefix=prefix, **options))  # type: ignore[arg-type]
+        return made[-1]
+
+    yield make
+    for coordinator in made:
+        await coordinator.aclose()
+
+
+@pytest.fixture(params=["local", "redis"])
+def coordinator(request: pytest.FixtureRequest) -> Coordinator:
+    if request.param == "local":
+        return LocalCoordinator(lock_timeout=0.2)
+    make: Make = request.getfixturevalue("make_redis")
+    return make(lock_timeout=0.2)
+
+
+async def test_fencing_tokens_increase_with_each_acquisition(coordinator: Coordinator) -> None:
+    tokens = []
+    for _ in range(3):
+        held = await coordinator.acquire("job")
+        assert held is not None
+        tokens.append(held.token)
+        assert await coordinator.release(held)
+    assert tokens == sorted(set(tokens)) and len(tokens) == 3
+
+
+async def test_a_held_lock_is_refused_to_others_for_the_whole_wait_then_given(coordinator: Coordinator) -> None:
+    held = await coordinator.acquire("job")
+    assert held is not None
+    started = time.monotonic()
+    assert await coordinator.acquire("job") is None
+    assert time.monotonic() - started >= 0.2  # lock_timeout
+    other = await coordinator.acquire("other")  # one lock per name
+    assert other is not None
+    await coordinator.release(held)
+    again = await coordinator.acquire("job")
+    assert again is not None
+    await coordinator.release(again)
+    await coordinator.release(other)
+
+
+async def test_fencing_tokens_increase_across_processes(make_redis: Make) -> None:
+    first, second = make_redis(), make_redis()
+    tokens = []
+    for view in (first, second, first, second):
+        held = await view.acquire("job")
+        assert held is not None
+        tokens.append(held.token)
+        await view.release(held)
+    assert tokens == [tokens[0] + step for step in range(4)]
+
+
+async def test_a_lock_is_released_only_by_its_owner(make_redis: Make) -> None:
+    owner, other = make_redis(lock_timeout=0.1), make_redis(lock_timeout=0.1)
+    held = await owner.acquire("job")
+    assert held is not None
+    impostor = Held("job", held.token, owner=uuid.uuid4().hex)
+    assert not await other.release(impostor)
+    assert await other.acquire("job") is None  # still the owner's
+    assert await owner.release(held)
+    taken = await other.acquire("job")
+    assert taken is not None and await other.release(taken)
+
+
+async def test_the_heartbeat_keeps_the_lock_of_a_call_longer_than_its_lease(make_redis: Make) -> None:
+    holder, waiter = make_redis(lock_lease=0.3), make_redis(lock_timeout=1.0)
+    held = await holder.acquire("job")
+    assert held is not None
+    assert await waiter.acquire("job") is None  # 1 s: more than three leases
+    assert not held.lost
+    assert await holder.release(held)
+    taken = await waiter.acquire("job")
+    assert taken is not None and await waiter.release(taken)
+
+
+async def test_a_lapsed_lease_is_reported_lost_and_its_release_refused(make_redis: Make) -> None:
+    holder, other = make_redis(lock_lease=0.3), make_redis()
+    held = await holder.acquire("job")
+    assert held is not None and held.heartbeat is not None
+    held.heartbeat.cancel()  # a holder that stalled: nothing renews its lease
+    await asyncio.sleep(0.4)
+    taken = await other.acquire("job")
+    assert taken is not None and taken.token > held.token
+    assert not await holder.release(held)
+    assert held.lost
+    assert await other.release(taken)
+
+
+_HOLDER = """
+import asyncio, sys
+from crank.state import RedisCoordinator
+
+async def main():
+    coordinator = RedisCoordinator(sys.argv[1], prefix=sys.argv[2], lock_lease=1.0)
+    held = await coordinator.acquire("job")
+    print(held.token, flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_holders_lock_is_taken_after_its_lease(redis_url: str) -> None:
+    prefix = f"t-{uuid.uuid4().hex}:"
+    script = textwrap.dedent(_HOLDER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    holder = subprocess.Popen([sys.executable, "-c", script, redis_url, prefix], stdout=subprocess.PIPE, env=env)
+    waiter = RedisCoordinator(redis_url, prefix=prefix, lock_timeout=0.3)
+    try:
+        assert holder.stdout is not None
+        token = int(await asyncio.to_thread(holder.stdout.readline))
+        await asyncio.sleep(1.5)  # past its 1 s lease: the holder's heartbeat keeps it
+        assert await waiter.acquire("job") is None
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        killed = time.monotonic()
+        assert await waiter.acquire("job") is None  # its lease still runs (renewed at most 0.33 s before)
+        waiter.lock_timeout = 5.0
+        taken = await waiter.acquire("job")
+        assert taken is not None and taken.token == token + 1
+        assert time.monotonic() - killed < 1.5  # about the lease after the last renewal, not the whole wait
+        await waiter.release(taken)
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+        await waiter.aclose()
+
+
+async def test_a_rate_count_is_a_fixed_window(coordinator: Coordinator) -> None:
+    outcomes = [await coordinator.count("m", 2, 0.4) for _ in range(3)]
+    assert [outcome.allowed for outcome in outcomes] == [True, True, False]
+    assert 0 < outcomes[2].retry_after <= 0.4
+    await asyncio.sleep(0.45)
+    assert (await coordinator.count("m", 2, 0.4)).allowed
+
+
+async def test_a_rate_count_is_one_count_across_processes(make_redis: Make) -> None:
+    views = [make_redis() for _ in range(3)]
+    outcomes = await asyncio.gather(*(views[n % 3].count("m", 5, 60) for n in range(12)))
+    assert sum(outcome.allowed for outcome in outcomes) == 5
+
+
+async def test_a_limit_of_zero_refuses_every_call(coordinator: Coordinator) -> None:
+    outcome = await coordinator.count("m", 0, 60)
+    assert not outcome.allowed and outcome.retry_after > 0
+
+
+async def test_a_cached_value_is_shared_and_expires(make_redis: Make) -> None:
+    first, second = make_redis(), make_redis()
+    await first.cache_put("square", "v1", b'{"n":3}', {"n": 9, "of": [3]}, ttl=0.3)
+    assert await second.cache_get("square", "v1", b'{"n":3}') == (True, {"n": 9, "of": [3]})
+    assert await second.cache_get("square", "v2", b'{"n":3}') == (False, None)  # per version
+    assert await second.cache_get("square", "v1", b'{"n":4}') == (False, None)  # per arguments
+    await first.cache_put("nothing", "v1", b"{}", None, ttl=5)
+    assert await second.cache_get("nothing", "v1", b"{}") == (True, None)  # a None result is a hit too
+    await asyncio.sleep(0.4)
+    assert await second.cache_get("square", "v1", b'{"n":3}') == (False, None)
+
+
+async def test_a_value_over_the_cache_cap_is_not_cached(make_redis: Make, caplog: pytest.LogCaptureFixture) -> None:
+    view = make_redis(cache_max_bytes=100)
+    await view.cache_put("big", "v1", b"{}", "x" * 200, ttl=60)
+    await view.cache_put("small", "v1", b"{}", "x" * 50, ttl=60)
+    assert await view.cache_get("big", "v1", b"{}") == (False, None)
+    assert await view.cache_get("small", "v1", b"{}") == (True, "x" * 50)
+    assert "rpc result of big not cached" in caplog.text
+
+
+async def test_redis_down_fails_locks_and_counts_and_misses_the_cache(caplog: pytest.LogCaptureFixture) -> None:
+    down = RedisCoordinator(f"redis://127.0.0.1:{free_port()}/0", lock_timeout=1)
+    try:
+        with pytest.raises(DependencyUnavailableError, match="Redis does not answer"):
+            await down.acquire("job")
+        with pytest.raises(DependencyUnavailableError):
+            await down.count("m", 5, 60)
+        await down.cache_put("square", "v1", b"{}", 9, ttl=60)
+        assert await down.cache_get("square", "v1", b"{}") == (False, None)
+        assert await down.cache_get("square", "v1", b"{}") == (False, None)
+    finally:
+        await down.aclose()
+    # One line per kind of failure and method, not one per call.
+    assert caplog.text.count("rpc cache of square") == 1
+    assert "rpc lock or rate limit of job unavailable" in caplog.text
