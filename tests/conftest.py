@@ -18,6 +18,9 @@ from crank.registry import Registry, migrate, open_engine
 from crank.types import ASGIApp
 from tests import services
 
+# tests/cluster.py: `start_cluster` and `cluster_database`, several `crank serve` processes behind nginx.
+pytest_plugins = ["tests.cluster"]
+
 
 @pytest.fixture
 def anyio_backend() -> str:
