@@ -1,4 +1,5 @@
-"""An RPCApp for the tests that serve it from several processes (`crank serve tests.rpc.apps_shared:rpc`).
+"""An RPCApp for the tests that serve it from several processes (`crank serve tests.rpc.apps_shared:app`,
+behind nginx: tests/cluster.py, which waits for `/readyz`).
 
 Its Redis is `CRANK_REDIS_URL` (none: each process on its own); what the methods did is counted in another
 Redis, `CRANK_TEST_COUNTER_URL`, under `CRANK_TEST_PREFIX`, so that a test sees every process's runs.
@@ -10,6 +11,10 @@ import asyncio
 import os
 
 import redis.asyncio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
 
 from crank.rpc import RPCApp, fencing_token
 
@@ -20,13 +25,13 @@ rpc = RPCApp(title="Shared", redis_prefix=PREFIX + "rpc:")
 
 
 @rpc.method("critical", lock=True)
-async def critical() -> int | None:
+async def critical() -> dict[str, int | None]:
     """Records how many runs of it are under way at once, across processes."""
     active = await counter.incr(PREFIX + "active")
     await counter.rpush(PREFIX + "seen", active)
     await asyncio.sleep(0.05)
     await counter.decr(PREFIX + "active")
-    return fencing_token()
+    return {"pid": os.getpid(), "token": fencing_token()}
 
 
 @rpc.method("square", cache=60)
@@ -40,6 +45,8 @@ async def limited() -> int:
     return os.getpid()
 
 
-@rpc.method("pid")
-async def pid() -> int:
-    return os.getpid()
+async def ready(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("ready")
+
+
+app = Starlette(routes=[Route("/readyz", ready), Mount("/", rpc)], lifespan=rpc.lifespan)
