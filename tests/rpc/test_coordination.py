@@ -130,8 +130,9 @@ def test_several_workers_without_redis_log_a_warning_naming_the_methods(
         monkeypatch.delenv(name, raising=False)
     caplog.set_level(logging.WARNING, "crank.rpc")
     shared_app(None)[0].build()  # one process: nothing to say
-    monkeypatch.setenv(variable, "1")
-    shared_app(None)[0].build()
+    for value in ("1", "many"):
+        monkeypatch.setenv(variable, value)
+        shared_app(None)[0].build()
     assert caplog.records == []
     monkeypatch.setenv(variable, "4")
     RPCService(shared_app(None)[0]).build()

@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+import redis
 
 from crank.exceptions import DependencyUnavailableError
 from crank.state import Coordinator, Held, LocalCoordinator, RedisCoordinator
-from tests.services import free_port
+from tests.services import free_port, start_redis
 
 pytestmark = pytest.mark.anyio
 
@@ -219,3 +220,34 @@ async def test_redis_down_fails_locks_and_counts_and_misses_the_cache(caplog: py
     # One line per kind of failure and method, not one per call.
     assert caplog.text.count("rpc cache of square") == 1
     assert "rpc lock or rate limit of job unavailable" in caplog.text
+
+
+async def test_redis_lost_while_a_lock_is_held_is_logged_and_the_call_may_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with start_redis() as server:
+        holder = RedisCoordinator(server.url, lock_lease=0.3, timeout=0.5)
+        try:
+            held = await holder.acquire("job")
+            assert held is not None
+            await asyncio.to_thread(server.stop)
+            await asyncio.sleep(0.3)  # a beat or two of the heartbeat fails
+            assert not await holder.release(held)  # refused, never raised: the call itself is done
+        finally:
+            await holder.aclose()
+    assert "rpc lock job not renewed" in caplog.text
+    assert "rpc lock job not released" in caplog.text
+
+
+async def test_a_holder_whose_lease_is_gone_learns_it_at_the_next_beat(
+    make_redis: Make, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder = make_redis(lock_lease=0.3)
+    held = await holder.acquire("job")
+    assert held is not None
+    with redis.Redis.from_url(redis_url) as client:  # what a lapse looks like to the holder (a failover, say)
+        client.delete(f"{holder.prefix}lock:job")
+    await asyncio.sleep(0.25)
+    assert held.lost and held.heartbeat is not None and held.heartbeat.done()
+    assert f"rpc lock job lost: its lease lapsed while fencing token {held.token} ran" in caplog.text
+    assert not await holder.release(held)
