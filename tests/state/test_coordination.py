@@ -196,6 +196,15 @@ async def test_a_cached_value_is_shared_and_expires(make_redis: Make) -> None:
     assert await second.cache_get("square", "v1", b'{"n":3}') == (False, None)
 
 
+async def test_a_cached_value_that_is_not_json_is_a_miss(make_redis: Make, redis_url: str) -> None:
+    view = make_redis()
+    await view.cache_put("square", "v1", b"{}", 9, ttl=60)
+    with redis.Redis.from_url(redis_url) as client:
+        for key in client.scan_iter(f"{view.prefix}cache:square:*"):
+            client.set(key, b"\xff not json")
+    assert await view.cache_get("square", "v1", b"{}") == (False, None)
+
+
 async def test_a_value_over_the_cache_cap_is_not_cached(make_redis: Make, caplog: pytest.LogCaptureFixture) -> None:
     view = make_redis(cache_max_bytes=100)
     await view.cache_put("big", "v1", b"{}", "x" * 200, ttl=60)

@@ -212,10 +212,10 @@ class RedisCoordinator:
     async def cache_get(self, name: str, version: str, params: bytes) -> tuple[bool, Any]:
         try:
             raw = await self._redis.get(self._cache_key(name, version, params))
-        except Exception as exc:  # redis errors, timeouts, a refused connection: all a miss
+            return (False, None) if raw is None else (True, _json.loads(raw))
+        except Exception as exc:  # redis errors, timeouts, a refused connection, a value not JSON: a miss
             self._log_throttled(f"cache:{name}", "rpc cache of %s unreadable, treated as a miss: %s", name, exc)
             return False, None
-        return (False, None) if raw is None else (True, _json.loads(raw))
 
     async def cache_put(self, name: str, version: str, params: bytes, value: Any, ttl: float) -> None:
         encoded = _json.dumps(value)
