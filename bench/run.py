@@ -54,6 +54,9 @@ FAST_PROXY = "gateway-proxy-aiohttp"  # the same proxy on aiohttp, the fastest c
 CLIENT_PROXY = "gateway-proxy-crank-client"  # the same proxy on Crank's upstream client: Crank's own overhead
 RATIO_PROXIES = (FAST_PROXY, CLIENT_PROXY)
 CRANK_GATEWAYS = ("gateway-crank", "gateway-crank-open")
+# The gateway with rate limits and quotas that are never reached, counted in Redis (BENCH_GATEWAY_LIMITS): what
+# Redis-backed limiting costs a tools/call against gateway-crank in the same interleaved run (issue 13: <= 15%).
+LIMITED_GATEWAYS = ("gateway-crank-limited", "gateway-crank-limited-all")
 DATA_SOURCES = ("crank", "sdk-lowlevel")  # first one that verifies tools/list supplies the bare app's bytes
 PEER_PACKAGES = ("crank", "mcp", "fastmcp", "uvicorn", "uvloop", "httptools", "starlette", "orjson", "pydantic",
                  "httpx", "httpx2", "aiohttp")  # fmt: skip
@@ -81,6 +84,12 @@ TARGETS = (
            "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "1"),)),
     Target("gateway-crank-open", "Crank gateway (no key)", "bench.apps.gateway_crank:app", "gateway",
            "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "0"),)),
+    Target(LIMITED_GATEWAYS[0], "Crank gateway (API key; key rate limit and quota in Redis)",
+           "bench.apps.gateway_crank:app", "gateway", "/mcp/v1/bench/agent",
+           env=(("BENCH_GATEWAY_KEYS", "1"), ("BENCH_GATEWAY_LIMITS", "key"))),
+    Target(LIMITED_GATEWAYS[1], "Crank gateway (API key; workspace and key limits in Redis)",
+           "bench.apps.gateway_crank:app", "gateway", "/mcp/v1/bench/agent",
+           env=(("BENCH_GATEWAY_KEYS", "1"), ("BENCH_GATEWAY_LIMITS", "all"))),
     Target("gateway-fastmcp", "FastMCP OpenAPI", "bench.apps.gateway_fastmcp:app", "gateway", peers=True),
     Target(PROXY, "simplest proxy (httpx + orjson)", "bench.apps.gateway_proxy:app", "gateway"),
     Target(FAST_PROXY, "simplest proxy (aiohttp + orjson)", "bench.apps.gateway_proxy_aiohttp:app", "gateway",
@@ -547,6 +556,7 @@ def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
                 f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {' | '.join(cells)} |"
             )
         lines += gateway_verdict(gateway, labels)
+        lines += limits_verdict(gateway, labels)
     if skipped:
         lines += ["", "Skipped:", *(f"- {s}" for s in skipped)]
     return "\n".join(lines) + "\n"
@@ -572,6 +582,23 @@ def gateway_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
                 f"- {labels[key]}, tools/call ({ERAS[r.era]}) against the {labels[proxy_key]}: {rps:.2f}× its "
                 f"req/s (target ≥ 0.70), p99 {p99:.2f}× its p99 (target < 2): {met}"
             )
+    return ["", *out] if out else []
+
+
+def limits_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
+    """Issue 13's target: Redis-backed rate limiting costs <= 15% of gateway-crank's tools/call req/s, each
+    limited target's best request shape against gateway-crank's row of the same shape."""
+    plain = {r.era: r for r in rows if r.target == "gateway-crank" and r.scenario == "gateway_call"}
+    out: list[str] = []
+    for key in LIMITED_GATEWAYS:
+        mine = [r for r in rows if r.target == key and r.scenario == "gateway_call" and r.era in plain]
+        if not mine:
+            continue
+        r = max(mine, key=lambda r: r.rps)
+        cost = 1 - r.rps / plain[r.era].rps
+        met = "met" if cost <= 0.15 else "NOT met"
+        out.append(f"- {labels[key]}, tools/call ({ERAS[r.era]}): costs {cost:.1%} of {labels['gateway-crank']}'s "
+                   f"req/s (target ≤ 15%): {met}")  # fmt: skip
     return ["", *out] if out else []
 
 
@@ -603,6 +630,12 @@ def main() -> int:
             workdir = Path(servers.enter_context(tempfile.TemporaryDirectory(prefix="bench-gateway-")))
             db, gateway_key = gateway_registry(args.python, upstream, workdir)
             gateway_env = {"BENCH_UPSTREAM": upstream.url, "BENCH_GATEWAY_DB": str(db)}
+            if any(t.key in LIMITED_GATEWAYS for t in chosen):
+                from tests.services import start_redis
+
+                redis = start_redis()
+                servers.callback(redis.destroy)
+                gateway_env["BENCH_REDIS_URL"] = redis.url
             if args.base is not None:  # the earlier commit writes (and reads) its own registry format
                 base_db, base_key = gateway_registry(args.python, upstream, workdir, args.base.resolve())
                 base_env = {"BENCH_UPSTREAM": upstream.url, "BENCH_GATEWAY_DB": str(base_db)}

@@ -288,3 +288,19 @@ def test_a_reference_chain_over_the_limit_is_one_line(runner: CliRunner, tmp_pat
     assert result.exit_code == 1
     assert "nest more than 400 levels deep" in result.output and "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)
+
+
+def test_key_commands_set_a_keys_rate_limit_and_quota(runner: CliRunner) -> None:
+    assert runner.invoke(main, ["workspace", "create", "shop", "--name", "Shop"]).exit_code == 0
+    created = runner.invoke(main, ["key", "create", "shop", "--rate", "100/60", "--quota", "10000/day"])
+    assert created.exit_code == 0, created.output
+    key_id, _, agents, limits = runner.invoke(main, ["key", "list", "shop"]).output.split()
+    assert agents == "*"
+    assert json.loads(limits) == {"rate": {"calls": 100, "window": 60.0}, "quota": {"calls": 10000, "period": "day"}}
+    changed = runner.invoke(main, ["key", "limits", "shop", key_id, "--quota", "5/hour"])
+    assert changed.exit_code == 0, changed.output
+    assert json.loads(runner.invoke(main, ["key", "list", "shop"]).output.split()[3]) == {
+        "quota": {"calls": 5, "period": "hour"}
+    }
+    wrong = runner.invoke(main, ["key", "limits", "shop", key_id, "--quota", "5/week"])
+    assert wrong.exit_code == 2 and "quota.period" in wrong.output

@@ -8,19 +8,28 @@ The app then opens that SQLite file (`BENCH_GATEWAY_DB`).
 `BENCH_GATEWAY_KEYS=1` serves it as deployed by default (every request needs the key,
 `Authorization: Bearer ...`); `0` passes `require_api_keys=False`. Everything else is
 `GatewayService`'s default, including its own pooled `UpstreamClient` for the upstream.
+
+`BENCH_GATEWAY_LIMITS=key` (or `all`) serves a copy of that registry whose workspace gives every key a rate
+limit and a quota (`all`: the workspace's own too, on every request) far above what a run can reach, counted
+in the Redis at `BENCH_REDIS_URL`: every call pays for the check (docs/gateway.md, Rate limits and quotas)
+and none is refused.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import uuid
 
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, N_TOOLS, OUTPUT_SCHEMA, tool_name, tool_path
 from crank.admin.actions import check_runtime
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import LOOPBACK, EgressPolicy
 from crank.registry import Registry, migrate, open_engine
+from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
+from crank.state import RedisStore, StateStore
 
 WORKSPACE, AGENT, DISCOVERY_AGENT = "bench", "agent", "discovery"
 PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
@@ -56,10 +65,31 @@ def setup(db_path: str, upstream: str) -> str:
     return key
 
 
+# Never reached in a run: the check is paid on every call, and nothing is refused.
+UNREACHED = Limits(rate=RateLimit(calls=1_000_000_000, window=60), quota=Quota(calls=1_000_000_000_000, period="month"))
+
+
+def limited_registry(db_path: str, which: str) -> str:
+    """A copy of the registry whose workspace sets `key_limits` (and, for `all`, its own `limits`)."""
+    copy = f"{db_path}.limited-{which}"
+    shutil.copyfile(db_path, copy)
+    engine = open_engine(f"sqlite:///{copy}")
+    Registry(engine).put_workspace(WORKSPACE, "Bench", limits=UNREACHED if which == "all" else None,
+                                   key_limits=UNREACHED)  # fmt: skip
+    engine.dispose()
+    return copy
+
+
 def make_app() -> GatewayService:
-    registry = Registry(open_engine(f"sqlite:///{os.environ['BENCH_GATEWAY_DB']}"))
+    db_path = os.environ["BENCH_GATEWAY_DB"]
+    limits = os.environ.get("BENCH_GATEWAY_LIMITS")
+    state: StateStore | None = None
+    if limits:
+        db_path = limited_registry(db_path, limits)
+        state = RedisStore(os.environ["BENCH_REDIS_URL"], prefix=f"bench-{uuid.uuid4().hex}:")
+    registry = Registry(open_engine(f"sqlite:///{db_path}"))
     keys = os.environ.get("BENCH_GATEWAY_KEYS", "1") == "1"
-    return GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), require_api_keys=keys)
+    return GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), require_api_keys=keys, state=state)
 
 
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None

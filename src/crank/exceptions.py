@@ -47,6 +47,8 @@ CrankError
     ├── ConfirmationError           a destructive call without (or with a wrong) confirmation token
     ├── IdempotencyError            an idempotency key reused with other arguments, or still in flight
     ├── StateStoreFullError         the in-process state store holds all it may: nothing was sent (class `state`)
+    ├── LimitReachedError           a rate limit or quota of the workspace, agent or API key is used up: nothing
+    │                                   was sent (class `rate_limit`, code `rate_limited`, `details.retry_after`)
     ├── OutputValidationError       an answer that fails the tool's published outputSchema (class `output_validation`)
     ├── ToolConfigurationError      a secret the tool needs is missing or not allowed on this server, or its
     │                                   upstream's address is refused by the egress policy (class `configuration`)
@@ -89,6 +91,7 @@ __all__ = [
     "InvalidParamsError",
     "InvalidRequestError",
     "InvalidRequestStateError",
+    "LimitReachedError",
     "LockTimeoutError",
     "MappingError",
     "MethodNotFoundError",
@@ -514,6 +517,27 @@ class StateStoreFullError(ToolError):
     default_code = "state_store_full"
     default_action = "Nothing was sent. Wait a minute and repeat the call; if it keeps failing, tell the operator."
     may_have_taken_effect = False
+
+
+class LimitReachedError(ToolError):
+    """A rate limit or quota of the gateway (docs/gateway.md, Rate limits and quotas) is used up: the call was
+    refused before anything was sent. `retry_after` (whole seconds, at least 1) is when the limit that refused
+    it resets; `details` carries it with the limit's name (`workspace_rate`, `key_quota`, ...)."""
+
+    error_class = "rate_limit"
+    default_code = "rate_limited"
+    default_action = "Nothing was sent. Wait retry_after seconds (in details), then repeat the call."
+    may_have_taken_effect = False
+
+    def __init__(self, limit: str, retry_after: int, message: str) -> None:
+        super().__init__(
+            message,
+            recoverable=True,
+            suggested_action=f"Nothing was sent. Wait {retry_after} s, then repeat the call.",
+            details={"limit": limit, "retry_after": retry_after},
+        )
+        self.limit = limit
+        self.retry_after = retry_after
 
 
 class OutputValidationError(ToolError):

@@ -132,6 +132,7 @@ class GatewayService:
             cache_scope="private" if require_api_keys else "public",
             authenticate=self.source.authenticate if require_api_keys else None,
             confirm_key=self.source.confirm if require_api_keys else None,
+            admit=self.source.admit if require_api_keys else None,
         )
         self.endpoint = endpoint
         self._durability_check: asyncio.Task[list[str]] | None = None

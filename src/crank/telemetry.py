@@ -7,6 +7,8 @@ counters. `Metrics.observer(...)` gives a catalog the `CallObserver` that counts
     crank_tool_errors_total{workspace, agent, tool, error_class, error_code}
     crank_tool_call_duration_seconds{workspace, agent, tool}          histogram
     crank_tool_output_mismatches_total{workspace, agent, tool}        answers that failed the outputSchema
+    crank_rate_limited_total{workspace, agent, limit}                 requests and calls a limit refused
+                                                                      (limit: workspace_rate, key_quota, ...)
 
 Failures are also logged (one line each, with the request id the client got); successes are logged
 only at debug level, so that the hot path does not format a log line per call. An answer that failed
@@ -74,6 +76,10 @@ class Metrics:
         self.latency = Histogram(
             "crank_tool_call_duration_seconds", "Time to answer a tool call, upstream included.",
             list(_LABELS), buckets=_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.rate_limited = Counter(
+            "crank_rate_limited", "Requests and tool calls refused by a rate limit or quota, by the limit.",
+            ["workspace", "agent", "limit"], registry=self.registry,
         )  # fmt: skip
 
     def observer(self, workspace: str, agent: str) -> Observe:

@@ -227,3 +227,26 @@ async def test_a_reference_chain_over_the_limit_is_a_422_with_one_line(admin: Ad
                          status=422)  # fmt: skip
     assert failed["error"]["code"] == "invalid_definition"
     assert "nest more than 400 levels deep" in failed["error"]["message"] and "\n" not in failed["error"]["message"]
+
+
+async def test_limits_are_set_and_shown_through_the_admin_api(admin: Admin, registry: Registry) -> None:
+    rate, quota = {"calls": 10, "window": 1.0}, {"calls": 1000, "period": "day"}
+    shown = await admin("PUT", "/workspaces/shop", {"name": "Shop", "limits": {"rate": rate},
+                                                    "key_limits": {"quota": quota}})  # fmt: skip
+    assert (shown["limits"], shown["key_limits"]) == ({"rate": rate}, {"quota": quota})
+    await admin("PUT", "/workspaces/shop/agents/desk", {"limits": {"quota": {"calls": 5, "period": "month"}}})
+    assert (await admin("GET", "/workspaces/shop/agents/desk"))["limits"] == {"quota": {"calls": 5, "period": "month"}}
+    created = await admin("POST", "/workspaces/shop/api-keys", {"limits": {"rate": {"calls": 2, "window": 60}}},
+                          status=201)  # fmt: skip
+    assert created["limits"] == {"rate": {"calls": 2, "window": 60.0}}
+    (scope,) = registry.api_keys().values()
+    assert scope.limits is not None and scope.limits.rate is not None and scope.limits.rate.calls == 2
+    assert scope.workspace_limits is not None and scope.workspace_limits.rate is not None
+    cleared = await admin("PUT", f"/workspaces/shop/api-keys/{created['id']}/limits", {"limits": None})
+    assert cleared["limits"] is None
+    (scope,) = registry.api_keys().values()  # back to the workspace's key_limits
+    assert scope.limits is not None and scope.limits.quota is not None and scope.limits.quota.calls == 1000
+    wrong = await admin("PUT", f"/workspaces/shop/api-keys/{created['id']}/limits",
+                        {"limits": {"rate": {"calls": 0, "window": 1}}}, status=422)  # fmt: skip
+    assert "limits.rate.calls" in wrong["error"]["message"]
+    assert "ApiKeyLimitsIn" in openapi_document()["components"]["schemas"]

@@ -183,7 +183,7 @@ def without_ids(view: RuntimeView) -> JSONObject:
 # -- reading -----------------------------------------------------------------------------------------
 
 
-def test_a_publish_writes_format_2(registry: Registry) -> None:
+def test_a_publish_writes_format_3(registry: Registry) -> None:
     operations, agent = desk_drafts("http://upstream.test")
     registry.put_workspace("acme", "Acme")
     registry.put_operations("acme", operations)
@@ -192,7 +192,7 @@ def test_a_publish_writes_format_2(registry: Registry) -> None:
     with registry.engine.connect() as connection:
         (row,) = connection.execute(text("SELECT runtime FROM agent_versions")).all()
     written = row[0] if isinstance(row[0], dict) else json.loads(row[0])
-    assert written["format_version"] == FORMAT_VERSION == 2
+    assert written["format_version"] == FORMAT_VERSION == 3
     assert load_runtime(written) == registry.published()[0].runtime == registry.draft_runtime("acme", "desk")
     assert "samples" not in json.dumps(written)
 
@@ -214,7 +214,15 @@ def test_format_1_is_read_with_every_execution_setting() -> None:
     assert tools["wipe_cache"].execution_config.confirmation.required is False
     assert tools["search_catalog"].http_method == "POST" and tools["search_catalog"].target.method == "Catalog.search"
     assert tools["replace_user"].annotations.title == "Replace" and view.agent.token_budget == 2500
-    assert view.to_json()["format_version"] == 2 and load_runtime(view.to_json()) == view
+    assert view.to_json()["format_version"] == 3 and load_runtime(view.to_json()) == view
+
+
+def test_format_2_is_read_as_format_3_without_the_agents_limits() -> None:
+    view = load_runtime(stored_view("desk"))
+    written_by_format_2 = view.to_json()
+    written_by_format_2["format_version"] = 2
+    del written_by_format_2["agent"]["limits"]  # format 2 had no limits
+    assert load_runtime(written_by_format_2) == view and view.agent.limits is None
 
 
 def test_format_1_reads_as_what_the_same_drafts_publish_now(registry: Registry) -> None:
@@ -229,13 +237,13 @@ def test_an_unchanged_draft_over_a_format_1_version_publishes_nothing(registry: 
     insert_as_e5b7c84(registry, stored_view("desk"), desk_drafts(CAPTURED_BASE))
     assert registry.publish("acme", "desk", skip_unchanged=True) == 1
     assert registry.versions("acme", "desk") == [1]
-    assert registry.publish("acme", "desk") == 2  # an explicit publish still writes, now in format 2
+    assert registry.publish("acme", "desk") == 2  # an explicit publish still writes, now in format 3
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"format_version": 3}, r"^agent acme/desk: format_version 3 is not one this Crank reads .* a newer Crank"),
+        ({"format_version": 4}, r"^agent acme/desk: format_version 4 is not one this Crank reads .* a newer Crank"),
         ({"tools": "none"}, r"^agent acme/desk: tools must be a list"),
         ({"agent": {"slug": "desk"}}, r"^agent acme/desk: agent\.id: Field required"),
     ],

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from crank.exceptions import StateStoreFullError
-from crank.state import MemoryStore, RedisStore, StateStore
+from crank.state import Counter, MemoryStore, RedisStore, StateStore
 
 pytestmark = pytest.mark.anyio
 
@@ -106,3 +106,41 @@ async def test_a_full_memory_store_refuses_new_records_and_keeps_the_live_ones()
     assert await store.add("c", {"n": "c"}, ttl=60)  # the expired record made room
     with pytest.raises(StateStoreFullError):
         await store.put("d", {"n": "d"}, ttl=60)
+
+
+# -- hit: the gateway's rate limits and quotas ---------------------------------------------------------
+
+
+async def test_hit_lets_exactly_the_limit_through_in_a_window(store: StateStore) -> None:
+    counter = Counter("calls", limit=5, window=30)
+    answers = await asyncio.gather(*(store.hit([counter]) for _ in range(20)))
+    assert answers.count(None) == 5
+    refused = [answer for answer in answers if answer is not None]
+    assert len(refused) == 15 and all(full.counter == 0 and 0 < full.retry_after <= 30 for full in refused)
+
+
+async def test_a_hit_refused_by_one_counter_adds_to_none(store: StateStore) -> None:
+    roomy, tight = Counter("roomy", limit=3, window=30), Counter("tight", limit=1, window=30)
+    assert await store.hit([roomy, tight]) is None
+    full = await store.hit([roomy, tight])
+    assert full is not None and full.counter == 1  # the second counter refused
+    # roomy counted the first hit only: two more fit, the next does not.
+    assert await store.hit([roomy]) is None and await store.hit([roomy]) is None
+    assert await store.hit([roomy]) is not None
+
+
+async def test_a_count_starts_again_when_its_window_ends(store: StateStore) -> None:
+    counter = Counter("short", limit=1, window=0.1)
+    assert await store.hit([counter]) is None
+    full = await store.hit([counter])
+    assert full is not None and full.retry_after <= 0.1
+    await asyncio.sleep(0.25)
+    assert await store.hit([counter]) is None
+
+
+async def test_the_memory_store_counts_within_its_bound() -> None:
+    store = MemoryStore(max_items=2)
+    assert await store.hit([Counter("a", 5, 30), Counter("b", 5, 30)]) is None
+    assert await store.hit([Counter("a", 5, 30)]) is None  # an existing count takes no new room
+    with pytest.raises(StateStoreFullError):
+        await store.hit([Counter("c", 5, 30)])

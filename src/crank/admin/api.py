@@ -35,6 +35,7 @@ from crank.admin.documents import is_url
 from crank.admin.models import (
     AgentIn,
     ApiKeyIn,
+    ApiKeyLimitsIn,
     BindingIn,
     CatalogFile,
     ImportIn,
@@ -219,7 +220,9 @@ def list_workspaces(api: AdminAPI, request: Request, body: None) -> Any:
 def put_workspace(api: AdminAPI, request: Request, body: WorkspaceIn) -> Any:
     slug = _path(request, "workspace")
     compact = body.compact.model_dump(exclude_none=True) if body.compact is not None else None
-    api.registry.put_workspace(slug, body.name, body.default_language, body.token_budget, compact)
+    api.registry.put_workspace(
+        slug, body.name, body.default_language, body.token_budget, compact, body.limits, body.key_limits
+    )
     return api.registry.workspace(slug)
 
 
@@ -304,12 +307,17 @@ def rollback(api: AdminAPI, request: Request, body: RollbackIn) -> Any:
 
 
 def create_api_key(api: AdminAPI, request: Request, body: ApiKeyIn) -> Any:
-    info, key = api.registry.issue_api_key(_path(request, "workspace"), body.agents)
+    info, key = api.registry.issue_api_key(_path(request, "workspace"), body.agents, limits=body.limits)
     return {"key": key, **asdict(info), "note": "Shown once: only its digest is stored."}
 
 
 def list_api_keys(api: AdminAPI, request: Request, body: None) -> Any:
     return {"api_keys": [asdict(info) for info in api.registry.api_key_infos(_path(request, "workspace"))]}
+
+
+def put_api_key_limits(api: AdminAPI, request: Request, body: ApiKeyLimitsIn) -> Any:
+    info = api.registry.set_api_key_limits(_path(request, "workspace"), _path(request, "key"), body.limits)
+    return asdict(info)
 
 
 def delete_api_key(api: AdminAPI, request: Request, body: None) -> Any:
@@ -360,6 +368,13 @@ ENDPOINTS = (
     _Endpoint("POST", _WS + "/api-keys", "Create an API key (shown once)", create_api_key, ApiKeyIn, status=201),
     _Endpoint("GET", _WS + "/api-keys", "List API keys (ids and scopes, never the keys)", list_api_keys),
     _Endpoint("DELETE", _WS + "/api-keys/{key}", "Revoke an API key by its id", delete_api_key, status=204),
+    _Endpoint(
+        "PUT",
+        _WS + "/api-keys/{key}/limits",
+        "Set an API key's rate limit and quota",
+        put_api_key_limits,
+        ApiKeyLimitsIn,
+    ),  # fmt: skip
     _Endpoint("POST", "/apply", "Apply a declarative catalog (JSON or YAML)", apply, CatalogFile),
 )
 

@@ -12,12 +12,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from crank.mcp.tools import TOOL_NAME_PATTERN
+from crank.registry.runtime import Limits
 from crank.schema import problems_of
 from crank.schema.compact import CompactSettings
 
 __all__ = [
     "AgentIn",
     "ApiKeyIn",
+    "ApiKeyLimitsIn",
     "BindingIn",
     "CatalogFile",
     "ImportIn",
@@ -50,6 +52,12 @@ _COMPACT = (
 )
 
 
+_LIMITS = (
+    "Rate limit ({{calls, window}} in seconds: a fixed window from its first call) and quota ({{calls, period}}: "
+    "hour, day or month, UTC) of {what} (docs/gateway.md, Rate limits and quotas)."
+)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +67,10 @@ class WorkspaceIn(_Model):
     default_language: str = Field("en", min_length=2, max_length=16)
     token_budget: int | None = Field(None, ge=1, description="Default token budget of its agents (4096).")
     compact: CompactSettings | None = Field(None, description=_COMPACT)
+    limits: Limits | None = Field(None, description=_LIMITS.format(what="every request to the workspace"))
+    key_limits: Limits | None = Field(
+        None, description=_LIMITS.format(what="each API key's tool calls, for keys without limits of their own")
+    )
 
 
 class WorkspaceRef(WorkspaceIn):
@@ -116,6 +128,9 @@ class AgentIn(_Model):
         "operations, show one's input schema and call it; for agents over any token budget.",
     )
     compact: CompactSettings | None = Field(None, description=_COMPACT)
+    limits: Limits | None = Field(
+        None, description=_LIMITS.format(what="the agent's tool calls, all keys together") + " Published with it."
+    )
 
 
 class SourceIn(_Model):
@@ -145,6 +160,15 @@ class RollbackIn(_Model):
 
 class ApiKeyIn(_Model):
     agents: list[str] | None = Field(None, description="Limit the key to these agents (default: all).")
+    limits: Limits | None = Field(
+        None, description=_LIMITS.format(what="the key's tool calls") + " Default: its workspace's key_limits."
+    )
+
+
+class ApiKeyLimitsIn(_Model):
+    limits: Limits | None = Field(
+        description=_LIMITS.format(what="the key's tool calls") + " null: its workspace's key_limits again."
+    )
 
 
 class CatalogFile(_Model):

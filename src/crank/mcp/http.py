@@ -23,6 +23,7 @@ from crank.exceptions import (
     CatalogNotFoundError,
     CatalogUnauthorizedError,
     InvalidRequestError,
+    LimitReachedError,
     RequestTooLargeError,
     RPCError,
     UnknownFormatError,
@@ -58,7 +59,13 @@ from crank.wire.jsonrpc import (
     is_request_id,
     request_envelope_error,
 )
-from crank.wire.middleware import BearerAuthMiddleware, RequestChecksMiddleware, jsonrpc_refusal
+from crank.wire.middleware import (
+    AUTH_SCOPE_KEY,
+    Admission,
+    BearerAuthMiddleware,
+    RequestChecksMiddleware,
+    jsonrpc_refusal,
+)
 from crank.wire.security import HostOriginPolicy
 
 __all__ = ["CatalogProvider", "MCPEndpoint"]
@@ -101,6 +108,8 @@ class MCPEndpoint:
             The provider finds what it returned in `scope["crank.auth"]`.
         confirm_key: a second, slower look at a token `authenticate` did not recognise (awaited; None
             refuses it too).
+        admit: gets each authenticated request (its scope and caller) before its body is read, and may refuse
+            it with `RateLimitedError`: 429 with `Retry-After` (the gateway's workspace limits).
         debug: put exception details in error data. Never in production.
     """
 
@@ -124,6 +133,7 @@ class MCPEndpoint:
         plain_http: bool = True,
         authenticate: Callable[[str | None], Any] | None = None,
         confirm_key: Callable[[str], Awaitable[Any]] | None = None,
+        admit: Admission | None = None,
         debug: bool = False,
     ) -> None:
         # A fixed catalog skips the provider call on the hot path.
@@ -150,7 +160,8 @@ class MCPEndpoint:
         app: ASGIApp = self._serve
         if authenticate is not None:
             app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE,
-                                       refusal=_refusal, confirm=confirm_key)  # fmt: skip
+                                       refusal=_refusal, confirm=confirm_key, admit=admit,
+                                       rejection=_rejection)  # fmt: skip
         self.http_app: ASGIApp = RequestChecksMiddleware(app, self.policy, max_body_size, refusal=_refusal)
         """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
         gateway) calls it directly, one coroutine level less per request than through `__call__`."""
@@ -219,7 +230,7 @@ class MCPEndpoint:
             return _protocol_error(400, INVALID_REQUEST, f"Invalid request: {deep}")
         if duplicated is not None:
             return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
-        info = RequestInfo(headers, _format_query(scope))
+        info = RequestInfo(headers, _format_query(scope), scope.get(AUTH_SCOPE_KEY))
         try:
             catalog = self._catalog if self._catalog is not None else await self._provider(scope)
         except (CatalogNotFoundError, CatalogUnauthorizedError):
@@ -318,7 +329,7 @@ class MCPEndpoint:
         result_format = requested or entry.tool.format or self.server.default_format
         context = CallContext(
             tool_name=entry.tool.name, protocol_version="plain", headers=headers, labels=catalog.labels,
-            requested_format=requested,
+            requested_format=requested, caller=scope.get(AUTH_SCOPE_KEY),
         )  # fmt: skip
         try:
             result = await call_tool(
@@ -338,7 +349,21 @@ class MCPEndpoint:
                 result["error"] = _json.loads(result["content"][0]["text"])
             except _json.JSONDecodeError:
                 pass  # a tool's own error text that is not JSON: content alone says it
+            else:
+                return _plain_failure(result)
         return Exchange(200, _json.dumps(result))
+
+
+def _plain_failure(result: JSONObject) -> Exchange:
+    """A failed call on the plain pair: 200, or 429 when a limit refused it; and `Retry-After` whenever the
+    structured error says when to retry (`details.retry_after`: a limit, a busy or rate-limiting upstream)."""
+    error = result["error"]
+    details = error.get("details") if isinstance(error, dict) else None
+    retry_after = details.get("retry_after") if isinstance(details, dict) else None
+    if type(retry_after) is not int:
+        return Exchange(200, _json.dumps(result))
+    status = 429 if error.get("error_code") == LimitReachedError.default_code else 200
+    return Exchange(status, _json.dumps(result), [(b"retry-after", str(retry_after).encode())])
 
 
 def _fixed(catalog: Catalog) -> CatalogProvider:
@@ -408,6 +433,13 @@ def _route(scope: Scope) -> str:
     if root and route.startswith(root):
         route = route[len(root) :]
     return route
+
+
+def _rejection(scope: Scope, error: RPCError) -> bytes:
+    """A refusal with its own code and data (a workspace's rate limit) in the shape of its route."""
+    if _route(scope) in _PLAIN_ROUTES:
+        return _plain_error_body(error.code, error.message, error.data)
+    return encode_error(None, error)
 
 
 def _refusal(scope: Scope, status: int, message: str) -> bytes:

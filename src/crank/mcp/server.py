@@ -96,6 +96,8 @@ class RequestInfo:
 
     headers: Mapping[str, str] = field(default_factory=dict)
     format_query: str | None = None
+    caller: Any = None
+    """Who calls (`authenticate`'s answer, `scope["crank.auth"]`); passed on to each call's `CallContext`."""
 
 
 @dataclass(slots=True)
@@ -288,7 +290,8 @@ class MCPServer:
         except UnknownFormatError as exc:
             raise InvalidParamsError(str(exc)) from None
         result_format = requested or entry.tool.format or self.default_format
-        context = CallContext(name, version, info.headers, labels=catalog.labels, requested_format=requested)
+        context = CallContext(name, version, info.headers, labels=catalog.labels, requested_format=requested,
+                              caller=info.caller)  # fmt: skip
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
         return entry, arguments, context, result_format

@@ -96,6 +96,8 @@ class CallContext:
     requested_format: str | None = None
     """The result format the request asked for (`X-Mcp-Format`, `?format=`), checked; None when it asked for
     none. A tool that runs another tool (discovery's `call_operation`) passes it on."""
+    caller: Any = None
+    """Who calls, as the endpoint's `authenticate` said (the gateway's API key scope); None without it."""
     _request_id: str | None = None
 
     @property

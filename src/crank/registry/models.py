@@ -39,6 +39,10 @@ class Workspace(Base):
     """The default token budget of the workspace's agents (an agent's own `token_budget` wins)."""
     compact: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     """The workspace's `compact` settings (`crank.schema.compact`); its agents' and operations' own win."""
+    limits: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """The rate limit and quota of every request to the workspace (`crank.registry.runtime.Limits`)."""
+    key_limits: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """The limits of each of its API keys' tool calls that has none of its own."""
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -94,6 +98,8 @@ class ApiKey(Base):
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     agents: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    limits: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """The limits of the key's tool calls (`crank.registry.runtime.Limits`); null: its workspace's `key_limits`."""
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

@@ -4,7 +4,7 @@ mappings; the linter and the CLI).
 
     RuntimeView                 format_version, workspace, agent, tools
     ├── WorkspaceInfo           id, slug, default_language
-    ├── AgentInfo               id, slug, description, token_budget, mode
+    ├── AgentInfo               id, slug, description, token_budget, mode, limits (Limits)
     └── RuntimeTool             tool_name, title, tool_description, schemas, annotations (ToolHints),
         │                       translations, protocol, target (Target), format, ids
         ├── input_mapping       InputRule: ArgumentRule | ConstantRule | TemplateRule
@@ -20,7 +20,8 @@ secret folders, JMESPath, which headers may be forwarded) are checked where the 
 (`FORMAT_VERSION`). Views written before it (format 1: no `format_version`, each tool the draft's
 fields copied as they were, `execution_config` a free object) are still served: `load_runtime` reads
 them through `tool_from_spec`, the same function that turns drafts into tools at publish, so an old
-version serves as it did. A number above `FORMAT_VERSION` (a newer Crank wrote it, say during a
+version serves as it did. Format 2 is format 3 without the agent's `limits`, and is read as such. A number
+above `FORMAT_VERSION` (a newer Crank wrote it, say during a
 rolling upgrade) is refused with a message saying so rather than read in part.
 """
 
@@ -48,6 +49,7 @@ __all__ = [
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
     "FORMAT_VERSION",
+    "QUOTA_PERIODS",
     "MIN_TIMEOUT",
     "AgentInfo",
     "AgentMode",
@@ -58,7 +60,11 @@ __all__ = [
     "ExecutionConfig",
     "IdempotencyConfig",
     "InputRule",
+    "Limits",
     "OutputSpec",
+    "Quota",
+    "QuotaPeriod",
+    "RateLimit",
     "RuntimeTool",
     "RuntimeView",
     "Target",
@@ -69,8 +75,9 @@ __all__ = [
     "tool_from_spec",
 ]
 
-FORMAT_VERSION: Final = 2
-"""The format a publish writes. 1: the plain dicts written before this module (no `format_version`)."""
+FORMAT_VERSION: Final = 3
+"""The format a publish writes. 1: the plain dicts written before this module (no `format_version`);
+2: the typed view before agents had `limits`."""
 
 DEFAULT_LANGUAGE: Final = "en"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -100,6 +107,39 @@ class _Model(BaseModel):
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+
+# -- limits (docs/gateway.md, Rate limits and quotas) ------------------------------------------------
+
+QuotaPeriod = Literal["hour", "day", "month"]
+"""A quota's period: the UTC calendar hour, day or month (a month's quota resets at 00:00 UTC on the 1st)."""
+QUOTA_PERIODS: Final[tuple[QuotaPeriod, ...]] = ("hour", "day", "month")
+
+
+class RateLimit(_Model):
+    """At most `calls` in a window of `window` seconds, which starts with the first call after the last one
+    ended (a fixed window, counted in the state store: exact across replicas)."""
+
+    calls: int = Field(ge=1, strict=True)
+    window: float = Field(ge=0.001, le=86_400)
+
+
+class Quota(_Model):
+    """At most `calls` per calendar `period` (UTC)."""
+
+    calls: int = Field(ge=1, strict=True)
+    period: QuotaPeriod
+
+
+class Limits(_Model):
+    """A workspace's, an agent's or an API key's limits; either may be absent (no limit)."""
+
+    rate: RateLimit | None = None
+    quota: Quota | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.rate is None and self.quota is None
 
 
 # -- execution config --------------------------------------------------------------------------------
@@ -280,12 +320,14 @@ class AgentInfo(_Model):
     mode: AgentMode = DEFAULT_AGENT_MODE
     """How its operations are served: as tools (direct) or through discovery's fixed tools. Views written
     before the setting existed have none: direct."""
+    limits: Limits | None = None
+    """The rate limit and quota of the agent's tool calls, all keys together; None: none (format 2 has none)."""
 
 
 class RuntimeView(_Model):
     """A published agent version: everything the MCP side reads of it, and nothing from drafts."""
 
-    format_version: Literal[2] = FORMAT_VERSION
+    format_version: Literal[3] = FORMAT_VERSION
     workspace: WorkspaceInfo
     agent: AgentInfo
     tools: tuple[RuntimeTool, ...] = ()
@@ -308,6 +350,8 @@ def load_runtime(data: Any, *, where: str = "runtime view") -> RuntimeView:
         return _from_format_1(data, where)
     if version == FORMAT_VERSION:
         return _validated(RuntimeView, data, where)
+    if version == 2:  # format 3 without the agent's limits
+        return _validated(RuntimeView, {**data, "format_version": FORMAT_VERSION}, where)
     raise ConfigurationError(
         f"{where}: format_version {version!r} is not one this Crank reads (1 to {FORMAT_VERSION}); "
         "a newer Crank wrote it"

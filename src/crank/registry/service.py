@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -27,6 +28,7 @@ from crank.registry.runtime import (
     DEFAULT_AGENT_MODE,
     DEFAULT_LANGUAGE,
     AgentInfo,
+    Limits,
     RuntimeTool,
     RuntimeView,
     WorkspaceInfo,
@@ -69,10 +71,16 @@ def key_digest(key: str) -> str:
 
 @dataclass(frozen=True)
 class KeyScope:
-    """Where a key is valid: one workspace, and all its agents (None) or some of them."""
+    """Where a key is valid: one workspace, and all its agents (None) or some of them; and the limits the
+    gateway holds its requests to (docs/gateway.md, Rate limits and quotas)."""
 
     workspace: str
     agents: frozenset[str] | None
+    id: str = ""
+    limits: Limits | None = None
+    """The key's tool calls: its own limits, else its workspace's `key_limits`; None: no limit."""
+    workspace_limits: Limits | None = None
+    """Every request to the workspace, whichever key sends it; None: no limit."""
 
     def allows(self, workspace: str, agent: str) -> bool:
         return workspace == self.workspace and (self.agents is None or agent in self.agents)
@@ -86,6 +94,8 @@ class ApiKeyInfo:
     workspace: str
     agents: list[str] | None
     created_at: str
+    limits: JSONObject | None = None
+    """The key's own limits (`Limits` as JSON); None: its workspace's `key_limits`."""
 
 
 @dataclass(frozen=True)
@@ -142,10 +152,14 @@ class Registry:
         default_language: str = "en",
         token_budget: int | None = None,
         compact: JSONObject | None = None,
+        limits: Limits | None = None,
+        key_limits: Limits | None = None,
     ) -> None:
-        """Create the workspace, or update its name, default language, token budget and `compact` settings."""
+        """Create the workspace, or update its name, default language, token budget, `compact` settings and
+        limits (of every request, and of each key without its own)."""
         with Session(self._writer) as session, session.begin():
-            self._put_workspace(session, slug, name, default_language, token_budget, compact)
+            ws = self._put_workspace(session, slug, name, default_language, token_budget, compact)
+            self._put_limits(session, ws, limits, key_limits)
 
     def workspaces(self) -> list[JSONObject]:
         with Session(self.engine) as session:
@@ -287,6 +301,7 @@ class Registry:
                 workspace.get("token_budget"),
                 workspace.get("compact"),
             )
+            self._put_limits(session, ws, _limits_of(workspace.get("limits")), _limits_of(workspace.get("key_limits")))
             for name, spec in operations.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
             for draft in agents:
@@ -315,6 +330,14 @@ class Registry:
         ws.compact = settings or None
         session.flush()
         return ws
+
+    def _put_limits(self, session: Session, ws: Workspace, limits: Limits | None, key_limits: Limits | None) -> None:
+        """Write the workspace's limits; a change bumps the generation, so every replica reloads its keys (which
+        carry them) as it would after a publish."""
+        stored = _limits_json(limits), _limits_json(key_limits)
+        if (ws.limits, ws.key_limits) != stored:
+            ws.limits, ws.key_limits = stored
+            self._bump(session)
 
     # -- publishing --------------------------------------------------------------------------------
 
@@ -396,18 +419,23 @@ class Registry:
 
     # -- API keys ----------------------------------------------------------------------------------
 
-    def create_api_key(self, workspace: str, agents: Iterable[str] | None = None) -> str:
-        """A new key for the workspace (optionally only some agents). Shown once: only its digest is kept."""
-        return self.issue_api_key(workspace, agents)[1]
+    def create_api_key(
+        self, workspace: str, agents: Iterable[str] | None = None, *, limits: Limits | None = None
+    ) -> str:
+        """A new key for the workspace (optionally only some agents, with limits of its own). Shown once: only
+        its digest is kept."""
+        return self.issue_api_key(workspace, agents, limits=limits)[1]
 
-    def issue_api_key(self, workspace: str, agents: Iterable[str] | None = None) -> tuple[ApiKeyInfo, str]:
+    def issue_api_key(
+        self, workspace: str, agents: Iterable[str] | None = None, *, limits: Limits | None = None
+    ) -> tuple[ApiKeyInfo, str]:
         """A new key and what the registry will know of it (its id names it in `api_key_infos` and
         `delete_api_key`)."""
         key = "crk_" + secrets.token_urlsafe(32)
         with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             scope = {"agents": sorted(agents)} if agents is not None else None
-            row = ApiKey(workspace_id=ws.id, digest=key_digest(key), agents=scope)
+            row = ApiKey(workspace_id=ws.id, digest=key_digest(key), agents=scope, limits=_limits_json(limits))
             session.add(row)
             session.flush()
             info = _key_info(row, workspace)
@@ -420,6 +448,18 @@ class Registry:
             ws = self._workspace(session, workspace)
             rows = session.scalars(select(ApiKey).filter_by(workspace_id=ws.id).order_by(ApiKey.created_at))
             return [_key_info(row, workspace) for row in rows]
+
+    def set_api_key_limits(self, workspace: str, key_id: str, limits: Limits | None) -> ApiKeyInfo:
+        """Give a key limits of its own (None: its workspace's `key_limits` again); replicas hold it to them
+        when they reload (like a publish)."""
+        with Session(self._writer) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            row = session.scalar(select(ApiKey).filter_by(workspace_id=ws.id, id=key_id))
+            if row is None:
+                raise RegistryNotFoundError(f"workspace {workspace!r} has no API key {key_id!r}")
+            row.limits = _limits_json(limits)
+            self._bump(session)
+            return _key_info(row, workspace)
 
     def delete_api_key(self, workspace: str, key_id: str) -> None:
         """Revoke a key by its id; replicas stop accepting it when they reload (like a publish)."""
@@ -441,23 +481,16 @@ class Registry:
 
     def api_key(self, digest: str) -> KeyScope | None:
         """One key's scope by its digest, or None when the registry has no such key."""
-        query = (
-            select(Workspace.slug, ApiKey.agents)
-            .join(Workspace, Workspace.id == ApiKey.workspace_id)
-            .where(ApiKey.digest == digest)
-        )
+        query = _KEY_SCOPES.where(ApiKey.digest == digest)
         with Session(self.engine) as session:
             row: Any = session.execute(query).first()
-        return None if row is None else _key_scope(*row)
+        return None if row is None else _key_scope(*row[1:])
 
     def api_keys(self) -> dict[str, KeyScope]:
         """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation)."""
-        query = select(ApiKey.digest, Workspace.slug, ApiKey.agents).join(
-            Workspace, Workspace.id == ApiKey.workspace_id
-        )
         with Session(self.engine) as session:
-            rows: list[Any] = list(session.execute(query).all())
-        return {digest: _key_scope(slug, scope) for digest, slug, scope in rows}
+            rows: list[Any] = list(session.execute(_KEY_SCOPES).all())
+        return {row[0]: _key_scope(*row[1:]) for row in rows}
 
     # -- what the MCP side reads -------------------------------------------------------------------
 
@@ -497,6 +530,7 @@ class Registry:
             description=agent.spec.get("description"),
             token_budget=agent.spec.get("token_budget") or ws.token_budget,
             mode=agent.spec.get("mode") or DEFAULT_AGENT_MODE,
+            limits=_agent_limits(agent.spec.get("limits"), f"agent {ws.slug}/{agent.slug}"),
         )
         workspace = WorkspaceInfo(id=ws.id, slug=ws.slug, default_language=ws.default_language or DEFAULT_LANGUAGE)
         return RuntimeView(workspace=workspace, agent=info, tools=tuple(tools))
@@ -584,7 +618,7 @@ def _same_view(served: Any, runtime: RuntimeView) -> bool:
 
 def _key_info(row: ApiKey, workspace: str) -> ApiKeyInfo:
     agents = list(row.agents["agents"]) if row.agents is not None else None
-    return ApiKeyInfo(row.id, workspace, agents, row.created_at.isoformat())
+    return ApiKeyInfo(row.id, workspace, agents, row.created_at.isoformat(), row.limits)
 
 
 def _workspace_info(row: Workspace) -> JSONObject:
@@ -594,6 +628,8 @@ def _workspace_info(row: Workspace) -> JSONObject:
         "default_language": row.default_language,
         "token_budget": row.token_budget,
         "compact": row.compact,
+        "limits": row.limits,
+        "key_limits": row.key_limits,
     }
 
 
@@ -605,10 +641,51 @@ def _agent_info(row: Agent) -> JSONObject:
         "token_budget": row.spec.get("token_budget"),
         "mode": row.spec.get("mode") or DEFAULT_AGENT_MODE,
         "compact": row.spec.get("compact"),
+        "limits": row.spec.get("limits"),
         "published_version": row.published_version,
     }
 
 
-def _key_scope(workspace: str, scope: JSONObject | None) -> KeyScope:
-    """A key's scope from its row: its workspace, and the agents it is limited to (None: all of them)."""
-    return KeyScope(workspace, frozenset(scope["agents"]) if scope is not None else None)
+# A key's scope: its digest, id, workspace, agents, own limits, and its workspace's limits and key limits.
+_KEY_SCOPES = select(
+    ApiKey.digest, ApiKey.id, Workspace.slug, ApiKey.agents, ApiKey.limits, Workspace.limits, Workspace.key_limits
+).join(Workspace, Workspace.id == ApiKey.workspace_id)
+
+
+def _key_scope(
+    key_id: str,
+    workspace: str,
+    scope: JSONObject | None,
+    limits: JSONObject | None,
+    workspace_limits: JSONObject | None,
+    key_limits: JSONObject | None,
+) -> KeyScope:
+    """A key's scope from its row: its workspace, the agents it is limited to (None: all of them), its limits
+    (its own, else its workspace's for each key) and its workspace's."""
+    return KeyScope(
+        workspace,
+        frozenset(scope["agents"]) if scope is not None else None,
+        id=key_id,
+        limits=_limits_of(limits if limits is not None else key_limits),
+        workspace_limits=_limits_of(workspace_limits),
+    )
+
+
+def _limits_of(stored: Any) -> Limits | None:
+    """Stored limits as the model (a row the admin models checked); None for none, or for no limit at all."""
+    if stored is None:
+        return None
+    limits = stored if isinstance(stored, Limits) else Limits.model_validate(stored)
+    return None if limits.empty else limits
+
+
+def _limits_json(limits: Limits | None) -> JSONObject | None:
+    return None if limits is None or limits.empty else limits.model_dump(mode="json", exclude_none=True)
+
+
+def _agent_limits(stored: Any, where: str) -> Limits | None:
+    """An agent draft's limits for its runtime view; a draft that holds wrong ones fails the publish."""
+    try:
+        return _limits_of(stored)
+    except ValidationError as exc:
+        raise RegistryError(f"{where}: limits: {exc.errors()[0]['msg']}") from None

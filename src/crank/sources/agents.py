@@ -20,11 +20,19 @@ from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 
-from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError, DependencyUnavailableError
+from crank.exceptions import (
+    CatalogNotFoundError,
+    CatalogUnauthorizedError,
+    DependencyUnavailableError,
+    LimitReachedError,
+    RateLimitedError,
+)
 from crank.gateway.client import UpstreamClient
+from crank.gateway.limits import CallLimits, Limiter
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
 from crank.gateway.secrets import MissingSecret, missing_secrets
+from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
@@ -60,8 +68,10 @@ def build_catalog(
     version: int = 0,
     metrics: Metrics | None = None,
     state: StateStore | None = None,
+    limiter: Limiter | None = None,
 ) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong.
+    With a `limiter`, each call is held to the agent's limits and the calling key's first.
 
     An agent in discovery mode gets the three tools of `crank.sources.discovery`, in front of a catalog of its
     operations compiled exactly as a direct agent's tools.
@@ -72,7 +82,8 @@ def build_catalog(
     labels = {"workspace": runtime.workspace.slug, "agent": runtime.agent.slug}
     placement = Placement(labels["workspace"], labels["agent"], version)
     observer = metrics.observer(**labels) if metrics is not None else None
-    tools, layer = _tools(runtime, client, placement, state)
+    limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
+    tools, layer = _tools(runtime, client, placement, state, limits)
     translations = Translations(layer, default_language=runtime.workspace.default_language)
     operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer)
     if runtime.agent.mode != "discovery":
@@ -92,7 +103,11 @@ def build_catalog(
 
 
 def _tools(
-    runtime: RuntimeView, client: UpstreamClient, placement: Placement, state: StateStore | None
+    runtime: RuntimeView,
+    client: UpstreamClient,
+    placement: Placement,
+    state: StateStore | None,
+    limits: CallLimits | None = None,
 ) -> tuple[list[Tool], dict[str, dict[str, dict[str, str]]]]:
     """Each published tool compiled (its remote operation, schemas, hints) and the translation layer."""
     layer: dict[str, dict[str, dict[str, str]]] = {}
@@ -117,7 +132,7 @@ def _tools(
                 output_schema=wrap_output(output) if output else None,
                 wrap_result=bool(output),
                 annotations=_annotations(spec.annotations),
-                invoker=_invoker(operation),
+                invoker=_invoker(operation, limits),
                 format=spec.format,
             )
         )
@@ -144,8 +159,10 @@ def _annotations(hints: ToolHints) -> ToolAnnotations | None:
     return annotations if annotations.to_wire() is not None else None
 
 
-def _invoker(operation: RemoteOperation) -> Any:
+def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
+        if limits is not None and limits.applies(context.caller):
+            await limits.admit(context.caller)  # LimitReachedError: nothing is sent
         outcome = await operation.call(arguments, context.headers)
         if not outcome.omitted:
             return outcome.value
@@ -200,6 +217,7 @@ class AgentSource:
         self.freeze_heap = freeze_heap
         self.metrics = metrics
         self.state = state or MemoryStore()
+        self.limiter = Limiter(self.state, metrics)
         self.client = client
         self.poll_interval = poll_interval
         self.require_keys = require_keys
@@ -248,8 +266,9 @@ class AgentSource:
 
     def _build(self, published: PublishedAgent) -> Catalog:
         return build_catalog(
-            published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state
-        )
+            published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state,
+            limiter=self.limiter,
+        )  # fmt: skip
 
     def missing_secrets(self) -> list[MissingSecret]:
         """The secret references of served tools that do not resolve on this host now (checked on each
@@ -330,6 +349,19 @@ class AgentSource:
         if entry is None or (key_scope is not None and not key_scope.allows(workspace, agent)):
             raise CatalogNotFoundError(scope["path"])
         return entry[1]
+
+    async def admit(self, scope: Scope, key_scope: KeyScope) -> None:
+        """Every request with a key, before its body is read: its workspace's limits (`crank.gateway.limits`).
+        Refused: `RateLimitedError` (429) carrying the structured `rate_limited` error as its data."""
+        limits = key_scope.workspace_limits
+        if limits is None:  # the hot path without limits: this test only
+            return
+        agent = scope.get("path_params", {}).get("agent", "")
+        try:
+            await self.limiter.admit_request(key_scope, limits, agent)
+        except LimitReachedError as limited:
+            payload = limited.to_payload(new_request_id())
+            raise RateLimitedError(limited.message, retry_after=limited.retry_after, data=payload) from None
 
     def authenticate(self, token: str | None) -> KeyScope | None:
         """The scope of an API key, or None for no key or one this registry does not know (401).

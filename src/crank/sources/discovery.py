@@ -159,6 +159,7 @@ class Discovery:
             client_capabilities=context.client_capabilities,
             labels=context.labels,
             requested_format=context.requested_format,
+            caller=context.caller,
         )
         result_format = context.requested_format or entry.tool.format or DEFAULT_FORMAT
         # The operation's own pipeline: its validator, invoker, result shaping and observer (its metrics label).

@@ -1,5 +1,5 @@
-"""Short-lived shared state: idempotency records and confirmation tokens; the rpc executor's cache, locks
-and rate counts.
+"""Short-lived shared state: idempotency records, confirmation tokens and the gateway's call counts; the rpc
+executor's cache, locks and rate counts.
 
 In-process by default (`MemoryStore`, `LocalCoordinator`); Redis when `CRANK_REDIS_URL` is set (`RedisStore`,
 `RedisCoordinator`), so that any replica honours a token issued or a record written by another, and every
@@ -24,6 +24,8 @@ from crank.state.store import (
     DEFAULT_MAX_ITEMS,
     DEFAULT_REDIS_TIMEOUT,
     DURABILITY_CHECK_TIMEOUT,
+    Counter,
+    Full,
     MemoryStore,
     RedisStore,
     StateStore,
@@ -42,6 +44,8 @@ __all__ = [
     "DEFAULT_REDIS_PREFIX",
     "DURABILITY_CHECK_TIMEOUT",
     "Coordinator",
+    "Counter",
+    "Full",
     "Held",
     "LocalCoordinator",
     "MemoryStore",

@@ -3,7 +3,8 @@
 Values are JSON objects. Every operation the gateway needs is one atomic step in either backend:
 `add` (set only if absent), `claim` (add with a lease: claiming an idempotency key), `renew` (the
 lease's heartbeat), `inspect` (a value and whether its lease is held), `replace_if` (write or delete
-only while one's own claim holds the key), `take` (read and delete: a single-use token), `get` and `put`.
+only while one's own claim holds the key), `take` (read and delete: a single-use token), `get` and `put`,
+and `hit` (count a call against several limits at once: the gateway's rate limits and quotas).
 
 `check_durability` reads what could make the store forget before a value's time (a Redis without
 persistence, or one that evicts keys) and logs a warning at start (docs/security.md).
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 from crank import _json
 from crank.exceptions import StateStoreFullError
@@ -24,6 +28,8 @@ __all__ = [
     "DEFAULT_MAX_ITEMS",
     "DEFAULT_REDIS_TIMEOUT",
     "DURABILITY_CHECK_TIMEOUT",
+    "Counter",
+    "Full",
     "MemoryStore",
     "RedisStore",
     "StateStore",
@@ -44,6 +50,24 @@ DEFAULT_REDIS_TIMEOUT = 5.0
 """Seconds one Redis command (or connecting) may take before it fails with a timeout, never retried (a write
 that timed out may have been applied). Without it, a Redis that stopped answering (a lost network path)
 held every claim, lease renewal and outcome write, and with them the calls' answers, for good."""
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """One count that `StateStore.hit` checks and adds to: at most `limit` hits while it lives, `window`
+    seconds from its first hit (a fixed window that starts with its first call: no clock is read, so every
+    replica counts in the same window)."""
+
+    key: str
+    limit: int
+    window: float
+
+
+class Full(NamedTuple):
+    """`hit`'s refusal: which of its counters is full (its position) and the seconds until it resets."""
+
+    counter: int
+    retry_after: float
 
 
 class StateStore(Protocol):
@@ -73,6 +97,11 @@ class StateStore(Protocol):
         """Replace (or, with None, delete) the value unless another claim holds the key, and end the lease:
         a caller whose claim expired and was taken by another never overwrites the other's. A value for a
         key that is gone (expired, evicted, lost in a restart) is written back. True when done."""
+
+    async def hit(self, counters: Sequence[Counter]) -> Full | None:
+        """One atomic step: when every counter is below its limit, add one to each (a counter's first hit
+        starts its window) and return None; else count nothing and return the first full one. A refused
+        hit costs no counter anything."""
 
     async def durability_warnings(self) -> list[str]:
         """What in the backend's settings could lose a value before its time; empty when nothing can."""
@@ -153,6 +182,25 @@ class MemoryStore:
             self._items[key] = (time.monotonic() + ttl, value)
         return True
 
+    async def hit(self, counters: Sequence[Counter]) -> Full | None:
+        now = time.monotonic()
+        live: list[JSONObject | None] = []
+        for index, counter in enumerate(counters):
+            item = self._items.get(counter.key)
+            if item is None or item[0] <= now:
+                live.append(None)
+            elif item[1]["count"] >= counter.limit:
+                return Full(index, item[0] - now)
+            else:
+                live.append(item[1])
+        for counter, value in zip(counters, live, strict=True):
+            if value is None:
+                self._prune()  # a new count, like any new record, only while the store has room
+                self._items[counter.key] = (now + counter.window, {"count": 1})
+            else:
+                value["count"] += 1
+        return None
+
     async def durability_warnings(self) -> list[str]:
         return []  # the process's memory: it goes with the process, and so does every call it was running
 
@@ -173,8 +221,8 @@ class MemoryStore:
                 del self._items[key]
             if len(self._items) >= self.max_items:
                 raise StateStoreFullError(
-                    f"This server holds {self.max_items} idempotency records and confirmation tokens, the most "
-                    "it may keep in memory; the call was refused before anything was sent.",
+                    f"This server holds {self.max_items} idempotency records, confirmation tokens and call counts, "
+                    "the most it may keep in memory; the call was refused before anything was sent.",
                     recoverable=True,
                 )
 
@@ -188,6 +236,7 @@ class RedisStore:
         self._replace_if = self._redis.register_script(_REPLACE_IF)
         self._claim = self._redis.register_script(_CLAIM)
         self._renew = self._redis.register_script(_RENEW)
+        self._hit = self._redis.register_script(_HIT)
 
     async def add(self, key: str, value: JSONObject, ttl: float) -> bool:
         return bool(await self._redis.set(self._prefix + key, _json.dumps(value), nx=True, px=_ms(ttl)))
@@ -217,6 +266,15 @@ class RedisStore:
         new = _json.dumps(value).decode() if value is not None else ""
         keys = [self._prefix + key, self._prefix + _lease_key(key)]
         return bool(await self._replace_if(keys=keys, args=[claim, new, _ms(ttl)]))
+
+    async def hit(self, counters: Sequence[Counter]) -> Full | None:
+        keys = [self._prefix + counter.key for counter in counters]
+        args = [value for counter in counters for value in (counter.limit, max(1, math.ceil(counter.window * 1000)))]
+        answer = await self._hit(keys=keys, args=args)
+        if not answer:
+            return None
+        index, ttl = answer
+        return Full(int(index) - 1, int(ttl) / 1000)
 
     async def durability_warnings(self) -> list[str]:
         """Reads `appendonly`, `save` and `maxmemory-policy` with CONFIG GET (which managed Redis services
@@ -267,6 +325,26 @@ end
 redis.call('DEL', KEYS[2])
 if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
 return 1
+"""
+
+# KEYS: the counters; ARGV: each one's limit and window (ms), in pairs. Reads every count first, so that a
+# refused hit adds to none; a count's first hit starts its window (INCR then PEXPIRE, in the same step).
+_HIT = """
+for i = 1, #KEYS do
+  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if count >= tonumber(ARGV[2 * i - 1]) then
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl < 0 then
+      redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+      ttl = tonumber(ARGV[2 * i])
+    end
+    return {i, ttl}
+  end
+end
+for i = 1, #KEYS do
+  if redis.call('INCR', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[2 * i]) end
+end
+return 0
 """
 
 _DURABILITY_SETTINGS = ("appendonly", "save", "maxmemory-policy")

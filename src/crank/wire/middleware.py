@@ -12,7 +12,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from crank import _json
-from crank.exceptions import DependencyUnavailableError, InternalError, InvalidRequestError, RequestTooLargeError
+from crank.exceptions import (
+    DependencyUnavailableError,
+    InternalError,
+    InvalidRequestError,
+    RateLimitedError,
+    RequestTooLargeError,
+    RPCError,
+)
 from crank.types import ASGIApp, Message, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, header, send_response
 from crank.wire.http import bearer_token
@@ -21,6 +28,7 @@ from crank.wire.security import HostOriginPolicy
 
 __all__ = [
     "AUTH_SCOPE_KEY",
+    "Admission",
     "BearerAuthMiddleware",
     "BodyLimitMiddleware",
     "HostOriginMiddleware",
@@ -33,6 +41,15 @@ AUTH_SCOPE_KEY = "crank.auth"
 
 Refusal = Callable[[Scope, int, str], bytes]
 """The body of a refused request, from its scope, HTTP status and message: each app keeps its error shape."""
+
+
+Admission = Callable[[Scope, Any], Awaitable[None]]
+"""Admits an authenticated request (its scope and who calls) or raises `RateLimitedError` (429)."""
+
+
+def jsonrpc_rejection(scope: Scope, error: RPCError) -> bytes:
+    """A JSON-RPC error object, without an id: how a refusal with its own code and data is answered."""
+    return encode_error(None, error)
 
 
 def jsonrpc_refusal(scope: Scope, status: int, message: str) -> bytes:
@@ -187,7 +204,9 @@ class BearerAuthMiddleware:
     when given, gets the tokens `authenticate` did not recognise, for a slower second look (the
     registry, say): `authenticate` stays a synchronous lookup on the hot path. Either may raise
     `DependencyUnavailableError` when it cannot tell who calls (its registry does not answer): 503 with
-    `Retry-After`."""
+    `Retry-After`. `admit`, when given, gets every request whose caller is known, before the app reads its
+    body, and may refuse it with `RateLimitedError`: 429 with `Retry-After`, the error as `rejection` shapes it
+    (with its code and data)."""
 
     def __init__(
         self,
@@ -199,8 +218,12 @@ class BearerAuthMiddleware:
         refusal: Refusal = jsonrpc_refusal,
         exempt: Callable[[Scope], bool] | None = None,
         confirm: Callable[[str], Awaitable[Any]] | None = None,
+        admit: Admission | None = None,
+        rejection: Callable[[Scope, RPCError], bytes] = jsonrpc_rejection,
     ) -> None:
         self.app = app
+        self.admit = admit
+        self.rejection = rejection
         self.authenticate = authenticate
         self.confirm = confirm
         self.message = message
@@ -230,4 +253,11 @@ class BearerAuthMiddleware:
             await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
             return
         scope[AUTH_SCOPE_KEY] = caller
+        if self.admit is not None:
+            try:
+                await self.admit(scope, caller)
+            except RateLimitedError as limited:
+                retry = [(b"retry-after", str(limited.retry_after).encode())]
+                await send_response(send, 429, self.rejection(scope, limited), retry)
+                return
         await self.app(scope, receive, send)

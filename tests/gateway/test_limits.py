@@ -1,0 +1,223 @@
+"""The gateway's rate limits and quotas (docs/gateway.md, Rate limits and quotas), over real HTTP on loopback
+with a real Redis: two `GatewayService`s on one registry and one Redis are two replicas. The same limits with
+several `crank serve` processes behind nginx: tests/deploy/test_limits.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from crank.admin.apply import apply_catalog, load_catalog_file
+from crank.registry import Registry, migrate, open_engine
+from crank.registry.runtime import Limits, Quota, RateLimit
+from crank.server import GatewayService
+from crank.state import RedisStore, StateStore
+from tests.gateway import upstream
+from tests.gateway.test_gateway import publish_demo
+
+pytestmark = pytest.mark.anyio
+
+MCP_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Registry]:
+    """One SQLite registry (the cluster tests use PostgreSQL)."""
+    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)
+    migrate(engine)
+    yield Registry(engine)
+    engine.dispose()
+
+
+def redis_stores(redis_url: str, count: int) -> list[StateStore]:
+    """`count` replicas' stores: one Redis, one prefix (fresh per test), as every replica of a deployment."""
+    prefix = f"t-{uuid.uuid4().hex}:"
+    return [RedisStore(redis_url, prefix=prefix) for _ in range(count)]
+
+
+def replicas(registry: Registry, serve: Callable[..., str], stores: Sequence[StateStore | None]) -> list[str]:
+    """A gateway per store (None: its own memory), each on its own port; the agent's URL on each."""
+    return [serve(GatewayService(registry, poll_interval=0.05, state=state)) + "/mcp/v1/acme/support"
+            for state in stores]  # fmt: skip
+
+
+def rpc(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+
+
+async def call(http: httpx.AsyncClient, url: str, key: str, tool: str = "get_user") -> dict[str, Any]:
+    """One tools/call over MCP: {"ok": result} or {"error": the structured error}."""
+    response = await http.post(url, json=rpc("tools/call", {"name": tool, "arguments": {"id": 2}}),
+                               headers={**MCP_HEADERS, "Authorization": f"Bearer {key}"})  # fmt: skip
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    if result["isError"]:
+        return {"error": json.loads(result["content"][0]["text"])}
+    return {"ok": result["structuredContent"]}
+
+
+async def calls_spread(urls: list[str], key: str, count: int) -> list[dict[str, Any]]:
+    """`count` concurrent calls, sent to the replicas in turn."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await asyncio.gather(*(call(http, urls[i % len(urls)], key) for i in range(count)))
+
+
+async def test_a_rate_limit_of_n_per_window_lets_exactly_n_through_across_replicas(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    key = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=5, window=60)))
+    urls = replicas(registry, serve, redis_stores(redis_url, 2))
+    answers = await calls_spread(urls, key, 14)
+    assert sum("ok" in answer for answer in answers) == 5
+    refused = [answer["error"] for answer in answers if "error" in answer]
+    assert len(refused) == 9
+    for error in refused:
+        assert (error["error_code"], error["error_class"], error["recoverable"]) == ("rate_limited", "rate_limit", True)
+        assert error["details"]["limit"] == "key_rate" and 1 <= error["details"]["retry_after"] <= 60
+        assert f"Wait {error['details']['retry_after']} s" in error["suggested_action"] and error["request_id"]
+
+
+async def test_a_quota_per_key_holds_across_replicas(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", key_limits=Limits(quota=Quota(calls=3, period="day")))
+    first, second = registry.create_api_key("acme"), registry.create_api_key("acme")
+    urls = replicas(registry, serve, redis_stores(redis_url, 2))
+    answers = await calls_spread(urls, first, 8)
+    assert sum("ok" in answer for answer in answers) == 3
+    details = [answer["error"]["details"] for answer in answers if "error" in answer]
+    assert all(d["limit"] == "key_quota" and 1 <= d["retry_after"] <= 86_400 for d in details) and len(details) == 5
+    assert sum("ok" in answer for answer in await calls_spread(urls, second, 4)) == 3  # each key its own quota
+
+
+async def test_an_agent_limit_counts_every_key_and_a_refused_call_is_never_sent(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.edit_agent("acme", "support", lambda spec: {**spec, "limits": {"rate": {"calls": 2, "window": 60}}})
+    registry.publish("acme", "support")
+    first, second = registry.create_api_key("acme"), registry.create_api_key("acme")
+    urls = replicas(registry, serve, redis_stores(redis_url, 2))
+    upstream.seen.clear()
+    answers = [*await calls_spread(urls, first, 2), *await calls_spread(urls, second, 2)]
+    assert ["ok" in answer for answer in answers] == [True, True, False, False]
+    assert answers[2]["error"]["details"]["limit"] == "agent_rate"
+    assert len([seen for seen in upstream.seen if seen.get("path") == "/users/2"]) == 2  # refused: not sent
+
+
+async def test_a_call_refused_by_one_limit_consumes_no_other(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.edit_agent("acme", "support", lambda spec: {**spec, "limits": {"rate": {"calls": 3, "window": 60}}})
+    registry.publish("acme", "support")
+    tight = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=1, window=60)))
+    other = registry.create_api_key("acme")
+    urls = replicas(registry, serve, redis_stores(redis_url, 1))
+    assert ["ok" in answer for answer in await calls_spread(urls, tight, 4)] == [True, False, False, False]
+    # The three refusals took nothing of the agent's 3 calls: 2 are left for the other key.
+    assert ["ok" in answer for answer in await calls_spread(urls, other, 3)] == [True, True, False]
+
+
+async def test_a_workspace_limit_counts_every_request_before_its_body_is_read(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=3, window=60)))
+    key = registry.create_api_key("acme")
+    (url,) = replicas(registry, serve, redis_stores(redis_url, 1))
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.post(url, json=rpc("tools/list"), headers=headers)).status_code == 200
+        assert (await http.get(url + "/tools", headers=headers)).status_code == 200
+        assert (await http.post(url, content=b"not json", headers=headers)).status_code == 400  # counted too
+        refused = await http.post(url, content=b"not json", headers=headers)
+        plain = await http.get(url + "/tools", headers=headers)
+    assert refused.status_code == 429 and plain.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == -32003 and error["data"]["error_code"] == "rate_limited"
+    assert refused.headers["retry-after"] == str(error["data"]["details"]["retry_after"])
+    assert error["data"]["details"]["limit"] == "workspace_rate" and error["data"]["request_id"]
+    assert plain.json()["isError"] and plain.json()["error"]["data"]["details"]["limit"] == "workspace_rate"
+    assert 1 <= int(plain.headers["retry-after"]) <= 60
+
+
+async def test_the_plain_call_answers_a_refused_call_429_with_retry_after(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    key = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=1, window=30)))
+    (url,) = replicas(registry, serve, redis_stores(redis_url, 1))
+    headers = {"Authorization": f"Bearer {key}"}
+    body = {"name": "get_user", "arguments": {"id": 2}}
+    async with httpx.AsyncClient(timeout=30) as http:
+        served = await http.post(url + "/call", json=body, headers=headers)
+        refused = await http.post(url + "/call", json=body, headers=headers)
+    assert served.status_code == 200 and "retry-after" not in served.headers
+    assert refused.status_code == 429 and refused.json()["isError"] is True
+    error = refused.json()["error"]
+    assert error["error_code"] == "rate_limited" and error["details"]["limit"] == "key_rate"
+    assert (
+        refused.headers["retry-after"] == str(error["details"]["retry_after"])
+        and 1 <= error["details"]["retry_after"] <= 30
+    )
+
+
+async def test_refusals_are_counted_in_the_metrics_by_limit(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    key = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=1, window=60)))
+    (url,) = replicas(registry, serve, redis_stores(redis_url, 1))
+    await calls_spread([url], key, 3)
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(url.removesuffix("/mcp/v1/acme/support") + "/metrics")).text
+    assert 'crank_rate_limited_total{agent="support",limit="key_rate",workspace="acme"} 2.0' in metrics
+
+
+async def test_without_redis_each_process_counts_its_own(registry: Registry, serve: Callable[..., str]) -> None:
+    publish_demo(registry, serve(upstream.app))
+    key = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=2, window=60)))
+    urls = replicas(registry, serve, [None, None])  # the in-process default: one count per process
+    answers = await calls_spread(urls, key, 8)
+    assert sum("ok" in answer for answer in answers) == 4
+
+
+async def test_limits_set_in_the_catalog_file_are_held(
+    registry: Registry, serve: Callable[..., str], redis_url: str, tmp_path: Path
+) -> None:
+    base = serve(upstream.app)
+    (tmp_path / "catalog.yaml").write_text(f"""
+workspace:
+  slug: acme
+  name: Acme
+  limits: {{rate: {{calls: 100, window: 1}}, quota: {{calls: 100000, period: month}}}}
+  key_limits: {{quota: {{calls: 2, period: hour}}}}
+operations:
+  get_user:
+    protocol: http
+    target: {{method: GET, url: "{base}/users/{{id}}"}}
+    input_schema: {{type: object, properties: {{id: {{type: integer}}}}, required: [id]}}
+agents:
+  support:
+    bindings: [{{operation: get_user}}]
+    limits: {{rate: {{calls: 50, window: 10}}}}
+""")
+    apply_catalog(registry, load_catalog_file(tmp_path / "catalog.yaml"))
+    assert registry.workspace("acme")["limits"] == {"rate": {"calls": 100, "window": 1.0},
+                                                     "quota": {"calls": 100000, "period": "month"}}  # fmt: skip
+    assert registry.published()[0].runtime.agent.limits == Limits(rate=RateLimit(calls=50, window=10))
+    key = registry.create_api_key("acme")
+    urls = replicas(registry, serve, redis_stores(redis_url, 2))
+    answers = await calls_spread(urls, key, 5)
+    assert sum("ok" in answer for answer in answers) == 2
+    assert {answer["error"]["details"]["limit"] for answer in answers if "error" in answer} == {"key_quota"}
