@@ -94,9 +94,11 @@ async def test_redis_down_is_a_clear_error_and_the_cache_a_miss(serve: Callable[
 async def test_a_lock_wait_is_bounded_with_a_clear_error(serve: Callable[..., str], mode: str, redis_url: str) -> None:
     rpc, runs = shared_app(redis_url if mode == "redis" else None, lock_timeout=0.3)
     url = serve(rpc)
-    holder, waiter = await asyncio.gather(post(url, body("critical", {"pause": 1.5})),
-                                          post(url, body("critical")))  # fmt: skip
-    assert "result" in holder.json()
+    holding = asyncio.ensure_future(post(url, body("critical", {"pause": 1.5})))
+    while not runs:  # the holder runs, the lock is taken
+        await asyncio.sleep(0.01)
+    waiter = await post(url, body("critical"))
+    assert "result" in (await holding).json()
     error = waiter.json()["error"]
     assert error["code"] == -32004 and error["data"]["exception"] == "LockTimeoutError"
     assert error["message"] == "critical is locked by another call: waited 0.3 s"
@@ -111,6 +113,10 @@ async def test_the_redis_url_comes_from_crank_redis_url(monkeypatch: pytest.Monk
     assert isinstance(RPCApp().executor.coordinator, LocalCoordinator)
 
 
+def noop() -> None:
+    return None
+
+
 def test_bad_shared_settings_are_refused_at_start() -> None:
     with pytest.raises(ConfigurationError, match="redis_url"):
         RPCApp(redis_url="http://localhost:6379")
@@ -120,6 +126,8 @@ def test_bad_shared_settings_are_refused_at_start() -> None:
         RPCApp(redis_url="redis://127.0.0.1:1/0", lock_lease=0)
     with pytest.raises(ConfigurationError, match="cache_max_bytes"):
         RPCApp(redis_url="redis://127.0.0.1:1/0", cache_max_bytes=0)
+    with pytest.raises(ConfigurationError, match="at least 1 call"):
+        RPCApp(redis_url=None).method("never", rate_limit="0/minute")(noop)
 
 
 @pytest.mark.parametrize("variable", ["CRANK_WORKERS", "WEB_CONCURRENCY"])

@@ -28,6 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 Make = Callable[..., RedisCoordinator]
 
 
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for what a background task does (a guard against a hang, not a measure of time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come"
+        await asyncio.sleep(0.02)
+
+
 @pytest.fixture
 async def make_redis(redis_url: str) -> AsyncIterator[Make]:
     """RedisCoordinators on one prefix of this test's own: several of them are several processes' views."""
@@ -100,10 +108,10 @@ async def test_a_lock_is_released_only_by_its_owner(make_redis: Make) -> None:
 
 
 async def test_the_heartbeat_keeps_the_lock_of_a_call_longer_than_its_lease(make_redis: Make) -> None:
-    holder, waiter = make_redis(lock_lease=0.3), make_redis(lock_timeout=1.0)
+    holder, waiter = make_redis(lock_lease=0.6), make_redis(lock_timeout=2.0)
     held = await holder.acquire("job")
     assert held is not None
-    assert await waiter.acquire("job") is None  # 1 s: more than three leases
+    assert await waiter.acquire("job") is None  # 2 s: more than three leases
     assert not held.lost
     assert await holder.release(held)
     taken = await waiter.acquire("job")
@@ -128,7 +136,7 @@ import asyncio, sys
 from crank.state import RedisCoordinator
 
 async def main():
-    coordinator = RedisCoordinator(sys.argv[1], prefix=sys.argv[2], lock_lease=1.0)
+    coordinator = RedisCoordinator(sys.argv[1], prefix=sys.argv[2], lock_lease=2.0)
     held = await coordinator.acquire("job")
     print(held.token, flush=True)
     await asyncio.sleep(3600)
@@ -146,16 +154,16 @@ async def test_a_killed_holders_lock_is_taken_after_its_lease(redis_url: str) ->
     try:
         assert holder.stdout is not None
         token = int(await asyncio.to_thread(holder.stdout.readline))
-        await asyncio.sleep(1.5)  # past its 1 s lease: the holder's heartbeat keeps it
+        await asyncio.sleep(2.5)  # past its 2 s lease: the holder's heartbeat keeps it
         assert await waiter.acquire("job") is None
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         killed = time.monotonic()
-        assert await waiter.acquire("job") is None  # its lease still runs (renewed at most 0.33 s before)
-        waiter.lock_timeout = 5.0
+        assert await waiter.acquire("job") is None  # its lease still runs (renewed at most 0.67 s before)
+        waiter.lock_timeout = 10.0
         taken = await waiter.acquire("job")
         assert taken is not None and taken.token == token + 1
-        assert time.monotonic() - killed < 1.5  # about the lease after the last renewal, not the whole wait
+        assert time.monotonic() - killed < 3.0  # the lease after the last renewal (2 s at most), not the whole wait
         await waiter.release(taken)
     finally:
         holder.kill()
@@ -166,33 +174,28 @@ async def test_a_killed_holders_lock_is_taken_after_its_lease(redis_url: str) ->
 
 
 async def test_a_rate_count_is_a_fixed_window(coordinator: Coordinator) -> None:
-    outcomes = [await coordinator.count("m", 2, 0.4) for _ in range(3)]
-    assert [outcome.allowed for outcome in outcomes] == [True, True, False]
-    assert 0 < outcomes[2].retry_after <= 0.4
-    await asyncio.sleep(0.45)
-    assert (await coordinator.count("m", 2, 0.4)).allowed
+    waits = [await coordinator.count("m", 2, 1.0) for _ in range(3)]
+    assert waits[:2] == [None, None]  # counted
+    assert waits[2] is not None and 0 < waits[2] <= 1.0  # refused until the window ends
+    await asyncio.sleep(waits[2] + 0.05)
+    assert await coordinator.count("m", 2, 1.0) is None
 
 
 async def test_a_rate_count_is_one_count_across_processes(make_redis: Make) -> None:
     views = [make_redis() for _ in range(3)]
-    outcomes = await asyncio.gather(*(views[n % 3].count("m", 5, 60) for n in range(12)))
-    assert sum(outcome.allowed for outcome in outcomes) == 5
-
-
-async def test_a_limit_of_zero_refuses_every_call(coordinator: Coordinator) -> None:
-    outcome = await coordinator.count("m", 0, 60)
-    assert not outcome.allowed and outcome.retry_after > 0
+    waits = await asyncio.gather(*(views[n % 3].count("m", 5, 60) for n in range(12)))
+    assert waits.count(None) == 5
 
 
 async def test_a_cached_value_is_shared_and_expires(make_redis: Make) -> None:
     first, second = make_redis(), make_redis()
-    await first.cache_put("square", "v1", b'{"n":3}', {"n": 9, "of": [3]}, ttl=0.3)
+    await first.cache_put("square", "v1", b'{"n":3}', {"n": 9, "of": [3]}, ttl=1.0)
     assert await second.cache_get("square", "v1", b'{"n":3}') == (True, {"n": 9, "of": [3]})
     assert await second.cache_get("square", "v2", b'{"n":3}') == (False, None)  # per version
     assert await second.cache_get("square", "v1", b'{"n":4}') == (False, None)  # per arguments
     await first.cache_put("nothing", "v1", b"{}", None, ttl=5)
     assert await second.cache_get("nothing", "v1", b"{}") == (True, None)  # a None result is a hit too
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.1)
     assert await second.cache_get("square", "v1", b'{"n":3}') == (False, None)
 
 
@@ -240,7 +243,7 @@ async def test_redis_lost_while_a_lock_is_held_is_logged_and_the_call_may_end(
             held = await holder.acquire("job")
             assert held is not None
             await asyncio.to_thread(server.stop)
-            await asyncio.sleep(0.3)  # a beat or two of the heartbeat fails
+            await until(lambda: "rpc lock job not renewed" in caplog.text)  # a beat of the heartbeat failed
             assert not await holder.release(held)  # refused, never raised: the call itself is done
         finally:
             await holder.aclose()
@@ -256,7 +259,7 @@ async def test_a_holder_whose_lease_is_gone_learns_it_at_the_next_beat(
     assert held is not None
     with redis.Redis.from_url(redis_url) as client:  # what a lapse looks like to the holder (a failover, say)
         client.delete(f"{holder.prefix}lock:job")
-    await asyncio.sleep(0.25)
-    assert held.lost and held.heartbeat is not None and held.heartbeat.done()
+    await until(lambda: held.lost)
+    assert held.heartbeat is not None and held.heartbeat.done()
     assert f"rpc lock job lost: its lease lapsed while fencing token {held.token} ran" in caplog.text
     assert not await holder.release(held)

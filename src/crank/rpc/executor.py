@@ -170,12 +170,12 @@ class Executor:
         limit = method.rate_limit
         assert limit is not None
         try:
-            window = await self.coordinator.count(method.name, limit.calls, limit.seconds)
+            wait = await self.coordinator.count(method.name, limit.calls, limit.seconds)
         except DependencyUnavailableError:
             raise UnavailableError(f"{method.name} cannot run now: its rate limit cannot be counted (Redis does "
                                    "not answer)") from None  # fmt: skip
-        if not window.allowed:
-            retry_after = max(1, math.ceil(window.retry_after))
+        if wait is not None:
+            retry_after = max(1, math.ceil(wait))
             raise RateLimitedError(f"{method.name} allows {limit.calls} calls per {limit.seconds:g} s",
                                    retry_after=retry_after, data={"retry_after": retry_after})  # fmt: skip
 

@@ -18,7 +18,6 @@ from crank.state.coordination import (
     Held,
     LocalCoordinator,
     RedisCoordinator,
-    Window,
 )
 from crank.state.store import (
     DEFAULT_MAX_ITEMS,
@@ -52,7 +51,6 @@ __all__ = [
     "RedisCoordinator",
     "RedisStore",
     "StateStore",
-    "Window",
     "check_durability",
     "connect_redis",
     "open_state",

@@ -9,7 +9,8 @@ replica that shares one Redis the behaviour of one process:
   took the lock, and a resource that remembers the highest token it saw can refuse the older one's writes;
 - the cache is `SET key value PX ttl`, keyed by the hash of the canonical arguments, JSON values up to a
   size cap (a larger one is not cached);
-- a counter is a fixed window, counted and expired in one Lua script.
+- a rate count is `StateStore.hit`'s fixed window (the gateway's limits count the same way): one Lua
+  script in Redis, a `MemoryStore` in process.
 
 Redis failures: a lock or a count that cannot be had raises `DependencyUnavailableError` (running without
 them would break their promise); a cache that cannot be read or written is a miss, logged at most once a
@@ -31,7 +32,7 @@ from cachetools import TLRUCache
 
 from crank import _json
 from crank.exceptions import ConfigurationError, DependencyUnavailableError
-from crank.state.store import DEFAULT_REDIS_TIMEOUT, connect_redis
+from crank.state.store import DEFAULT_REDIS_TIMEOUT, Counter, MemoryStore, RedisStore, StateStore, connect_redis
 
 __all__ = [
     "DEFAULT_CACHE_MAX_BYTES",
@@ -43,7 +44,6 @@ __all__ = [
     "Held",
     "LocalCoordinator",
     "RedisCoordinator",
-    "Window",
 ]
 
 logger = logging.getLogger("crank.state")
@@ -77,14 +77,6 @@ class Held:
     heartbeat: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-@dataclass(frozen=True)
-class Window:
-    """A counted call: allowed, or refused until the window ends in `retry_after` seconds."""
-
-    allowed: bool
-    retry_after: float = 0.0
-
-
 class Coordinator(Protocol):
     shared: bool
     """True when every process that shares the backend sees the same locks, cache and counts."""
@@ -102,8 +94,9 @@ class Coordinator(Protocol):
     async def release(self, held: Held) -> bool:
         """Let go of a lock; False when it was no longer this holder's (its lease had lapsed)."""
 
-    async def count(self, name: str, calls: int, seconds: float) -> Window:
-        """Count one call in the fixed window of `name`: at most `calls` per `seconds`; refused calls do not count."""
+    async def count(self, name: str, calls: int, seconds: float) -> float | None:
+        """Count one call in the fixed window of `name`, at most `calls` per `seconds`: None when counted, else
+        the seconds until the window ends (a refused call is not counted)."""
 
     async def aclose(self) -> None: ...
 
@@ -133,7 +126,7 @@ class LocalCoordinator:
         )
         self._locks: dict[str, asyncio.Lock] = {}
         self._tokens: dict[str, int] = {}
-        self._windows: dict[str, tuple[float, int]] = {}
+        self._counts = MemoryStore()
 
     async def cache_get(self, name: str, version: str, params: bytes) -> tuple[bool, Any]:
         hit = self._cache.get((name, version, params))
@@ -156,15 +149,8 @@ class LocalCoordinator:
         self._locks[held.name].release()
         return True
 
-    async def count(self, name: str, calls: int, seconds: float) -> Window:
-        now = time.monotonic()
-        start, count = self._windows.get(name, (now, 0))
-        if now - start >= seconds:
-            start, count = now, 0
-        if count >= calls:
-            return Window(False, seconds - (now - start))
-        self._windows[name] = (start, count + 1)
-        return Window(True)
+    async def count(self, name: str, calls: int, seconds: float) -> float | None:
+        return await _count(self._counts, name, calls, seconds)
 
     async def aclose(self) -> None:
         return None  # the process's memory: nothing to hand back
@@ -200,7 +186,7 @@ class RedisCoordinator:
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._renew = self._redis.register_script(_RENEW)
         self._release = self._redis.register_script(_RELEASE)
-        self._count = self._redis.register_script(_COUNT)
+        self._counts = RedisStore(url, prefix=prefix, client=self._redis)
         self._logged: dict[str, float] = {}
 
     # -- cache: a miss when Redis fails ------------------------------------------------------------
@@ -279,11 +265,9 @@ class RedisCoordinator:
 
     # -- counts --------------------------------------------------------------------------------------
 
-    async def count(self, name: str, calls: int, seconds: float) -> Window:
-        left_ms = await self._redis_call(name, self._count(keys=[f"{self.prefix}rate:{name}"],
-                                                           args=[calls, _ms(seconds)]))  # fmt: skip
-        left = int(left_ms)
-        return Window(True) if left < 0 else Window(False, left / 1000)
+    async def count(self, name: str, calls: int, seconds: float) -> float | None:
+        wait: float | None = await self._redis_call(name, _count(self._counts, name, calls, seconds))
+        return wait
 
     # -- plumbing ------------------------------------------------------------------------------------
 
@@ -320,18 +304,12 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
 """
-# A fixed window that starts with its first call: -1 when counted, else the window's milliseconds left.
-_COUNT = """
-local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-if count >= tonumber(ARGV[1]) then
-  local left = redis.call('PTTL', KEYS[1])
-  if left < 0 then return tonumber(ARGV[2]) end  -- a limit of 0: no window was ever started
-  return math.max(left, 1)
-end
-if redis.call('INCR', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return -1
-"""
 
 
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+async def _count(store: StateStore, name: str, calls: int, seconds: float) -> float | None:
+    full = await store.hit([Counter(f"rate:{name}", calls, seconds)])
+    return None if full is None else full.retry_after

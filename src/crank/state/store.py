@@ -230,8 +230,11 @@ class MemoryStore:
 class RedisStore:
     """State shared by every replica, in Redis (SET NX PX in Lua scripts, GETDEL: Redis 6.2 or newer)."""
 
-    def __init__(self, url: str, *, prefix: str = "crank:", timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
-        self._redis: Any = connect_redis(url, timeout=timeout)
+    def __init__(
+        self, url: str, *, prefix: str = "crank:", timeout: float = DEFAULT_REDIS_TIMEOUT, client: Any = None
+    ) -> None:
+        # `client`: a `connect_redis` client to share (the rpc coordinator's), instead of a pool of its own.
+        self._redis: Any = client if client is not None else connect_redis(url, timeout=timeout)
         self._prefix = prefix
         self._replace_if = self._redis.register_script(_REPLACE_IF)
         self._claim = self._redis.register_script(_CLAIM)
