@@ -213,6 +213,11 @@ class Nginx:
                 raise ClusterError(f"nginx on port {self.port} did not start\n{_tail(log)}")
             time.sleep(0.05)
 
+    def errors(self) -> list[str]:
+        """The `[error]` lines of nginx's log so far (one per request it could not pass on or complete)."""
+        log = self.prefix / "error.log"
+        return [line for line in log.read_text(errors="replace").splitlines() if "[error]" in line]
+
     def _listening(self) -> bool:
         try:
             httpx.get(self.url + "/healthz", timeout=2)

@@ -262,7 +262,13 @@ def test_json_log_lines_carry_no_colour_codes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["workspace", "list"], ["key", "list", "shop"], ["agent", "list", "shop"], ["serve", "--role", "mcp"]],
+    [
+        ["workspace", "list"],
+        ["key", "list", "shop"],
+        ["agent", "list", "shop"],
+        ["serve", "--role", "mcp"],
+        ["serve", "--role", "mcp", "--workers", "2"],  # checked once, before any worker starts
+    ],
 )
 def test_an_unreachable_registry_is_one_line_and_a_failed_exit(command: list[str], tmp_path: Path) -> None:
     nobody = free_port()  # nothing listens there: every connection is refused

@@ -30,9 +30,11 @@ A block that cannot run is fenced as ```` ```KIND notest (the reason) ````. A bl
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -49,6 +51,7 @@ import pytest
 import yaml
 
 from crank.admin.apply import apply_catalog, load_catalog_file
+from crank.cli import main
 from crank.demo import CATALOG, DemoServer, build_demo
 from crank.exceptions import ExternalServiceError, ToolError
 from crank.gateway.egress import LOOPBACK, EgressPolicy
@@ -340,3 +343,38 @@ def _wait_for_http(url: str, process: subprocess.Popen[Any]) -> bool:
         except httpx.TransportError:
             time.sleep(0.1)
     return False
+
+
+# -- deployment files --------------------------------------------------------------------------------
+
+DEPLOYMENT = ROOT / "docs" / "deployment.md"
+
+
+def deployment_block(kind: str) -> str:
+    """The one block of docs/deployment.md of this kind that shows a file of deploy/ (its notest reason says so)."""
+    shown = [block.code for block in all_blocks(DEPLOYMENT) if block.kind == kind and "itself" in (block.notest or "")]
+    assert len(shown) == 1, shown
+    return shown[0]
+
+
+def test_the_deployment_page_shows_the_nginx_file_the_tests_run() -> None:
+    assert deployment_block("nginx") == (ROOT / "deploy" / "nginx" / "crank.conf").read_text()
+
+
+def test_the_deployment_page_shows_a_valid_systemd_unit(tmp_path: Path) -> None:
+    unit = ROOT / "deploy" / "systemd" / "crank.service"
+    assert deployment_block("ini") == unit.read_text()
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # systemd keys are case-sensitive
+    parser.read_string(unit.read_text())
+    program, *arguments = shlex.split(parser["Service"]["ExecStart"])
+    assert program.endswith("/crank") and arguments[0] == "serve"
+    serve_command = main.commands["serve"]
+    serve_command.make_context("serve", arguments[1:])  # click refuses an option `crank serve` lacks
+    assert parser["Service"]["Restart"] == "on-failure" and "EnvironmentFile" in parser["Service"]
+    verify = shutil.which("systemd-analyze")
+    if verify is not None:  # with the path of this checkout's crank, which exists
+        local = tmp_path / "crank.service"
+        local.write_text(unit.read_text().replace(program, str(Path(sys.executable).parent / "crank")))
+        done = subprocess.run([verify, "verify", str(local)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -8,6 +8,7 @@ name, as the admin HTTP API does.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -123,6 +124,8 @@ def main(settings_file: str | None) -> None:
 @click.argument("app", required=False)
 @click.option("--role", type=click.Choice(["admin", "mcp", "all"]), default=None, help="Gateway role [all].")
 @click.option("--listen", default=None, help="host:port (default: CRANK_LISTEN or 127.0.0.1:8000).")
+@click.option("--workers", type=int, default=None,
+              help="Worker processes on the one port, each a full server [CRANK_WORKERS, 1].")  # fmt: skip
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for APP.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Folder of the SQLite registry and admin token [CRANK_DATA_DIR, ~/.local/share/crank].")  # fmt: skip
@@ -148,40 +151,103 @@ def main(settings_file: str | None) -> None:
     help="With --openapi: a header carrying the upstream's secret, e.g. X-Api-Key=env:API_KEY.",
 )
 def serve(
-    app: str | None, role: str | None, listen: str | None, app_dir: str, data_dir: str | None, spec: str | None,
-    base_url: str | None, include: tuple[str, ...], auth_bearer: str | None, auth_header: str | None,
+    app: str | None, role: str | None, listen: str | None, workers: int | None, app_dir: str, data_dir: str | None,
+    spec: str | None, base_url: str | None, include: tuple[str, ...], auth_bearer: str | None,
+    auth_header: str | None,
 ) -> None:  # fmt: skip
     """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService.
 
     With --openapi SPEC: import the document into the registry (SQLite in the data folder), publish all
     of it as one agent (direct tools, or discovery mode when they do not fit the token budget), and
     print the MCP URL, a key and client setups. Run it again after the API changed: the changes are
-    reported and published."""
+    reported and published.
+
+    With --workers N (or CRANK_WORKERS), N processes answer on the one port, each a whole server: a worker
+    that dies is started again, and SIGTERM or Ctrl+C stops them all gracefully."""
     from crank.telemetry import configure_logging
     from crank.wire.listen import bind_listener, serve_on
 
     auth = _upstream_auth(auth_bearer, auth_header)
     if spec is None and (base_url or include or auth):
         raise click.UsageError("--base-url, --include, --auth-bearer and --auth-header go with --openapi")
-    settings = _settings(role=role, listen=listen, data_dir=data_dir)
+    settings = _settings(role=role, listen=listen, data_dir=data_dir, workers=workers)
     if spec is not None and settings.role == "admin":
         raise click.UsageError("--openapi serves an MCP endpoint: not with role admin")
+    if spec is not None and settings.workers > 1:
+        raise click.UsageError("--openapi runs one process: not with --workers (or CRANK_WORKERS) above 1")
     with _clear_errors():
         sock = bind_listener(settings.host, settings.port)  # a busy port is reported before anything else
     configure_logging(settings.log_format, settings.log_level)
     if app is not None:
         sys.path.insert(0, app_dir)
-        serve_on(app, sock, settings.connection_limits())
+        # uvicorn imports `app` when it starts serving: in each worker, after the fork.
+        _serve_workers(settings, lambda: serve_on(app, sock, settings.connection_limits()))
         return
-    from crank.server import CrankServer
-
     if spec is not None:
         _serve_openapi(settings, sock, spec, base_url, include, auth)
         return
+    _prepare_registry(settings)
+    _announce(settings)
+    if settings.workers > 1 and settings.redis_url is None and settings.role != "admin":
+        import logging
+
+        logging.getLogger("crank.server").warning(
+            "%d workers without CRANK_REDIS_URL: idempotency records and confirmation tokens are kept per "
+            "worker, so a repeat or a confirmation reaching another worker is not recognised (docs/deployment.md)",
+            settings.workers,
+        )
+    _serve_workers(settings, lambda: serve_on(_crank_server(settings), sock, settings.connection_limits()))
+
+
+def _serve_workers(settings: Any, serve_one: Callable[[], None]) -> None:
+    """One process serves; more are forked from this one after the bind, supervised (crank.wire.workers)."""
+    from crank.wire.workers import WORKERS_VARIABLE, run_workers
+
+    if settings.workers == 1:
+        os.environ[WORKERS_VARIABLE] = "1"
+        serve_one()
+        return
+    code = run_workers(settings.workers, lambda: _in_worker(serve_one))
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def _in_worker(serve_one: Callable[[], None]) -> None:
+    """A worker's life: an operator's fault is its one line (then exit 1), as without workers."""
+    try:
+        with _clear_errors():
+            serve_one()
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+
+
+def _crank_server(settings: Any) -> Any:
+    from crank.server import CrankServer
+
     with _clear_errors():
-        server = CrankServer(settings)
-    _announce(server, settings)
-    serve_on(server, sock, settings.connection_limits())
+        return CrankServer(settings)
+
+
+def _prepare_registry(settings: Any) -> None:
+    """Reach the registry and bring its schema up to date once, before any worker starts: an unreachable
+    registry is one line and exit 1, and workers never race one another through the migrations. The engine
+    is unpooled and disposed: nothing open is left to be inherited by a fork."""
+    from crank.registry import migrate, open_engine
+
+    with _clear_errors():
+        engine = open_engine(
+            settings.registry_url,
+            pooled=False,
+            connect_timeout=settings.database_connect_timeout,
+            statement_timeout=settings.database_statement_timeout,
+        )
+        try:
+            migrate(engine)
+            if settings.role in ("admin", "all"):
+                settings.admin_secret()  # generated here once, not by each worker
+        finally:
+            engine.dispose()
 
 
 def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | None:
@@ -211,13 +277,14 @@ def _serve_openapi(
     serve_on(instant.server, sock, settings.connection_limits())
 
 
-def _announce(server: Any, settings: Any) -> None:
+def _announce(settings: Any) -> None:
     base = f"http://{settings.listen}"
-    click.echo(f"crank {__version__}: role {settings.role}, registry {_safe_url(settings.registry_url)}")
-    if server.admin is not None:
+    workers = f", {settings.workers} workers" if settings.workers > 1 else ""
+    click.echo(f"crank {__version__}: role {settings.role}{workers}, registry {_safe_url(settings.registry_url)}")
+    if settings.role in ("admin", "all"):
         where = "CRANK_ADMIN_TOKEN" if settings.admin_token else str(settings.data_dir / "admin-token")
         click.echo(f"admin API: {base}/admin/v1 (token in {where}; OpenAPI at {base}/admin/v1/openapi.json)")
-    if server.gateway is not None:
+    if settings.role in ("mcp", "all"):
         click.echo(f"MCP: {base}/mcp/v1/<workspace>/<agent>; metrics at {base}/metrics")
 
 

@@ -42,6 +42,7 @@ from crank.wire.listen import (
     DEFAULT_MAX_HEAD_BYTES,
     ConnectionLimits,
 )
+from crank.wire.workers import DEFAULT_WORKERS, MAX_WORKERS
 
 __all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
 
@@ -70,6 +71,9 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(None, description="Bearer token of the admin API (generated if unset).")
     listen: str = Field(DEFAULT_LISTEN, description="host:port to listen on ([::1]:8000 for IPv6).")
     role: Role = Field("all", description="admin, mcp or all.")
+    workers: int = Field(
+        DEFAULT_WORKERS, ge=1, le=MAX_WORKERS, description="Worker processes serving the one port (one per core)."
+    )
     require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
     database_connect_timeout: float = Field(
