@@ -245,7 +245,9 @@ class RPCApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
-        """The ASGI lifespan: closes the Redis connections at shutdown."""
+        """The ASGI lifespan: at start, builds the routes (and warns when several processes serve the app without
+        Redis); at shutdown, closes the Redis connections. Pass it on when mounting the app in another one."""
+        self.build()
         try:
             yield
         finally:
