@@ -68,6 +68,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hostile-pace-ms", type=int, default=2)
     p.add_argument("--junk-connections", type=int, default=4, help="for its invalid and hostile requests")
     p.add_argument("--junk-pace-ms", type=int, default=2)
+    p.add_argument(
+        "--honest-limit",
+        type=int,
+        default=0,
+        help="the honest workspace's plan: requests and tool calls per second (0: no limit)",
+    )
+    p.add_argument(
+        "--hostile-limit",
+        type=int,
+        default=0,
+        help="the hostile workspace's plan: requests and tool calls per second (0: no limit)",
+    )
     p.add_argument("--sample", type=float, default=0.25, help="seconds between two RSS samples")
     p.add_argument("--server-cpu", default="0", help="taskset CPU list of the gateway")
     p.add_argument("--client-cpu", default="1", help="taskset CPU list of wrk and nginx")
@@ -89,10 +101,11 @@ def gateway_env(extra: dict[str, str]) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "CRANK_EGRESS_ALLOW": "127.0.0.0/8,::1", **extra}
 
 
-def make_registry(python: str, upstream: str, directory: Path) -> tuple[Path, dict[str, str]]:
+def make_registry(python: str, upstream: str, directory: Path, limits: dict[str, int]) -> tuple[Path, dict[str, str]]:
     db = directory / "registry.sqlite3"
-    proc = subprocess.run([python, "-m", "bench.apps.gateway_hostile", str(db)], cwd=ROOT,
-                          env=gateway_env({"BENCH_UPSTREAM": upstream}), capture_output=True, text=True)  # fmt: skip
+    env = gateway_env({"BENCH_UPSTREAM": upstream, "BENCH_LIMITS": json.dumps(limits)})
+    proc = subprocess.run([python, "-m", "bench.apps.gateway_hostile", str(db)], cwd=ROOT, env=env,
+                          capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"creating the registry failed: {proc.stderr.strip()[-2000:]}")
     return db, dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -189,16 +202,27 @@ def phase(args: argparse.Namespace, root: str, keys: dict[str, str], loads: tupl
     return {name: result(name, proc, seconds) for name, proc in running.items()}
 
 
+def failed_calls(name: str, stats: dict[str, Any]) -> int:
+    """A valid load's failed calls: non-2xx, error results and socket errors (wrk's `status` errors are the
+    non-2xx again), and for the honest tenant, calls refused by a limit."""
+    socket_errors = sum(n for kind, n in stats["errors"].items() if kind != "status")
+    refused = stats.get("limited", 0) if name == "honest" else 0
+    return int(stats["non2xx"] + stats["body_errors"] + socket_errors + refused)
+
+
 def failures(phase_name: str, results: dict[str, dict[str, Any]]) -> list[str]:
-    """Every valid call that failed, any 5xx, any leak, any socket error of a valid load."""
+    """Every valid call that failed, any 5xx, any leak, any socket error of a valid load. The hostile tenant's
+    valid calls that its own rate limit refused (429, or `rate_limited`) are answers, not failures; the honest
+    tenant's would be."""
     found = []
     for name, stats in results.items():
         if name == "junk":
             if stats["s5xx"] or stats["leaks"]:
                 found.append(f"{phase_name}/junk: {stats['s5xx']} answers 5xx, {stats['leaks']} leaked a traceback")
-        elif stats["non2xx"] or stats["body_errors"] or any(stats["errors"].values()):
+        elif failed_calls(name, stats):
             found.append(f"{phase_name}/{name}: {stats['non2xx']} non-2xx, {stats['body_errors']} error results, "
-                         f"socket errors {stats['errors']} in {stats['requests']} calls")  # fmt: skip
+                         f"{stats.get('limited', 0)} refused by a limit, wrk errors {stats['errors']} in "
+                         f"{stats['requests']} calls")  # fmt: skip
     return found
 
 
@@ -231,17 +255,19 @@ def markdown(meta: dict[str, Any], runs: dict[str, dict[str, dict[str, Any]]], m
         f"# Hostile tenant run ({meta['date']})", "",
         f"Crank {meta['crank']}, {meta['cpu']}; gateway on CPU {meta['server_cpu']}, wrk and nginx on CPU "
         f"{meta['client_cpu']}. Honest tenant: {meta['honest']}; hostile tenant: {meta['hostile']}.", "",
-        "| phase | load | requests | req/s | p50 ms | p99 ms | max ms | failed valid calls | 2xx / 4xx / 5xx | "
-        "gateway CPU |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        f"Plans (requests and tool calls per second per workspace): {meta['limits']}.", "",
+        "| phase | load | requests | req/s | p50 ms | p99 ms | max ms | failed valid calls | refused by its limit | "
+        "2xx / 4xx / 5xx | gateway CPU |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]  # fmt: skip
     for phase_name, results in runs.items():
         for name, s in results.items():
-            failed = "–" if name == "junk" else str(s["non2xx"] + s["body_errors"] + sum(s["errors"].values()))
+            failed = "–" if name == "junk" else str(failed_calls(name, s))
             classes = f"{s['s2xx']:,} / {s['s4xx']:,} / {s['s5xx']:,}" if name == "junk" else "–"
             latency = f"{ms(s['p50_us'])} | {ms(s['p99_us'])} | {ms(s['max_us'])}"
+            refused = "–" if name == "junk" else f"{s.get('limited', 0):,}"
             lines.append(f"| {phase_name} | {name} | {s['requests']:,} | {s['rps']:,.0f} | {latency} | {failed} | "
-                         f"{classes} | {cpu[phase_name]:.0%} |")  # fmt: skip
+                         f"{refused} | {classes} | {cpu[phase_name]:.0%} |")  # fmt: skip
     alone, hostile = runs["alone"]["honest"]["p99_us"], runs["hostile"]["honest"]["p99_us"]
     lines += [
         "",
@@ -270,7 +296,8 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         upstream = stack.enter_context(upstream_server(args.client_cpu, args.out / "logs" / "nginx.log"))
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-hostile-")))
-        db, keys = make_registry(args.python, upstream.url, directory)
+        limits = {name: n for name, n in (("honest", args.honest_limit), ("hostile", args.hostile_limit)) if n}
+        db, keys = make_registry(args.python, upstream.url, directory, limits)
         root, pid = stack.enter_context(gateway(args, db, upstream.url, args.out / "logs" / "gateway.log"))
         check_gateway(root, keys["honest"], HONEST_PATH)
         sampler = stack.enter_context(Sampler(pid, args.sample).running())
@@ -293,6 +320,7 @@ def main() -> int:
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "crank": crank_version(), "cpu": cpu_model(),
         "server_cpu": args.server_cpu, "client_cpu": args.client_cpu, "seconds": seconds,
+        "limits": ", ".join(f"{name} {n}/s" for name, n in limits.items()) or "none",
         "honest": f"{args.honest_connections} connections, {args.honest_pace_ms} ms between a connection's calls",
         "hostile": f"valid calls on {args.hostile_connections} connections paced {args.hostile_pace_ms} ms, "
                    f"junk on {args.junk_connections} connections paced {args.junk_pace_ms} ms",

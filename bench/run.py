@@ -397,10 +397,11 @@ def verify(
 
 
 def require_clean(name: str, phase: str, stats: dict[str, Any]) -> None:
-    if stats["non2xx"] or stats["body_errors"] or any(stats["errors"].values()):
+    if stats["non2xx"] or stats["body_errors"] or stats.get("limited") or any(stats["errors"].values()):
         raise SystemExit(
-            f"FAIL {name} ({phase}): {stats['non2xx']} non-2xx responses and {stats['body_errors']} error "
-            f"results counted, wrk errors {stats['errors']} (status = HTTP >= 400) in {stats['requests']} requests"
+            f"FAIL {name} ({phase}): {stats['non2xx']} non-2xx responses, {stats['body_errors']} error results "
+            f"and {stats.get('limited', 0)} refused by a rate limit counted, wrk errors {stats['errors']} (status = "
+            f"HTTP >= 400) in {stats['requests']} requests"
         )
 
 

@@ -204,3 +204,21 @@ def test_readyz_names_redis_while_it_is_black_holed(
         assert httpx.get(base + "/readyz", timeout=WAIT).json() == {"status": "not_ready", "unavailable": ["redis"]}
         redis_proxy.forward()
         until(lambda: status(base + "/readyz") == 200)
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_allowed_hosts_and_origins_open_a_loopback_replica_to_the_names_of_its_load_balancer(
+    serve: Callable[..., str], tmp_path: Path, allowed: bool
+) -> None:
+    # A replica on 127.0.0.1 has DNS-rebinding protection on: behind nginx, clients reach it by nginx's name.
+    values = {"allowed_hosts": "mcp.example.com, ", "allowed_origins": "https://app.example.com"} if allowed else {}
+    settings = given_settings(data_dir=tmp_path, admin_token=TOKEN, require_api_keys=False, **values)
+    url = serve(CrankServer(settings)) + "/mcp/v1/ws/agent"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    by_name = httpx.post(url, json=body, headers={**accept, "Host": "mcp.example.com:443"}, timeout=WAIT)
+    from_app = httpx.post(url, json=body, headers={**accept, "Origin": "https://app.example.com"}, timeout=WAIT)
+    other = httpx.post(url, json=body, headers={**accept, "Host": "evil.example.net"}, timeout=WAIT)
+    # Past the checks, the request meets an agent that does not exist: 404.
+    assert (by_name.status_code, from_app.status_code) == ((404, 404) if allowed else (421, 403))
+    assert other.status_code == 421

@@ -3,7 +3,9 @@
 `python -m bench.apps.gateway_hostile DB_PATH` (with `BENCH_UPSTREAM` set) creates the SQLite registry:
 in each workspace, `N_TOOLS` GET operations to the upstream (`get_item` and fillers, the schemas of
 `gateway_catalog`), an agent `agent` binding them all, published, and one workspace API key; it prints
-`{"honest": key, "hostile": key}`. The app then opens that file (`BENCH_GATEWAY_DB`) and serves it as
+`{"honest": key, "hostile": key}`. With `BENCH_LIMITS` (JSON, e.g. `{"hostile": 200}`) a workspace gets the
+limits of a plan: that many requests per second (its `limits`) and tool calls per second (its `key_limits`).
+The app then opens that file (`BENCH_GATEWAY_DB`) and serves it as
 `crank serve` does by default: API keys required, the default limits, its own pooled upstream client.
 """
 
@@ -16,6 +18,7 @@ import sys
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA, tool_name, tool_path
 from crank.admin.actions import check_runtime
 from crank.registry import Registry, migrate, open_engine
+from crank.registry.runtime import Limits, RateLimit
 from crank.server import GatewayService
 
 WORKSPACES = ("honest", "hostile")
@@ -23,14 +26,17 @@ AGENT = "agent"
 N_TOOLS = 10  # one small tools/list page: wrk grows a response buffer 1 KiB at a time, so long answers stall it
 
 
-def setup(db_path: str, upstream: str) -> dict[str, str]:
-    """Create and publish both tenants' agents in a new SQLite registry; returns a key per workspace."""
+def setup(db_path: str, upstream: str, limits: dict[str, int] | None = None) -> dict[str, str]:
+    """Create and publish both tenants' agents in a new SQLite registry; returns a key per workspace.
+    `limits`: requests and tool calls per second, by workspace (none: no limit)."""
     engine = open_engine(f"sqlite:///{db_path}")
     migrate(engine)
     registry = Registry(engine)
     keys = {}
     for workspace in WORKSPACES:
-        registry.create_workspace(workspace, workspace.title())
+        per_second = (limits or {}).get(workspace)
+        plan = Limits(rate=RateLimit(calls=per_second, window=1)) if per_second else None
+        registry.put_workspace(workspace, workspace.title(), limits=plan, key_limits=plan)
         for i in range(N_TOOLS):
             spec = {
                 "protocol": "http",
@@ -54,4 +60,5 @@ def make_app() -> GatewayService:
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None
 
 if __name__ == "__main__":
-    print(json.dumps(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"])))
+    limits = json.loads(os.environ.get("BENCH_LIMITS", "{}"))
+    print(json.dumps(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"], limits)))

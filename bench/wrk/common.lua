@@ -17,6 +17,7 @@ local auth = os.getenv("BENCH_AUTH")
 local threads = {}
 non2xx = 0
 body_errors = 0
+limited = 0
 
 -- params: the JSON members of "params" (without braces), e.g. '"name":"echo"'.
 function mcp_request(method, name, params)
@@ -43,9 +44,13 @@ function setup(thread)
 end
 
 local function count_and_dump(status, headers, body)
-  if status < 200 or status > 299 then non2xx = non2xx + 1 end
+  -- Refused by a rate limit or quota (429, or a tool error `rate_limited`): counted apart, as `limited`.
+  if status == 429 or body:find('rate_limited', 1, true) then
+    limited = limited + 1
+  elseif status < 200 or status > 299 then
+    non2xx = non2xx + 1
   -- A 200 can still carry a failed call (isError) or a JSON-RPC error: count those too.
-  if body:find('"isError":true', 1, true) or body:find('"error":{', 1, true) then
+  elseif body:find('"isError":true', 1, true) or body:find('"error":{', 1, true) then
     body_errors = body_errors + 1
   end
   if dump_path then
@@ -64,17 +69,18 @@ end
 if dump_path or os.getenv("BENCH_COUNT") then response = count_and_dump end
 
 function done(summary, latency, requests)
-  local bad, bad_bodies = 0, 0
+  local bad, bad_bodies, refused = 0, 0, 0
   for _, thread in ipairs(threads) do
     bad = bad + thread:get("non2xx")
     bad_bodies = bad_bodies + thread:get("body_errors")
+    refused = refused + thread:get("limited")
   end
   local e = summary.errors
   io.write(string.format(
     '{"requests":%d,"duration_us":%d,"bytes":%d,"rps":%.2f,"p50_us":%d,"p90_us":%d,"p99_us":%d,'
-      .. '"mean_us":%.1f,"max_us":%d,"non2xx":%d,"body_errors":%d,"non2xx_counted":%s,'
+      .. '"mean_us":%.1f,"max_us":%d,"non2xx":%d,"body_errors":%d,"limited":%d,"non2xx_counted":%s,'
       .. '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d}}\n',
     summary.requests, summary.duration, summary.bytes, summary.requests / (summary.duration / 1e6),
     latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean, latency.max,
-    bad, bad_bodies, tostring(response ~= nil), e.connect, e.read, e.write, e.status, e.timeout))
+    bad, bad_bodies, refused, tostring(response ~= nil), e.connect, e.read, e.write, e.status, e.timeout))
 end

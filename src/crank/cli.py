@@ -84,6 +84,7 @@ def _egress() -> Any:
 
 def _registry() -> Any:
     from crank.registry import Registry, migrate, open_engine
+    from crank.registry.changes import change_announcer
 
     settings = _settings()
     with _clear_errors():
@@ -94,7 +95,7 @@ def _registry() -> Any:
             statement_timeout=settings.database_statement_timeout,
         )
         migrate(engine)
-    return Registry(engine)
+    return Registry(engine, announce=change_announcer(settings.registry_url, settings.redis_url))
 
 
 def _read_definition(path: str) -> Any:

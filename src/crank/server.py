@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -34,6 +34,7 @@ from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
 from crank.registry import Registry, migrate, open_engine
+from crank.registry.changes import ChangeListener, change_announcer, change_listener
 from crank.rpc import RPCApp
 from crank.settings import Settings
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE, AgentSource
@@ -108,7 +109,14 @@ class GatewayService:
         state: StateStore | None = None,
         key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
         probe: Probe | None = None,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
+        listener: ChangeListener | None = None,
     ) -> None:
+        """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
+        the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
+        registry changes at once (`crank.registry.changes`); it polls every `poll_interval` seconds besides
+        (without one, only that)."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         self.source = AgentSource(
@@ -119,6 +127,7 @@ class GatewayService:
             metrics=self.metrics,
             state=state,
             key_list_max_age=key_list_max_age,
+            listener=listener,
         )
         # `/readyz` asks each dependency through a bounded, cached probe: the registry, and Redis when used.
         self.probes = [probe or registry_probe(registry)]
@@ -132,6 +141,8 @@ class GatewayService:
             cache_scope="private" if require_api_keys else "public",
             authenticate=self.source.authenticate if require_api_keys else None,
             confirm_key=self.source.confirm if require_api_keys else None,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
             admit=self.source.admit if require_api_keys else None,
         )
         self.endpoint = endpoint
@@ -221,7 +232,7 @@ class CrankServer:
                 statement_timeout=settings.database_statement_timeout,
             )
             migrate(engine)
-            registry = Registry(engine)
+            registry = Registry(engine, announce=change_announcer(settings.registry_url, settings.redis_url))
         self.registry = registry
         self.admin: ASGIApp | None = None
         self.gateway: GatewayService | None = None
@@ -237,6 +248,9 @@ class CrankServer:
                 state=open_state(settings.redis_url),
                 key_list_max_age=settings.key_list_max_age,
                 probe=self.probe,
+                allowed_hosts=settings.host_names,
+                allowed_origins=settings.origins,
+                listener=change_listener(settings.registry_url, settings.redis_url) if settings.registry_push else None,
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     )
     require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
+    registry_push: bool = Field(
+        True,
+        description="MCP replicas reload as soon as a registry change is announced (PostgreSQL LISTEN/NOTIFY, or "
+        "Redis pub/sub with another database); polling stays as the fallback.",
+    )
     database_connect_timeout: float = Field(
         DEFAULT_CONNECT_TIMEOUT, gt=0, le=300, description="Seconds to open a registry connection."
     )
@@ -117,6 +122,13 @@ class Settings(BaseSettings):
         "", description="Comma-separated networks, address:port or host:port the gateway may connect to besides "
         "public addresses (crank.gateway.egress)."
     )  # fmt: skip
+    allowed_hosts: str = Field(
+        "", description="Comma-separated host names (no port) MCP endpoints serve besides the loopback names, when "
+        "DNS-rebinding protection is on (a loopback listen address): the names clients reach a load balancer by."
+    )  # fmt: skip
+    allowed_origins: str = Field(
+        "", description="Comma-separated origins (https://app.example.com) allowed besides same-origin requests."
+    )
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -155,6 +167,16 @@ class Settings(BaseSettings):
         except ConfigurationError as exc:
             raise ValueError(str(exc).removeprefix(f"{ALLOW_VARIABLE}: ")) from None
         return value
+
+    @property
+    def host_names(self) -> list[str]:
+        """`allowed_hosts` as a list (empty items dropped)."""
+        return _listed(self.allowed_hosts)
+
+    @property
+    def origins(self) -> list[str]:
+        """`allowed_origins` as a list (empty items dropped)."""
+        return _listed(self.allowed_origins)
 
     def egress_policy(self) -> EgressPolicy:
         """What the gateway may connect to: public addresses, `egress_allow`, never its own `listen` port."""
@@ -263,6 +285,10 @@ def given_settings(**values: Any) -> Settings:
         return _checked(values)
     finally:
         _given_only.reset(token)
+
+
+def _listed(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _split_address(value: str) -> tuple[str, str]:

@@ -120,6 +120,15 @@ def test_invalid_cursor(cursor: str) -> None:
         Catalog([tool(f"t{i}") for i in range(5)], page_size=2).page("en", cursor)
 
 
+def test_a_cursor_of_another_version_is_refused_not_answered_with_that_versions_page() -> None:
+    old = Catalog([tool(f"t{i}") for i in range(5)], version="1", page_size=2)
+    new = Catalog([tool(f"u{i}") for i in range(5)], version="2", page_size=2)
+    _, cursor = old.page("en", None)
+    with pytest.raises(InvalidCursorError, match="version '1' .* now at version '2'"):
+        new.page("en", cursor)
+    assert [t["name"] for t in json.loads(old.page("en", cursor)[0])] == ["t2", "t3"]
+
+
 def test_empty_catalog_has_one_empty_page() -> None:
     assert Catalog([]).page("en", None) == (b"[]", None)
 

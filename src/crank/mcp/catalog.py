@@ -77,7 +77,7 @@ class Catalog:
             plain = [_plain_entry(entry, tool.plain_fields) for entry, tool in zip(wire, listed, strict=True)]
             self._listing[language] = _json.dumps({"tools": plain})
         self._page_count = len(self._pages[self.default_language])
-        self._next_cursors = [_encode_cursor(index) for index in range(1, self._page_count)] + [None]
+        self._next_cursors = [_encode_cursor(version, index) for index in range(1, self._page_count)] + [None]
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
         self.derived: dict[Hashable, bytes] = {}
         """Bytes an endpoint derives from this catalog (a whole `tools/list` answer but its id, say), kept as
@@ -102,8 +102,12 @@ class Catalog:
         return self.page_at(language, self.page_index(cursor))
 
     def page_index(self, cursor: str | None) -> int:
-        """The page a cursor points to (0 for none); raises `InvalidCursorError` for one not issued here."""
-        return 0 if cursor is None else _decode_cursor(cursor, self._page_count)
+        """The page a cursor points to (0 for none); raises `InvalidCursorError` for one not issued here.
+
+        A cursor names the catalog version that issued it: one issued before a publish (or by a replica that
+        serves another version) is refused rather than answered with a page of another version, which the
+        client would append to its pages of the old one (a listing of tools that never existed together)."""
+        return 0 if cursor is None else _decode_cursor(cursor, self.version, self._page_count)
 
     def page_at(self, language: str, index: int) -> tuple[bytes, str | None]:
         return self._pages[language][index], self._next_cursors[index]
@@ -165,16 +169,22 @@ def _build_entries(tools: Iterable[Tool]) -> dict[str, CatalogEntry]:
     return entries
 
 
-def _encode_cursor(index: int) -> str:
-    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{index}".encode()).decode().rstrip("=")
+def _encode_cursor(version: str, index: int) -> str:
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{version}:{index}".encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str, page_count: int) -> int:
+def _decode_cursor(cursor: str, version: str, page_count: int) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise InvalidCursorError(f"invalid cursor {cursor!r}") from None
-    prefix, _, number = raw.partition(_CURSOR_PREFIX)
-    if prefix or not number.isdigit() or not 0 < int(number) < page_count:
+    prefix, _, rest = raw.partition(_CURSOR_PREFIX)
+    issued, separator, number = rest.rpartition(":")
+    if prefix or not separator or not number.isdigit() or not 0 < int(number) < page_count:
         raise InvalidCursorError(f"invalid cursor {cursor!r}")
+    if issued != version:
+        raise InvalidCursorError(
+            f"cursor {cursor!r} belongs to version {issued!r} of this tool list, which is now at version {version!r}:"
+            " list the tools again from the first page"
+        )
     return int(number)

@@ -20,6 +20,7 @@ __all__ = [
     "DATABASE_ERRORS",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_STATEMENT_TIMEOUT",
+    "connection_options",
     "describe_database_error",
     "migrate",
     "open_engine",
@@ -58,7 +59,7 @@ def open_engine(
 
     Every connection has the two timeouts: a registry that stops answering makes a request fail (and
     `/readyz` say so) instead of hanging it."""
-    connect_args = _timeouts(make_url(url).get_backend_name(), connect_timeout, statement_timeout)
+    connect_args = connection_options(make_url(url).get_backend_name(), connect_timeout, statement_timeout)
     if pooled:
         engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     else:
@@ -69,7 +70,9 @@ def open_engine(
     return engine
 
 
-def _timeouts(backend: str, connect_timeout: float, statement_timeout: float) -> dict[str, Any]:
+def connection_options(backend: str, connect_timeout: float, statement_timeout: float) -> dict[str, Any]:
+    """The driver's connection arguments that bound every wait (also used by the PostgreSQL listener of
+    `crank.registry.changes`)."""
     if backend == "sqlite":
         return {"timeout": statement_timeout}  # the driver's wait for a lock held by another writer
     milliseconds = max(1, round(statement_timeout * 1000))

@@ -18,11 +18,12 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryError, RegistryNotFoundError
+from crank.registry.changes import POSTGRES_CHANNEL
 from crank.registry.models import Agent, AgentVersion, ApiKey, Operation, RegistryState, Workspace
 from crank.registry.runtime import (
     DEFAULT_AGENT_MODE,
@@ -129,8 +130,13 @@ class PublishedAgent:
 
 
 class Registry:
-    def __init__(self, engine: Engine) -> None:
+    """`announce`: told each new generation after its change commits (`crank.registry.changes.RedisAnnouncer`
+    for a registry that is not PostgreSQL; PostgreSQL announces in the transaction itself)."""
+
+    def __init__(self, engine: Engine, *, announce: Callable[[int], None] | None = None) -> None:
         self.engine = engine
+        self.announce = announce
+        self._notify = engine.dialect.name == "postgresql"
         # Transactions that write take SQLite's write lock when they begin (see `crank.registry.database`),
         # so a read-modify-write never loses a concurrent change; reads stay concurrent.
         self._writer = engine.execution_options(crank_write=True)
@@ -556,11 +562,25 @@ class Registry:
             raise RegistryNotFoundError(f"no operation {name!r} in workspace {ws.slug!r}")
         return operation
 
-    @staticmethod
-    def _bump(session: Session) -> None:
-        session.execute(
-            update(RegistryState).where(RegistryState.id == 1).values(generation=RegistryState.generation + 1)
-        )
+    def _bump(self, session: Session) -> None:
+        """The next generation, announced to every replica when the transaction commits (and never when it
+        rolls back): PostgreSQL delivers a NOTIFY on commit; the `announce` hook runs after it."""
+        generation = session.execute(
+            update(RegistryState)
+            .where(RegistryState.id == 1)
+            .values(generation=RegistryState.generation + 1)
+            .returning(RegistryState.generation)
+        ).scalar_one()
+        if self._notify:
+            session.execute(select(func.pg_notify(POSTGRES_CHANNEL, str(generation))))
+        if self.announce is not None:
+            if "crank_announce" not in session.info:  # once per transaction, with its last generation
+                event.listen(session, "after_commit", self._announce_committed)
+            session.info["crank_announce"] = generation
+
+    def _announce_committed(self, session: Session) -> None:
+        if self.announce is not None:
+            self.announce(session.info.pop("crank_announce"))
 
 
 def _tool(ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject, *, compact: bool) -> RuntimeTool:

@@ -4,7 +4,9 @@
 `crank.registry.runtime.RuntimeView`, whatever format version stored it) and nothing else: drafts,
 samples and import metadata never reach it. A watcher polls the registry's generation and rebuilds
 what changed; the new set replaces the old one in a single assignment, so a `tools/list` page or a
-call sees the whole old or the whole new version.
+call sees the whole old or the whole new version. With a `ChangeListener` (`crank.registry.changes`:
+PostgreSQL NOTIFY or Redis pub/sub) the watcher also checks as soon as a change is announced, and the
+poll stays for a lost announcement.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from crank.mcp.catalog import Catalog
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
 from crank.registry import DATABASE_ERRORS, KeyScope, PublishedAgent, Registry, describe_database_error, key_digest
+from crank.registry.changes import ChangeListener
 from crank.registry.runtime import RuntimeView, ToolHints
 from crank.schema import wrap_output
 from crank.sources.discovery import Discovery, observer_for
@@ -204,8 +207,12 @@ class AgentSource:
         freeze_heap: bool = True,
         key_lookups_per_second: float = KEY_LOOKUPS_PER_SECOND,
         key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
+        listener: ChangeListener | None = None,
     ) -> None:
         self.registry = registry
+        self.listener = listener
+        self._listening: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()  # set by an announced change: the watcher checks now, not at its next poll
         self.key_list_max_age = key_list_max_age
         self._keys_confirmed = -math.inf  # when the registry last confirmed the key list (monotonic)
         self._stale_since: float | None = None  # the start of an episode of unconfirmed keys, logged once
@@ -277,8 +284,12 @@ class AgentSource:
 
     async def watch(self) -> None:
         """Poll the registry's generation; reload on a change. Each successful read confirms the key list
-        (`key_list_max_age`). A registry that does not answer holds this loop, never the requests."""
+        (`key_list_max_age`). A registry that does not answer holds this loop, never the requests.
+
+        An announced change ends the wait at once. Announcements that come while a check or reload runs
+        set the one event again: a burst of them costs one more check after the current one, not one each."""
         while True:
+            self._wake.clear()
             try:
                 if await run_in_threadpool(self.registry.generation) != self._generation:
                     await run_in_threadpool(self.reload)
@@ -291,7 +302,13 @@ class AgentSource:
                 self._watch_failed(describe_database_error(exc))
             except Exception:
                 logger.exception("reading the registry failed; serving the catalogs already loaded")
-            await asyncio.sleep(self.poll_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+
+    def _announced(self, generation: int | None) -> None:
+        """A change announced by the listener (None: maybe missed some, check)."""
+        if generation is None or generation > self._generation:
+            self._wake.set()
 
     def _watch_failed(self, problem: str) -> None:
         """An unreachable registry is logged once per episode (a refusing one fails every poll)."""
@@ -324,15 +341,19 @@ class AgentSource:
         )
 
     def ensure_watching(self) -> None:
+        loop = asyncio.get_running_loop()
         if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.get_running_loop().create_task(self.watch())
+            self._watcher = loop.create_task(self.watch())
+        if self.listener is not None and (self._listening is None or self._listening.done()):
+            self._listening = loop.create_task(self.listener.run(self._announced))
 
     async def aclose(self) -> None:
-        """Stop watching and close the upstream connections."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        """Stop watching and listening, and close the upstream connections."""
+        for task in (self._watcher, self._listening):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.client.aclose()
         await self.state.aclose()
 
