@@ -20,7 +20,9 @@ CrankError
 │   ├── InternalError               -32603
 │   ├── AccessDeniedError           -32001
 │   ├── NotFoundError               -32002  (raise it from a method: "no such user")
-│   └── RateLimitedError            -32003  (with `retry_after` seconds)
+│   ├── RateLimitedError            -32003  (with `retry_after` seconds)
+│   └── UnavailableError            -32004  the lock or rate limit cannot be checked: Redis does not answer
+│       └── LockTimeoutError            -32004  a `lock=True` method stayed locked by other calls for the whole wait
 ├── RequestTooLargeError        a request body over the endpoint's limit (413)
 ├── DependencyUnavailableError  the registry or Redis does not answer, or a replica's key list is too old to trust (503)
 ├── CatalogNotFoundError        no MCP endpoint at the requested path (404)
@@ -90,6 +92,7 @@ __all__ = [
     "InvalidRequestError",
     "InvalidRequestStateError",
     "LimitReachedError",
+    "LockTimeoutError",
     "MappingError",
     "MethodNotFoundError",
     "NotFoundError",
@@ -109,6 +112,7 @@ __all__ = [
     "ToolConfigurationError",
     "ToolError",
     "UnknownFormatError",
+    "UnavailableError",
     "UnknownOperationError",
     "UpstreamBusyError",
     "UpstreamConnectionError",
@@ -248,6 +252,23 @@ class RateLimitedError(RPCError):
     def __init__(self, message: str | None = None, *, retry_after: int = 1, data: Any = None) -> None:
         super().__init__(message, data=data)
         self.retry_after = retry_after
+
+
+class UnavailableError(RPCError):
+    """-32004: what the call needs before it may run (its lock, its rate limit count) cannot be had now, in
+    Redis for every process. Nothing ran; trying again after `retry_after` seconds may work. `/rpc` adds
+    `Retry-After`."""
+
+    default_code = -32004
+    default_message = "Service unavailable"
+
+    def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(message, data={"retry_after": retry_after})
+        self.retry_after = retry_after
+
+
+class LockTimeoutError(UnavailableError):
+    """A `lock=True` method stayed locked by other calls for the whole lock wait (`RPCApp(lock_timeout=...)`)."""
 
 
 # -- serving ------------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ class RPCService:
             for path, config in self.mcp.items():
                 if config.enabled:
                     routes += self._mcp_routes(path.rstrip("/"), config)
-            self._asgi = Starlette(routes=routes)
+            self._asgi = Starlette(routes=routes, lifespan=self.rpc.lifespan)
         return self._asgi
 
     def _mcp_routes(self, path: str, config: MCPConfig) -> list[BaseRoute]:

@@ -67,7 +67,7 @@ async def test_the_result_cache_keeps_the_most_recently_used_results_within_its_
     await post(url, call("square", {"n": 1}))
     await post(url, call("square", {"n": 2}))
     assert runs == [1, 2, 3, 4, 2]
-    assert len(rpc.executor._cache) == 3
+    assert len(rpc.executor.coordinator._cache) == 3  # type: ignore[attr-defined]
 
 
 async def test_a_cached_result_expires_at_its_ttl(serve: Callable[..., str]) -> None:

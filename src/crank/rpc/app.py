@@ -15,16 +15,21 @@ async def search(query: str, limit: int = 10) -> list[Product]:
 ```
 
 `app` is an ASGI app: JSON-RPC at `/rpc` (first version) and `/rpc/<version>`, with their OpenRPC
-documents on GET. The MCP endpoints of its groups are added by `crank.server.RPCService`, above this
-layer: the rpc core knows nothing of MCP beyond the `MCP` settings it keeps for it.
+documents on GET. Cache, lock and rate limit are per process unless a Redis URL is given (`redis_url`, or
+`CRANK_REDIS_URL` in the environment): then every worker and replica sharing that Redis acts as one.
+The MCP endpoints of its groups are added by `crank.server.RPCService`, above this layer: the rpc core
+knows nothing of MCP beyond the `MCP` settings it keeps for it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeVar
 
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
@@ -33,15 +38,39 @@ from crank.exceptions import ConfigurationError
 from crank.rpc.auth import BearerTokenRoles, RoleResolver
 from crank.rpc.endpoint import JSONRPCEndpoint
 from crank.rpc.events import EventName, Events, Handler
-from crank.rpc.executor import DEFAULT_CACHE_SIZE, Executor
+from crank.rpc.executor import Executor
 from crank.rpc.method import MCP, Method, RateLimit
 from crank.rpc.openrpc import build_openrpc
 from crank.schema import DatetimeFormat, describe_method
+from crank.state.coordination import (
+    DEFAULT_CACHE_MAX_BYTES,
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_LOCK_LEASE,
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_REDIS_PREFIX,
+    Coordinator,
+    LocalCoordinator,
+    RedisCoordinator,
+)
 from crank.types import JSONObject, Receive, Scope, Send
 
-__all__ = ["RPCApp"]
+__all__ = ["FROM_ENVIRONMENT", "REDIS_URL_VARIABLE", "WORKERS_VARIABLES", "RPCApp"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+REDIS_URL_VARIABLE: Final = "CRANK_REDIS_URL"
+"""The environment variable an `RPCApp` reads its Redis URL from when none is given (as `crank serve` does)."""
+WORKERS_VARIABLES: Final = ("CRANK_WORKERS", "WEB_CONCURRENCY")
+"""Set above 1, they say several processes serve the app: `crank serve --workers N` sets the first in every
+worker, and uvicorn and gunicorn read the second as their worker count."""
+
+
+class _Unset(enum.Enum):
+    FROM_ENVIRONMENT = "FROM_ENVIRONMENT"
+
+
+FROM_ENVIRONMENT: Final = _Unset.FROM_ENVIRONMENT
+"""`RPCApp(redis_url=...)`'s default: `CRANK_REDIS_URL` when set, else in process. `None` means in process."""
 
 
 class RPCApp:
@@ -56,6 +85,12 @@ class RPCApp:
             or any `RoleResolver`; without it no caller has a role.
         cache_size: the most results the in-process cache of `cache=` methods keeps; the least recently used
             go first when it is full, and each leaves at its method's TTL anyway.
+        redis_url: share cache, locks and rate limits with every process using this Redis (redis://host:port/db);
+            by default `CRANK_REDIS_URL` when set; `None`: this process only.
+        redis_prefix: where this app's keys live in Redis (two different apps on one Redis need two).
+        lock_timeout: seconds a call of a `lock=True` method waits for the lock before -32004 (both modes).
+        lock_lease: seconds a Redis lock outlives a holder that stopped renewing it (died, lost Redis).
+        cache_max_bytes: the largest result (as JSON) the Redis cache stores; larger ones are not cached.
         debug: put file, line and trace in error data. Never in production.
     """
 
@@ -69,6 +104,11 @@ class RPCApp:
         datetime_format: DatetimeFormat = "date-time",
         roles: RoleResolver | Mapping[str, Iterable[str]] | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        redis_url: str | None | Literal[_Unset.FROM_ENVIRONMENT] = FROM_ENVIRONMENT,
+        redis_prefix: str = DEFAULT_REDIS_PREFIX,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
         debug: bool = False,
     ) -> None:
         if not versions:
@@ -80,7 +120,15 @@ class RPCApp:
         self.datetime_format: DatetimeFormat = datetime_format
         self.debug = debug
         self.events = Events()
-        self.executor = Executor(self.events, datetime_format=datetime_format, cache_size=cache_size, debug=debug)
+        if redis_url is FROM_ENVIRONMENT:
+            redis_url = os.environ.get(REDIS_URL_VARIABLE) or None
+        coordinator: Coordinator
+        if redis_url is None:
+            coordinator = LocalCoordinator(cache_size=cache_size, lock_timeout=lock_timeout)
+        else:
+            coordinator = _redis_coordinator(redis_url, prefix=redis_prefix, lock_timeout=lock_timeout,
+                                             lock_lease=lock_lease, cache_max_bytes=cache_max_bytes)  # fmt: skip
+        self.executor = Executor(self.events, coordinator=coordinator, datetime_format=datetime_format, debug=debug)
         self.logger = logging.getLogger("crank.rpc")
         self._roles = BearerTokenRoles(roles) if isinstance(roles, Mapping) else roles
         self._methods: dict[str, dict[str, Method]] = {version: {} for version in self.versions}
@@ -174,8 +222,36 @@ class RPCApp:
     def build(self) -> Starlette:
         """Freeze the methods and build the /rpc routes now (also done on the first request)."""
         if self._asgi is None:
-            self._asgi = Starlette(routes=self.routes())
+            self._asgi = Starlette(routes=self.routes(), lifespan=self.lifespan)
+            self.warn_if_not_shared()
         return self._asgi
+
+    def warn_if_not_shared(self) -> None:
+        """Log one warning when several processes serve the app while its cache, locks and rate limits are
+        each process's own: a `lock=True` method would run in two processes at once."""
+        if self.executor.coordinator.shared:
+            return
+        workers = {name: value for name in WORKERS_VARIABLES if _above_one(value := os.environ.get(name))}
+        names = sorted({method.name for version in self.versions for method in self.methods_in(version)
+                        if method.lock or method.cache_ttl or method.rate_limit})  # fmt: skip
+        if workers and names:
+            said = ", ".join(f"{name}={value}" for name, value in workers.items())
+            self.logger.warning(
+                "several processes serve %s (%s) but no Redis is configured: the cache, lock and rate limit of %s "
+                "hold in each process alone (a lock=True method can run in two at once). Set %s or "
+                "RPCApp(redis_url=...).", self.title, said, ", ".join(names), REDIS_URL_VARIABLE,
+                extra={"event": "rpc_not_shared"},
+            )  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        """The ASGI lifespan: at start, builds the routes (and warns when several processes serve the app without
+        Redis); at shutdown, closes the Redis connections. Pass it on when mounting the app in another one."""
+        self.build()
+        try:
+            yield
+        finally:
+            await self.executor.coordinator.aclose()
 
     def routes(self) -> list[BaseRoute]:
         """The /rpc routes, for composing with other routes (see `crank.server.RPCService`)."""
@@ -190,3 +266,19 @@ class RPCApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.build()(scope, receive, send)
+
+
+def _redis_coordinator(url: str, **options: Any) -> RedisCoordinator:
+    try:
+        return RedisCoordinator(url, **options)
+    except ConfigurationError:
+        raise
+    except ValueError as exc:  # redis-py's word on a URL it cannot read (never the URL: it may hold a password)
+        raise ConfigurationError(f"redis_url: {exc}") from None
+
+
+def _above_one(value: str | None) -> bool:
+    try:
+        return value is not None and int(value) > 1
+    except ValueError:
+        return False

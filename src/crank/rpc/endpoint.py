@@ -15,6 +15,7 @@ from crank.exceptions import (
     ParseError,
     RateLimitedError,
     RPCError,
+    UnavailableError,
 )
 from crank.ids import new_request_id
 from crank.rpc.executor import Call, error_wire
@@ -109,7 +110,7 @@ class JSONRPCEndpoint:
         try:
             result = await self._dispatch(message, request)
         except RPCError as error:
-            if isinstance(error, RateLimitedError):
+            if isinstance(error, RateLimitedError | UnavailableError):
                 request.headers.append((b"retry-after", str(error.retry_after).encode()))
             return None if notification else error_response(request_id, error_wire(error, debug=self.app.debug))
         return None if notification else result_response(request_id, result)

@@ -4,40 +4,45 @@ Order: roles (refused without running) -> `request` event -> arguments converted
 and validated -> cache (a hit does not run the method) -> lock -> rate limit -> the call (sync methods
 in a worker thread) -> result normalized to JSON types -> `response` event; `post_response` is handed
 to the caller to run after its response is sent. Any failure becomes an `RPCError` and fires `error`.
+
+Cache, lock and rate limit live in a `Coordinator` (crank.state.coordination): this process's memory by
+default, Redis when every worker and replica must act as one.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextvars
 import datetime
 import logging
-import time
+import math
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import pydantic
-from cachetools import TLRUCache
 from pydantic_core import to_jsonable_python
 from starlette.concurrency import run_in_threadpool
 
 from crank import _json
 from crank.exceptions import (
     AccessDeniedError,
-    ConfigurationError,
+    DependencyUnavailableError,
     InternalError,
     InvalidParamsError,
+    LockTimeoutError,
     ParamsValidationError,
     RateLimitedError,
     RPCError,
+    UnavailableError,
     Violation,
 )
 from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
 from crank.schema import DatetimeFormat, Problem, json_path, problems_of
+from crank.state.coordination import DEFAULT_CACHE_SIZE, Coordinator, Held, LocalCoordinator
 
-__all__ = ["DEFAULT_CACHE_SIZE", "Call", "Executor", "Outcome", "error_data", "error_wire"]
+__all__ = ["DEFAULT_CACHE_SIZE", "Call", "Executor", "Outcome", "error_data", "error_wire", "fencing_token"]
 
 logger = logging.getLogger("crank.rpc")
 
@@ -61,8 +66,18 @@ class Outcome:
     result: Any
 
 
-DEFAULT_CACHE_SIZE: Final = 10_000
-"""The most results the in-process cache keeps (every cached method together)."""
+_FENCING_TOKEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("crank_fencing_token", default=None)
+
+
+def fencing_token() -> int | None:
+    """Inside a `lock=True` method: the fencing token of the lock this call holds (None elsewhere).
+
+    Tokens of one method's lock only grow, across every process sharing its Redis. A lock's lease can lapse
+    under a holder that stalled longer than the lease; hand the token to the storage the method writes and
+    have it refuse a token lower than the highest it has seen, and the stalled holder's late writes are
+    refused instead of overwriting the newer holder's.
+    """
+    return _FENCING_TOKEN.get()
 
 
 class Executor:
@@ -70,22 +85,14 @@ class Executor:
         self,
         events: Events,
         *,
+        coordinator: Coordinator | None = None,
         datetime_format: DatetimeFormat = "date-time",
-        cache_size: int = DEFAULT_CACHE_SIZE,
         debug: bool = False,
     ) -> None:
-        if cache_size < 1:
-            raise ConfigurationError(f"cache_size must be at least 1, got {cache_size}")
         self.events = events
+        self.coordinator: Coordinator = coordinator or LocalCoordinator()
         self.datetime_format = datetime_format
         self.debug = debug
-        # Bounded and expiring: a result leaves at its method's TTL, or earlier when the least recently used
-        # ones make room, so distinct arguments from callers cannot grow the process (one entry per key).
-        self._cache: TLRUCache[tuple[str, str, bytes], tuple[float, Any]] = TLRUCache(
-            maxsize=cache_size, ttu=_expiry, timer=time.monotonic
-        )
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._windows: dict[str, tuple[float, int]] = {}
 
     async def run(self, call: Call) -> Outcome:
         try:
@@ -107,16 +114,14 @@ class Executor:
         if self.events.wants("request"):
             await self.events.emit(self._event("request", call))
         kwargs = self._convert(call)
-        key = (method.name, call.version, _json.dumps_sorted(call.params)) if method.cache_ttl else None
-        if key is not None and (hit := self._cache.get(key)) is not None:
-            return Outcome(hit[1])
-        if method.lock:
-            async with self._locks.setdefault(method.name, asyncio.Lock()):
-                result = await self._invoke(call, kwargs)
-        else:
-            result = await self._invoke(call, kwargs)
-        if key is not None:
-            self._cache[key] = (method.cache_ttl or 0.0, result)
+        params = _json.dumps_sorted(call.params) if method.cache_ttl else None
+        if params is not None:
+            hit, cached = await self.coordinator.cache_get(method.name, call.version, params)
+            if hit:
+                return Outcome(cached)
+        result = await (self._locked(call, kwargs) if method.lock else self._invoke(call, kwargs))
+        if params is not None:
+            await self.coordinator.cache_put(method.name, call.version, params, result, method.cache_ttl or 0.0)
         if self.events.wants("response"):
             await self.events.emit(self._event("response", call, result=result))
         if call.defer is not None and self.events.wants("post_response"):
@@ -132,27 +137,47 @@ class Executor:
             raise ParamsValidationError(call.method.name, violations) from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
+    async def _locked(self, call: Call, kwargs: dict[str, Any]) -> Any:
+        held = await self._acquire(call.method)
+        token = _FENCING_TOKEN.set(held.token)
+        try:
+            return await self._invoke(call, kwargs)
+        finally:
+            _FENCING_TOKEN.reset(token)
+            await self.coordinator.release(held)
+
+    async def _acquire(self, method: Method) -> Held:
+        try:
+            held = await self.coordinator.acquire(method.name)
+        except DependencyUnavailableError:
+            raise UnavailableError(f"{method.name} cannot run now: its lock cannot be taken (Redis does not "
+                                   "answer)") from None  # fmt: skip
+        if held is None:
+            waited = self.coordinator.lock_timeout
+            raise LockTimeoutError(f"{method.name} is locked by another call: waited {waited:g} s")
+        return held
+
     async def _invoke(self, call: Call, kwargs: dict[str, Any]) -> Any:
         if call.apply_rate_limit and call.method.rate_limit is not None:
-            self._count(call.method)
+            await self._count(call.method)
         if call.method.is_async:
             result = await call.method.func(**kwargs)
         else:
             result = await run_in_threadpool(call.method.func, **kwargs)
         return self.normalize(result)
 
-    def _count(self, method: Method) -> None:
+    async def _count(self, method: Method) -> None:
         limit = method.rate_limit
         assert limit is not None
-        now = time.monotonic()
-        start, count = self._windows.get(method.name, (now, 0))
-        if now - start >= limit.seconds:
-            start, count = now, 0
-        if count >= limit.calls:
-            retry_after = max(1, int(limit.seconds - (now - start) + 0.999))
+        try:
+            wait = await self.coordinator.count(method.name, limit.calls, limit.seconds)
+        except DependencyUnavailableError:
+            raise UnavailableError(f"{method.name} cannot run now: its rate limit cannot be counted (Redis does "
+                                   "not answer)") from None  # fmt: skip
+        if wait is not None:
+            retry_after = max(1, math.ceil(wait))
             raise RateLimitedError(f"{method.name} allows {limit.calls} calls per {limit.seconds:g} s",
                                    retry_after=retry_after, data={"retry_after": retry_after})  # fmt: skip
-        self._windows[method.name] = (start, count + 1)
 
     def normalize(self, result: Any) -> Any:
         """JSON types only: models, dataclasses, enums and dates become what JSON can carry."""
@@ -162,10 +187,6 @@ class Executor:
 
     def _event(self, name: Any, call: Call, *, result: Any = None, error: BaseException | None = None) -> Event:
         return Event(name, call.method.name, call.version, call.source, call.request_id, call.params, result, error)
-
-
-def _expiry(key: Any, value: tuple[float, Any], now: float) -> float:
-    return now + value[0]
 
 
 def _input_path(problem: Problem, params: dict[str, Any]) -> str:

@@ -24,6 +24,11 @@ class RateLimit:
     calls: int
     seconds: float
 
+    def __post_init__(self) -> None:
+        if self.calls < 1 or not self.seconds > 0:
+            raise ConfigurationError(f"rate limit {self.calls}/{self.seconds:g} s: at least 1 call in a window of more "
+                                     "than 0 seconds")  # fmt: skip
+
     @classmethod
     def parse(cls, text: str) -> RateLimit:
         match = _RATE.match(text)

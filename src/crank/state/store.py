@@ -34,6 +34,7 @@ __all__ = [
     "RedisStore",
     "StateStore",
     "check_durability",
+    "connect_redis",
     "open_state",
 ]
 
@@ -229,21 +230,11 @@ class MemoryStore:
 class RedisStore:
     """State shared by every replica, in Redis (SET NX PX in Lua scripts, GETDEL: Redis 6.2 or newer)."""
 
-    def __init__(self, url: str, *, prefix: str = "crank:", timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
-        import redis.asyncio
-        import redis.asyncio.retry
-        import redis.backoff
-        import redis.exceptions
-
-        # A dropped connection is retried (a Redis restart; redis-py's default), a timeout never: the command
-        # may have been applied, and retrying it would wait `timeout` again, ten times over.
-        retry = redis.asyncio.retry.Retry(
-            redis.backoff.ExponentialBackoff(cap=1, base=0.01), 3,
-            supported_errors=(redis.exceptions.ConnectionError,),
-        )  # fmt: skip
-        self._redis: Any = redis.asyncio.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=retry
-        )
+    def __init__(
+        self, url: str, *, prefix: str = "crank:", timeout: float = DEFAULT_REDIS_TIMEOUT, client: Any = None
+    ) -> None:
+        # `client`: a `connect_redis` client to share (the rpc coordinator's), instead of a pool of its own.
+        self._redis: Any = client if client is not None else connect_redis(url, timeout=timeout)
         self._prefix = prefix
         self._replace_if = self._redis.register_script(_REPLACE_IF)
         self._claim = self._redis.register_script(_CLAIM)
@@ -416,6 +407,22 @@ def _decode(raw: bytes | None) -> JSONObject | None:
         return None
     value: JSONObject = _json.loads(raw)
     return value
+
+
+def connect_redis(url: str, *, timeout: float = DEFAULT_REDIS_TIMEOUT) -> Any:
+    """A `redis.asyncio.Redis` client as Crank uses Redis: every command (and connecting) bounded by `timeout`."""
+    import redis.asyncio
+    import redis.asyncio.retry
+    import redis.backoff
+    import redis.exceptions
+
+    # A dropped connection is retried (a Redis restart; redis-py's default), a timeout never: the command
+    # may have been applied, and retrying it would wait `timeout` again, ten times over.
+    retry = redis.asyncio.retry.Retry(
+        redis.backoff.ExponentialBackoff(cap=1, base=0.01), 3,
+        supported_errors=(redis.exceptions.ConnectionError,),
+    )  # fmt: skip
+    return redis.asyncio.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=retry)
 
 
 def open_state(redis_url: str | None) -> StateStore:
