@@ -62,7 +62,7 @@ from crank.wire.jsonrpc import (
 from crank.wire.middleware import (
     AUTH_SCOPE_KEY,
     Admission,
-    BearerAuthMiddleware,
+    BearerAuth,
     RequestChecksMiddleware,
     jsonrpc_refusal,
 )
@@ -104,7 +104,7 @@ class MCPEndpoint:
             same one (default: a random secret per process).
         plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
         authenticate: when given, every request needs `Authorization: Bearer <token>`; it receives the
-            token (None without one) and returns who calls, or None for 401 (`BearerAuthMiddleware`).
+            token (None without one) and returns who calls, or None for 401 (`BearerAuth`).
             The provider finds what it returned in `scope["crank.auth"]`.
         confirm_key: a second, slower look at a token `authenticate` did not recognise (awaited; None
             refuses it too).
@@ -154,15 +154,16 @@ class MCPEndpoint:
         self.max_batch_answer_bytes = max_batch_answer_bytes
         self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
         self.plain_http = plain_http
-        # The checks wrap the endpoint: Host/Origin and the body limit in one wrapper (one pass over the headers;
-        # a body is refused by its declared length before anything reads it), then the credentials when the
+        # The checks wrap the endpoint in one wrapper (one pass over the headers): Host/Origin, the body limit (a
+        # body is refused by its declared length before anything reads it), then the credentials when the
         # endpoint needs them. A request that reaches `_serve` passed them all.
-        app: ASGIApp = self._serve
+        auth = None
         if authenticate is not None:
-            app = BearerAuthMiddleware(app, authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE,
-                                       refusal=_refusal, confirm=confirm_key, admit=admit,
-                                       rejection=_rejection)  # fmt: skip
-        self.http_app: ASGIApp = RequestChecksMiddleware(app, self.policy, max_body_size, refusal=_refusal)
+            auth = BearerAuth(authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal,
+                              confirm=confirm_key, admit=admit, rejection=_rejection)  # fmt: skip
+        self.http_app: ASGIApp = RequestChecksMiddleware(
+            self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth
+        )
         """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
         gateway) calls it directly, one coroutine level less per request than through `__call__`."""
 

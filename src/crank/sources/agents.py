@@ -17,6 +17,7 @@ import gc
 import logging
 import math
 import time
+from collections.abc import Awaitable
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -40,7 +41,7 @@ from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
 from crank.registry import DATABASE_ERRORS, KeyScope, PublishedAgent, Registry, describe_database_error, key_digest
 from crank.registry.changes import ChangeListener
-from crank.registry.runtime import RuntimeView, ToolHints
+from crank.registry.runtime import Limits, RuntimeView, ToolHints
 from crank.schema import wrap_output
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.search import IndexedOperation
@@ -371,13 +372,16 @@ class AgentSource:
             raise CatalogNotFoundError(scope["path"])
         return entry[1]
 
-    async def admit(self, scope: Scope, key_scope: KeyScope) -> None:
+    def admit(self, scope: Scope, key_scope: KeyScope) -> Awaitable[None] | None:
         """Every request with a key, before its body is read: its workspace's limits (`crank.gateway.limits`).
-        Refused: `RateLimitedError` (429) carrying the structured `rate_limited` error as its data."""
+        None when the workspace has none (the hot path: no coroutine made); else the check, which raises
+        `RateLimitedError` (429) carrying the structured `rate_limited` error as its data."""
         limits = key_scope.workspace_limits
-        if limits is None:  # the hot path without limits: this test only
-            return
-        agent = scope.get("path_params", {}).get("agent", "")
+        if limits is None:
+            return None
+        return self._admit(key_scope, limits, scope.get("path_params", {}).get("agent", ""))
+
+    async def _admit(self, key_scope: KeyScope, limits: Limits, agent: str) -> None:
         try:
             await self.limiter.admit_request(key_scope, limits, agent)
         except LimitReachedError as limited:

@@ -33,6 +33,7 @@ from crank.wire.jsonrpc import (
 from crank.wire.listen import ConnectionLimits, bind_listener, serve_on
 from crank.wire.middleware import (
     AUTH_SCOPE_KEY,
+    BearerAuth,
     BearerAuthMiddleware,
     BodyLimitMiddleware,
     HostOriginMiddleware,
@@ -42,6 +43,7 @@ from crank.wire.security import LOOPBACK_HOSTS, HostOriginPolicy, is_loopback
 
 __all__ = [
     "AUTH_SCOPE_KEY",
+    "BearerAuth",
     "BearerAuthMiddleware",
     "BodyLimitMiddleware",
     "ConnectionLimits",

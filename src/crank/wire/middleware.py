@@ -29,6 +29,7 @@ from crank.wire.security import HostOriginPolicy
 __all__ = [
     "AUTH_SCOPE_KEY",
     "Admission",
+    "BearerAuth",
     "BearerAuthMiddleware",
     "BodyLimitMiddleware",
     "HostOriginMiddleware",
@@ -43,8 +44,9 @@ Refusal = Callable[[Scope, int, str], bytes]
 """The body of a refused request, from its scope, HTTP status and message: each app keeps its error shape."""
 
 
-Admission = Callable[[Scope, Any], Awaitable[None]]
-"""Admits an authenticated request (its scope and who calls) or raises `RateLimitedError` (429)."""
+Admission = Callable[[Scope, Any], Awaitable[None] | None]
+"""Admits an authenticated request (its scope and who calls): None lets it through at once; an awaitable
+decides, and raises `RateLimitedError` (429) to refuse it."""
 
 
 def jsonrpc_rejection(scope: Scope, error: RPCError) -> bytes:
@@ -153,8 +155,9 @@ class BodyLimitMiddleware:
 
 
 class RequestChecksMiddleware(BodyLimitMiddleware):
-    """`HostOriginMiddleware(BodyLimitMiddleware(app, max_body_size, refusal=refusal), policy)` in one wrapper:
-    the same answers, with the headers read in one pass and one await level less per request."""
+    """`HostOriginMiddleware(BodyLimitMiddleware(BearerAuthMiddleware(app, ...), max_body_size, refusal=refusal),
+    policy)` in one wrapper (without `auth`, no authentication): the same answers, with the headers read in one
+    pass and one or two await levels less per request."""
 
     def __init__(
         self,
@@ -163,22 +166,27 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         *,
         refusal: Refusal = jsonrpc_refusal,
+        auth: BearerAuth | None = None,
     ) -> None:
         super().__init__(app, max_body_size, refusal=refusal)
         self.policy = policy
+        self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = origin = declared = None
+        host = origin = declared = authorization = None
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value  # the last one, as HostOriginMiddleware reads it
             elif name == b"origin":
                 origin = value
-            elif name == b"content-length" and declared is None:
-                declared = value  # the first one, as BodyLimitMiddleware reads it
+            elif name == b"content-length":
+                if declared is None:
+                    declared = value  # the first one, as BodyLimitMiddleware reads it
+            elif name == b"authorization" and authorization is None:
+                authorization = value  # the first one, as BearerAuthMiddleware reads it
         refused = self.policy.check(
             scope.get("server"),
             None if host is None else host.decode("latin-1"),
@@ -186,27 +194,82 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         )
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
+        elif declared is not None and declared.isdigit() and int(declared) > self.max_body_size:
+            await self._refuse(scope, send)
+        elif self.auth is not None and not await self.auth.admitted(scope, send, authorization):
+            return
         elif declared is None or not declared.isdigit():
             await self._streamed(scope, receive, send)
-        elif int(declared) > self.max_body_size:
-            await self._refuse(scope, send)
         else:
             # The server frames the body by Content-Length: the app can never read more than declared.
             await self.app(scope, receive, send)
 
 
-class BearerAuthMiddleware:
+class BearerAuth:
     """Authentication: `authenticate` gets the bearer token of each request (None when there is none) and
     returns who the caller is, or None to refuse with 401 and `WWW-Authenticate: Bearer realm=...`.
 
     What it returned is left in `scope["crank.auth"]` for the app (which may still refuse what that caller
-    may not use). `exempt` names requests that need no credentials (a public document, say). `confirm`,
-    when given, gets the tokens `authenticate` did not recognise, for a slower second look (the
-    registry, say): `authenticate` stays a synchronous lookup on the hot path. Either may raise
+    may not use). `confirm`, when given, gets the tokens `authenticate` did not recognise, for a slower second
+    look (the registry, say): `authenticate` stays a synchronous lookup on the hot path. Either may raise
     `DependencyUnavailableError` when it cannot tell who calls (its registry does not answer): 503 with
     `Retry-After`. `admit`, when given, gets every request whose caller is known, before the app reads its
-    body, and may refuse it with `RateLimitedError`: 429 with `Retry-After`, the error as `rejection` shapes it
-    (with its code and data)."""
+    body; it returns None to let it through at once, or an awaitable that may refuse it with
+    `RateLimitedError`: 429 with `Retry-After`, the error as `rejection` shapes it (with its code and data).
+
+    The rule for both wrappers that authenticate: `BearerAuthMiddleware`, and `RequestChecksMiddleware` given
+    one (the endpoint's hot path: the same answers without a wrapper of its own)."""
+
+    def __init__(
+        self,
+        authenticate: Callable[[str | None], Any],
+        *,
+        realm: str,
+        message: str,
+        refusal: Refusal = jsonrpc_refusal,
+        confirm: Callable[[str], Awaitable[Any]] | None = None,
+        admit: Admission | None = None,
+        rejection: Callable[[Scope, RPCError], bytes] = jsonrpc_rejection,
+    ) -> None:
+        self.authenticate = authenticate
+        self.confirm = confirm
+        self.admit = admit
+        self.message = message
+        self.refusal = refusal
+        self.rejection = rejection
+        self._challenge = [(b"www-authenticate", f'Bearer realm="{realm}"'.encode())]
+
+    async def admitted(self, scope: Scope, send: Send, authorization: bytes | None) -> bool:
+        """Authenticate the request (its `Authorization` header's value) and admit it: True when it may go on,
+        False when it was answered (401, 429 or 503)."""
+        token = bearer_token(authorization) if authorization is not None else None
+        try:
+            caller = self.authenticate(token)
+            if caller is None and token is not None and self.confirm is not None:
+                caller = await self.confirm(token)
+        except DependencyUnavailableError as unavailable:
+            retry = [(b"retry-after", str(unavailable.retry_after).encode())]
+            await send_response(send, 503, self.refusal(scope, 503, unavailable.message), retry)
+            return False
+        if caller is None:
+            await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
+            return False
+        scope[AUTH_SCOPE_KEY] = caller
+        if self.admit is not None:
+            admission = self.admit(scope, caller)
+            if admission is not None:
+                try:
+                    await admission
+                except RateLimitedError as limited:
+                    retry = [(b"retry-after", str(limited.retry_after).encode())]
+                    await send_response(send, 429, self.rejection(scope, limited), retry)
+                    return False
+        return True
+
+
+class BearerAuthMiddleware:
+    """`BearerAuth` around an app: see there. `exempt` names requests that need no credentials (a public
+    document, say)."""
 
     def __init__(
         self,
@@ -222,42 +285,20 @@ class BearerAuthMiddleware:
         rejection: Callable[[Scope, RPCError], bytes] = jsonrpc_rejection,
     ) -> None:
         self.app = app
-        self.admit = admit
-        self.rejection = rejection
-        self.authenticate = authenticate
-        self.confirm = confirm
-        self.message = message
-        self.refusal = refusal
         self.exempt = exempt
-        self._challenge = [(b"www-authenticate", f'Bearer realm="{realm}"'.encode())]
+        self.auth = BearerAuth(authenticate, realm=realm, message=message, refusal=refusal, confirm=confirm,
+                               admit=admit, rejection=rejection)  # fmt: skip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
-        raw = None
-        for name, value in scope["headers"]:  # inline, not `header()`: one call less on every request
-            if name == b"authorization":
-                raw = value
-                break
-        token = bearer_token(raw) if raw is not None else None
-        try:
-            caller = self.authenticate(token)
-            if caller is None and token is not None and self.confirm is not None:
-                caller = await self.confirm(token)
-        except DependencyUnavailableError as unavailable:
-            retry = [(b"retry-after", str(unavailable.retry_after).encode())]
-            await send_response(send, 503, self.refusal(scope, 503, unavailable.message), retry)
-            return
-        if caller is None:
-            await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
-            return
-        scope[AUTH_SCOPE_KEY] = caller
-        if self.admit is not None:
-            try:
-                await self.admit(scope, caller)
-            except RateLimitedError as limited:
-                retry = [(b"retry-after", str(limited.retry_after).encode())]
-                await send_response(send, 429, self.rejection(scope, limited), retry)
-                return
-        await self.app(scope, receive, send)
+        if await self.auth.admitted(scope, send, _authorization(scope)):
+            await self.app(scope, receive, send)
+
+
+def _authorization(scope: Scope) -> bytes | None:
+    for name, value in scope["headers"]:  # inline, not `header()`: one call less on every request
+        if name == b"authorization":
+            return bytes(value)
+    return None
