@@ -47,6 +47,7 @@ CrankError
     ├── ConfirmationError           a destructive call without (or with a wrong) confirmation token
     ├── IdempotencyError            an idempotency key reused with other arguments, or still in flight
     ├── StateStoreFullError         the in-process state store holds all it may: nothing was sent (class `state`)
+    ├── StateStoreUnavailableError  Redis does not answer: nothing was sent (class `state`, `details.retry_after`)
     ├── LimitReachedError           a rate limit or quota of the workspace, agent or API key is used up: nothing
     │                                   was sent (class `rate_limit`, code `rate_limited`, `details.retry_after`)
     ├── OutputValidationError       an answer that fails the tool's published outputSchema (class `output_validation`)
@@ -85,6 +86,7 @@ __all__ = [
     "ExternalServiceError",
     "IdempotencyError",
     "StateStoreFullError",
+    "StateStoreUnavailableError",
     "InternalError",
     "InternalRuntimeError",
     "InvalidCursorError",
@@ -517,6 +519,27 @@ class StateStoreFullError(ToolError):
     default_code = "state_store_full"
     default_action = "Nothing was sent. Wait a minute and repeat the call; if it keeps failing, tell the operator."
     may_have_taken_effect = False
+
+
+class StateStoreUnavailableError(ToolError):
+    """The shared state store (Redis) refused the connection or did not answer within its timeout. A call that
+    needs it first (an idempotency claim, a confirmation token, a rate-limited call's count) is refused before
+    anything is sent: running it unrecorded or uncounted would break the promise. `details.retry_after` is a
+    suggestion (`RETRY_AFTER` seconds); the cause goes to the log, never to the client."""
+
+    error_class = "state"
+    default_code = "state_unavailable"
+    may_have_taken_effect = False
+    RETRY_AFTER: ClassVar[int] = 5
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message,
+            recoverable=True,
+            suggested_action=f"Nothing was sent. Retry in {self.RETRY_AFTER} s.",
+            details={"retry_after": self.RETRY_AFTER},
+        )
+        self.retry_after = self.RETRY_AFTER
 
 
 class LimitReachedError(ToolError):

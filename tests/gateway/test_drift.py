@@ -26,7 +26,13 @@ from crank.admin.actions import bind_tool, publish_agent
 from crank.admin.changes import reimport
 from crank.admin.check import check_agent
 from crank.cli import main
-from crank.exceptions import RegistryNotFoundError, RPCToolError, ToolError
+from crank.exceptions import (
+    LimitReachedError,
+    RegistryNotFoundError,
+    RPCToolError,
+    StateStoreUnavailableError,
+    ToolError,
+)
 from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
@@ -272,10 +278,19 @@ def _tool_error_classes() -> list[type[ToolError]]:
     return found
 
 
+# Tool errors made with arguments of their own, each with the suggestion it computes from them.
+_OWN_ARGUMENTS: dict[type[ToolError], tuple[Any, ...]] = {
+    LimitReachedError: ("key_rate", 7, "failed"),
+    StateStoreUnavailableError: ("failed",),
+}
+
+
 def test_no_structured_error_can_be_made_without_a_suggested_action() -> None:
     for cls in _tool_error_classes():
         assert cls.default_action.strip(), cls
-        if cls is not RPCToolError:
+        if cls in _OWN_ARGUMENTS:
+            assert "Nothing was sent" in cls(*_OWN_ARGUMENTS[cls]).suggested_action
+        elif cls is not RPCToolError:
             assert cls("failed").suggested_action == cls.default_action
             assert cls("failed", suggested_action="").suggested_action == cls.default_action
             assert cls("failed", suggested_action="Do this.").to_payload("r")["suggested_action"] == "Do this."
@@ -340,6 +355,7 @@ async def test_every_error_code_of_the_gateway_suggests_an_action(
     # Produced elsewhere (a concurrent repeat, a repeat after a timeout, an unexpected exception, a pool with
     # no free connection, a full in-process store): tests/gateway/test_safety.py, tests/mcp,
     # tests/gateway/test_fairness.py and tests/state/test_store.py.
+    # A used-up limit and a Redis that does not answer: tests/gateway/test_limits.py and test_safety.py.
     elsewhere = {"idempotency_in_progress", "idempotency_outcome_unknown", "internal_error", "upstream_busy",
-                 "state_store_full"}  # fmt: skip
+                 "state_store_full", "rate_limited", "state_unavailable"}  # fmt: skip
     assert set(codes) == documented - elsewhere

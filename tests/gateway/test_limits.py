@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -222,3 +223,38 @@ agents:
     answers = await calls_spread(urls, key, 5)
     assert sum("ok" in answer for answer in answers) == 2
     assert {answer["error"]["details"]["limit"] for answer in answers if "error" in answer} == {"key_quota"}
+
+
+async def test_while_redis_is_away_limited_requests_and_calls_are_refused_never_let_through_uncounted(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=100, window=60)))
+    workspace_key = registry.create_api_key("acme")
+    away = RedisStore(f"redis://127.0.0.1:{closed_port()}/0", timeout=1)  # nothing listens there
+    url = replicas(registry, serve, [away])[0]
+    upstream.seen.clear()
+    async with httpx.AsyncClient(timeout=30) as http:
+        request = await http.post(
+            url, json=rpc("tools/list"), headers={**MCP_HEADERS, "Authorization": f"Bearer {workspace_key}"}
+        )
+    # The workspace's count cannot be taken: 503 with Retry-After, before the body is read.
+    assert request.status_code == 503 and request.headers["retry-after"] == "5"
+    assert "Redis" in request.json()["error"]["message"] and "Traceback" not in request.text
+    registry.put_workspace("acme", "Acme")  # no workspace limit: now the key's own
+    key = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=100, window=60)))
+    url = replicas(registry, serve, [away])[0]
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await call(http, url, key)
+        plain = await http.post(url + "/call", json={"name": "get_user", "arguments": {"id": 2}},
+                                headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+    assert answer["error"]["error_code"] == "state_unavailable" and answer["error"]["details"]["retry_after"] == 5
+    assert plain.headers["retry-after"] == "5" and plain.json()["isError"] is True
+    assert not [seen for seen in upstream.seen if seen.get("path") == "/users/2"]  # never sent uncounted
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

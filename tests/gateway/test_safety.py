@@ -448,3 +448,20 @@ async def test_a_call_shorter_than_a_heartbeat_starts_no_task() -> None:
 
     assert await idempotency.run(state, {"request_id": "r-1"}, 5, quick) == {"value": 1, "omitted": 0}
     assert during == [before]
+
+
+async def test_while_redis_is_away_idempotent_and_destructive_calls_are_refused_before_anything_is_sent(
+    registry: Registry, serve: Callable[..., str], upstream: Upstream
+) -> None:
+    publish(registry, serve(upstream.app))
+    away = RedisStore(closed_port_url().replace("http://", "redis://"), timeout=1)  # nothing listens there
+    root = serve(GatewayService(registry, require_api_keys=False, state=away))
+    async with httpx.AsyncClient(timeout=30) as client:
+        call = Caller(root, client)
+        created = await call("create_record", {"name": "x", "request_id": "r-away"})
+        deleted = await call("delete_record", {"id": "9"})
+    for answer in (created, deleted):
+        error = answer["error"]
+        assert (error["error_code"], error["error_class"], error["recoverable"]) == ("state_unavailable", "state", True)
+        assert error["details"] == {"retry_after": 5} and "Traceback" not in json.dumps(error)
+    assert upstream.created == [] and upstream.deleted == []  # neither ran unrecorded

@@ -29,6 +29,7 @@ from crank.exceptions import (
     DependencyUnavailableError,
     LimitReachedError,
     RateLimitedError,
+    StateStoreUnavailableError,
 )
 from crank.gateway.client import UpstreamClient
 from crank.gateway.limits import CallLimits, Limiter
@@ -387,6 +388,9 @@ class AgentSource:
         except LimitReachedError as limited:
             payload = limited.to_payload(new_request_id())
             raise RateLimitedError(limited.message, retry_after=limited.retry_after, data=payload) from None
+        except StateStoreUnavailableError as unavailable:  # uncounted is not admitted: 503, retry later
+            retry_after = unavailable.retry_after
+            raise DependencyUnavailableError("redis", unavailable.message, retry_after=retry_after) from None
 
     def authenticate(self, token: str | None) -> KeyScope | None:
         """The scope of an API key, or None for no key or one this registry does not know (401).

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from crank import _json
-from crank.exceptions import StateStoreFullError
+from crank.exceptions import StateStoreFullError, StateStoreUnavailableError
 from crank.types import JSONObject
+from crank.wire.notices import ThrottledLog
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("crank.state")
+_unavailable_log = ThrottledLog(logger)  # Redis gone under load: every command fails, the log says so once a while
 
 DURABILITY_CHECK_TIMEOUT = 5.0
 """Seconds the start-up check of Redis's settings may take before it logs that it could not check."""
@@ -227,8 +229,32 @@ class MemoryStore:
                 )
 
 
+class _Unavailable:
+    """`with UNAVAILABLE:` around a Redis command: a refused connection or a timeout becomes
+    `StateStoreUnavailableError` (a structured, recoverable tool error; nothing of the cause reaches a client).
+    One instance for every command: entering it allocates nothing."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
+        if exc is None:
+            return
+        import redis.exceptions
+
+        if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | TimeoutError):
+            _unavailable_log.warning("state_unavailable", "Redis does not answer: %s: %s", type(exc).__name__, exc)
+            raise StateStoreUnavailableError(
+                f"This server cannot reach its state store right now (Redis, {type(exc).__name__})."
+            ) from exc
+
+
+UNAVAILABLE = _Unavailable()
+
+
 class RedisStore:
-    """State shared by every replica, in Redis (SET NX PX in Lua scripts, GETDEL: Redis 6.2 or newer)."""
+    """State shared by every replica, in Redis (SET NX PX in Lua scripts, GETDEL: Redis 6.2 or newer). A refused
+    connection or a timeout raises `StateStoreUnavailableError`."""
 
     def __init__(
         self, url: str, *, prefix: str = "crank:", timeout: float = DEFAULT_REDIS_TIMEOUT, client: Any = None
@@ -242,38 +268,47 @@ class RedisStore:
         self._hit = self._redis.register_script(_HIT)
 
     async def add(self, key: str, value: JSONObject, ttl: float) -> bool:
-        return bool(await self._redis.set(self._prefix + key, _json.dumps(value), nx=True, px=_ms(ttl)))
+        with UNAVAILABLE:
+            return bool(await self._redis.set(self._prefix + key, _json.dumps(value), nx=True, px=_ms(ttl)))
 
     async def get(self, key: str) -> JSONObject | None:
-        return _decode(await self._redis.get(self._prefix + key))
+        with UNAVAILABLE:
+            return _decode(await self._redis.get(self._prefix + key))
 
     async def put(self, key: str, value: JSONObject, ttl: float) -> None:
-        await self._redis.set(self._prefix + key, _json.dumps(value), px=_ms(ttl))
+        with UNAVAILABLE:
+            await self._redis.set(self._prefix + key, _json.dumps(value), px=_ms(ttl))
 
     async def take(self, key: str) -> JSONObject | None:
-        return _decode(await self._redis.getdel(self._prefix + key))
+        with UNAVAILABLE:
+            return _decode(await self._redis.getdel(self._prefix + key))
 
     async def claim(self, key: str, value: JSONObject, ttl: float, lease: float) -> bool:
         keys = [self._prefix + key, self._prefix + _lease_key(key)]
-        return bool(await self._claim(keys=keys, args=[_json.dumps(value), _ms(ttl), value["claim"], _ms(lease)]))
+        with UNAVAILABLE:
+            return bool(await self._claim(keys=keys, args=[_json.dumps(value), _ms(ttl), value["claim"], _ms(lease)]))
 
     async def renew(self, key: str, claim: str, lease: float) -> bool:
         keys = [self._prefix + _lease_key(key), self._prefix + key]
-        return bool(await self._renew(keys=keys, args=[claim, _ms(lease)]))
+        with UNAVAILABLE:
+            return bool(await self._renew(keys=keys, args=[claim, _ms(lease)]))
 
     async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
-        value, lease = await self._redis.mget(self._prefix + key, self._prefix + _lease_key(key))
+        with UNAVAILABLE:
+            value, lease = await self._redis.mget(self._prefix + key, self._prefix + _lease_key(key))
         return _decode(value), lease is not None
 
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         new = _json.dumps(value).decode() if value is not None else ""
         keys = [self._prefix + key, self._prefix + _lease_key(key)]
-        return bool(await self._replace_if(keys=keys, args=[claim, new, _ms(ttl)]))
+        with UNAVAILABLE:
+            return bool(await self._replace_if(keys=keys, args=[claim, new, _ms(ttl)]))
 
     async def hit(self, counters: Sequence[Counter]) -> Full | None:
         keys = [self._prefix + counter.key for counter in counters]
         args = [value for counter in counters for value in (counter.limit, max(1, math.ceil(counter.window * 1000)))]
-        answer = await self._hit(keys=keys, args=args)
+        with UNAVAILABLE:
+            answer = await self._hit(keys=keys, args=args)
         if not answer:
             return None
         index, ttl = answer
@@ -295,7 +330,8 @@ class RedisStore:
         return _redis_warnings(config)
 
     async def ping(self) -> None:
-        await self._redis.ping()
+        with UNAVAILABLE:
+            await self._redis.ping()
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -215,7 +215,8 @@ class BearerAuth:
     `DependencyUnavailableError` when it cannot tell who calls (its registry does not answer): 503 with
     `Retry-After`. `admit`, when given, gets every request whose caller is known, before the app reads its
     body; it returns None to let it through at once, or an awaitable that may refuse it with
-    `RateLimitedError`: 429 with `Retry-After`, the error as `rejection` shapes it (with its code and data).
+    `RateLimitedError`: 429 with `Retry-After`, the error as `rejection` shapes it (with its code and data), or
+    with `DependencyUnavailableError` when it cannot tell (503).
 
     The rule for both wrappers that authenticate: `BearerAuthMiddleware`, and `RequestChecksMiddleware` given
     one (the endpoint's hot path: the same answers without a wrapper of its own)."""
@@ -263,6 +264,10 @@ class BearerAuth:
                 except RateLimitedError as limited:
                     retry = [(b"retry-after", str(limited.retry_after).encode())]
                     await send_response(send, 429, self.rejection(scope, limited), retry)
+                    return False
+                except DependencyUnavailableError as unavailable:  # cannot count the request: not admitted
+                    retry = [(b"retry-after", str(unavailable.retry_after).encode())]
+                    await send_response(send, 503, self.refusal(scope, 503, unavailable.message), retry)
                     return False
         return True
 
