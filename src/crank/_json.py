@@ -64,10 +64,12 @@ class JSONDepthError(ValueError):
 def loads_bounded(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """`loads`, refusing values nested more than `max_depth` levels (`JSONDepthError`).
 
-    A body with fewer brackets than the limit cannot be that deep: the common request pays two byte
-    counts; only a body with many brackets is walked after parsing."""
+    A body with fewer brackets than the limit cannot be that deep: the common request pays at most two
+    byte counts; only a body with many brackets is walked after parsing."""
     value = orjson.loads(data)
-    if data.count(b"[") + data.count(b"{") > max_depth and _depth_over(value, max_depth):
+    # Deeper than the limit takes more than that many brackets, each opened and closed: a shorter body, or one
+    # with fewer brackets, cannot be.
+    if len(data) > 2 * max_depth and data.count(b"[") + data.count(b"{") > max_depth and _depth_over(value, max_depth):
         raise JSONDepthError(f"JSON nested more than {max_depth} levels deep")
     return value
 

@@ -12,6 +12,7 @@ from crank.types import Receive, Scope, Send
 from crank.wire.asgi import read_body, send_response
 from crank.wire.middleware import (
     AUTH_SCOPE_KEY,
+    BearerAuth,
     BearerAuthMiddleware,
     BodyLimitMiddleware,
     HostOriginMiddleware,
@@ -115,3 +116,49 @@ def test_the_combined_checks_answer_as_the_two_wrappers_nested(
         response = httpx.post(url, headers=headers, content=sent)
         answers.append((response.status_code, response.content))
     assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize(
+    ("headers", "content"),
+    [
+        ({}, b"x"),  # no credentials: 401
+        ({"Authorization": "Bearer wrong"}, b"x"),
+        ({"Authorization": "Bearer secret-token"}, b"x" * 10),
+        ({"Authorization": "Bearer secret-token"}, b"x" * 101),  # the declared size is refused before the key
+        ({"Authorization": "Bearer wrong"}, b"x" * 101),
+        ({"Authorization": "Bearer secret-token"}, _chunks(200, 50)),  # streamed: refused once past the limit
+        ({"Authorization": "Bearer wrong", "Host": "evil.example"}, b"x"),  # Host/Origin first
+    ],
+)
+def test_the_combined_checks_with_auth_answer_as_the_three_wrappers_nested(
+    serve: Callable[..., str], headers: dict[str, str], content: bytes | Iterator[bytes]
+) -> None:
+    policy = HostOriginPolicy.build(None, (), ())
+    tokens = {"secret-token": "alice"}
+    authenticated = BearerAuthMiddleware(echo, tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
+    nested = serve(HostOriginMiddleware(BodyLimitMiddleware(authenticated, 100), policy, refusal=jsonrpc_refusal))
+    auth = BearerAuth(tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
+    combined = serve(RequestChecksMiddleware(echo, policy, 100, auth=auth))
+    body = content if isinstance(content, bytes) else b"".join(content)
+    answers = []
+    for url in (nested, combined):
+        sent = body if isinstance(content, bytes) else _chunks(len(body), 50)
+        response = httpx.post(url, headers=headers, content=sent)
+        answers.append((response.status_code, response.headers.get("www-authenticate"), response.content))
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.anyio
+async def test_the_parsed_tokens_kept_are_bounded_in_number_and_size() -> None:
+    auth = BearerAuth(lambda token: token, realm="test", message="need a token")
+    scope: Scope = {"type": "http", "headers": []}
+
+    async def send(message: object) -> None:
+        return None
+
+    for n in range(5000):  # a flood of distinct keys
+        assert await auth.admitted(dict(scope), send, b"Bearer key-%d" % n)
+    assert 0 < len(auth._tokens) <= 4096
+    auth._tokens.clear()
+    assert await auth.admitted(dict(scope), send, b"Bearer " + b"k" * 1000)
+    assert auth._tokens == {}  # a long value is parsed each time, never kept

@@ -343,10 +343,19 @@ class AgentSource:
         )
 
     def ensure_watching(self) -> None:
+        """Start the watcher (and the listener) unless they run; called by every request, so the common case,
+        both running, is two tests."""
+        watcher, listening = self._watcher, self._listening
+        if (
+            watcher is not None
+            and not watcher.done()
+            and (self.listener is None or (listening is not None and not listening.done()))
+        ):
+            return
         loop = asyncio.get_running_loop()
-        if self._watcher is None or self._watcher.done():
+        if watcher is None or watcher.done():
             self._watcher = loop.create_task(self.watch())
-        if self.listener is not None and (self._listening is None or self._listening.done()):
+        if self.listener is not None and (listening is None or listening.done()):
             self._listening = loop.create_task(self.listener.run(self._announced))
 
     async def aclose(self) -> None:

@@ -37,6 +37,9 @@ __all__ = [
     "jsonrpc_refusal",
 ]
 
+_TOKEN_CACHE_SIZE = 4096
+_TOKEN_CACHE_VALUE_BYTES = 512  # longer `Authorization` values are parsed each time: the cache stays under 2 MiB
+
 AUTH_SCOPE_KEY = "crank.auth"
 """Where `BearerAuthMiddleware` leaves what `authenticate` returned for the request."""
 
@@ -192,13 +195,14 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             None if host is None else host.decode("latin-1"),
             None if origin is None else origin.decode("latin-1"),
         )
+        length = int(declared) if declared is not None and declared.isdigit() else None
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
-        elif declared is not None and declared.isdigit() and int(declared) > self.max_body_size:
+        elif length is not None and length > self.max_body_size:
             await self._refuse(scope, send)
         elif self.auth is not None and not await self.auth.admitted(scope, send, authorization):
             return
-        elif declared is None or not declared.isdigit():
+        elif length is None:
             await self._streamed(scope, receive, send)
         else:
             # The server frames the body by Content-Length: the app can never read more than declared.
@@ -239,11 +243,23 @@ class BearerAuth:
         self.refusal = refusal
         self.rejection = rejection
         self._challenge = [(b"www-authenticate", f'Bearer realm="{realm}"'.encode())]
+        # The token of each `Authorization` value seen lately: a client sends the same one on every request.
+        # Bounded in entries and in each entry's size: a flood of distinct values cannot grow it.
+        self._tokens: dict[bytes, str | None] = {}
 
     async def admitted(self, scope: Scope, send: Send, authorization: bytes | None) -> bool:
         """Authenticate the request (its `Authorization` header's value) and admit it: True when it may go on,
         False when it was answered (401, 429 or 503)."""
-        token = bearer_token(authorization) if authorization is not None else None
+        token = None
+        if authorization is not None:
+            try:
+                token = self._tokens[authorization]
+            except KeyError:
+                token = bearer_token(authorization)
+                if len(authorization) <= _TOKEN_CACHE_VALUE_BYTES:
+                    if len(self._tokens) >= _TOKEN_CACHE_SIZE:
+                        self._tokens.clear()
+                    self._tokens[authorization] = token
         try:
             caller = self.authenticate(token)
             if caller is None and token is not None and self.confirm is not None:
