@@ -19,7 +19,7 @@ from crank.admin.apply import apply_catalog, load_catalog_file
 from crank.registry import Registry, migrate, open_engine
 from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
-from crank.state import RedisStore, StateStore
+from crank.state import MemoryStore, RedisStore, StateStore
 from tests.gateway import upstream
 from tests.gateway.test_gateway import publish_demo
 
@@ -240,7 +240,7 @@ async def test_while_redis_is_away_limited_requests_and_calls_are_refused_never_
         )
     # The workspace's count cannot be taken: 503 with Retry-After, before the body is read.
     assert request.status_code == 503 and request.headers["retry-after"] == "5"
-    assert "Redis" in request.json()["error"]["message"] and "Traceback" not in request.text
+    assert "state store" in request.json()["error"]["message"] and "Traceback" not in request.text
     registry.put_workspace("acme", "Acme")  # no workspace limit: now the key's own
     key = registry.create_api_key("acme", limits=Limits(rate=RateLimit(calls=100, window=60)))
     url = replicas(registry, serve, [away])[0]
@@ -258,3 +258,50 @@ def closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+async def test_a_workspace_refusal_labels_its_metric_with_a_published_agent_only(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    # Paths a client makes up must not grow the metrics: one series for every agent that does not exist.
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=1, window=60)))
+    key = registry.create_api_key("acme")
+    (url,) = replicas(registry, serve, redis_stores(redis_url, 1))
+    root = url.removesuffix("/mcp/v1/acme/support")
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        statuses = [(await http.post(f"{root}/mcp/v1/acme/made-up-{n}", json=rpc("tools/list"), headers=headers))
+                    .status_code for n in range(6)]  # fmt: skip
+        metrics = (await http.get(root + "/metrics")).text
+    assert statuses[1:] == [429] * 5
+    assert 'crank_rate_limited_total{agent="-",limit="workspace_rate",workspace="acme"} 5.0' in metrics
+    assert "made-up" not in metrics
+
+
+async def test_a_workspace_count_the_memory_store_has_no_room_for_is_503_not_a_crash(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=100, window=60)))
+    key = registry.create_api_key("acme")
+    full = MemoryStore(max_items=1)
+    await full.add("someone-else's-record", {"n": 1}, ttl=60)
+    (url,) = replicas(registry, serve, [full])
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(url, json=rpc("tools/list"), headers={**MCP_HEADERS, "Authorization": f"Bearer {key}"})
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "5" and "Traceback" not in answer.text
+
+
+async def test_a_shorter_window_starts_a_count_of_its_own(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    # A limit set to a day by mistake, then corrected to a second, must not wait out the day's count.
+    publish_demo(registry, serve(upstream.app))
+    info, key = registry.issue_api_key("acme", limits=Limits(rate=RateLimit(calls=1, window=86_400)))
+    stores = redis_stores(redis_url, 1)
+    (url,) = replicas(registry, serve, stores)
+    assert [sum("ok" in a for a in await calls_spread([url], key, 2))] == [1]
+    registry.set_api_key_limits("acme", info.id, Limits(rate=RateLimit(calls=1, window=1)))
+    (url,) = replicas(registry, serve, stores)  # a replica that loaded the new limit
+    assert ["ok" in answer for answer in await calls_spread([url], key, 1)] == [True]

@@ -114,7 +114,8 @@ def test_pages_and_cursors() -> None:
     assert [t["name"] for t in json.loads(third)] == ["t4"] and end is None
 
 
-@pytest.mark.parametrize("cursor", ["", "garbage!", "Y3JhbmstcGFnZTo5OQ", "Y3JhbmstcGFnZTowx"])
+# The last: a page number in digits that are not ASCII ("²"), which str.isdigit() accepts and int() refuses.
+@pytest.mark.parametrize("cursor", ["", "garbage!", "Y3JhbmstcGFnZTo5OQ", "Y3JhbmstcGFnZTowx", "Y3JhbmstcGFnZToxOsKy"])
 def test_invalid_cursor(cursor: str) -> None:
     with pytest.raises(InvalidCursorError):
         Catalog([tool(f"t{i}") for i in range(5)], page_size=2).page("en", cursor)

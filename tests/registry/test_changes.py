@@ -6,6 +6,7 @@ come by the push. Waits are guards against a hang, not measures of speed."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,11 +17,13 @@ import anyio
 import httpx
 import psycopg
 import pytest
+import redis
 
 from crank.gateway.client import UpstreamClient
 from crank.registry import PublishedAgent, Registry, migrate, open_engine
 from crank.registry.changes import (
     POSTGRES_CHANNEL,
+    REDIS_CHANNEL,
     ChangeListener,
     PostgresListener,
     RedisAnnouncer,
@@ -273,3 +276,26 @@ def test_the_listener_follows_the_registry_and_the_settings() -> None:
     assert change_announcer(postgres, "redis://127.0.0.1:6379/0") is None  # NOTIFY travels in the transaction
     assert change_listener("sqlite:///registry.sqlite3", None) is None  # polling only
     assert change_announcer("sqlite:///registry.sqlite3", None) is None
+
+
+@pytest.mark.anyio
+async def test_announcements_that_are_not_generations_are_checks_and_the_listener_lives_on(redis_url: str) -> None:
+    # Anyone who may PUBLISH (or NOTIFY) can send anything: a digit that int() refuses, a huge number, bytes
+    # that are not UTF-8. Each is "check now" (None), and the listener keeps its one connection.
+    heard: list[int | None] = []
+    listener = RedisListener(redis_url)
+    task = asyncio.get_running_loop().create_task(listener.run(heard.append))
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with anyio.fail_after(WAIT):
+            while not listener.healthy:
+                await anyio.sleep(0.02)
+        for payload in ("²", "9" * 5000, b"\xff\xfe", "-3", "41"):
+            client.publish(REDIS_CHANNEL, payload)
+        with anyio.fail_after(WAIT):
+            while 41 not in heard:
+                await anyio.sleep(0.02)
+        assert heard == [None, None, None, None, None, 41] and not task.done()  # None first: connected
+    finally:
+        task.cancel()
+        client.close()

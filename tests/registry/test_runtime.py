@@ -183,18 +183,22 @@ def without_ids(view: RuntimeView) -> JSONObject:
 # -- reading -----------------------------------------------------------------------------------------
 
 
-def test_a_publish_writes_format_3(registry: Registry) -> None:
+def test_a_publish_writes_format_3_for_an_agent_with_limits_and_format_2_otherwise(registry: Registry) -> None:
     operations, agent = desk_drafts("http://upstream.test")
     registry.put_workspace("acme", "Acme")
     registry.put_operations("acme", operations)
     registry.put_agent("acme", "desk", agent)
     registry.publish("acme", "desk")
+    registry.edit_agent("acme", "desk", lambda spec: {**spec, "limits": {"rate": {"calls": 5, "window": 1}}})
+    registry.publish("acme", "desk")
     with registry.engine.connect() as connection:
-        (row,) = connection.execute(text("SELECT runtime FROM agent_versions")).all()
-    written = row[0] if isinstance(row[0], dict) else json.loads(row[0])
-    assert written["format_version"] == FORMAT_VERSION == 3
-    assert load_runtime(written) == registry.published()[0].runtime == registry.draft_runtime("acme", "desk")
-    assert "samples" not in json.dumps(written)
+        rows = connection.execute(text("SELECT runtime FROM agent_versions ORDER BY version")).all()
+    plain, limited = (row[0] if isinstance(row[0], dict) else json.loads(row[0]) for row in rows)
+    # Without limits, nothing of format 3 is used: the Crank before it (format 2) serves it in a rolling upgrade.
+    assert plain["format_version"] == 2 and "limits" not in plain["agent"]
+    assert limited["format_version"] == FORMAT_VERSION == 3 and limited["agent"]["limits"]["rate"]["calls"] == 5
+    assert load_runtime(limited) == registry.published()[0].runtime == registry.draft_runtime("acme", "desk")
+    assert "samples" not in json.dumps(plain) + json.dumps(limited)
 
 
 def test_format_1_is_read_with_every_execution_setting() -> None:
@@ -214,15 +218,14 @@ def test_format_1_is_read_with_every_execution_setting() -> None:
     assert tools["wipe_cache"].execution_config.confirmation.required is False
     assert tools["search_catalog"].http_method == "POST" and tools["search_catalog"].target.method == "Catalog.search"
     assert tools["replace_user"].annotations.title == "Replace" and view.agent.token_budget == 2500
-    assert view.to_json()["format_version"] == 3 and load_runtime(view.to_json()) == view
+    assert view.to_json()["format_version"] == 2 and load_runtime(view.to_json()) == view  # no limits: format 2
 
 
 def test_format_2_is_read_as_format_3_without_the_agents_limits() -> None:
     view = load_runtime(stored_view("desk"))
-    written_by_format_2 = view.to_json()
-    written_by_format_2["format_version"] = 2
-    del written_by_format_2["agent"]["limits"]  # format 2 had no limits
-    assert load_runtime(written_by_format_2) == view and view.agent.limits is None
+    written_as_format_2 = view.to_json()  # an agent without limits is written as format 2
+    assert written_as_format_2["format_version"] == 2 and "limits" not in written_as_format_2["agent"]
+    assert load_runtime(written_as_format_2) == view and view.agent.limits is None
 
 
 def test_format_1_reads_as_what_the_same_drafts_publish_now(registry: Registry) -> None:

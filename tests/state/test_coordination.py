@@ -217,6 +217,19 @@ async def test_a_value_over_the_cache_cap_is_not_cached(make_redis: Make, caplog
     assert "rpc result of big not cached" in caplog.text
 
 
+async def test_distinct_arguments_cannot_store_more_than_cache_size_results_per_ttl(
+    make_redis: Make, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    view = make_redis(cache_size=3)
+    for n in range(10):  # a caller sending endless distinct arguments
+        await view.cache_put("square", "v1", b'{"n":%d}' % n, n * n, ttl=60)
+    hits = [await view.cache_get("square", "v1", b'{"n":%d}' % n) for n in range(10)]
+    assert hits[:3] == [(True, 0), (True, 1), (True, 4)] and hits[3:] == [(False, None)] * 7
+    with redis.Redis.from_url(redis_url) as client:
+        assert len(list(client.scan_iter(f"{view.prefix}cache:square:*"))) == 3
+    assert "3 results stored within its cache time already" in caplog.text
+
+
 async def test_redis_down_fails_locks_and_counts_and_misses_the_cache(caplog: pytest.LogCaptureFixture) -> None:
     down = RedisCoordinator(f"redis://127.0.0.1:{free_port()}/0", lock_timeout=1)
     try:

@@ -144,3 +144,29 @@ async def test_the_memory_store_counts_within_its_bound() -> None:
     assert await store.hit([Counter("a", 5, 30)]) is None  # an existing count takes no new room
     with pytest.raises(StateStoreFullError):
         await store.hit([Counter("c", 5, 30)])
+
+
+async def test_a_refused_hit_names_the_full_counter_that_resets_last(store: StateStore) -> None:
+    # Retrying when the sooner one resets would be refused again by the later one.
+    soon, late = Counter("soon", limit=1, window=5), Counter("late", limit=1, window=300)
+    assert await store.hit([soon, late]) is None
+    full = await store.hit([soon, late])
+    assert full is not None and full.counter == 1 and 5 < full.retry_after <= 300
+
+
+async def test_hits_of_one_turn_of_the_loop_are_each_answered_as_alone(store: StateStore) -> None:
+    # Many callers at once (one script call in Redis): each hit stays atomic and the counts exact.
+    pairs = [[Counter("shared", 10, 30), Counter(f"own-{n % 4}", 3, 30)] for n in range(40)]
+    answers = await asyncio.gather(*(store.hit(counters) for counters in pairs))
+    assert answers.count(None) == 10  # three per own counter (12) but ten for the shared one
+    assert all(full.counter in (0, 1) for full in answers if full is not None)
+
+
+async def test_a_hit_the_memory_store_has_no_room_for_counts_nothing() -> None:
+    store = MemoryStore(max_items=2)
+    assert await store.hit([Counter("a", 5, 30)]) is None
+    with pytest.raises(StateStoreFullError):  # two new counts, room for one
+        await store.hit([Counter("a", 5, 30), Counter("b", 5, 30), Counter("c", 5, 30)])
+    for _ in range(4):  # "a" still at 1: four more fit
+        assert await store.hit([Counter("a", 5, 30)]) is None
+    assert await store.hit([Counter("a", 5, 30)]) is not None

@@ -14,7 +14,6 @@ one of them refuses adds to none of them.
 from __future__ import annotations
 
 import datetime
-import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,6 +22,7 @@ from crank.registry import KeyScope
 from crank.registry.runtime import Limits, QuotaPeriod
 from crank.state import Counter, StateStore
 from crank.telemetry import Metrics
+from crank.wire.http import retry_after_seconds
 
 __all__ = ["KEY_PREFIX", "CallLimits", "Limiter"]
 
@@ -45,7 +45,8 @@ def _checks(owner: str, key: str, limits: Limits, now: datetime.datetime) -> lis
     whose = _WHOSE[owner]
     if limits.rate is not None:
         rate = limits.rate
-        counter = Counter(f"{KEY_PREFIX}{key}:rate", rate.calls, rate.window)
+        # The window is part of the key: a limit changed from a day to a second never waits out the old count.
+        counter = Counter(f"{KEY_PREFIX}{key}:rate:{round(rate.window * 1000)}", rate.calls, rate.window)
         checks.append(
             _Check(f"{owner}_rate", counter, f"{whose} rate limit ({rate.calls} calls per {rate.window:g} s)")
         )
@@ -104,7 +105,7 @@ class Limiter:
         check = checks[full.counter]
         if self.metrics is not None:
             self.metrics.rate_limited.labels(workspace, agent, check.name).inc()
-        retry_after = max(1, math.ceil(full.retry_after))  # Retry-After is whole seconds; never "now"
+        retry_after = retry_after_seconds(full.retry_after)
         raise LimitReachedError(check.name, retry_after, f"The call was refused: {check.text} is used up.")
 
 

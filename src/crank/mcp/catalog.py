@@ -180,7 +180,7 @@ def _decode_cursor(cursor: str, version: str, page_count: int) -> int:
         raise InvalidCursorError(f"invalid cursor {cursor!r}") from None
     prefix, _, rest = raw.partition(_CURSOR_PREFIX)
     issued, separator, number = rest.rpartition(":")
-    if prefix or not separator or not number.isdigit() or not 0 < int(number) < page_count:
+    if prefix or not separator or not (number.isascii() and number.isdigit()) or not 0 < int(number) < page_count:
         raise InvalidCursorError(f"invalid cursor {cursor!r}")
     if issued != version:
         raise InvalidCursorError(

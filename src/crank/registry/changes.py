@@ -22,7 +22,10 @@ from typing import Any, Final
 import psycopg
 import redis
 import redis.asyncio
+import redis.asyncio.retry
+import redis.retry
 from psycopg import sql
+from redis.backoff import NoBackoff
 from sqlalchemy import make_url
 
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, connection_options
@@ -79,7 +82,11 @@ class RedisAnnouncer:
     is made, and every replica's poll finds it."""
 
     def __init__(self, url: str, *, timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
-        self._client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        # No retries (redis-py's default is 10): a Redis that is away costs one timeout, not a minute, in the
+        # thread that committed the change.
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=redis.retry.Retry(NoBackoff(), 0)
+        )
 
     def __call__(self, generation: int) -> None:
         try:
@@ -115,6 +122,9 @@ class ChangeListener:
                     on_change(generation)
                 problem = "the connection closed"
             except self.errors as exc:
+                problem = _first_line(exc)
+            except Exception as exc:  # never a task that dies and is restarted at once by the next request
+                logger.exception("listening for registry changes (%s) failed unexpectedly", self.name)
                 problem = _first_line(exc)
             self.healthy = False
             _notices.warning(f"listen:{self.name}", "listening for registry changes (%s) failed: %s; polling "
@@ -161,7 +171,12 @@ class RedisListener(ChangeListener):
         self.timeout = timeout
 
     async def messages(self) -> AsyncIterator[int | None]:
-        client = redis.asyncio.Redis.from_url(self.url, socket_connect_timeout=self.timeout, socket_keepalive=True)
+        # No retries of its own: a dropped connection ends `messages`, and `run` reconnects with its backoff (and
+        # a check after reconnecting), instead of redis-py retrying ten times behind its back.
+        client = redis.asyncio.Redis.from_url(
+            self.url, socket_connect_timeout=self.timeout, socket_keepalive=True,
+            retry=redis.asyncio.retry.Retry(NoBackoff(), 0),
+        )  # fmt: skip
         async with client, client.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(REDIS_CHANNEL)
             yield None
@@ -170,9 +185,15 @@ class RedisListener(ChangeListener):
 
 
 def _generation(payload: Any) -> int | None:
-    """The announced generation, or None (just check) for a payload that is not one."""
-    text = payload.decode() if isinstance(payload, bytes) else str(payload)
-    return int(text) if text.isdigit() else None
+    """The announced generation, or None (just check) for a payload that is not one: anyone who may NOTIFY
+    or PUBLISH can send anything there."""
+    text = payload.decode("latin-1") if isinstance(payload, bytes) else str(payload)
+    if len(text) > _MAX_GENERATION_DIGITS or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
+_MAX_GENERATION_DIGITS = 19  # a 64-bit counter
 
 
 def _first_line(error: Exception) -> str:

@@ -333,8 +333,14 @@ class RuntimeView(_Model):
     tools: tuple[RuntimeTool, ...] = ()
 
     def to_json(self) -> JSONObject:
-        """What the registry stores (`agent_versions.runtime`)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """What the registry stores (`agent_versions.runtime`). A view that uses nothing of format 3 (an agent
+        without limits) is written as format 2, which replicas of the Crank before it still read: a rolling
+        upgrade serves every publish that does not need the new format on the old replicas too."""
+        data = self.model_dump(mode="json", by_alias=True)
+        if self.agent.limits is None:
+            data["format_version"] = 2
+            del data["agent"]["limits"]
+        return data
 
 
 # -- loading -----------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from crank.state.coordination import (
     RedisCoordinator,
 )
 from crank.types import JSONObject, Receive, Scope, Send
+from crank.wire.workers import WORKERS_VARIABLE
 
 __all__ = ["FROM_ENVIRONMENT", "REDIS_URL_VARIABLE", "WORKERS_VARIABLES", "RPCApp"]
 
@@ -60,7 +61,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 REDIS_URL_VARIABLE: Final = "CRANK_REDIS_URL"
 """The environment variable an `RPCApp` reads its Redis URL from when none is given (as `crank serve` does)."""
-WORKERS_VARIABLES: Final = ("CRANK_WORKERS", "WEB_CONCURRENCY")
+WORKERS_VARIABLES: Final = (WORKERS_VARIABLE, "WEB_CONCURRENCY")
 """Set above 1, they say several processes serve the app: `crank serve --workers N` sets the first in every
 worker, and uvicorn and gunicorn read the second as their worker count."""
 
@@ -84,7 +85,8 @@ class RPCApp:
         roles: how a request's roles are found: a mapping of bearer tokens to roles (the built-in verifier),
             or any `RoleResolver`; without it no caller has a role.
         cache_size: the most results the in-process cache of `cache=` methods keeps; the least recently used
-            go first when it is full, and each leaves at its method's TTL anyway.
+            go first when it is full, and each leaves at its method's TTL anyway. With Redis: the most results
+            of one method stored per TTL (at most about twice that many live); past it, results are not cached.
         redis_url: share cache, locks and rate limits with every process using this Redis (redis://host:port/db);
             by default `CRANK_REDIS_URL` when set; `None`: this process only.
         redis_prefix: where this app's keys live in Redis (two different apps on one Redis need two).
@@ -127,7 +129,8 @@ class RPCApp:
             coordinator = LocalCoordinator(cache_size=cache_size, lock_timeout=lock_timeout)
         else:
             coordinator = _redis_coordinator(redis_url, prefix=redis_prefix, lock_timeout=lock_timeout,
-                                             lock_lease=lock_lease, cache_max_bytes=cache_max_bytes)  # fmt: skip
+                                             lock_lease=lock_lease, cache_max_bytes=cache_max_bytes,
+                                             cache_size=cache_size)  # fmt: skip
         self.executor = Executor(self.events, coordinator=coordinator, datetime_format=datetime_format, debug=debug)
         self.logger = logging.getLogger("crank.rpc")
         self._roles = BearerTokenRoles(roles) if isinstance(roles, Mapping) else roles

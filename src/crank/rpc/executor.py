@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextvars
 import datetime
 import logging
-import math
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
 from crank.schema import DatetimeFormat, Problem, json_path, problems_of
 from crank.state.coordination import DEFAULT_CACHE_SIZE, Coordinator, Held, LocalCoordinator
+from crank.wire.http import retry_after_seconds
 
 __all__ = ["DEFAULT_CACHE_SIZE", "Call", "Executor", "Outcome", "error_data", "error_wire", "fencing_token"]
 
@@ -175,7 +175,7 @@ class Executor:
             raise UnavailableError(f"{method.name} cannot run now: its rate limit cannot be counted (Redis does "
                                    "not answer)") from None  # fmt: skip
         if wait is not None:
-            retry_after = max(1, math.ceil(wait))
+            retry_after = retry_after_seconds(wait)
             raise RateLimitedError(f"{method.name} allows {limit.calls} calls per {limit.seconds:g} s",
                                    retry_after=retry_after, data={"retry_after": retry_after})  # fmt: skip
 

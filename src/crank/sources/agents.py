@@ -29,6 +29,7 @@ from crank.exceptions import (
     DependencyUnavailableError,
     LimitReachedError,
     RateLimitedError,
+    StateStoreFullError,
     StateStoreUnavailableError,
 )
 from crank.gateway.client import UpstreamClient
@@ -52,7 +53,7 @@ from crank.types import JSONObject, Scope
 from crank.wire.middleware import AUTH_SCOPE_KEY
 from crank.wire.notices import ThrottledLog
 
-__all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "AgentSource", "build_catalog"]
+__all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "UNKNOWN_AGENT_LABEL", "AgentSource", "build_catalog"]
 
 logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
@@ -64,6 +65,8 @@ DEFAULT_KEY_LIST_MAX_AGE: Final = 30.0
 watcher). Past it, a revoked key could still be in the list: every key is refused with 503 until the registry
 answers again."""
 _STALE_RETRY_AFTER = 5
+UNKNOWN_AGENT_LABEL: Final = "-"
+"""The `agent` label of a workspace limit's refusal for a path that names no published agent."""
 
 
 def build_catalog(
@@ -389,7 +392,11 @@ class AgentSource:
         limits = key_scope.workspace_limits
         if limits is None:
             return None
-        return self._admit(key_scope, limits, scope.get("path_params", {}).get("agent", ""))
+        agent = scope.get("path_params", {}).get("agent", "")
+        # The agent names a metrics label: only one that exists, never whatever a client puts in the path.
+        if (key_scope.workspace, agent) not in self._catalogs:
+            agent = UNKNOWN_AGENT_LABEL
+        return self._admit(key_scope, limits, agent)
 
     async def _admit(self, key_scope: KeyScope, limits: Limits, agent: str) -> None:
         try:
@@ -397,9 +404,14 @@ class AgentSource:
         except LimitReachedError as limited:
             payload = limited.to_payload(new_request_id())
             raise RateLimitedError(limited.message, retry_after=limited.retry_after, data=payload) from None
-        except StateStoreUnavailableError as unavailable:  # uncounted is not admitted: 503, retry later
-            retry_after = unavailable.retry_after
-            raise DependencyUnavailableError("redis", unavailable.message, retry_after=retry_after) from None
+        except (StateStoreUnavailableError, StateStoreFullError) as unavailable:  # uncounted is not admitted: 503
+            retry_after = StateStoreUnavailableError.RETRY_AFTER
+            raise DependencyUnavailableError("state", unavailable.message, retry_after=retry_after) from None
+        except Exception:  # anything else: still a 503 the client can read, and the cause in the log
+            logger.exception("counting a request against its workspace's limits failed")
+            message = "This server cannot count requests against the workspace's limits right now; retry later."
+            retry_after = StateStoreUnavailableError.RETRY_AFTER
+            raise DependencyUnavailableError("state", message, retry_after=retry_after) from None
 
     def authenticate(self, token: str | None) -> KeyScope | None:
         """The scope of an API key, or None for no key or one this registry does not know (401).

@@ -32,7 +32,15 @@ from cachetools import TLRUCache
 
 from crank import _json
 from crank.exceptions import ConfigurationError, DependencyUnavailableError
-from crank.state.store import DEFAULT_REDIS_TIMEOUT, Counter, MemoryStore, RedisStore, StateStore, connect_redis
+from crank.state.store import (
+    DEFAULT_REDIS_TIMEOUT,
+    Counter,
+    MemoryStore,
+    RedisStore,
+    StateStore,
+    connect_redis,
+    milliseconds,
+)
 
 __all__ = [
     "DEFAULT_CACHE_MAX_BYTES",
@@ -173,11 +181,18 @@ class RedisCoordinator:
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
         lock_lease: float = DEFAULT_LOCK_LEASE,
         cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
+        cache_size: int = DEFAULT_CACHE_SIZE,
         timeout: float = DEFAULT_REDIS_TIMEOUT,
     ) -> None:
+        """`cache_size`: the most results of one method stored per time to live of its cache (so at most about
+        twice that many live at once): distinct arguments from callers cannot fill the Redis every process
+        shares (and with it idempotency, counts and locks, when they share it)."""
         _check(lock_timeout, lock_lease)
         if cache_max_bytes < 1:
             raise ConfigurationError(f"cache_max_bytes must be at least 1, got {cache_max_bytes}")
+        if cache_size < 1:
+            raise ConfigurationError(f"cache_size must be at least 1, got {cache_size}")
+        self.cache_size = cache_size
         self.lock_timeout = lock_timeout
         self.lock_lease = lock_lease
         self.cache_max_bytes = cache_max_bytes
@@ -186,6 +201,7 @@ class RedisCoordinator:
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._renew = self._redis.register_script(_RENEW)
         self._release = self._redis.register_script(_RELEASE)
+        self._store = self._redis.register_script(_STORE)
         self._counts = RedisStore(url, prefix=prefix, client=self._redis)
         self._logged: dict[str, float] = {}
 
@@ -209,10 +225,15 @@ class RedisCoordinator:
             self._log_throttled(f"size:{name}", "rpc result of %s not cached: %d bytes, over cache_max_bytes %d",
                                 name, len(encoded), self.cache_max_bytes)  # fmt: skip
             return
+        keys = [self._cache_key(name, version, params), f"{self.prefix}cache-writes:{name}:{version}"]
         try:
-            await self._redis.set(self._cache_key(name, version, params), encoded, px=_ms(ttl))
+            stored = await self._store(keys=keys, args=[encoded, milliseconds(ttl), self.cache_size])
         except Exception as exc:
             self._log_throttled(f"cache:{name}", "rpc cache of %s unwritable, result not cached: %s", name, exc)
+            return
+        if not stored:
+            self._log_throttled(f"full:{name}", "rpc result of %s not cached: %d results stored within its cache "
+                                "time already (cache_size)", name, self.cache_size)  # fmt: skip
 
     # -- locks ---------------------------------------------------------------------------------------
 
@@ -223,7 +244,9 @@ class RedisCoordinator:
         deadline = time.monotonic() + self.lock_timeout
         delay = _POLL_FIRST
         while True:
-            token, left_ms = await self._redis_call(name, self._acquire(keys=keys, args=[owner, _ms(self.lock_lease)]))
+            token, left_ms = await self._redis_call(
+                name, self._acquire(keys=keys, args=[owner, milliseconds(self.lock_lease)])
+            )
             if token:
                 held = Held(name, int(token), owner)
                 held.heartbeat = asyncio.create_task(self._keep(held), name=f"crank-lock-heartbeat:{name}")
@@ -240,7 +263,7 @@ class RedisCoordinator:
         while True:
             await asyncio.sleep(self.lock_lease / 3)
             try:
-                renewed = await self._renew(keys=[key], args=[held.owner, _ms(self.lock_lease)])
+                renewed = await self._renew(keys=[key], args=[held.owner, milliseconds(self.lock_lease)])
             except Exception as exc:  # try again at the next beat: the lease may still hold till then
                 self._log_throttled(f"renew:{held.name}", "rpc lock %s not renewed: %s", held.name, exc)
                 continue
@@ -288,6 +311,16 @@ class RedisCoordinator:
         await self._redis.aclose()
 
 
+# Cache write: KEYS[1] the value, KEYS[2] the method's count of values written in the current window of its
+# time to live (ARGV[2] ms); past ARGV[3] writes in a window nothing more is stored until it ends.
+_STORE = """
+local written = redis.call('INCR', KEYS[2])
+if written == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+if written > tonumber(ARGV[3]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
 # Lock: KEYS[1] the lock (its owner's id, expiring at the lease), KEYS[2] the lock's fencing counter (kept).
 # {token, 0} when taken, {0, the holder's milliseconds left} when held by another.
 _ACQUIRE = """
@@ -306,10 +339,7 @@ return redis.call('DEL', KEYS[1])
 """
 
 
-def _ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000))
-
-
 async def _count(store: StateStore, name: str, calls: int, seconds: float) -> float | None:
-    full = await store.hit([Counter(f"rate:{name}", calls, seconds)])
+    # The window is part of the key: a limit changed from a day to a second never waits out the old count.
+    full = await store.hit([Counter(f"rate:{name}:{round(seconds * 1000)}", calls, seconds)])
     return None if full is None else full.retry_after

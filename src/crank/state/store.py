@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_ITEMS",
     "DEFAULT_REDIS_TIMEOUT",
     "DURABILITY_CHECK_TIMEOUT",
+    "MAX_HITS_PER_STEP",
     "Counter",
     "Full",
     "MemoryStore",
@@ -36,6 +37,7 @@ __all__ = [
     "StateStore",
     "check_durability",
     "connect_redis",
+    "milliseconds",
     "open_state",
 ]
 
@@ -102,8 +104,8 @@ class StateStore(Protocol):
 
     async def hit(self, counters: Sequence[Counter]) -> Full | None:
         """One atomic step: when every counter is below its limit, add one to each (a counter's first hit
-        starts its window) and return None; else count nothing and return the first full one. A refused
-        hit costs no counter anything."""
+        starts its window) and return None; else count nothing and return the full one that resets last. A
+        refused hit costs no counter anything."""
 
     async def durability_warnings(self) -> list[str]:
         """What in the backend's settings could lose a value before its time; empty when nothing can."""
@@ -187,17 +189,23 @@ class MemoryStore:
     async def hit(self, counters: Sequence[Counter]) -> Full | None:
         now = time.monotonic()
         live: list[JSONObject | None] = []
+        full: Full | None = None
         for index, counter in enumerate(counters):
             item = self._items.get(counter.key)
             if item is None or item[0] <= now:
                 live.append(None)
             elif item[1]["count"] >= counter.limit:
-                return Full(index, item[0] - now)
+                if full is None or item[0] - now > full.retry_after:  # the one that resets last
+                    full = Full(index, item[0] - now)
             else:
                 live.append(item[1])
+        if full is not None:
+            return full
+        new = live.count(None)
+        if new:
+            self._prune(new)  # new counts, like any new record, only while the store has room for all of them
         for counter, value in zip(counters, live, strict=True):
             if value is None:
-                self._prune()  # a new count, like any new record, only while the store has room
                 self._items[counter.key] = (now + counter.window, {"count": 1})
             else:
                 value["count"] += 1
@@ -212,16 +220,16 @@ class MemoryStore:
     async def aclose(self) -> None:
         self._items.clear()
 
-    def _prune(self) -> None:
-        """Before a write: every 1,024 writes, and whenever the store is full, drop what expired; a store
-        still full refuses the write (`StateStoreFullError`) rather than drop a live record, which could let
-        a call run twice."""
+    def _prune(self, adding: int = 1) -> None:
+        """Before writing `adding` new records: every 1,024 writes, and whenever they would not fit, drop what
+        expired; a store that still has no room refuses the write (`StateStoreFullError`) rather than drop a
+        live record, which could let a call run twice."""
         self._writes += 1
-        if self._writes % 1024 == 0 or len(self._items) >= self.max_items:
+        if self._writes % 1024 == 0 or len(self._items) + adding > self.max_items:
             now = time.monotonic()
             for key in [key for key, (expires, _) in self._items.items() if expires <= now]:
                 del self._items[key]
-            if len(self._items) >= self.max_items:
+            if len(self._items) + adding > self.max_items:
                 raise StateStoreFullError(
                     f"This server holds {self.max_items} idempotency records, confirmation tokens and call counts, "
                     "the most it may keep in memory; the call was refused before anything was sent.",
@@ -230,7 +238,7 @@ class MemoryStore:
 
 
 class _Unavailable:
-    """`with UNAVAILABLE:` around a Redis command: a refused connection or a timeout becomes
+    """`with _UNAVAILABLE:` around a Redis command: a refused connection or a timeout becomes
     `StateStoreUnavailableError` (a structured, recoverable tool error; nothing of the cause reaches a client).
     One instance for every command: entering it allocates nothing."""
 
@@ -242,14 +250,18 @@ class _Unavailable:
             return
         import redis.exceptions
 
-        if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | TimeoutError):
-            _unavailable_log.warning("state_unavailable", "Redis does not answer: %s: %s", type(exc).__name__, exc)
-            raise StateStoreUnavailableError(
-                f"This server cannot reach its state store right now (Redis, {type(exc).__name__})."
-            ) from exc
+        unavailable = isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | TimeoutError)
+        # A Redis that answers but cannot serve writes now: full (noeviction), a replica after a failover, loading.
+        refusing = isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith(_REFUSING_STATES)
+        if unavailable or refusing:
+            _unavailable_log.warning("state_unavailable", "Redis cannot serve: %s: %s", type(exc).__name__, exc)
+            raise StateStoreUnavailableError("This server cannot use its state store right now.") from exc
 
 
-UNAVAILABLE = _Unavailable()
+_REFUSING_STATES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN")
+"""The error prefixes of a Redis that is up but cannot serve a write now: treated as unavailable."""
+
+_UNAVAILABLE = _Unavailable()
 
 
 class RedisStore:
@@ -265,54 +277,89 @@ class RedisStore:
         self._replace_if = self._redis.register_script(_REPLACE_IF)
         self._claim = self._redis.register_script(_CLAIM)
         self._renew = self._redis.register_script(_RENEW)
-        self._hit = self._redis.register_script(_HIT)
+        self._hits = self._redis.register_script(_HITS)
+        # Hits waiting for the next script call, each with the future its caller awaits (`hit`).
+        self._pending: list[tuple[Sequence[Counter], asyncio.Future[Full | None]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def add(self, key: str, value: JSONObject, ttl: float) -> bool:
-        with UNAVAILABLE:
-            return bool(await self._redis.set(self._prefix + key, _json.dumps(value), nx=True, px=_ms(ttl)))
+        with _UNAVAILABLE:
+            return bool(await self._redis.set(self._prefix + key, _json.dumps(value), nx=True, px=milliseconds(ttl)))
 
     async def get(self, key: str) -> JSONObject | None:
-        with UNAVAILABLE:
+        with _UNAVAILABLE:
             return _decode(await self._redis.get(self._prefix + key))
 
     async def put(self, key: str, value: JSONObject, ttl: float) -> None:
-        with UNAVAILABLE:
-            await self._redis.set(self._prefix + key, _json.dumps(value), px=_ms(ttl))
+        with _UNAVAILABLE:
+            await self._redis.set(self._prefix + key, _json.dumps(value), px=milliseconds(ttl))
 
     async def take(self, key: str) -> JSONObject | None:
-        with UNAVAILABLE:
+        with _UNAVAILABLE:
             return _decode(await self._redis.getdel(self._prefix + key))
 
     async def claim(self, key: str, value: JSONObject, ttl: float, lease: float) -> bool:
         keys = [self._prefix + key, self._prefix + _lease_key(key)]
-        with UNAVAILABLE:
-            return bool(await self._claim(keys=keys, args=[_json.dumps(value), _ms(ttl), value["claim"], _ms(lease)]))
+        with _UNAVAILABLE:
+            return bool(
+                await self._claim(
+                    keys=keys, args=[_json.dumps(value), milliseconds(ttl), value["claim"], milliseconds(lease)]
+                )
+            )
 
     async def renew(self, key: str, claim: str, lease: float) -> bool:
         keys = [self._prefix + _lease_key(key), self._prefix + key]
-        with UNAVAILABLE:
-            return bool(await self._renew(keys=keys, args=[claim, _ms(lease)]))
+        with _UNAVAILABLE:
+            return bool(await self._renew(keys=keys, args=[claim, milliseconds(lease)]))
 
     async def inspect(self, key: str) -> tuple[JSONObject | None, bool]:
-        with UNAVAILABLE:
+        with _UNAVAILABLE:
             value, lease = await self._redis.mget(self._prefix + key, self._prefix + _lease_key(key))
         return _decode(value), lease is not None
 
     async def replace_if(self, key: str, claim: str, value: JSONObject | None, ttl: float) -> bool:
         new = _json.dumps(value).decode() if value is not None else ""
         keys = [self._prefix + key, self._prefix + _lease_key(key)]
-        with UNAVAILABLE:
-            return bool(await self._replace_if(keys=keys, args=[claim, new, _ms(ttl)]))
+        with _UNAVAILABLE:
+            return bool(await self._replace_if(keys=keys, args=[claim, new, milliseconds(ttl)]))
 
     async def hit(self, counters: Sequence[Counter]) -> Full | None:
-        keys = [self._prefix + counter.key for counter in counters]
-        args = [value for counter in counters for value in (counter.limit, max(1, math.ceil(counter.window * 1000)))]
-        with UNAVAILABLE:
-            answer = await self._hit(keys=keys, args=args)
-        if not answer:
-            return None
-        index, ttl = answer
-        return Full(int(index) - 1, int(ttl) / 1000)
+        """Hits made in one turn of the event loop (the calls of every request it is serving) go to Redis in one
+        script call after it: a round trip and its client-side work per turn instead of per call, which is
+        what rate limiting costs a replica under load (docs/benchmarks.md)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Full | None] = loop.create_future()
+        self._pending.append((counters, future))
+        if len(self._pending) == 1:
+            loop.call_soon(self._send_pending)
+        return await future
+
+    def _send_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_HITS_PER_STEP], self._pending[MAX_HITS_PER_STEP:]
+            task = asyncio.get_running_loop().create_task(self._send_hits(batch))
+            self._sending.add(task)  # held until done: a task only the loop references may be collected
+            task.add_done_callback(self._sending.discard)
+
+    async def _send_hits(self, batch: list[tuple[Sequence[Counter], asyncio.Future[Full | None]]]) -> None:
+        keys: list[str] = []
+        args: list[int] = [len(batch)]
+        for counters, _ in batch:
+            args.append(len(counters))
+            for counter in counters:
+                keys.append(self._prefix + counter.key)
+                args += (counter.limit, max(1, math.ceil(counter.window * 1000)))
+        try:
+            with _UNAVAILABLE:
+                answers = await self._hits(keys=keys, args=args)
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if not future.done():  # its caller may have been cancelled meanwhile: the count stays
+                future.set_result(Full(int(answer[0]) - 1, int(answer[1]) / 1000) if answer else None)
 
     async def durability_warnings(self) -> list[str]:
         """Reads `appendonly`, `save` and `maxmemory-policy` with CONFIG GET (which managed Redis services
@@ -330,7 +377,7 @@ class RedisStore:
         return _redis_warnings(config)
 
     async def ping(self) -> None:
-        with UNAVAILABLE:
+        with _UNAVAILABLE:
             await self._redis.ping()
 
     async def aclose(self) -> None:
@@ -366,25 +413,44 @@ if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1],
 return 1
 """
 
-# KEYS: the counters; ARGV: each one's limit and window (ms), in pairs. Reads every count first, so that a
-# refused hit adds to none; a count's first hit starts its window (INCR then PEXPIRE, in the same step).
-_HIT = """
-for i = 1, #KEYS do
-  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if count >= tonumber(ARGV[2 * i - 1]) then
-    local ttl = redis.call('PTTL', KEYS[i])
-    if ttl < 0 then
-      redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
-      ttl = tonumber(ARGV[2 * i])
+# Several hits in one step, each as `hit` says: KEYS are every hit's counters in order; ARGV[1] is the number
+# of hits, then for each hit its number of counters and, per counter, its limit and window (ms). Each hit
+# reads every count first, so that a refused hit adds to none, and answers the full counter that resets last
+# (retrying sooner is refused again); a count's first hit starts its window (INCR then PEXPIRE). The hits run
+# in order, so two hits of one key in a batch see each other. Answers one entry per hit: 0, or {counter, ms}.
+_HITS = """
+local answers = {}
+local k, a = 1, 2
+for h = 1, tonumber(ARGV[1]) do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  local full, wait = 0, -1
+  for i = 0, n - 1 do
+    local count = tonumber(redis.call('GET', KEYS[k + i]) or '0')
+    if count >= tonumber(ARGV[a + 2 * i]) then
+      local ttl = redis.call('PTTL', KEYS[k + i])
+      if ttl < 0 then
+        redis.call('PEXPIRE', KEYS[k + i], ARGV[a + 2 * i + 1])
+        ttl = tonumber(ARGV[a + 2 * i + 1])
+      end
+      if ttl > wait then full, wait = i + 1, ttl end
     end
-    return {i, ttl}
   end
+  if full > 0 then
+    answers[h] = {full, wait}
+  else
+    for i = 0, n - 1 do
+      if redis.call('INCR', KEYS[k + i]) == 1 then redis.call('PEXPIRE', KEYS[k + i], ARGV[a + 2 * i + 1]) end
+    end
+    answers[h] = 0
+  end
+  k = k + n
+  a = a + 2 * n
 end
-for i = 1, #KEYS do
-  if redis.call('INCR', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[2 * i]) end
-end
-return 0
+return answers
 """
+MAX_HITS_PER_STEP = 256
+"""The most hits one script call carries (`RedisStore.hit`): bounds how long Redis runs one of them."""
 
 _DURABILITY_SETTINGS = ("appendonly", "save", "maxmemory-policy")
 _SAFE_EVICTION = "noeviction"
@@ -434,7 +500,8 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _ms(seconds: float) -> int:
+def milliseconds(seconds: float) -> int:
+    """A time to live for Redis's PX and PEXPIRE: whole milliseconds, at least 1 (0 is an error there)."""
     return max(1, int(seconds * 1000))
 
 
@@ -450,14 +517,12 @@ def connect_redis(url: str, *, timeout: float = DEFAULT_REDIS_TIMEOUT) -> Any:
     import redis.asyncio
     import redis.asyncio.retry
     import redis.backoff
-    import redis.exceptions
 
-    # A dropped connection is retried (a Redis restart; redis-py's default), a timeout never: the command
-    # may have been applied, and retrying it would wait `timeout` again, ten times over.
-    retry = redis.asyncio.retry.Retry(
-        redis.backoff.ExponentialBackoff(cap=1, base=0.01), 3,
-        supported_errors=(redis.exceptions.ConnectionError,),
-    )  # fmt: skip
+    # Nothing is retried, neither a timeout nor a dropped connection: either may come after Redis applied the
+    # command, and a second run of a claim, a count or a lock script is not the first one again (a claim would
+    # find itself and report its own call in progress; a count would count twice). The caller gets
+    # `StateStoreUnavailableError` (recoverable) and the pool reconnects for the next command.
+    retry = redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)
     return redis.asyncio.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=retry)
 
 

@@ -6,12 +6,14 @@ client and its mappings) imports these instead of keeping its own copy.
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from typing import Final
 
 __all__ = [
     "IDEMPOTENT_METHODS",
+    "retry_after_seconds",
     "accepts_json",
     "bearer_token",
     "is_json_media_type",
@@ -22,6 +24,12 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 §5.6.2
 
 IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 """RFC 9110 §9.2.2: a repeat has the effect of one request, so a client may send it again."""
+
+
+def retry_after_seconds(wait: float) -> int:
+    """`Retry-After` in whole seconds (RFC 9110 §10.2.3) for a wait of `wait` seconds: rounded up, at least 1
+    (never "now", which a client would take as "retry at once")."""
+    return max(1, math.ceil(wait))
 
 
 def is_token(text: str) -> bool:
