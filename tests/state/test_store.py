@@ -170,3 +170,54 @@ async def test_a_hit_the_memory_store_has_no_room_for_counts_nothing() -> None:
     for _ in range(4):  # "a" still at 1: four more fit
         assert await store.hit([Counter("a", 5, 30)]) is None
     assert await store.hit([Counter("a", 5, 30)]) is not None
+
+
+# -- slices of large limits (Redis) ---------------------------------------------------------------------
+
+
+def redis_replicas(redis_url: str, count: int) -> list[RedisStore]:
+    prefix = f"t-{uuid.uuid4().hex}:"
+    return [RedisStore(redis_url, prefix=prefix) for _ in range(count)]
+
+
+async def count_in_redis(store: RedisStore, key: str) -> int:
+    value = await store._redis.get(store._prefix + key)
+    return int(value or 0)
+
+
+async def test_a_large_limit_is_counted_a_slice_at_a_time_and_never_passes_its_limit(redis_url: str) -> None:
+    replicas = redis_replicas(redis_url, 3)
+    big = Counter("big", limit=1000, window=60)
+    answers = await asyncio.gather(*(replicas[n % 3].hit([big]) for n in range(1500)))
+    passed = answers.count(None)
+    # At most the limit; at least the limit less what the other replicas hold unspent (a slice: 10 calls each).
+    assert 1000 - 3 * 10 <= passed <= 1000
+    assert await count_in_redis(replicas[0], "big") == 1000
+    for store in replicas:
+        await store.aclose()
+
+
+async def test_a_slice_is_spent_without_asking_redis_and_a_refused_hit_gives_its_part_back(redis_url: str) -> None:
+    (store,) = redis_replicas(redis_url, 1)
+    big, tight = Counter("big", limit=1000, window=60), Counter("tight", limit=1, window=60)
+    assert await store.hit([big, tight]) is None  # a slice of 10 for big: 9 left here
+    assert await count_in_redis(store, "big") == 10
+    full = await store.hit([big, tight])  # big's part comes from the slice; tight refuses: it goes back
+    assert full is not None and full.counter == 1
+    for _ in range(9):
+        assert await store.hit([big]) is None
+    assert await count_in_redis(store, "big") == 10  # nine calls, no question to Redis
+    assert await store.hit([big]) is None
+    assert await count_in_redis(store, "big") == 20  # the next slice
+    await store.aclose()
+
+
+async def test_a_slice_ends_with_its_window(redis_url: str) -> None:
+    (store,) = redis_replicas(redis_url, 1)
+    short = Counter("short-big", limit=1000, window=0.2)
+    assert await store.hit([short]) is None
+    await asyncio.sleep(0.3)  # the window ended in Redis: the 9 calls left of the slice end with it
+    assert await count_in_redis(store, "short-big") == 0
+    assert await store.hit([short]) is None
+    assert await count_in_redis(store, "short-big") == 10  # a new slice of the new window
+    await store.aclose()

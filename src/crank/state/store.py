@@ -30,6 +30,8 @@ __all__ = [
     "DEFAULT_REDIS_TIMEOUT",
     "DURABILITY_CHECK_TIMEOUT",
     "MAX_HITS_PER_STEP",
+    "SLICED_LIMIT",
+    "SLICES_PER_LIMIT",
     "Counter",
     "Full",
     "MemoryStore",
@@ -281,6 +283,9 @@ class RedisStore:
         # Hits waiting for the next script call, each with the future its caller awaits (`hit`).
         self._pending: list[tuple[Sequence[Counter], asyncio.Future[Full | None]]] = []
         self._sending: set[asyncio.Task[None]] = set()
+        self._asking = False  # a script call of hits is on its way
+        # Slices of large limits this replica holds: counter key -> (calls left, when the slice ends).
+        self._slices: dict[str, tuple[int, float]] = {}
 
     async def add(self, key: str, value: JSONObject, ttl: float) -> bool:
         with _UNAVAILABLE:
@@ -324,39 +329,109 @@ class RedisStore:
             return bool(await self._replace_if(keys=keys, args=[claim, new, milliseconds(ttl)]))
 
     async def hit(self, counters: Sequence[Counter]) -> Full | None:
-        """Hits made in one turn of the event loop (the calls of every request it is serving) go to Redis in one
-        script call after it: a round trip and its client-side work per turn instead of per call, which is
-        what rate limiting costs a replica under load (docs/benchmarks.md)."""
+        """Two things keep what a count costs a replica under load small (docs/benchmarks.md):
+
+        - A counter of a large limit (`SLICED_LIMIT` calls or more per window) is counted in Redis a slice at a
+          time: the replica takes `limit // SLICES_PER_LIMIT` calls at once and spends them without asking,
+          until the slice is spent or its window ends. Never more than the limit passes in a window; the
+          calls left of slices that replicas hold but do not spend (at most a slice each) may go unused.
+          Smaller limits are counted call by call: exact.
+        - Hits go to Redis in one script call at a time per replica: those made meanwhile wait for the next
+          one, and first spend what the answer to the last one left in slices.
+
+        A hit refused by one counter gives back what it took of the others' slices."""
+        taken = self._take(counters)
+        if taken is not None and len(taken) == len(counters):
+            return None
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Full | None] = loop.create_future()
+        self._give_back(taken or [])  # asked again, whole, when the hit is sent
         self._pending.append((counters, future))
-        if len(self._pending) == 1:
+        if not self._asking and len(self._pending) == 1:
             loop.call_soon(self._send_pending)
         return await future
 
+    def _take(self, counters: Sequence[Counter]) -> list[str] | None:
+        """One call of each counter's slice, for those that have one: the keys taken (None: none)."""
+        taken: list[str] | None = None
+        now = time.monotonic()
+        for counter in counters:
+            held = self._slices.get(counter.key)
+            if held is not None and held[0] > 0 and held[1] > now:
+                self._slices[counter.key] = (held[0] - 1, held[1])
+                taken = [*(taken or []), counter.key]
+        return taken
+
+    def _give_back(self, keys: list[str]) -> None:
+        for key in keys:
+            held = self._slices.get(key)
+            if held is not None:
+                self._slices[key] = (held[0] + 1, held[1])
+
+    def _keep_slice(self, key: str, calls: int, ends: float) -> None:
+        held = self._slices.get(key)
+        if held is not None and held[0] > 0 and held[1] > time.monotonic():
+            self._slices[key] = (held[0] + calls, min(held[1], ends))  # the same window: the earlier end is safe
+            return
+        if len(self._slices) >= _MAX_SLICES_KEPT:
+            now = time.monotonic()
+            self._slices = {k: held for k, held in self._slices.items() if held[1] > now and held[0] > 0}
+            if len(self._slices) >= _MAX_SLICES_KEPT:
+                return  # counted call by call until slices end
+        self._slices[key] = (calls, ends)
+
     def _send_pending(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending[:MAX_HITS_PER_STEP], self._pending[MAX_HITS_PER_STEP:]
+        """Send the hits waiting (at most `MAX_HITS_PER_STEP`) in one script call, unless one is on its way;
+        a hit that the slices kept since it waited can pay for is answered here."""
+        if self._asking:
+            return
+        batch: list[tuple[Sequence[Counter], asyncio.Future[Full | None]]] = []
+        waiting, self._pending = self._pending, []
+        for entry in waiting:
+            counters, future = entry
+            if future.done():
+                continue
+            if len(batch) >= MAX_HITS_PER_STEP:
+                self._pending.append(entry)
+                continue
+            taken = self._take(counters)
+            if taken is not None and len(taken) == len(counters):
+                future.set_result(None)
+                continue
+            self._give_back(taken or [])
+            batch.append(entry)
+        if batch:
+            self._asking = True
             task = asyncio.get_running_loop().create_task(self._send_hits(batch))
             self._sending.add(task)  # held until done: a task only the loop references may be collected
             task.add_done_callback(self._sending.discard)
 
     async def _send_hits(self, batch: list[tuple[Sequence[Counter], asyncio.Future[Full | None]]]) -> None:
         keys: list[str] = []
+        names: list[str] = []
         args: list[int] = [len(batch)]
         for counters, _ in batch:
             args.append(len(counters))
             for counter in counters:
                 keys.append(self._prefix + counter.key)
-                args += (counter.limit, max(1, math.ceil(counter.window * 1000)))
+                names.append(counter.key)
+                wanted = counter.limit // SLICES_PER_LIMIT if counter.limit >= SLICED_LIMIT else 1
+                args += (counter.limit, max(1, math.ceil(counter.window * 1000)), wanted)
+        asked = time.monotonic()  # a slice ends when its window ends in Redis, seen from before asking
         try:
             with _UNAVAILABLE:
-                answers = await self._hits(keys=keys, args=args)
+                *answers, slices = await self._hits(keys=keys, args=args)
         except Exception as exc:
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
             return
+        finally:
+            self._asking = False
+            if self._pending:
+                asyncio.get_running_loop().call_soon(self._send_pending)
+        for i in range(0, len(slices), 3):
+            self._keep_slice(names[int(slices[i]) - 1], int(slices[i + 1]), asked + int(slices[i + 2]) / 1000)
         for (_, future), answer in zip(batch, answers, strict=True):
             if not future.done():  # its caller may have been cancelled meanwhile: the count stays
                 future.set_result(Full(int(answer[0]) - 1, int(answer[1]) / 1000) if answer else None)
@@ -414,24 +489,30 @@ return 1
 """
 
 # Several hits in one step, each as `hit` says: KEYS are every hit's counters in order; ARGV[1] is the number
-# of hits, then for each hit its number of counters and, per counter, its limit and window (ms). Each hit
-# reads every count first, so that a refused hit adds to none, and answers the full counter that resets last
-# (retrying sooner is refused again); a count's first hit starts its window (INCR then PEXPIRE). The hits run
-# in order, so two hits of one key in a batch see each other. Answers one entry per hit: 0, or {counter, ms}.
+# of hits, then for each hit its number of counters and, per counter, its limit, window (ms) and the calls
+# wanted when Redis counts it (1, or a slice of a large limit: `RedisStore.hit`). Each hit reads every count
+# first, so that a refused hit adds to none, and answers the full counter that resets last (retrying sooner
+# is refused again); else each counter spends one call of the slice taken earlier in this step, or takes a
+# new one (what is wanted, at most what is left; a count's first hit starts its window). The hits run in
+# order, so two hits of one key in a step see each other. Answers one entry per hit, 0 or {counter, ms to
+# wait}, then one more: {position in KEYS, calls left, ms left} for each slice with calls left.
 _HITS = """
-local answers = {}
+local answers, spare, spare_at, spare_ttl = {}, {}, {}, {}
 local k, a = 1, 2
 for h = 1, tonumber(ARGV[1]) do
   local n = tonumber(ARGV[a])
   a = a + 1
   local full, wait = 0, -1
+  local counts = {}
   for i = 0, n - 1 do
-    local count = tonumber(redis.call('GET', KEYS[k + i]) or '0')
-    if count >= tonumber(ARGV[a + 2 * i]) then
-      local ttl = redis.call('PTTL', KEYS[k + i])
+    local key = KEYS[k + i]
+    local count = tonumber(redis.call('GET', key) or '0')
+    counts[i] = count
+    if count >= tonumber(ARGV[a + 3 * i]) and (spare[key] or 0) == 0 then
+      local ttl = redis.call('PTTL', key)
       if ttl < 0 then
-        redis.call('PEXPIRE', KEYS[k + i], ARGV[a + 2 * i + 1])
-        ttl = tonumber(ARGV[a + 2 * i + 1])
+        redis.call('PEXPIRE', key, ARGV[a + 3 * i + 1])
+        ttl = tonumber(ARGV[a + 3 * i + 1])
       end
       if ttl > wait then full, wait = i + 1, ttl end
     end
@@ -440,17 +521,43 @@ for h = 1, tonumber(ARGV[1]) do
     answers[h] = {full, wait}
   else
     for i = 0, n - 1 do
-      if redis.call('INCR', KEYS[k + i]) == 1 then redis.call('PEXPIRE', KEYS[k + i], ARGV[a + 2 * i + 1]) end
+      local key = KEYS[k + i]
+      if (spare[key] or 0) > 0 then
+        spare[key] = spare[key] - 1
+      else
+        local grant = math.min(tonumber(ARGV[a + 3 * i + 2]), tonumber(ARGV[a + 3 * i]) - counts[i])
+        redis.call('INCRBY', key, grant)
+        local ttl = redis.call('PTTL', key)
+        if ttl < 0 then
+          redis.call('PEXPIRE', key, ARGV[a + 3 * i + 1])
+          ttl = tonumber(ARGV[a + 3 * i + 1])
+        end
+        spare[key], spare_at[key], spare_ttl[key] = grant - 1, k + i, ttl
+      end
     end
     answers[h] = 0
   end
   k = k + n
-  a = a + 2 * n
+  a = a + 3 * n
 end
+local slices = {}
+for key, left in pairs(spare) do
+  if left > 0 then
+    slices[#slices + 1] = spare_at[key]
+    slices[#slices + 1] = left
+    slices[#slices + 1] = spare_ttl[key]
+  end
+end
+answers[#answers + 1] = slices
 return answers
 """
 MAX_HITS_PER_STEP = 256
 """The most hits one script call carries (`RedisStore.hit`): bounds how long Redis runs one of them."""
+SLICED_LIMIT = 1000
+"""Limits of at least this many calls per window are handed to a replica in slices (`RedisStore.hit`)."""
+SLICES_PER_LIMIT = 100
+"""A slice of a limit: `limit // SLICES_PER_LIMIT` calls."""
+_MAX_SLICES_KEPT = 10_000  # counters a replica holds slices of; expired ones are dropped when it is full
 
 _DURABILITY_SETTINGS = ("appendonly", "save", "maxmemory-policy")
 _SAFE_EVICTION = "noeviction"
