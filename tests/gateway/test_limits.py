@@ -5,6 +5,7 @@ several `crank serve` processes behind nginx: tests/deploy/test_limits.py."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import socket
 import uuid
@@ -299,9 +300,22 @@ async def test_a_shorter_window_starts_a_count_of_its_own(
     # A limit set to a day by mistake, then corrected to a second, must not wait out the day's count.
     publish_demo(registry, serve(upstream.app))
     info, key = registry.issue_api_key("acme", limits=Limits(rate=RateLimit(calls=1, window=86_400)))
-    stores = redis_stores(redis_url, 1)
-    (url,) = replicas(registry, serve, stores)
+    prefix = f"t-{uuid.uuid4().hex}:"  # one Redis, one prefix: the second replica sees the first one's counts
+    (url,) = replicas(registry, serve, [RedisStore(redis_url, prefix=prefix)])
     assert [sum("ok" in a for a in await calls_spread([url], key, 2))] == [1]
     registry.set_api_key_limits("acme", info.id, Limits(rate=RateLimit(calls=1, window=1)))
-    (url,) = replicas(registry, serve, stores)  # a replica that loaded the new limit
+    # A replica that loaded the new limit (a store of its own: a Redis client belongs to one event loop).
+    (url,) = replicas(registry, serve, [RedisStore(redis_url, prefix=prefix)])
     assert ["ok" in answer for answer in await calls_spread([url], key, 1)] == [True]
+
+
+def test_quota_periods_are_utc_calendar_periods_and_the_one_kept_moves_on_when_it_ends() -> None:
+    from crank.gateway.limits import _period  # the rule's owner; the current period is kept between calls
+
+    last_second = datetime.datetime(2026, 1, 31, 23, 59, 59, tzinfo=datetime.UTC).timestamp()
+    assert _period("month", last_second) == ("2026-01", 1.0)
+    assert _period("day", last_second) == ("2026-01-31", 1.0)
+    assert _period("hour", last_second) == ("2026-01-31T23", 1.0)
+    assert _period("month", last_second + 1) == ("2026-02", 28 * 86_400.0)  # February 2026 has 28 days
+    assert _period("day", last_second + 1) == ("2026-02-01", 86_400.0)
+    assert _period("hour", last_second - 3600) == ("2026-01-31T22", 1.0)  # an earlier time: recomputed

@@ -14,7 +14,9 @@ one of them refuses adds to none of them.
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from crank.exceptions import LimitReachedError
@@ -29,6 +31,7 @@ __all__ = ["KEY_PREFIX", "CallLimits", "Limiter"]
 KEY_PREFIX: Final = "limit:"
 """The state store's keys of the counts, below the store's own prefix."""
 _WHOSE = {"workspace": "this workspace's", "agent": "this agent's", "key": "this API key's"}
+_PLANS_KEPT = 4096  # owners' limits compiled (`_plan`): bounded, like every cache fed by the registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,38 +43,69 @@ class _Check:
     """What the limit is, for the message: `this agent's rate limit (100 calls per 60 s)`."""
 
 
-def _checks(owner: str, key: str, limits: Limits, now: datetime.datetime) -> list[_Check]:
-    checks = []
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one owner's limits check on every call, made once per owner and limits (`_plan`): the rate's
+    counter as it is, the quota's without its period, which changes (`_checks`)."""
+
+    rate: _Check | None
+    quota: _Check | None  # its counter's key lacks the period's label, its window is 0
+    quota_period: QuotaPeriod | None
+
+
+@lru_cache(maxsize=_PLANS_KEPT)
+def _plan(owner: str, key: str, limits: Limits) -> _Plan:
     whose = _WHOSE[owner]
+    rate = quota = None
     if limits.rate is not None:
-        rate = limits.rate
+        calls, window = limits.rate.calls, limits.rate.window
         # The window is part of the key: a limit changed from a day to a second never waits out the old count.
-        counter = Counter(f"{KEY_PREFIX}{key}:rate:{round(rate.window * 1000)}", rate.calls, rate.window)
-        checks.append(
-            _Check(f"{owner}_rate", counter, f"{whose} rate limit ({rate.calls} calls per {rate.window:g} s)")
-        )
+        counter = Counter(f"{KEY_PREFIX}{key}:rate:{round(window * 1000)}", calls, window)
+        rate = _Check(f"{owner}_rate", counter, f"{whose} rate limit ({calls} calls per {window:g} s)")
     if limits.quota is not None:
-        quota = limits.quota
-        label, seconds_left = _period(quota.period, now)
-        counter = Counter(f"{KEY_PREFIX}{key}:quota:{label}", quota.calls, seconds_left)
-        text = f"{whose} quota ({quota.calls} calls per {quota.period}, UTC)"
-        checks.append(_Check(f"{owner}_quota", counter, text))
+        calls, period = limits.quota.calls, limits.quota.period
+        counter = Counter(f"{KEY_PREFIX}{key}:quota:", calls, 0)
+        quota = _Check(f"{owner}_quota", counter, f"{whose} quota ({calls} calls per {period}, UTC)")
+    return _Plan(rate, quota, limits.quota.period if limits.quota is not None else None)
+
+
+def _checks(owner: str, key: str, limits: Limits, now: float) -> list[_Check]:
+    """The checks of one owner's limits at `now` (seconds since the epoch)."""
+    plan = _plan(owner, key, limits)
+    checks = [plan.rate] if plan.rate is not None else []
+    if plan.quota is not None and plan.quota_period is not None:
+        label, seconds_left = _period(plan.quota_period, now)
+        quota = plan.quota.counter
+        counter = Counter(quota.key + label, quota.limit, seconds_left)
+        checks.append(_Check(plan.quota.name, counter, plan.quota.text))
     return checks
 
 
-def _period(period: QuotaPeriod, now: datetime.datetime) -> tuple[str, float]:
+def _period(period: QuotaPeriod, now: float) -> tuple[str, float]:
     """The calendar period `now` falls in (its label, part of the count's key) and the seconds left in it (the
-    count's lifetime: it is gone when the period ends)."""
+    count's lifetime: it is gone when the period ends). The current one is kept until it ends."""
+    current = _current_periods.get(period)
+    if current is None or not current[1] <= now < current[2]:
+        current = _current_periods[period] = _bounds(period, now)
+    return current[0], max(current[2] - now, 0.001)
+
+
+def _bounds(period: QuotaPeriod, now: float) -> tuple[str, float, float]:
+    """The label, start and end (seconds since the epoch) of the calendar period in UTC that `now` falls in."""
+    moment = datetime.datetime.fromtimestamp(now, datetime.UTC)
     if period == "hour":
-        start = now.replace(minute=0, second=0, microsecond=0)
+        start = moment.replace(minute=0, second=0, microsecond=0)
         end, label = start + datetime.timedelta(hours=1), start.strftime("%Y-%m-%dT%H")
     elif period == "day":
-        start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
         end, label = start + datetime.timedelta(days=1), start.strftime("%Y-%m-%d")
     else:
-        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         end, label = (start + datetime.timedelta(days=32)).replace(day=1), start.strftime("%Y-%m")
-    return label, max((end - now).total_seconds(), 0.001)
+    return label, start.timestamp(), end.timestamp()
+
+
+_current_periods: dict[QuotaPeriod, tuple[str, float, float]] = {}
 
 
 class Limiter:
@@ -84,12 +118,12 @@ class Limiter:
 
     async def admit_request(self, key: KeyScope, workspace_limits: Limits, agent: str) -> None:
         """One request with `key` to `agent`, against its workspace's limits."""
-        now = datetime.datetime.now(datetime.UTC)
+        now = time.time()
         await self._hit(_checks("workspace", f"ws:{key.workspace}", workspace_limits, now), key.workspace, agent)
 
     async def admit_call(self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> None:
         """One call of an operation of `agent`, against the agent's limits and those of the key (if any)."""
-        now = datetime.datetime.now(datetime.UTC)
+        now = time.time()
         checks = []
         if agent_limits is not None:
             checks += _checks("agent", f"agent:{workspace}/{agent}", agent_limits, now)
