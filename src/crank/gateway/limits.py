@@ -108,6 +108,20 @@ def _bounds(period: QuotaPeriod, now: float) -> tuple[str, float, float]:
 _current_periods: dict[QuotaPeriod, tuple[str, float, float]] = {}
 
 
+def _request_checks(key: KeyScope, workspace_limits: Limits) -> list[_Check]:
+    return _checks("workspace", f"ws:{key.workspace}", workspace_limits, time.time())
+
+
+def _call_checks(workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> list[_Check]:
+    now = time.time()
+    checks = []
+    if agent_limits is not None:
+        checks += _checks("agent", f"agent:{workspace}/{agent}", agent_limits, now)
+    if key is not None and key.limits is not None:
+        checks += _checks("key", f"key:{key.id}", key.limits, now)
+    return checks
+
+
 class Limiter:
     """Counts requests and calls against their limits in `state`; a refusal is a `LimitReachedError` and one
     `crank_rate_limited_total` in `metrics`."""
@@ -118,19 +132,24 @@ class Limiter:
 
     async def admit_request(self, key: KeyScope, workspace_limits: Limits, agent: str) -> None:
         """One request with `key` to `agent`, against its workspace's limits."""
-        now = time.time()
-        await self._hit(_checks("workspace", f"ws:{key.workspace}", workspace_limits, now), key.workspace, agent)
+        await self._hit(_request_checks(key, workspace_limits), key.workspace, agent)
+
+    def admit_request_now(self, key: KeyScope, workspace_limits: Limits) -> bool:
+        """`admit_request` counted at once when the store can (`StateStore.hit_now`): True when admitted; False
+        when nothing was counted and `admit_request` must be awaited."""
+        return self.state.hit_now([check.counter for check in _request_checks(key, workspace_limits)])
 
     async def admit_call(self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> None:
         """One call of an operation of `agent`, against the agent's limits and those of the key (if any)."""
-        now = time.time()
-        checks = []
-        if agent_limits is not None:
-            checks += _checks("agent", f"agent:{workspace}/{agent}", agent_limits, now)
-        if key is not None and key.limits is not None:
-            checks += _checks("key", f"key:{key.id}", key.limits, now)
+        checks = _call_checks(workspace, agent, agent_limits, key)
         if checks:
             await self._hit(checks, workspace, agent)
+
+    def admit_call_now(self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> bool:
+        """`admit_call` counted at once when the store can: True when admitted; False when nothing was counted
+        and `admit_call` must be awaited."""
+        checks = _call_checks(workspace, agent, agent_limits, key)
+        return not checks or self.state.hit_now([check.counter for check in checks])
 
     async def _hit(self, checks: list[_Check], workspace: str, agent: str) -> None:
         full = await self.state.hit([check.counter for check in checks])
@@ -155,6 +174,10 @@ class CallLimits:
 
     def applies(self, key: KeyScope | None) -> bool:
         return self.limits is not None or (key is not None and key.limits is not None)
+
+    def admit_now(self, key: KeyScope | None) -> bool:
+        """Counted at once (`Limiter.admit_call_now`): True when admitted; else await `admit`."""
+        return self.limiter.admit_call_now(self.workspace, self.agent, self.limits, key)
 
     async def admit(self, key: KeyScope | None) -> None:
         await self.limiter.admit_call(self.workspace, self.agent, self.limits, key)

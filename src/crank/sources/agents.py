@@ -169,7 +169,7 @@ def _annotations(hints: ToolHints) -> ToolAnnotations | None:
 
 def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
-        if limits is not None and limits.applies(context.caller):
+        if limits is not None and limits.applies(context.caller) and not limits.admit_now(context.caller):
             await limits.admit(context.caller)  # LimitReachedError: nothing is sent
         outcome = await operation.call(arguments, context.headers)
         if not outcome.omitted:
@@ -391,6 +391,8 @@ class AgentSource:
         `RateLimitedError` (429) carrying the structured `rate_limited` error as its data."""
         limits = key_scope.workspace_limits
         if limits is None:
+            return None
+        if self.limiter.admit_request_now(key_scope, limits):  # counted at once: no coroutine on the hot path
             return None
         agent = scope.get("path_params", {}).get("agent", "")
         # The agent names a metrics label: only one that exists, never whatever a client puts in the path.

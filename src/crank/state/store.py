@@ -109,6 +109,11 @@ class StateStore(Protocol):
         starts its window) and return None; else count nothing and return the full one that resets last. A
         refused hit costs no counter anything."""
 
+    def hit_now(self, counters: Sequence[Counter]) -> bool:
+        """`hit` at once, without waiting, where the store can (in process always; in Redis from the slices
+        this replica holds): True when counted. False when nothing was counted: then await `hit`, which also
+        answers a refusal."""
+
     async def durability_warnings(self) -> list[str]:
         """What in the backend's settings could lose a value before its time; empty when nothing can."""
 
@@ -189,6 +194,15 @@ class MemoryStore:
         return True
 
     async def hit(self, counters: Sequence[Counter]) -> Full | None:
+        return self._hit(counters)
+
+    def hit_now(self, counters: Sequence[Counter]) -> bool:
+        try:
+            return self._hit(counters) is None
+        except StateStoreFullError:
+            return False  # `hit` says so
+
+    def _hit(self, counters: Sequence[Counter]) -> Full | None:
         now = time.monotonic()
         live: list[JSONObject | None] = []
         full: Full | None = None
@@ -350,6 +364,13 @@ class RedisStore:
         if not self._asking and len(self._pending) == 1:
             loop.call_soon(self._send_pending)
         return await future
+
+    def hit_now(self, counters: Sequence[Counter]) -> bool:
+        taken = self._take(counters)
+        if taken is not None and len(taken) == len(counters):
+            return True
+        self._give_back(taken or [])
+        return False
 
     def _take(self, counters: Sequence[Counter]) -> list[str] | None:
         """One call of each counter's slice, for those that have one: the keys taken (None: none)."""
