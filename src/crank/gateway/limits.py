@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Final
 
 from crank.exceptions import LimitReachedError
@@ -31,7 +30,7 @@ __all__ = ["KEY_PREFIX", "CallLimits", "Limiter"]
 KEY_PREFIX: Final = "limit:"
 """The state store's keys of the counts, below the store's own prefix."""
 _WHOSE = {"workspace": "this workspace's", "agent": "this agent's", "key": "this API key's"}
-_PLANS_KEPT = 4096  # owners' limits compiled (`_plan`): bounded, like every cache fed by the registry
+_PLANS_KEPT = 4096  # owners' plans kept (`Limiter._plan`): bounded, like every cache fed by the registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +44,24 @@ class _Check:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """What one owner's limits check on every call, made once per owner and limits (`_plan`): the rate's
-    counter as it is, the quota's without its period, which changes (`_checks`)."""
+    """One owner's limits as every call checks them, made once (`Limiter._plan`): the rate's check as it is;
+    the quota's with its counter's key up to the period's label, which changes with the period (`checks`)."""
 
     rate: _Check | None
-    quota: _Check | None  # its counter's key lacks the period's label, its window is 0
+    quota: _Check | None
     quota_period: QuotaPeriod | None
 
+    def checks(self, now: float) -> list[_Check]:
+        """The checks at `now` (seconds since the epoch)."""
+        checks = [self.rate] if self.rate is not None else []
+        if self.quota is not None and self.quota_period is not None:
+            label, seconds_left = _period(self.quota_period, now)
+            counter = Counter(self.quota.counter.key + label, self.quota.counter.limit, seconds_left)
+            checks.append(_Check(self.quota.name, counter, self.quota.text))
+        return checks
 
-@lru_cache(maxsize=_PLANS_KEPT)
-def _plan(owner: str, key: str, limits: Limits) -> _Plan:
+
+def _make_plan(owner: str, key: str, limits: Limits) -> _Plan:
     whose = _WHOSE[owner]
     rate = quota = None
     if limits.rate is not None:
@@ -67,18 +74,6 @@ def _plan(owner: str, key: str, limits: Limits) -> _Plan:
         counter = Counter(f"{KEY_PREFIX}{key}:quota:", calls, 0)
         quota = _Check(f"{owner}_quota", counter, f"{whose} quota ({calls} calls per {period}, UTC)")
     return _Plan(rate, quota, limits.quota.period if limits.quota is not None else None)
-
-
-def _checks(owner: str, key: str, limits: Limits, now: float) -> list[_Check]:
-    """The checks of one owner's limits at `now` (seconds since the epoch)."""
-    plan = _plan(owner, key, limits)
-    checks = [plan.rate] if plan.rate is not None else []
-    if plan.quota is not None and plan.quota_period is not None:
-        label, seconds_left = _period(plan.quota_period, now)
-        quota = plan.quota.counter
-        counter = Counter(quota.key + label, quota.limit, seconds_left)
-        checks.append(_Check(plan.quota.name, counter, plan.quota.text))
-    return checks
 
 
 def _period(period: QuotaPeriod, now: float) -> tuple[str, float]:
@@ -108,20 +103,6 @@ def _bounds(period: QuotaPeriod, now: float) -> tuple[str, float, float]:
 _current_periods: dict[QuotaPeriod, tuple[str, float, float]] = {}
 
 
-def _request_checks(key: KeyScope, workspace_limits: Limits) -> list[_Check]:
-    return _checks("workspace", f"ws:{key.workspace}", workspace_limits, time.time())
-
-
-def _call_checks(workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> list[_Check]:
-    now = time.time()
-    checks = []
-    if agent_limits is not None:
-        checks += _checks("agent", f"agent:{workspace}/{agent}", agent_limits, now)
-    if key is not None and key.limits is not None:
-        checks += _checks("key", f"key:{key.id}", key.limits, now)
-    return checks
-
-
 class Limiter:
     """Counts requests and calls against their limits in `state`; a refusal is a `LimitReachedError` and one
     `crank_rate_limited_total` in `metrics`."""
@@ -129,26 +110,53 @@ class Limiter:
     def __init__(self, state: StateStore, metrics: Metrics | None = None) -> None:
         self.state = state
         self.metrics = metrics
+        # Each owner's plan with the limits it was made of: a reload brings new `Limits` objects, and a plan
+        # is made again when its owner's limits are not the very object it was made of.
+        self._plans: dict[str, tuple[Limits, _Plan]] = {}
+
+    def _plan(self, owner: str, key: str, limits: Limits) -> _Plan:
+        kept = self._plans.get(key)
+        if kept is not None and kept[0] is limits:
+            return kept[1]
+        if len(self._plans) >= _PLANS_KEPT:  # bounded: as many owners as the registry has, at most this many
+            self._plans.clear()
+        plan = _make_plan(owner, key, limits)
+        self._plans[key] = (limits, plan)
+        return plan
+
+    def _request_checks(self, key: KeyScope, workspace_limits: Limits) -> list[_Check]:
+        return self._plan("workspace", f"ws:{key.workspace}", workspace_limits).checks(time.time())
+
+    def _call_checks(
+        self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None
+    ) -> list[_Check]:
+        now = time.time()
+        checks = []
+        if agent_limits is not None:
+            checks += self._plan("agent", f"agent:{workspace}/{agent}", agent_limits).checks(now)
+        if key is not None and key.limits is not None:
+            checks += self._plan("key", f"key:{key.id}", key.limits).checks(now)
+        return checks
 
     async def admit_request(self, key: KeyScope, workspace_limits: Limits, agent: str) -> None:
         """One request with `key` to `agent`, against its workspace's limits."""
-        await self._hit(_request_checks(key, workspace_limits), key.workspace, agent)
+        await self._hit(self._request_checks(key, workspace_limits), key.workspace, agent)
 
     def admit_request_now(self, key: KeyScope, workspace_limits: Limits) -> bool:
         """`admit_request` counted at once when the store can (`StateStore.hit_now`): True when admitted; False
         when nothing was counted and `admit_request` must be awaited."""
-        return self.state.hit_now([check.counter for check in _request_checks(key, workspace_limits)])
+        return self.state.hit_now([check.counter for check in self._request_checks(key, workspace_limits)])
 
     async def admit_call(self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> None:
         """One call of an operation of `agent`, against the agent's limits and those of the key (if any)."""
-        checks = _call_checks(workspace, agent, agent_limits, key)
+        checks = self._call_checks(workspace, agent, agent_limits, key)
         if checks:
             await self._hit(checks, workspace, agent)
 
     def admit_call_now(self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> bool:
         """`admit_call` counted at once when the store can: True when admitted; False when nothing was counted
         and `admit_call` must be awaited."""
-        checks = _call_checks(workspace, agent, agent_limits, key)
+        checks = self._call_checks(workspace, agent, agent_limits, key)
         return not checks or self.state.hit_now([check.counter for check in checks])
 
     async def _hit(self, checks: list[_Check], workspace: str, agent: str) -> None:
