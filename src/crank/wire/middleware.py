@@ -200,7 +200,11 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
         elif length is not None and length > self.max_body_size:
             await self._refuse(scope, send)
-        elif self.auth is not None and not await self.auth.admitted(scope, send, authorization):
+        elif (
+            self.auth is not None
+            and (pending := self.auth.check(scope, send, authorization)) is not None
+            and (not await pending)
+        ):
             return
         elif length is None:
             await self._streamed(scope, receive, send)
@@ -250,6 +254,12 @@ class BearerAuth:
     async def admitted(self, scope: Scope, send: Send, authorization: bytes | None) -> bool:
         """Authenticate the request (its `Authorization` header's value) and admit it: True when it may go on,
         False when it was answered (401, 429 or 503)."""
+        pending = self.check(scope, send, authorization)
+        return True if pending is None else await pending
+
+    def check(self, scope: Scope, send: Send, authorization: bytes | None) -> Awaitable[bool] | None:
+        """`admitted` without a coroutine for the common request (a known key, nothing to wait for): None when
+        it may go on at once; else what to await, as `admitted` answers."""
         token = None
         if authorization is not None:
             try:
@@ -262,30 +272,46 @@ class BearerAuth:
                     self._tokens[authorization] = token
         try:
             caller = self.authenticate(token)
-            if caller is None and token is not None and self.confirm is not None:
-                caller = await self.confirm(token)
         except DependencyUnavailableError as unavailable:
-            retry = [(b"retry-after", str(unavailable.retry_after).encode())]
-            await send_response(send, 503, self.refusal(scope, 503, unavailable.message), retry)
-            return False
+            return self._unavailable(scope, send, unavailable)
+        if caller is None:
+            return self._confirmed(scope, send, token)
+        return self._admission(scope, send, caller)
+
+    def _admission(self, scope: Scope, send: Send, caller: Any) -> Awaitable[bool] | None:
+        scope[AUTH_SCOPE_KEY] = caller
+        if self.admit is None:
+            return None
+        admission = self.admit(scope, caller)
+        return None if admission is None else self._admitted(scope, send, admission)
+
+    async def _confirmed(self, scope: Scope, send: Send, token: str | None) -> bool:
+        """The slower look at a token `authenticate` did not know (`confirm`), then the admission."""
+        try:
+            caller = await self.confirm(token) if token is not None and self.confirm is not None else None
+        except DependencyUnavailableError as unavailable:
+            return await self._unavailable(scope, send, unavailable)
         if caller is None:
             await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
             return False
-        scope[AUTH_SCOPE_KEY] = caller
-        if self.admit is not None:
-            admission = self.admit(scope, caller)
-            if admission is not None:
-                try:
-                    await admission
-                except RateLimitedError as limited:
-                    retry = [(b"retry-after", str(limited.retry_after).encode())]
-                    await send_response(send, 429, self.rejection(scope, limited), retry)
-                    return False
-                except DependencyUnavailableError as unavailable:  # cannot count the request: not admitted
-                    retry = [(b"retry-after", str(unavailable.retry_after).encode())]
-                    await send_response(send, 503, self.refusal(scope, 503, unavailable.message), retry)
-                    return False
+        pending = self._admission(scope, send, caller)
+        return True if pending is None else await pending
+
+    async def _admitted(self, scope: Scope, send: Send, admission: Awaitable[None]) -> bool:
+        try:
+            await admission
+        except RateLimitedError as limited:
+            retry = [(b"retry-after", str(limited.retry_after).encode())]
+            await send_response(send, 429, self.rejection(scope, limited), retry)
+            return False
+        except DependencyUnavailableError as unavailable:  # cannot count the request: not admitted
+            return await self._unavailable(scope, send, unavailable)
         return True
+
+    async def _unavailable(self, scope: Scope, send: Send, unavailable: DependencyUnavailableError) -> bool:
+        retry = [(b"retry-after", str(unavailable.retry_after).encode())]
+        await send_response(send, 503, self.refusal(scope, 503, unavailable.message), retry)
+        return False
 
 
 class BearerAuthMiddleware:
