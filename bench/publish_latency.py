@@ -29,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -169,10 +168,7 @@ def postgres() -> Iterator[str]:
 
 
 def seeded_database(admin_url: str, tools: int) -> tuple[str, Registry]:
-    name = f"crank_bench_{uuid.uuid4().hex[:12]}"
-    libpq, url = services.database_urls(admin_url, name)
-    with psycopg.connect(libpq, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    url, _ = services.create_database(admin_url, "crank_bench")
     engine = open_engine(url, pooled=False)
     migrate(engine)
     registry = Registry(engine)

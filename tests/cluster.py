@@ -30,14 +30,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 import httpx
-import psycopg
 import pytest
 
 from crank.gateway.egress import ALLOW_VARIABLE
@@ -337,15 +335,8 @@ def start_cluster(tmp_path: Path, cluster_database: str, redis_url: str) -> Iter
 @pytest.fixture
 def cluster_database(postgres_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database of the test's own (a SQLAlchemy URL), dropped afterwards."""
-    name = f"crank_cluster_{uuid.uuid4().hex[:12]}"
-    admin_url, url = services.database_urls(postgres_url, name)
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with services.fresh_database(postgres_url, "crank_cluster") as (url, _):
         yield url
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # -- what most cluster tests do first --------------------------------------------------------------------

@@ -5,11 +5,9 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import uvicorn
 
@@ -113,15 +111,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'registry.sqlite3'}"
         return
-    name = f"crank_test_{uuid.uuid4().hex[:12]}"
-    admin_url, url = services.database_urls(request.getfixturevalue("postgres_url"), name)
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with services.fresh_database(request.getfixturevalue("postgres_url"), "crank_test") as (url, _):
         yield url
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ service away and brings it back needs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -21,6 +22,8 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -263,6 +266,37 @@ def start_redis(attempts: int = 3) -> RedisServer:
         server.destroy()
         raise
     raise AssertionError("unreachable")
+
+
+def create_database(admin_url: str, prefix: str) -> tuple[str, str]:
+    """A new, empty database with a fresh name starting with `prefix` on the server of `admin_url`: its
+    SQLAlchemy URL and its name (`drop_database` removes it)."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    libpq, url = database_urls(admin_url, name)
+    with psycopg.connect(libpq, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return url, name
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop the database `name` (made by `create_database`), closing whatever is still connected to it."""
+    import psycopg
+
+    libpq, _ = database_urls(admin_url, name)
+    with psycopg.connect(libpq, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def fresh_database(admin_url: str, prefix: str) -> Iterator[tuple[str, str]]:
+    """`create_database`, dropped on leaving: its SQLAlchemy URL and its name."""
+    url, name = create_database(admin_url, prefix)
+    try:
+        yield url, name
+    finally:
+        drop_database(admin_url, name)
 
 
 def database_urls(admin_url: str, name: str) -> tuple[str, str]:

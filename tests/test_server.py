@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
@@ -37,20 +35,15 @@ OPERATION = {"protocol": "http", "target": {"method": "GET", "url": "http://127.
 @pytest.fixture
 def database(postgres_url: str) -> Iterator[tuple[str, TCPProxy]]:
     """A fresh database of the private PostgreSQL: its direct URL, and the proxy in front of the server."""
-    name = f"crank_faults_{uuid.uuid4().hex[:12]}"
-    admin_url, url = services.database_urls(postgres_url, name)
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    engine = open_engine(url, pooled=False)
-    migrate(engine)
-    engine.dispose()
-    proxy = TCPProxy(make_url(url).port or 5432)
-    try:
-        yield url, proxy
-    finally:
-        proxy.close()
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with services.fresh_database(postgres_url, "crank_faults") as (url, _):
+        engine = open_engine(url, pooled=False)
+        migrate(engine)
+        engine.dispose()
+        proxy = TCPProxy(make_url(url).port or 5432)
+        try:
+            yield url, proxy
+        finally:
+            proxy.close()
 
 
 def proxied(url: str, proxy: TCPProxy) -> str:

@@ -82,11 +82,11 @@ def _egress() -> Any:
     return _settings().egress_policy()
 
 
-def _registry() -> Any:
-    from crank.registry import Registry, migrate, open_engine
-    from crank.registry.changes import change_announcer
+def _migrated_engine(settings: Any) -> Any:
+    """The settings' registry, its schema brought up to date: an unpooled engine (a command's few statements;
+    nothing open left for a fork to inherit). A registry that cannot be reached is one line (`_clear_errors`)."""
+    from crank.registry import migrate, open_engine
 
-    settings = _settings()
     with _clear_errors():
         engine = open_engine(
             settings.registry_url,
@@ -95,6 +95,15 @@ def _registry() -> Any:
             statement_timeout=settings.database_statement_timeout,
         )
         migrate(engine)
+    return engine
+
+
+def _registry() -> Any:
+    from crank.registry import Registry
+    from crank.registry.changes import change_announcer
+
+    settings = _settings()
+    engine = _migrated_engine(settings)
     return Registry(engine, announce=change_announcer(settings.registry_url, settings.redis_url))
 
 
@@ -234,21 +243,13 @@ def _prepare_registry(settings: Any) -> None:
     """Reach the registry and bring its schema up to date once, before any worker starts: an unreachable
     registry is one line and exit 1, and workers never race one another through the migrations. The engine
     is unpooled and disposed: nothing open is left to be inherited by a fork."""
-    from crank.registry import migrate, open_engine
-
-    with _clear_errors():
-        engine = open_engine(
-            settings.registry_url,
-            pooled=False,
-            connect_timeout=settings.database_connect_timeout,
-            statement_timeout=settings.database_statement_timeout,
-        )
-        try:
-            migrate(engine)
-            if settings.role in ("admin", "all"):
+    engine = _migrated_engine(settings)
+    try:
+        if settings.role in ("admin", "all"):
+            with _clear_errors():
                 settings.admin_secret()  # generated here once, not by each worker
-        finally:
-            engine.dispose()
+    finally:
+        engine.dispose()
 
 
 def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | None:

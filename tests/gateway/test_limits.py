@@ -9,7 +9,7 @@ import datetime
 import json
 import socket
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from crank.admin.apply import apply_catalog, load_catalog_file
-from crank.registry import Registry, migrate, open_engine
+from crank.registry import Registry
 from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
 from crank.state import MemoryStore, RedisStore, StateStore
@@ -30,12 +30,9 @@ MCP_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[Registry]:
+def registry(sqlite_registry: Registry) -> Registry:
     """One SQLite registry (the cluster tests use PostgreSQL)."""
-    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)
-    migrate(engine)
-    yield Registry(engine)
-    engine.dispose()
+    return sqlite_registry
 
 
 def redis_stores(redis_url: str, count: int) -> list[StateStore]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,18 +45,11 @@ def operation(text: str) -> dict[str, Any]:
 @pytest.fixture
 def postgres_database(postgres_url: str) -> Iterator[tuple[str, str]]:
     """A fresh, migrated database of the test PostgreSQL: its SQLAlchemy URL and its name."""
-    name = f"crank_push_{uuid.uuid4().hex[:12]}"
-    admin_url, url = services.database_urls(postgres_url, name)
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    engine = open_engine(url, pooled=False)
-    migrate(engine)
-    engine.dispose()
-    try:
+    with services.fresh_database(postgres_url, "crank_push") as (url, name):
+        engine = open_engine(url, pooled=False)
+        migrate(engine)
+        engine.dispose()
         yield url, name
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
