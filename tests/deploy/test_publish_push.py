@@ -11,14 +11,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
+import redis
 from sqlalchemy import make_url
 
 from crank.registry import Registry, open_engine
-from crank.registry.changes import POSTGRES_CHANNEL
+from crank.registry.changes import POSTGRES_CHANNEL, REDIS_CHANNEL
 from tests.cluster import Cluster, StartCluster, admin, until
 
 TOOLS = 150  # two pages of `tools/list` (100 a page)
@@ -147,3 +149,27 @@ def test_a_publish_during_load_is_served_by_every_replica_within_a_second_and_no
     assert mixed == []
     seen = set().union(*load.listings)
     assert {"version 1", f"version {PUBLISHES + 1}"} <= seen
+
+
+def test_with_a_sqlite_registry_a_publish_reaches_every_replica_over_redis(
+    start_cluster: StartCluster, redis_url: str, tmp_path: Path
+) -> None:
+    # One host, replicas sharing a SQLite file (WAL) and Redis: the admin API's replica PUBLISHes after the
+    # commit, every replica's SUBSCRIBE hears it. They poll every 30 s: served within the guard below, it came
+    # by the push.
+    registry_url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    cluster = start_cluster(3, env={**LONG_POLL, "CRANK_DATABASE_URL": registry_url})
+    with redis.Redis.from_url(redis_url) as client:
+        until(lambda: dict(client.pubsub_numsub(REDIS_CHANNEL))[REDIS_CHANNEL.encode()] >= len(cluster.replicas),
+              what="every replica subscribed")  # fmt: skip
+    admin(cluster.url, "PUT", "/workspaces/acme", {"name": "acme"})
+    registry = Registry(open_engine(registry_url, pooled=False))
+    key = registry.create_api_key("acme")
+    with httpx.Client(timeout=30) as http:
+        for version in (1, 2):
+            registry.put_operations("acme", operations(version))  # drafts: nothing served changes
+            registry.put_agent("acme", "desk", {"bindings": [{"operation": name} for name in sorted(operations(1))]})
+            admin(cluster.url, "POST", "/workspaces/acme/agents/desk/publish")  # announced over Redis
+            for replica in cluster.replicas:
+                until(partial(serves, http, replica.url, key, f"version {version}"), timeout=SERVED_WITHIN * 10,
+                      what=f"version {version} on {replica.url}")  # fmt: skip
