@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import socket
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from crank.registry import Registry
 from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
 from crank.state import MemoryStore, RedisStore, StateStore
+from tests import services
 from tests.gateway import upstream
 from tests.gateway.test_gateway import publish_demo
 
@@ -229,7 +229,7 @@ async def test_while_redis_is_away_limited_requests_and_calls_are_refused_never_
     publish_demo(registry, serve(upstream.app))
     registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=100, window=60)))
     workspace_key = registry.create_api_key("acme")
-    away = RedisStore(f"redis://127.0.0.1:{closed_port()}/0", timeout=1)  # nothing listens there
+    away = RedisStore(f"redis://127.0.0.1:{services.free_port()}/0", timeout=1)  # nothing listens there
     url = replicas(registry, serve, [away])[0]
     upstream.seen.clear()
     async with httpx.AsyncClient(timeout=30) as http:
@@ -249,13 +249,6 @@ async def test_while_redis_is_away_limited_requests_and_calls_are_refused_never_
     assert answer["error"]["error_code"] == "state_unavailable" and answer["error"]["details"]["retry_after"] == 5
     assert plain.headers["retry-after"] == "5" and plain.json()["isError"] is True
     assert not [seen for seen in upstream.seen if seen.get("path") == "/users/2"]  # never sent uncounted
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_a_workspace_refusal_labels_its_metric_with_a_published_agent_only(

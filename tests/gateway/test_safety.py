@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,6 +27,7 @@ from crank.registry.runtime import ConfirmationConfig, ExecutionConfig
 from crank.server import GatewayService
 from crank.sources.agents import build_catalog
 from crank.state import MemoryStore, RedisStore, StateStore
+from tests import services
 from tests.proxy import TCPProxy
 
 pytestmark = pytest.mark.anyio
@@ -81,9 +81,7 @@ class Upstream:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+    return f"http://127.0.0.1:{services.free_port()}"
 
 
 def operations(base: str) -> dict[str, dict[str, Any]]:
@@ -454,7 +452,7 @@ async def test_while_redis_is_away_idempotent_and_destructive_calls_are_refused_
     registry: Registry, serve: Callable[..., str], upstream: Upstream
 ) -> None:
     publish(registry, serve(upstream.app))
-    away = RedisStore(closed_port_url().replace("http://", "redis://"), timeout=1)  # nothing listens there
+    away = RedisStore(f"redis://127.0.0.1:{services.free_port()}/0", timeout=1)  # nothing listens there
     root = serve(GatewayService(registry, require_api_keys=False, state=away))
     async with httpx.AsyncClient(timeout=30) as client:
         call = Caller(root, client)

@@ -354,12 +354,10 @@ class RedisStore:
           one, and first spend what the answer to the last one left in slices.
 
         A hit refused by one counter gives back what it took of the others' slices."""
-        taken = self._take(counters)
-        if taken is not None and len(taken) == len(counters):
+        if self.hit_now(counters):
             return None
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Full | None] = loop.create_future()
-        self._give_back(taken or [])  # asked again, whole, when the hit is sent
+        future: asyncio.Future[Full | None] = loop.create_future()  # asked again, whole, when the hit is sent
         self._pending.append((counters, future))
         if not self._asking and len(self._pending) == 1:
             loop.call_soon(self._send_pending)
@@ -367,20 +365,20 @@ class RedisStore:
 
     def hit_now(self, counters: Sequence[Counter]) -> bool:
         taken = self._take(counters)
-        if taken is not None and len(taken) == len(counters):
+        if len(taken) == len(counters):
             return True
-        self._give_back(taken or [])
+        self._give_back(taken)
         return False
 
-    def _take(self, counters: Sequence[Counter]) -> list[str] | None:
-        """One call of each counter's slice, for those that have one: the keys taken (None: none)."""
-        taken: list[str] | None = None
+    def _take(self, counters: Sequence[Counter]) -> list[str]:
+        """One call of each counter's slice, for those that have one: the keys taken."""
+        taken: list[str] = []
         now = time.monotonic()
         for counter in counters:
             held = self._slices.get(counter.key)
             if held is not None and held[0] > 0 and held[1] > now:
                 self._slices[counter.key] = (held[0] - 1, held[1])
-                taken = [*(taken or []), counter.key]
+                taken.append(counter.key)
         return taken
 
     def _give_back(self, keys: list[str]) -> None:
@@ -415,11 +413,9 @@ class RedisStore:
             if len(batch) >= MAX_HITS_PER_STEP:
                 self._pending.append(entry)
                 continue
-            taken = self._take(counters)
-            if taken is not None and len(taken) == len(counters):
+            if self.hit_now(counters):  # paid for by slices kept since it waited
                 future.set_result(None)
                 continue
-            self._give_back(taken or [])
             batch.append(entry)
         if batch:
             self._asking = True
