@@ -389,6 +389,11 @@ class UpstreamTooLargeError(UpstreamError):
     """The answer is larger than the client accepts."""
 
 
+class UpstreamRequestTooLargeError(UpstreamError):
+    """The request head (request line and headers) would be larger than the client sends
+    (`crank.gateway.client.MAX_REQUEST_HEAD_BYTES`); nothing was sent."""
+
+
 class UpstreamRefusedError(UpstreamError):
     """The egress policy refuses every address the upstream's host resolves to; nothing was sent. The
     message says which address and why (for the operator's log, never a client)."""

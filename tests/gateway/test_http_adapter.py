@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from crank.exceptions import ConfigurationError, ExternalServiceError, IdempotencyError, MappingError, ToolError
-from crank.gateway.client import UpstreamClient
+from crank.gateway.client import MAX_REQUEST_HEAD_BYTES, UpstreamClient
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.secrets import check_secret_reference
 from crank.registry import tool_from_spec
@@ -123,6 +123,26 @@ async def test_redirects_and_oversized_answers_are_errors(base: str, client: Ups
     with pytest.raises(ToolError) as big:
         await operation(client, base + "/big").call({})
     assert big.value.error_code == "upstream_bad_response"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "target"),
+    [
+        ({"q": "x" * (MAX_REQUEST_HEAD_BYTES + 1)}, "/echo/search"),  # too long before it is even encoded
+        ({"q": "é" * (MAX_REQUEST_HEAD_BYTES // 5)}, "/echo/search"),  # too long once percent-encoded (6 bytes each)
+        ({"id": "x" * MAX_REQUEST_HEAD_BYTES}, "/echo/{id}"),  # a path segment
+    ],
+)
+async def test_arguments_that_make_an_oversized_request_head_are_refused_unsent(
+    base: str, client: UpstreamClient, arguments: dict[str, Any], target: str
+) -> None:
+    with pytest.raises(MappingError) as refused:
+        await operation(client, base + target, retries=2).call(arguments)
+    assert refused.value.error_code == "arguments_too_large" and refused.value.recoverable
+    assert not refused.value.may_have_taken_effect
+    assert seen == []  # nothing reached the upstream, on any attempt
+    await operation(client, base + target).call({key: "x" * 1000 for key in arguments})  # a long but fitting one goes
+    assert len(seen) == 1
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,8 @@ Connections go only where its egress policy allows (crank.gateway.egress: public
 
 Failures reach the adapters as `UpstreamBusyError` (no connection free for the workspace before the
 deadline: nothing was sent), `UpstreamTimeoutError`, `UpstreamConnectionError` (both with `sent`:
-whether the upstream may have acted), `UpstreamTooLargeError` or `UpstreamRefusedError` (the egress
-policy).
+whether the upstream may have acted), `UpstreamTooLargeError`, `UpstreamRequestTooLargeError` (a request
+head over `MAX_REQUEST_HEAD_BYTES`: nothing was sent) or `UpstreamRefusedError` (the egress policy).
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, quote, urlencode, urlsplit
 
-from crank.exceptions import UpstreamBusyError, UpstreamConnectionError, UpstreamTimeoutError
+from crank.exceptions import (
+    UpstreamBusyError,
+    UpstreamConnectionError,
+    UpstreamRequestTooLargeError,
+    UpstreamTimeoutError,
+)
 from crank.gateway.connection import Connection, UpstreamResponse
 from crank.gateway.egress import EgressPolicy
 from crank.registry.runtime import DEFAULT_ACCEPT
@@ -54,12 +59,18 @@ from crank.wire.notices import ThrottledLog
 
 __all__ = [
     "DEFAULT_LIMIT_PER_HOST",
+    "MAX_REQUEST_HEAD_BYTES",
     "MAX_RESPONSE_BYTES",
     "UpstreamClient",
     "UpstreamResponse",
     "default_limit_per_tenant",
     "parse_upstream_url",
 ]
+
+MAX_REQUEST_HEAD_BYTES = 16 * 1024
+"""The largest request head sent (request line and headers). Servers refuse longer ones anyway (nginx
+answers 414 past 8 KiB of request line), and checking before the query is percent-encoded keeps a 1 MB
+argument bound for the query from costing milliseconds of the event loop that every tenant shares."""
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 """The largest upstream answer read, after decompression (a model cannot use more; a gzip bomb cannot
@@ -338,8 +349,14 @@ class UpstreamClient:
         `tenant` (the workspace) is whose share of the origin's connections the request uses."""
         origin, target = self._split(url)
         if params:
+            # Percent-encoding only lengthens: a query already too long unencoded is refused before the work.
+            unencoded = len(target) + sum(len(name) + len(value) + 2 for name, value in params)
+            if unencoded > MAX_REQUEST_HEAD_BYTES:
+                raise _head_too_large(unencoded)
             target += ("&" if "?" in target else "?") + urlencode(params, quote_via=quote)
         data = self._serialize(method, target, origin, headers, body)
+        if len(data) > MAX_REQUEST_HEAD_BYTES and len(data) - (len(body) if body else 0) > MAX_REQUEST_HEAD_BYTES:
+            raise _head_too_large(len(data) - (len(body) if body else 0))
         loop = asyncio.get_running_loop()
         pool = self._pool(origin, loop)
         deadline = loop.time() + timeout
@@ -450,6 +467,12 @@ class UpstreamClient:
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             pool.close()
+
+
+def _head_too_large(size: int) -> UpstreamRequestTooLargeError:
+    return UpstreamRequestTooLargeError(
+        f"the request head would be at least {size} bytes; at most {MAX_REQUEST_HEAD_BYTES} are sent"
+    )
 
 
 def parse_upstream_url(url: str) -> SplitResult:

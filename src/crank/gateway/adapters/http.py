@@ -22,11 +22,12 @@ from crank.exceptions import (
     UpstreamBusyError,
     UpstreamConnectionError,
     UpstreamRefusedError,
+    UpstreamRequestTooLargeError,
     UpstreamTimeoutError,
     UpstreamTooLargeError,
 )
 from crank.gateway.adapters.base import Adapter
-from crank.gateway.client import UpstreamClient, UpstreamResponse, parse_upstream_url
+from crank.gateway.client import MAX_REQUEST_HEAD_BYTES, UpstreamClient, UpstreamResponse, parse_upstream_url
 from crank.gateway.mapping import RequestParts
 from crank.gateway.secrets import resolve_secret
 from crank.registry.runtime import DEFAULT_ACCEPT, DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
@@ -117,6 +118,13 @@ class HTTPAdapter(Adapter):
                 continue
             except UpstreamRefusedError as exc:  # the operator's to fix, like a missing secret; never retried
                 raise self._refused(str(exc)) from None
+            except UpstreamRequestTooLargeError:  # nothing was sent, on this attempt or (same request) any other
+                raise MappingError(
+                    f"The arguments make an upstream request head (URL and headers) of more than "
+                    f"{MAX_REQUEST_HEAD_BYTES} bytes, which is not sent.", error_code="arguments_too_large",
+                    recoverable=True, suggested_action="Pass shorter values for the arguments that go into the "
+                    "URL's query or path, or into headers.",
+                ) from None  # fmt: skip
             except UpstreamTooLargeError:
                 raise AdapterError("The upstream's answer is too large to pass on.", error_code="upstream_bad_response",
                                    suggested_action="Narrow the request (filters, a smaller page) and try again.",
