@@ -340,6 +340,7 @@ async def test_every_error_code_of_the_gateway_suggests_an_action(
     url = serve(GatewayService(sqlite_registry, require_api_keys=False)) + "/mcp/v1/acme/desk"
     calls: list[tuple[str, dict[str, Any]]] = [
         ("get_user", {"id": "x"}), ("get_user", {"id": 1}), ("get_user", {"id": 404}),
+        ("get_user", {"id": 1, "key": "x" * 17_000}),  # bound for the query: a request head over 16 KiB
         ("delete_user", {"id": 1}), ("delete_user", {"id": 1, "_crank_confirmation_token": "forged"}),
         ("update_user", {"id": 1, "key": "k1"}), ("update_user", {"id": 2, "key": "k1"}),
         ("broken", {}), ("limited", {}), ("html", {}), ("slow", {}), ("mapped", {}), ("secured", {}),

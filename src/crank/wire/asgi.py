@@ -13,6 +13,7 @@ from crank.types import Receive, Scope, Send
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
+    "HEADERS_SCOPE_KEY",
     "JSON_CONTENT_TYPE",
     "header",
     "read_body",
@@ -27,6 +28,10 @@ JSON_CONTENT_TYPE: Final = b"application/json"
 
 Headers = list[tuple[bytes, bytes]]
 
+HEADERS_SCOPE_KEY: Final = "crank.headers"
+"""Where a wrapper that already decoded a request's headers (`unique_headers`) leaves them for the app, so
+that `read_headers` does not decode them again."""
+
 
 def header(scope: Scope, name: bytes) -> bytes | None:
     """The first value of one header (`name` in lower case, as ASGI gives names), or None."""
@@ -36,18 +41,28 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def read_headers(scope: Scope, routing: frozenset[str] = frozenset()) -> tuple[dict[str, str], str | None]:
-    """Headers as a dict (ASGI names are lowercase), and the name of a header of `routing` sent twice.
-
-    A repeated header has its values joined with ", ", as HTTP allows for list-valued fields."""
+def unique_headers(scope: Scope) -> dict[str, str] | None:
+    """The headers as a dict (ASGI names are lowercase), or None when a name appears more than once (the
+    common request, decoded in one pass; `read_headers` says what to do with repeated ones)."""
     raw = scope["headers"]
     try:
         # UTF-8 first: it is the faster codec here and agrees with latin-1 on the ASCII that headers carry.
         headers = {name.decode(): value.decode() for name, value in raw}
     except UnicodeDecodeError:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
-    if len(headers) == len(raw):
+    return headers if len(headers) == len(raw) else None
+
+
+def read_headers(scope: Scope, routing: frozenset[str] = frozenset()) -> tuple[dict[str, str], str | None]:
+    """Headers as a dict (ASGI names are lowercase), and the name of a header of `routing` sent twice.
+
+    A repeated header has its values joined with ", ", as HTTP allows for list-valued fields."""
+    headers: dict[str, str] | None = scope.get(HEADERS_SCOPE_KEY)
+    if headers is None:
+        headers = unique_headers(scope)
+    if headers is not None:
         return headers, None
+    raw = scope["headers"]
     headers = {}
     duplicated: str | None = None
     for raw_name, raw_value in raw:

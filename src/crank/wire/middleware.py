@@ -21,7 +21,7 @@ from crank.exceptions import (
     RPCError,
 )
 from crank.types import ASGIApp, Message, Receive, Scope, Send
-from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, header, send_response
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, HEADERS_SCOPE_KEY, header, send_response, unique_headers
 from crank.wire.http import bearer_token
 from crank.wire.jsonrpc import encode_error
 from crank.wire.security import HostOriginPolicy
@@ -179,23 +179,16 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = origin = declared = authorization = None
-        for name, value in scope["headers"]:
-            if name == b"host":
-                host = value  # the last one, as HostOriginMiddleware reads it
-            elif name == b"origin":
-                origin = value
-            elif name == b"content-length":
-                if declared is None:
-                    declared = value  # the first one, as BodyLimitMiddleware reads it
-            elif name == b"authorization" and authorization is None:
-                authorization = value  # the first one, as BearerAuthMiddleware reads it
-        refused = self.policy.check(
-            scope.get("server"),
-            None if host is None else host.decode("latin-1"),
-            None if origin is None else origin.decode("latin-1"),
-        )
-        length = int(declared) if declared is not None and declared.isdigit() else None
+        # The one decoding of the headers, left in the scope for the app (`read_headers`): the common request.
+        headers = unique_headers(scope)
+        if headers is not None:
+            scope[HEADERS_SCOPE_KEY] = headers
+            host, origin = headers.get("host"), headers.get("origin")
+            declared, authorization = headers.get("content-length"), headers.get("authorization")
+        else:
+            host, origin, declared, authorization = _repeated_headers(scope)
+        refused = self.policy.check(scope.get("server"), host, origin)
+        length = int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
         elif length is not None and length > self.max_body_size:
@@ -211,6 +204,24 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         else:
             # The server frames the body by Content-Length: the app can never read more than declared.
             await self.app(scope, receive, send)
+
+
+def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
+    """Host, Origin, Content-Length and Authorization of a request that repeats some header: the last Host and
+    Origin (as `HostOriginMiddleware` reads them), the first Content-Length (as `BodyLimitMiddleware`) and
+    the first Authorization (as `BearerAuthMiddleware`)."""
+    host = origin = declared = authorization = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value.decode("latin-1")
+        elif name == b"origin":
+            origin = value.decode("latin-1")
+        elif name == b"content-length":
+            if declared is None:
+                declared = value.decode("latin-1")
+        elif name == b"authorization" and authorization is None:
+            authorization = value.decode("latin-1")
+    return host, origin, declared, authorization
 
 
 class BearerAuth:
@@ -249,15 +260,15 @@ class BearerAuth:
         self._challenge = [(b"www-authenticate", f'Bearer realm="{realm}"'.encode())]
         # The token of each `Authorization` value seen lately: a client sends the same one on every request.
         # Bounded in entries and in each entry's size: a flood of distinct values cannot grow it.
-        self._tokens: dict[bytes, str | None] = {}
+        self._tokens: dict[str | bytes, str | None] = {}
 
-    async def admitted(self, scope: Scope, send: Send, authorization: bytes | None) -> bool:
+    async def admitted(self, scope: Scope, send: Send, authorization: str | bytes | None) -> bool:
         """Authenticate the request (its `Authorization` header's value) and admit it: True when it may go on,
         False when it was answered (401, 429 or 503)."""
         pending = self.check(scope, send, authorization)
         return True if pending is None else await pending
 
-    def check(self, scope: Scope, send: Send, authorization: bytes | None) -> Awaitable[bool] | None:
+    def check(self, scope: Scope, send: Send, authorization: str | bytes | None) -> Awaitable[bool] | None:
         """`admitted` without a coroutine for the common request (a known key, nothing to wait for): None when
         it may go on at once; else what to await, as `admitted` answers."""
         token = None
