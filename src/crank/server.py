@@ -89,6 +89,26 @@ class RPCService:
         await self.build()(scope, receive, send)
 
 
+_ROUTE_CACHE_SIZE = 4096
+
+
+def _agent_route(path: str, routes: dict[str, tuple[str, dict[str, str]]]) -> tuple[str, dict[str, str]] | None:
+    """For `/mcp/v1/{workspace}/{agent}[/...]`: the agent's root below the app's and its path parameters, kept
+    in `routes` (a client sends the same path on every call; cleared when full, so a flood of distinct paths
+    cannot grow it). None for any other path."""
+    if not path.startswith(_MCP_PREFIX):
+        return None
+    workspace, _, rest = path[len(_MCP_PREFIX) :].partition("/")
+    agent = rest.partition("/")[0]
+    if not (workspace and agent):
+        return None
+    if len(routes) >= _ROUTE_CACHE_SIZE:
+        routes.clear()
+    # The parameters are shared by every request of the path: read, never changed.
+    route = routes[path] = (f"{_MCP_PREFIX}{workspace}/{agent}", {"workspace": workspace, "agent": agent})
+    return route
+
+
 class GatewayService:
     """Published agents over MCP. Give it the registry; it owns one pooled upstream client unless given one.
 
@@ -146,6 +166,7 @@ class GatewayService:
             admit=self.source.admit if require_api_keys else None,
         )
         self.endpoint = endpoint
+        self._routes: dict[str, tuple[str, dict[str, str]]] = {}  # agent paths seen lately (`_agent_route`)
         self._durability_check: asyncio.Task[list[str]] | None = None
 
     def _start(self) -> None:
@@ -170,17 +191,16 @@ class GatewayService:
             await serve_lifespan(receive, send, startup=self._start, shutdown=self._stop)
             return
         path: str = scope.get("path", "")
-        if path.startswith(_MCP_PREFIX):
-            workspace, _, rest = path[len(_MCP_PREFIX) :].partition("/")
-            agent = rest.partition("/")[0]
-            if workspace and agent:
-                root = f"{scope.get('root_path', '')}{_MCP_PREFIX}{workspace}/{agent}"
-                child = {**scope, "root_path": root, "path_params": {"workspace": workspace, "agent": agent}}
-                if scope["type"] == "http":
-                    await self.endpoint.http_app(child, receive, send)
-                else:
-                    await self.endpoint(child, receive, send)
-                return
+        route = self._routes.get(path) or _agent_route(path, self._routes)
+        if route is not None:
+            root, params = route
+            outer = scope.get("root_path")
+            child = {**scope, "root_path": outer + root if outer else root, "path_params": params}
+            if scope["type"] == "http":
+                await self.endpoint.http_app(child, receive, send)
+            else:
+                await self.endpoint(child, receive, send)
+            return
         if path == "/metrics" and scope["type"] == "http":
             response = Response(self.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
         elif path == "/readyz" and scope["type"] == "http":

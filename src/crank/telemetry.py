@@ -64,6 +64,8 @@ Observe = Callable[[str, ToolError | None, float, str | None], None]
 """What `Metrics.observer` returns: it has the shape of the MCP core's `CallObserver`, which the core
 declares; telemetry sits below the core and never imports it."""
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# As a `Histogram` writes its `le` labels (prometheus-client's helper is untyped).
+_BUCKET_LABELS: tuple[str, ...] = tuple(floatToGoString(b) for b in (*_BUCKETS, math.inf))  # type: ignore[no-untyped-call]
 logger = logging.getLogger("crank.calls")
 health_logger = logging.getLogger("crank.health")
 
@@ -103,9 +105,9 @@ class _CallsCollector:
             if tool.errors:
                 calls.add_metric([*labels, "error"], tool.errors, created=tool.created)
             cumulative, buckets = 0, []
-            for bound, count in zip((*_BUCKETS, math.inf), tool.buckets, strict=True):
+            for bound, count in zip(_BUCKET_LABELS, tool.buckets, strict=True):
                 cumulative += count
-                buckets.append((floatToGoString(bound), cumulative))
+                buckets.append((bound, cumulative))
             latency.add_metric(list(labels), buckets, tool.seconds)
             # `add_metric` of a histogram takes no creation time; a `Histogram` exposes it as this sample.
             latency.samples.append(Sample(f"{latency.name}_created", dict(zip(_LABELS, labels, strict=True)),

@@ -236,6 +236,26 @@ async def test_unknown_workspace_or_agent_is_404(gateway: tuple[str, str, Regist
             assert response.status_code == 404
 
 
+async def test_the_routes_a_gateway_keeps_are_bounded_and_a_flood_of_paths_breaks_none(
+    registry: Registry, serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import crank.server
+
+    monkeypatch.setattr(crank.server, "_ROUTE_CACHE_SIZE", 8)
+    publish_demo(registry, serve(upstream.app))
+    service = GatewayService(registry, require_api_keys=False)
+    root = serve(service)
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    async with httpx.AsyncClient(base_url=root, headers=headers) as client:
+        for i in range(30):  # distinct paths, as a client probing for agents sends them
+            assert (await client.post(f"/mcp/v1/acme/ghost{i}", json=listing)).status_code == 404
+            assert len(service._routes) <= 8
+        answer = await client.post("/mcp/v1/acme/support", json=listing)  # the real agent still routes
+        assert answer.status_code == 200 and answer.json()["result"]["tools"]
+        assert (await client.post("/mcp/v1/acme/support/tools")).status_code == 405  # the plain pair's route too
+
+
 async def test_languages_come_from_the_binding(gateway: tuple[str, str, Registry]) -> None:
     url, _, _ = gateway
     async with httpx.AsyncClient() as client:

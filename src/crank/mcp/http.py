@@ -43,7 +43,14 @@ from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
-from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, read_headers, send_response, serve_lifespan
+from crank.wire.asgi import (
+    DEFAULT_MAX_BODY_SIZE,
+    HEADERS_SCOPE_KEY,
+    read_body,
+    read_headers,
+    send_response,
+    serve_lifespan,
+)
 from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
     DEFAULT_MAX_BATCH_ANSWER_BYTES,
@@ -176,7 +183,10 @@ class MCPEndpoint:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         after = start_after_response()
-        headers, duplicated = read_headers(scope, _ROUTING_HEADERS)
+        headers: dict[str, str] | None = scope.get(HEADERS_SCOPE_KEY)  # decoded by RequestChecksMiddleware
+        duplicated = None
+        if headers is None:
+            headers, duplicated = read_headers(scope, _ROUTING_HEADERS)
         route: str = scope["path"]
         root = scope.get("root_path")
         if root and route.startswith(root):  # `_route`, inline on the hot path

@@ -239,6 +239,7 @@ class AgentSource:
         self._secret_views: dict[tuple[str, str], RuntimeView] = {}  # served views whose tools use secrets
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
+        self._watching = False  # both the watcher and (if any) the listener run
 
     def reload(self) -> None:
         """Rebuild the catalogs whose published version changed; keep the rest as they are."""
@@ -347,19 +348,21 @@ class AgentSource:
 
     def ensure_watching(self) -> None:
         """Start the watcher (and the listener) unless they run; called by every request, so the common case,
-        both running, is two tests."""
-        watcher, listening = self._watcher, self._listening
-        if (
-            watcher is not None
-            and not watcher.done()
-            and (self.listener is None or (listening is not None and not listening.done()))
-        ):
+        both running, is one test: `_watching` is set when they start and cleared when either ends."""
+        if self._watching:
             return
         loop = asyncio.get_running_loop()
+        watcher, listening = self._watcher, self._listening
         if watcher is None or watcher.done():
-            self._watcher = loop.create_task(self.watch())
+            self._watcher = watcher = loop.create_task(self.watch())
+            watcher.add_done_callback(self._stopped_watching)
         if self.listener is not None and (listening is None or listening.done()):
-            self._listening = loop.create_task(self.listener.run(self._announced))
+            self._listening = listening = loop.create_task(self.listener.run(self._announced))
+            listening.add_done_callback(self._stopped_watching)
+        self._watching = True
+
+    def _stopped_watching(self, _task: asyncio.Task[None]) -> None:
+        self._watching = False
 
     async def aclose(self) -> None:
         """Stop watching and listening, and close the upstream connections."""
