@@ -35,6 +35,7 @@ CrankError
 │   │   └── UpstreamBusyError           no connection free for the workspace within it: never sent
 │   ├── UpstreamConnectionError     not reached (`sent` False), or dropped after the request was sent
 │   ├── UpstreamTooLargeError       an answer larger than the client accepts
+│   ├── UpstreamRequestTooLargeError  a request head larger than the client sends: never sent
 │   └── UpstreamRefusedError        the egress policy refuses every address of the upstream (crank.gateway.egress)
 └── ToolError                   a tool call failed: the client gets `isError: true` with a structured error
     │                               (raised as is by a tool for its own business failure: class `tool`)
@@ -120,6 +121,7 @@ __all__ = [
     "UpstreamConnectionError",
     "UpstreamError",
     "UpstreamRefusedError",
+    "UpstreamRequestTooLargeError",
     "UpstreamTimeoutError",
     "UpstreamTooLargeError",
     "Violation",
