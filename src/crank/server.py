@@ -90,22 +90,25 @@ class RPCService:
 
 
 _ROUTE_CACHE_SIZE = 4096
+_ROUTE_CACHE_PATH_CHARS = 256  # longer paths are routed each time, never kept: the cache stays under 4 MiB
 
 
 def _agent_route(path: str, routes: dict[str, tuple[str, dict[str, str]]]) -> tuple[str, dict[str, str]] | None:
     """For `/mcp/v1/{workspace}/{agent}[/...]`: the agent's root below the app's and its path parameters, kept
-    in `routes` (a client sends the same path on every call; cleared when full, so a flood of distinct paths
-    cannot grow it). None for any other path."""
+    in `routes` when the path is short (a client sends the same path on every call; cleared when full, so a
+    flood of distinct or long paths cannot grow it). None for any other path."""
     if not path.startswith(_MCP_PREFIX):
         return None
     workspace, _, rest = path[len(_MCP_PREFIX) :].partition("/")
     agent = rest.partition("/")[0]
     if not (workspace and agent):
         return None
-    if len(routes) >= _ROUTE_CACHE_SIZE:
-        routes.clear()
     # The parameters are shared by every request of the path: read, never changed.
-    route = routes[path] = (f"{_MCP_PREFIX}{workspace}/{agent}", {"workspace": workspace, "agent": agent})
+    route = (f"{_MCP_PREFIX}{workspace}/{agent}", {"workspace": workspace, "agent": agent})
+    if len(path) <= _ROUTE_CACHE_PATH_CHARS:
+        if len(routes) >= _ROUTE_CACHE_SIZE:
+            routes.clear()
+        routes[path] = route
     return route
 
 

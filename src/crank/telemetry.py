@@ -30,6 +30,7 @@ import asyncio
 import datetime
 import logging
 import math
+import os
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -66,6 +67,8 @@ declares; telemetry sits below the core and never imports it."""
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # As a `Histogram` writes its `le` labels (prometheus-client's helper is untyped).
 _BUCKET_LABELS: tuple[str, ...] = tuple(floatToGoString(b) for b in (*_BUCKETS, math.inf))  # type: ignore[no-untyped-call]
+# Whether counters and histograms write their `_created` series: prometheus-client's own switch, read as it reads it.
+_CREATED_SERIES = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1", "t")
 logger = logging.getLogger("crank.calls")
 health_logger = logging.getLogger("crank.health")
 
@@ -73,7 +76,7 @@ health_logger = logging.getLogger("crank.health")
 class _ToolCalls:
     """One tool's calls (by outcome) and their latency histogram."""
 
-    __slots__ = ("buckets", "created", "errors", "ok", "seconds")
+    __slots__ = ("buckets", "created", "errors", "errors_created", "ok", "seconds")
 
     def __init__(self) -> None:
         self.ok = 0
@@ -81,6 +84,7 @@ class _ToolCalls:
         self.buckets = [0] * (len(_BUCKETS) + 1)  # per bucket (not cumulative); the last one is +Inf
         self.seconds = 0.0
         self.created = time.time()
+        self.errors_created = 0.0  # set by the first failure, as a `Counter` child is made by its first `inc`
 
     def observe(self, seconds: float) -> None:
         self.buckets[bisect_left(_BUCKETS, seconds)] += 1  # a bucket's bound is inclusive (`le`)
@@ -100,18 +104,19 @@ class _CallsCollector:
 
     def collect(self) -> Iterator[Metric]:
         calls, latency = self._calls(), self._latency()
+        created = _CREATED_SERIES
         for labels, tool in list(self.tools.items()):
-            calls.add_metric([*labels, "ok"], tool.ok, created=tool.created)
+            calls.add_metric([*labels, "ok"], tool.ok, created=tool.created if created else None)
             if tool.errors:
-                calls.add_metric([*labels, "error"], tool.errors, created=tool.created)
+                calls.add_metric([*labels, "error"], tool.errors, created=tool.errors_created if created else None)
             cumulative, buckets = 0, []
             for bound, count in zip(_BUCKET_LABELS, tool.buckets, strict=True):
                 cumulative += count
                 buckets.append((bound, cumulative))
             latency.add_metric(list(labels), buckets, tool.seconds)
-            # `add_metric` of a histogram takes no creation time; a `Histogram` exposes it as this sample.
-            latency.samples.append(Sample(f"{latency.name}_created", dict(zip(_LABELS, labels, strict=True)),
-                                          tool.created))  # fmt: skip
+            if created:  # `add_metric` of a histogram takes no creation time; a `Histogram` writes this sample
+                latency.samples.append(Sample(f"{latency.name}_created", dict(zip(_LABELS, labels, strict=True)),
+                                              tool.created))  # fmt: skip
         yield calls
         yield latency
 
@@ -160,6 +165,8 @@ class Metrics:
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug("tool call", extra={**labels, "tool": tool, "duration_ms": round(seconds * 1000, 2)})
                 return
+            if not counts.errors:
+                counts.errors_created = time.time()
             counts.errors += 1
             self.errors.labels(workspace, agent, tool, error.error_class, error.error_code).inc()
             extra = {**labels, "tool": tool, "request_id": request_id, "error_class": error.error_class,

@@ -63,6 +63,11 @@ def test_an_oversized_document_is_refused(base: str) -> None:
         load_document(base + "/huge", max_bytes=1000)
 
 
+def test_a_url_too_long_to_send_is_refused_as_such(base: str) -> None:
+    with pytest.raises(SpecError, match=r"\.\.\.: cannot fetch the document: its URL is too long$"):
+        load_document(base + "/openapi.yaml?" + "x" * 20_000)
+
+
 def test_a_slow_endless_body_is_cut_by_the_deadline(base: str) -> None:
     with pytest.raises(SpecError, match=r"/endless: cannot fetch the document: no answer from that address"):
         load_document(base + "/endless", deadline=1)

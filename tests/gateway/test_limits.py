@@ -151,6 +151,32 @@ async def test_a_workspace_limit_counts_every_request_before_its_body_is_read(
     assert 1 <= int(plain.headers["retry-after"]) <= 60
 
 
+@pytest.mark.parametrize("store", ["memory", "redis"])
+async def test_each_item_of_a_batch_counts_as_a_request_against_the_workspace_limits(
+    registry: Registry, serve: Callable[..., str], redis_url: str, store: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=5, window=60)))
+    key = registry.create_api_key("acme")
+    (url,) = replicas(registry, serve, redis_stores(redis_url, 1) if store == "redis" else [None])
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}", "MCP-Protocol-Version": "2025-03-26"}
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "tools/list"} for i in range(1, 8)]
+    batch.insert(6, {"jsonrpc": "2.0", "method": "notifications/initialized"})  # refused: no answer at all
+    batch.append({"jsonrpc": "2.0", "id": 99, "result": {}})  # a client's response is never answered either
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(url, json=batch, headers=headers)
+        after = await http.post(url, json=rpc("tools/list"), headers=headers)
+    assert answer.status_code == 200
+    by_id = {item["id"]: item for item in answer.json()}
+    assert sorted(by_id) == [1, 2, 3, 4, 5, 6, 7]  # the notification and the response got no answer
+    assert all("result" in by_id[i] for i in (1, 2, 3, 4, 5))  # the batch's request and four items more
+    for i in (6, 7):  # the limit of 5 was used up: never run
+        error = by_id[i]["error"]
+        assert error["code"] == -32003 and error["data"]["error_code"] == "rate_limited"
+        assert error["data"]["details"]["limit"] == "workspace_rate"
+    assert after.status_code == 429  # the batch's items were counted
+
+
 async def test_the_plain_call_answers_a_refused_call_429_with_retry_after(
     registry: Registry, serve: Callable[..., str], redis_url: str
 ) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -148,6 +150,49 @@ def test_the_combined_checks_with_auth_answer_as_the_three_wrappers_nested(
     assert answers[0] == answers[1]
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"host", b"evil.example"), (b"host", b"127.0.0.1")],  # the last Host counts, as in the nested wrappers
+        [(b"host", b"127.0.0.1"), (b"host", b"evil.example")],
+        [(b"authorization", b"Bearer secret-token"), (b"authorization", b"Bearer wrong")],  # the first counts
+        [(b"authorization", b"Bearer wrong"), (b"authorization", b"Bearer secret-token")],
+        [(b"x-repeated", b"1"), (b"x-repeated", b"2"), (b"authorization", b"Bearer secret-token")],
+        [(b"host", "l\u212aocalhost".encode())],  # UTF-8, non-ASCII: refused whichever codec reads it
+        [(b"host", "l\u212aocalhost".encode()), (b"x-repeated", b"1"), (b"x-repeated", b"2")],
+        [(b"origin", "http://\u212a.example".encode()), (b"authorization", b"Bearer secret-token")],
+        [(b"authorization", "Bearer s\u00e9cret".encode())],
+    ],
+)
+def test_repeated_and_non_ascii_headers_get_the_answers_of_the_nested_wrappers(
+    serve: Callable[..., str], headers: list[tuple[bytes, bytes]]
+) -> None:
+    policy = HostOriginPolicy.build(None, (), ())
+    tokens = {"secret-token": "alice"}
+    authenticated = BearerAuthMiddleware(echo, tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
+    nested = serve(HostOriginMiddleware(BodyLimitMiddleware(authenticated, 100), policy, refusal=jsonrpc_refusal))
+    auth = BearerAuth(tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
+    combined = serve(RequestChecksMiddleware(echo, policy, 100, auth=auth))
+    sent = headers if any(name == b"host" for name, _ in headers) else [(b"host", b"127.0.0.1"), *headers]
+    answers = [_raw_post(url, sent) for url in (nested, combined)]
+    assert answers[0] == answers[1]
+
+
+def _raw_post(url: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, str | None, bytes]:
+    """POST b"x" with exactly these headers, repeats included (httpx refuses to send two Host headers)."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        connection.putrequest("POST", parts.path or "/", skip_host=True, skip_accept_encoding=True)
+        for name, value in [*headers, (b"content-length", b"1")]:
+            connection.putheader(name, value)
+        connection.endheaders(b"x")
+        response = connection.getresponse()
+        return response.status, response.getheader("www-authenticate"), response.read()
+    finally:
+        connection.close()
+
+
 @pytest.mark.anyio
 async def test_the_parsed_tokens_kept_are_bounded_in_number_and_size() -> None:
     auth = BearerAuth(lambda token: token, realm="test", message="need a token")
@@ -162,3 +207,5 @@ async def test_the_parsed_tokens_kept_are_bounded_in_number_and_size() -> None:
     auth._tokens.clear()
     assert await auth.admitted(dict(scope), send, b"Bearer " + b"k" * 1000)
     assert auth._tokens == {}  # a long value is parsed each time, never kept
+    assert await auth.admitted(dict(scope), send, "Bearer " + "\u00e9" * 400)
+    assert auth._tokens == {}  # nor a non-ASCII one, whose characters may each take more than a byte

@@ -44,3 +44,10 @@ def test_verdicts_are_cached_and_bounded() -> None:
         policy.check(LOOPBACK, f"h{i}.example.com", None)
     assert len(policy._verdicts) <= 4096
     assert policy.check(LOOPBACK, "api.example.com:443", None) is None
+
+
+def test_non_ascii_hosts_and_origins_are_refused_even_where_they_lower_case_to_an_allowed_name() -> None:
+    policy = HostOriginPolicy.build(True, ["kube.example"], [])
+    assert policy.check(LOOPBACK, "kube.example", None) is None
+    assert policy.check(LOOPBACK, "\u212aube.example", None) == 421  # the Kelvin sign lower-cases to "k"
+    assert policy.check(LOOPBACK, "kube.example", "http://\u212aube.example") == 403

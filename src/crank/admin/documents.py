@@ -44,7 +44,13 @@ import referencing.exceptions
 import yaml
 
 from crank import _json, _yaml
-from crank.exceptions import SpecError, UpstreamError, UpstreamRefusedError, UpstreamTooLargeError
+from crank.exceptions import (
+    SpecError,
+    UpstreamError,
+    UpstreamRefusedError,
+    UpstreamRequestTooLargeError,
+    UpstreamTooLargeError,
+)
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
 from crank.types import JSONObject
@@ -162,6 +168,8 @@ def _fetch(url: str, egress: EgressPolicy | None, deadline: float, max_bytes: in
         raise SpecError(f"{url}: {_REFUSED}") from None
     except UpstreamTooLargeError:
         raise SpecError(f"{url}: cannot fetch the document: larger than {max_bytes:,} bytes") from None
+    except UpstreamRequestTooLargeError:  # never sent; the URL itself is cut short in the message
+        raise SpecError(f"{url[:100]}...: cannot fetch the document: its URL is too long") from None
     except UpstreamError:  # refused, reset, closed, timed out, a DNS or TLS failure: all alike to the caller
         raise SpecError(f"{url}: {_UNREACHABLE}") from None
     if 300 <= status < 400:

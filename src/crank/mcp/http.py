@@ -22,8 +22,11 @@ from crank.exceptions import (
     ArgumentsRejectedError,
     CatalogNotFoundError,
     CatalogUnauthorizedError,
+    DependencyUnavailableError,
+    InternalError,
     InvalidRequestError,
     LimitReachedError,
+    RateLimitedError,
     RequestTooLargeError,
     RPCError,
     UnknownFormatError,
@@ -116,7 +119,8 @@ class MCPEndpoint:
         confirm_key: a second, slower look at a token `authenticate` did not recognise (awaited; None
             refuses it too).
         admit: gets each authenticated request (its scope and caller) before its body is read, and may refuse
-            it with `RateLimitedError`: 429 with `Retry-After` (the gateway's workspace limits).
+            it with `RateLimitedError`: 429 with `Retry-After` (the gateway's workspace limits). Each item of a
+            JSON-RPC batch after the first counts as one request more (`_admit_batch`).
         debug: put exception details in error data. Never in production.
     """
 
@@ -157,6 +161,7 @@ class MCPEndpoint:
             debug=debug,
         )
         self.max_body_size = max_body_size
+        self._admit = admit if authenticate is not None else None
         self.max_batch_items = max_batch_items
         self.max_batch_answer_bytes = max_batch_answer_bytes
         self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
@@ -250,7 +255,7 @@ class MCPEndpoint:
             request_id = message.get("id") if isinstance(message, dict) and is_request_id(message.get("id")) else None
             return _internal(request_id, self.server.internal_error(exc))
         if isinstance(message, list):
-            return await self._batch(message, catalog, info)
+            return await self._batch(scope, message, catalog, info)
         if not isinstance(message, dict):
             return _protocol_error(400, INVALID_REQUEST, "Invalid request: the body must be a JSON-RPC object")
         if _is_plain_request(message):  # the common case, checked in one expression
@@ -277,7 +282,7 @@ class MCPEndpoint:
             return None
         return await self.server.handle(message, catalog, info)
 
-    async def _batch(self, messages: list[Any], catalog: Catalog, info: RequestInfo) -> Exchange:
+    async def _batch(self, scope: Scope, messages: list[Any], catalog: Catalog, info: RequestInfo) -> Exchange:
         version = info.headers.get("mcp-protocol-version")
         if version is not None and version not in BATCH_PROTOCOL_VERSIONS:
             return _protocol_error(
@@ -298,13 +303,35 @@ class MCPEndpoint:
             exchange = await self._single(item, catalog, info)
             return exchange.body if exchange is not None else None
 
+        admitted, refusal = await self._admit_batch(scope, info.caller, len(messages))
         answers = await gather_batch(
-            messages, one, size=len, refused=_batch_refusal, max_answer_bytes=self.max_batch_answer_bytes
+            messages[:admitted], one, size=len, refused=_batch_refusal, max_answer_bytes=self.max_batch_answer_bytes
         )
+        if refusal is not None:  # the rest, never run; a notification or a client's response gets no answer, as ever
+            answers += [_limited(item, refusal) for item in messages[admitted:] if _is_answered(item)]
         answers = [body for body in answers if body]
         if not answers:
             return Exchange(202, None)
         return Exchange(200, b"[" + b",".join(answers) + b"]")
+
+    async def _admit_batch(self, scope: Scope, caller: Any, items: int) -> tuple[int, RPCError | None]:
+        """Each item after the first counts as one request more against `admit` (the first was counted with the
+        HTTP request, before its body was read), so that a limit of N requests a second means N JSON-RPC
+        requests, batched or not. Returns how many items may run, and the error the others are answered with
+        once one was refused (the rest are not counted: a used-up limit refuses them all)."""
+        if self._admit is None or caller is None:
+            return items, None
+        for index in range(1, items):
+            pending = self._admit(scope, caller)
+            if pending is None:
+                continue
+            try:
+                await pending
+            except RateLimitedError as limited:
+                return index, limited
+            except DependencyUnavailableError as unavailable:  # cannot count the item: not admitted
+                return index, InternalError(unavailable.message, data={"retry_after": unavailable.retry_after})
+        return items, None
 
     # -- the plain HTTP pair (seed 002) ------------------------------------------------------------
 
@@ -430,6 +457,22 @@ def _parse_json(body: bytes) -> Any:
         return _json.loads_bounded(body)
     except _json.JSONDecodeError:
         raise _NotJSONError("Parse error: the body is not valid JSON") from None
+
+
+def _is_answered(item: Any) -> bool:
+    """Whether a batch item gets an answer: not a notification (a method without an id), nor a client's
+    response (an id with a result or an error, no method)."""
+    if not isinstance(item, dict):
+        return True
+    if "method" in item:
+        return "id" in item
+    return not ("id" in item and ("result" in item or "error" in item))
+
+
+def _limited(item: Any, error: RPCError) -> bytes:
+    """A batch item refused by the workspace's limits, answered with its id (when it has a valid one)."""
+    request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
+    return encode_error(request_id, error)
 
 
 def _batch_refusal(item: Any, reason: str) -> bytes:

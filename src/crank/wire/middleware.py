@@ -277,7 +277,8 @@ class BearerAuth:
                 token = self._tokens[authorization]
             except KeyError:
                 token = bearer_token(authorization)
-                if len(authorization) <= _TOKEN_CACHE_VALUE_BYTES:
+                # ASCII only: then characters are bytes, and the bound on each entry holds.
+                if len(authorization) <= _TOKEN_CACHE_VALUE_BYTES and authorization.isascii():
                     if len(self._tokens) >= _TOKEN_CACHE_SIZE:
                         self._tokens.clear()
                     self._tokens[authorization] = token

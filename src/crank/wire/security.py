@@ -94,12 +94,16 @@ class HostOriginPolicy:
         return None
 
     def _host_allowed(self, host: str | None) -> bool:
-        if not host:
+        # Host names on the wire are ASCII (IDNA): anything else is refused, whichever codec read the header
+        # (`str.lower` would map some non-ASCII letters to ASCII ones: the Kelvin sign to `k`).
+        if not host or not host.isascii():
             return False
         name = _hostname(host.lower())
         return name in LOOPBACK_HOSTS or name in self.allowed_hosts
 
     def _origin_allowed(self, origin: str, host: str | None, protected: bool) -> bool:
+        if not origin.isascii():  # as for the host
+            return False
         origin = origin.lower().rstrip("/")
         if origin in self.allowed_origins:
             return True

@@ -119,12 +119,7 @@ class HTTPAdapter(Adapter):
             except UpstreamRefusedError as exc:  # the operator's to fix, like a missing secret; never retried
                 raise self._refused(str(exc)) from None
             except UpstreamRequestTooLargeError:  # nothing was sent, on this attempt or (same request) any other
-                raise MappingError(
-                    f"The arguments make an upstream request head (URL and headers) of more than "
-                    f"{MAX_REQUEST_HEAD_BYTES} bytes, which is not sent.", error_code="arguments_too_large",
-                    recoverable=True, suggested_action="Pass shorter values for the arguments that go into the "
-                    "URL's query or path, or into headers.",
-                ) from None  # fmt: skip
+                raise _arguments_too_large() from None
             except UpstreamTooLargeError:
                 raise AdapterError("The upstream's answer is too large to pass on.", error_code="upstream_bad_response",
                                    suggested_action="Narrow the request (filters, a smaller page) and try again.",
@@ -219,10 +214,21 @@ def _checked_url(url: str, *, where: str) -> str:
     return url
 
 
+def _arguments_too_large() -> MappingError:
+    return MappingError(
+        f"The arguments make an upstream request head (URL and headers) of more than {MAX_REQUEST_HEAD_BYTES} "
+        "bytes, which is not sent.", error_code="arguments_too_large", recoverable=True,
+        suggested_action="Pass shorter values for the arguments that go into the URL's query or path, or into headers.",
+    )  # fmt: skip
+
+
 def _path_segment(name: str, value: Any) -> str:
     """One percent-encoded path segment. `.` and `..` are refused: a server would resolve them and reach
-    another endpoint with this operation's credentials."""
+    another endpoint with this operation's credentials. One too long for any request head is refused before
+    it is encoded (the client checks the whole head again)."""
     text = _json.as_text(value)
+    if len(text) > MAX_REQUEST_HEAD_BYTES:
+        raise _arguments_too_large()
     if text in ("", ".", ".."):
         raise MappingError(f"path parameter {name!r} may not be {text!r}", recoverable=True,
                            suggested_action=f"Pass the real value of {name!r}.")  # fmt: skip
