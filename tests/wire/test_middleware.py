@@ -135,12 +135,7 @@ def test_the_combined_checks_answer_as_the_two_wrappers_nested(
 def test_the_combined_checks_with_auth_answer_as_the_three_wrappers_nested(
     serve: Callable[..., str], headers: dict[str, str], content: bytes | Iterator[bytes]
 ) -> None:
-    policy = HostOriginPolicy.build(None, (), ())
-    tokens = {"secret-token": "alice"}
-    authenticated = BearerAuthMiddleware(echo, tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
-    nested = serve(HostOriginMiddleware(BodyLimitMiddleware(authenticated, 100), policy, refusal=jsonrpc_refusal))
-    auth = BearerAuth(tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
-    combined = serve(RequestChecksMiddleware(echo, policy, 100, auth=auth))
+    nested, combined = _nested_and_combined_with_auth(serve)
     body = content if isinstance(content, bytes) else b"".join(content)
     answers = []
     for url in (nested, combined):
@@ -167,15 +162,20 @@ def test_the_combined_checks_with_auth_answer_as_the_three_wrappers_nested(
 def test_repeated_and_non_ascii_headers_get_the_answers_of_the_nested_wrappers(
     serve: Callable[..., str], headers: list[tuple[bytes, bytes]]
 ) -> None:
+    nested, combined = _nested_and_combined_with_auth(serve)
+    sent = headers if any(name == b"host" for name, _ in headers) else [(b"host", b"127.0.0.1"), *headers]
+    answers = [_raw_post(url, sent) for url in (nested, combined)]
+    assert answers[0] == answers[1]
+
+
+def _nested_and_combined_with_auth(serve: Callable[..., str]) -> tuple[str, str]:
+    """The three wrappers nested, and `RequestChecksMiddleware` with the same authentication: their URLs."""
     policy = HostOriginPolicy.build(None, (), ())
     tokens = {"secret-token": "alice"}
     authenticated = BearerAuthMiddleware(echo, tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
     nested = serve(HostOriginMiddleware(BodyLimitMiddleware(authenticated, 100), policy, refusal=jsonrpc_refusal))
     auth = BearerAuth(tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
-    combined = serve(RequestChecksMiddleware(echo, policy, 100, auth=auth))
-    sent = headers if any(name == b"host" for name, _ in headers) else [(b"host", b"127.0.0.1"), *headers]
-    answers = [_raw_post(url, sent) for url in (nested, combined)]
-    assert answers[0] == answers[1]
+    return nested, serve(RequestChecksMiddleware(echo, policy, 100, auth=auth))
 
 
 def _raw_post(url: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, str | None, bytes]:
