@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
+import secrets
 
 __all__ = ["new_request_id"]
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """32 hex digits of randomness (`secrets.token_hex`: less than half the time of `uuid4().hex`, which every
+    refused request of a flood pays)."""
+    return secrets.token_hex(16)

@@ -11,7 +11,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import anyio
 import httpx
 import pytest
 
@@ -23,6 +25,7 @@ from crank.state import MemoryStore, RedisStore, StateStore
 from tests import services
 from tests.gateway import upstream
 from tests.gateway.test_gateway import publish_demo
+from tests.proxy import TCPProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -275,6 +278,30 @@ async def test_while_redis_is_away_limited_requests_and_calls_are_refused_never_
     assert answer["error"]["error_code"] == "state_unavailable" and answer["error"]["details"]["retry_after"] == 5
     assert plain.headers["retry-after"] == "5" and plain.json()["isError"] is True
     assert not [seen for seen in upstream.seen if seen.get("path") == "/users/2"]  # never sent uncounted
+
+
+async def test_a_used_up_limit_refuses_without_asking_redis_again_until_it_resets_or_changes(
+    registry: Registry, serve: Callable[..., str], redis_url: str
+) -> None:
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=2, window=60)))
+    key = registry.create_api_key("acme")
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
+    with TCPProxy(urlsplit(redis_url).port or 6379) as proxy:
+        store = RedisStore(f"redis://{services.HOST}:{proxy.port}/0", prefix=f"t-{uuid.uuid4().hex}:", timeout=1)
+        (url,) = replicas(registry, serve, [store])
+        async with httpx.AsyncClient(timeout=30) as http:
+            statuses = [(await http.post(url, json=rpc("tools/list"), headers=headers)).status_code for _ in range(3)]
+            assert statuses == [200, 200, 429]  # the third was refused by Redis's count
+            proxy.refuse()  # Redis away: only a request that needs it fails now
+            refused = await http.post(url, json=rpc("tools/list"), headers=headers)
+            assert refused.status_code == 429  # known to be full: refused here, Redis not asked
+            assert refused.json()["error"]["data"]["details"]["limit"] == "workspace_rate"
+            registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=5, window=60)))
+            with anyio.fail_after(30):  # the replica hears of the raised limit, which Redis must count
+                while (await http.post(url, json=rpc("tools/list"), headers=headers)).status_code != 503:
+                    await anyio.sleep(0.05)
+            proxy.forward()
 
 
 async def test_a_workspace_refusal_labels_its_metric_with_a_published_agent_only(

@@ -16,12 +16,12 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from crank.exceptions import LimitReachedError
 from crank.registry import KeyScope
 from crank.registry.runtime import Limits, QuotaPeriod
-from crank.state import Counter, StateStore
+from crank.state import Counter, Full, StateStore
 from crank.telemetry import Metrics
 from crank.wire.http import retry_after_seconds
 
@@ -31,6 +31,7 @@ KEY_PREFIX: Final = "limit:"
 """The state store's keys of the counts, below the store's own prefix."""
 _WHOSE = {"workspace": "this workspace's", "agent": "this agent's", "key": "this API key's"}
 _PLANS_KEPT = 4096  # owners' plans kept (`Limiter._plan`): bounded, like every cache fed by the registry
+_FULL_KEPT = 4096  # counts known to be full (`Limiter._full_until`): cleared when there are more
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,12 @@ class Limiter:
         # Each owner's plan with the limits it was made of: a reload brings new `Limits` objects, and a plan
         # is made again when its owner's limits are not the very object it was made of.
         self._plans: dict[str, tuple[Limits, _Plan]] = {}
+        # Counts the store said were full, by key and limit, until they reset (monotonic seconds). A full count
+        # stays full until then (it only grows in its window or period), so the requests of a tenant that used
+        # up its limit are refused here, without asking the store again: a flood of them costs no Redis round
+        # trip each. The limit is part of the key: an operator who raises it is heard at once.
+        self._full_until: dict[tuple[str, int], float] = {}
+        self._refusal_counters: dict[tuple[str, str, str], Any] = {}
 
     def _plan(self, owner: str, key: str, limits: Limits) -> _Plan:
         kept = self._plans.get(key)
@@ -145,7 +152,10 @@ class Limiter:
     def admit_request_now(self, key: KeyScope, workspace_limits: Limits) -> bool:
         """`admit_request` counted at once when the store can (`StateStore.hit_now`): True when admitted; False
         when nothing was counted and `admit_request` must be awaited."""
-        return self.state.hit_now([check.counter for check in self._request_checks(key, workspace_limits)])
+        checks = self._request_checks(key, workspace_limits)
+        if self._full_until and self._known_full(checks) is not None:
+            return False  # `admit_request` refuses it, without the store
+        return self.state.hit_now([check.counter for check in checks])
 
     async def admit_call(self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> None:
         """One call of an operation of `agent`, against the agent's limits and those of the key (if any)."""
@@ -157,17 +167,50 @@ class Limiter:
         """`admit_call` counted at once when the store can: True when admitted; False when nothing was counted
         and `admit_call` must be awaited."""
         checks = self._call_checks(workspace, agent, agent_limits, key)
-        return not checks or self.state.hit_now([check.counter for check in checks])
+        if not checks:
+            return True
+        if self._full_until and self._known_full(checks) is not None:
+            return False  # `admit_call` refuses it, without the store
+        return self.state.hit_now([check.counter for check in checks])
 
     async def _hit(self, checks: list[_Check], workspace: str, agent: str) -> None:
-        full = await self.state.hit([check.counter for check in checks])
+        full = self._known_full(checks) if self._full_until else None
         if full is None:
-            return
+            full = await self.state.hit([check.counter for check in checks])
+            if full is None:
+                return
+            counter = checks[full.counter].counter
+            if len(self._full_until) >= _FULL_KEPT:
+                self._full_until.clear()
+            self._full_until[(counter.key, counter.limit)] = time.monotonic() + full.retry_after
         check = checks[full.counter]
         if self.metrics is not None:
-            self.metrics.rate_limited.labels(workspace, agent, check.name).inc()
+            self._refusals(workspace, agent, check.name).inc()
         retry_after = retry_after_seconds(full.retry_after)
         raise LimitReachedError(check.name, retry_after, f"The call was refused: {check.text} is used up.")
+
+    def _refusals(self, workspace: str, agent: str, limit: str) -> Any:
+        """The `crank_rate_limited_total` child of these labels, found once (a flood of refusals pays no lookup);
+        as many as published agents times limits, cleared past `_FULL_KEPT`."""
+        labels = (workspace, agent, limit)
+        child = self._refusal_counters.get(labels)
+        if child is None:
+            assert self.metrics is not None
+            if len(self._refusal_counters) >= _FULL_KEPT:
+                self._refusal_counters.clear()
+            child = self._refusal_counters[labels] = self.metrics.rate_limited.labels(*labels)
+        return child
+
+    def _known_full(self, checks: list[_Check]) -> Full | None:
+        """The first of `checks` whose count the store said is full and has not reset since; nothing counted."""
+        now = time.monotonic()
+        for index, check in enumerate(checks):
+            until = self._full_until.get((check.counter.key, check.counter.limit))
+            if until is not None:
+                if until > now:
+                    return Full(index, until - now)
+                del self._full_until[(check.counter.key, check.counter.limit)]
+        return None
 
 
 @dataclass(frozen=True, slots=True)
