@@ -115,9 +115,10 @@ class Limiter:
         # is made again when its owner's limits are not the very object it was made of.
         self._plans: dict[str, tuple[Limits, _Plan]] = {}
         # Counts the store said were full, by key and limit, until they reset (monotonic seconds). A full count
-        # stays full until then (it only grows in its window or period), so the requests of a tenant that used
-        # up its limit are refused here, without asking the store again: a flood of them costs no Redis round
-        # trip each. The limit is part of the key: an operator who raises it is heard at once.
+        # stays full until then (it only grows in its window or period, unless Redis loses its data), so the
+        # requests that the store cannot count at once (`hit_now`) of a tenant that used up its limit are
+        # refused here without asking again: a flood of them costs no Redis round trip each. The limit is part
+        # of the key: a limit the operator changes is asked about again at once (its count carries on).
         self._full_until: dict[tuple[str, int], float] = {}
         self._refusal_counters: dict[tuple[str, str, str], Any] = {}
 
@@ -152,10 +153,7 @@ class Limiter:
     def admit_request_now(self, key: KeyScope, workspace_limits: Limits) -> bool:
         """`admit_request` counted at once when the store can (`StateStore.hit_now`): True when admitted; False
         when nothing was counted and `admit_request` must be awaited."""
-        checks = self._request_checks(key, workspace_limits)
-        if self._full_until and self._known_full(checks) is not None:
-            return False  # `admit_request` refuses it, without the store
-        return self.state.hit_now([check.counter for check in checks])
+        return self.state.hit_now([check.counter for check in self._request_checks(key, workspace_limits)])
 
     async def admit_call(self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None) -> None:
         """One call of an operation of `agent`, against the agent's limits and those of the key (if any)."""
@@ -167,22 +165,19 @@ class Limiter:
         """`admit_call` counted at once when the store can: True when admitted; False when nothing was counted
         and `admit_call` must be awaited."""
         checks = self._call_checks(workspace, agent, agent_limits, key)
-        if not checks:
-            return True
-        if self._full_until and self._known_full(checks) is not None:
-            return False  # `admit_call` refuses it, without the store
-        return self.state.hit_now([check.counter for check in checks])
+        return not checks or self.state.hit_now([check.counter for check in checks])
 
     async def _hit(self, checks: list[_Check], workspace: str, agent: str) -> None:
         full = self._known_full(checks) if self._full_until else None
         if full is None:
+            asked = time.monotonic()  # the store measured the time left before it answered: never remember longer
             full = await self.state.hit([check.counter for check in checks])
             if full is None:
                 return
             counter = checks[full.counter].counter
             if len(self._full_until) >= _FULL_KEPT:
                 self._full_until.clear()
-            self._full_until[(counter.key, counter.limit)] = time.monotonic() + full.retry_after
+            self._full_until[(counter.key, counter.limit)] = asked + full.retry_after
         check = checks[full.counter]
         if self.metrics is not None:
             self._refusals(workspace, agent, check.name).inc()
