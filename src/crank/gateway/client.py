@@ -355,8 +355,6 @@ class UpstreamClient:
                 raise _head_too_large(unencoded)
             target += ("&" if "?" in target else "?") + urlencode(params, quote_via=quote)
         data = self._serialize(method, target, origin, headers, body)
-        if len(data) > MAX_REQUEST_HEAD_BYTES and len(data) - (len(body) if body else 0) > MAX_REQUEST_HEAD_BYTES:
-            raise _head_too_large(len(data) - (len(body) if body else 0))
         loop = asyncio.get_running_loop()
         pool = self._pool(origin, loop)
         deadline = loop.time() + timeout
@@ -457,6 +455,8 @@ class UpstreamClient:
             lines.extend(line for name, line in _DEFAULT_HEADERS.items() if name not in given)
         lines.append("\r\n")
         head = "".join(lines).encode()
+        if len(head) > MAX_REQUEST_HEAD_BYTES:
+            raise _head_too_large(len(head))
         return head + body if body else head
 
     async def aclose(self) -> None:

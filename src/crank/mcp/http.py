@@ -46,14 +46,7 @@ from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
-from crank.wire.asgi import (
-    DEFAULT_MAX_BODY_SIZE,
-    HEADERS_SCOPE_KEY,
-    read_body,
-    read_headers,
-    send_response,
-    serve_lifespan,
-)
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, read_headers, send_response, serve_lifespan
 from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
     DEFAULT_MAX_BATCH_ANSWER_BYTES,
@@ -188,10 +181,7 @@ class MCPEndpoint:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         after = start_after_response()
-        headers: dict[str, str] | None = scope.get(HEADERS_SCOPE_KEY)  # decoded by RequestChecksMiddleware
-        duplicated = None
-        if headers is None:
-            headers, duplicated = read_headers(scope, _ROUTING_HEADERS)
+        headers, duplicated = read_headers(scope, _ROUTING_HEADERS)  # as RequestChecksMiddleware decoded them
         route: str = scope["path"]
         root = scope.get("root_path")
         if root and route.startswith(root):  # `_route`, inline on the hot path
@@ -308,7 +298,7 @@ class MCPEndpoint:
             messages[:admitted], one, size=len, refused=_batch_refusal, max_answer_bytes=self.max_batch_answer_bytes
         )
         if refusal is not None:  # the rest, never run; a notification or a client's response gets no answer, as ever
-            answers += [_limited(item, refusal) for item in messages[admitted:] if _is_answered(item)]
+            answers += [_refused_item(item, refusal) for item in messages[admitted:] if _is_answered(item)]
         answers = [body for body in answers if body]
         if not answers:
             return Exchange(202, None)
@@ -469,15 +459,14 @@ def _is_answered(item: Any) -> bool:
     return not ("id" in item and ("result" in item or "error" in item))
 
 
-def _limited(item: Any, error: RPCError) -> bytes:
-    """A batch item refused by the workspace's limits, answered with its id (when it has a valid one)."""
+def _refused_item(item: Any, error: RPCError) -> bytes:
+    """A batch item that is not run, answered with `error` and its id (when it has a valid one)."""
     request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
     return encode_error(request_id, error)
 
 
 def _batch_refusal(item: Any, reason: str) -> bytes:
-    request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
-    return encode_error(request_id, InvalidRequestError(f"Invalid request: {reason}"))
+    return _refused_item(item, InvalidRequestError(f"Invalid request: {reason}"))
 
 
 def _route(scope: Scope) -> str:

@@ -288,11 +288,7 @@ class BearerAuth:
             return self._unavailable(scope, send, unavailable)
         if caller is None:
             return self._confirmed(scope, send, token)
-        scope[AUTH_SCOPE_KEY] = caller  # `_admission`, inline on the hot path
-        if self.admit is None:
-            return None
-        admission = self.admit(scope, caller)
-        return None if admission is None else self._admitted(scope, send, admission)
+        return self._admission(scope, send, caller)
 
     def _admission(self, scope: Scope, send: Send, caller: Any) -> Awaitable[bool] | None:
         scope[AUTH_SCOPE_KEY] = caller
