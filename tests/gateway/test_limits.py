@@ -50,6 +50,13 @@ def replicas(registry: Registry, serve: Callable[..., str], stores: Sequence[Sta
             for state in stores]  # fmt: skip
 
 
+def workspace_limited_to(registry: Registry, serve: Callable[..., str], requests_per_minute: int) -> str:
+    """The demo agent published in workspace `acme`, whose limits allow that many requests a minute; a key of it."""
+    publish_demo(registry, serve(upstream.app))
+    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=requests_per_minute, window=60)))
+    return registry.create_api_key("acme")
+
+
 def rpc(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
 
@@ -134,9 +141,7 @@ async def test_a_call_refused_by_one_limit_consumes_no_other(
 async def test_a_workspace_limit_counts_every_request_before_its_body_is_read(
     registry: Registry, serve: Callable[..., str], redis_url: str
 ) -> None:
-    publish_demo(registry, serve(upstream.app))
-    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=3, window=60)))
-    key = registry.create_api_key("acme")
+    key = workspace_limited_to(registry, serve, 3)
     (url,) = replicas(registry, serve, redis_stores(redis_url, 1))
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(timeout=30) as http:
@@ -158,9 +163,7 @@ async def test_a_workspace_limit_counts_every_request_before_its_body_is_read(
 async def test_each_item_of_a_batch_counts_as_a_request_against_the_workspace_limits(
     registry: Registry, serve: Callable[..., str], redis_url: str, store: str
 ) -> None:
-    publish_demo(registry, serve(upstream.app))
-    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=5, window=60)))
-    key = registry.create_api_key("acme")
+    key = workspace_limited_to(registry, serve, 5)
     (url,) = replicas(registry, serve, redis_stores(redis_url, 1) if store == "redis" else [None])
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}", "MCP-Protocol-Version": "2025-03-26"}
     batch = [{"jsonrpc": "2.0", "id": i, "method": "tools/list"} for i in range(1, 8)]
@@ -255,9 +258,7 @@ agents:
 async def test_while_redis_is_away_limited_requests_and_calls_are_refused_never_let_through_uncounted(
     registry: Registry, serve: Callable[..., str]
 ) -> None:
-    publish_demo(registry, serve(upstream.app))
-    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=100, window=60)))
-    workspace_key = registry.create_api_key("acme")
+    workspace_key = workspace_limited_to(registry, serve, 100)
     away = RedisStore(f"redis://127.0.0.1:{services.free_port()}/0", timeout=1)  # nothing listens there
     url = replicas(registry, serve, [away])[0]
     upstream.seen.clear()
@@ -283,9 +284,7 @@ async def test_while_redis_is_away_limited_requests_and_calls_are_refused_never_
 async def test_a_used_up_limit_refuses_without_asking_redis_again_until_it_resets_or_changes(
     registry: Registry, serve: Callable[..., str], redis_url: str
 ) -> None:
-    publish_demo(registry, serve(upstream.app))
-    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=2, window=60)))
-    key = registry.create_api_key("acme")
+    key = workspace_limited_to(registry, serve, 2)
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
     with TCPProxy(urlsplit(redis_url).port or 6379) as proxy:
         store = RedisStore(f"redis://{services.HOST}:{proxy.port}/0", prefix=f"t-{uuid.uuid4().hex}:", timeout=1)
@@ -308,9 +307,7 @@ async def test_a_workspace_refusal_labels_its_metric_with_a_published_agent_only
     registry: Registry, serve: Callable[..., str], redis_url: str
 ) -> None:
     # Paths a client makes up must not grow the metrics: one series for every agent that does not exist.
-    publish_demo(registry, serve(upstream.app))
-    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=1, window=60)))
-    key = registry.create_api_key("acme")
+    key = workspace_limited_to(registry, serve, 1)
     (url,) = replicas(registry, serve, redis_stores(redis_url, 1))
     root = url.removesuffix("/mcp/v1/acme/support")
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
@@ -326,9 +323,7 @@ async def test_a_workspace_refusal_labels_its_metric_with_a_published_agent_only
 async def test_a_workspace_count_the_memory_store_has_no_room_for_is_503_not_a_crash(
     registry: Registry, serve: Callable[..., str]
 ) -> None:
-    publish_demo(registry, serve(upstream.app))
-    registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=100, window=60)))
-    key = registry.create_api_key("acme")
+    key = workspace_limited_to(registry, serve, 100)
     full = MemoryStore(max_items=1)
     await full.add("someone-else's-record", {"n": 1}, ttl=60)
     (url,) = replicas(registry, serve, [full])
