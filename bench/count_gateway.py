@@ -32,6 +32,34 @@ from typing import Any
 LIST_BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
 
+def post_scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """The ASGI scope of a POST to `path` on a loopback server (bench/profile_gateway.py sends it too)."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": headers,
+            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}  # fmt: skip
+
+
+def asgi_post(app: Any, scope: dict[str, Any], body: bytes, answers: list[bytes]) -> Coroutine[Any, Any, None]:
+    """The app's coroutine for one request with `body`, in one message (returned, not awaited here: no frame of
+    this function is counted); the first answer's body goes into `answers`. A second receive (the app waiting
+    for a disconnect) never returns."""
+    received = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if received:
+            await asyncio.sleep(3600)
+        received = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and not answers:
+            answers.append(message["body"])
+
+    coroutine: Coroutine[Any, Any, None] = app(dict(scope), receive, send)
+    return coroutine
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=("call", "list"))
@@ -51,37 +79,17 @@ async def run(kind: str, requests: int) -> None:
         app, path, headers = load("crank", tmp, True)
         source = getattr(app, "source", None) or app.catalogs  # `catalogs` in checkouts before issue 10
         source.poll_interval = 3600  # no registry poll among the counted requests
-        headers = [*headers, (b"content-length", str(len(body)).encode())]
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
-                 "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}  # fmt: skip
+        scope = post_scope(path, [*headers, (b"content-length", str(len(body)).encode())])
         answers: list[bytes] = []
 
-        def request() -> Coroutine[Any, Any, None]:
-            received = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal received
-                if received:
-                    await asyncio.sleep(3600)
-                received = True
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.body" and not answers:
-                    answers.append(message["body"])
-
-            coroutine: Coroutine[Any, Any, None] = app(dict(scope), receive, send)
-            return coroutine
-
         for _ in range(300):  # warm-up: caches, the watcher started
-            await request()
+            await asgi_post(app, scope, body, answers)
         await asyncio.sleep(0.05)
         print(answers[0][:160], file=sys.stderr)
         gc.collect()
 
         def step(_: int) -> float:
-            coroutine = request()
+            coroutine = asgi_post(app, scope, body, answers)
             try:
                 while True:
                     if coroutine.send(None) is not None:

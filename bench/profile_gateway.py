@@ -32,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.count_gateway import asgi_post, post_scope  # noqa: E402
 from bench.inprocess import run_against_upstream  # noqa: E402
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_item","arguments":{"id":7}}}'
@@ -113,26 +114,11 @@ async def run(args: argparse.Namespace) -> None:
             body = MODERN_BODY
             version = [(b"mcp-protocol-version", b"2026-07-28")]
             headers = [h for h in headers if h[0] != b"mcp-protocol-version"] + version + MODERN_HEADERS
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
-                 "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}  # fmt: skip
+        scope = post_scope(path, headers)
         first: list[bytes] = []
 
         async def one() -> None:
-            sent = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal sent
-                if sent:
-                    await asyncio.sleep(3600)
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.body" and not first:
-                    first.append(message["body"])
-
-            await app(dict(scope), receive, send)
+            await asgi_post(app, scope, body, first)
 
         async def batch(n: int) -> None:
             for _ in range(n // args.concurrency):
