@@ -215,3 +215,23 @@ def test_allowed_hosts_and_origins_open_a_loopback_replica_to_the_names_of_its_l
     # Past the checks, the request meets an agent that does not exist: 404.
     assert (by_name.status_code, from_app.status_code) == ((404, 404) if allowed else (421, 403))
     assert other.status_code == 421
+
+
+def test_the_body_limit_of_the_mcp_endpoints_is_a_setting(serve: Callable[..., str], tmp_path: Path) -> None:
+    # Parsing is the one cost of a request that grows with its body (docs/security.md): an operator lowers it.
+    settings = given_settings(data_dir=tmp_path, admin_token=TOKEN, require_api_keys=False, max_body_bytes=2048)
+    url = serve(CrankServer(settings)) + "/mcp/v1/ws/agent"
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    def post(size: int) -> httpx.Response:
+        body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"pad":"'
+        body += b"x" * (size - len(body) - 4) + b'"}}}'
+        assert len(body) == size
+        return httpx.post(url, content=body, headers=accept, timeout=WAIT)
+
+    # Within the limit, the request meets an agent that does not exist: 404.
+    assert post(2048).status_code == 404
+    refused = post(2049)
+    assert refused.status_code == 413
+    assert refused.json()["error"]["message"] == "Request body exceeds 2048 bytes"
+    assert given_settings(data_dir=tmp_path).max_body_bytes == 4 * 1024 * 1024

@@ -42,7 +42,7 @@ from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
 from crank.types import ASGIApp, Receive, Scope, Send
-from crank.wire.asgi import serve_lifespan
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, serve_lifespan
 
 __all__ = ["CrankServer", "GatewayService", "MCPConfig", "RPCService"]
 
@@ -135,11 +135,12 @@ class GatewayService:
         allowed_hosts: Sequence[str] = (),
         allowed_origins: Sequence[str] = (),
         listener: ChangeListener | None = None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     ) -> None:
         """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
         the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
         registry changes at once (`crank.registry.changes`); it polls every `poll_interval` seconds besides
-        (without one, only that)."""
+        (without one, only that). `max_body_size`: larger request bodies get 413, unread."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         self.source = AgentSource(
@@ -167,6 +168,7 @@ class GatewayService:
             allowed_hosts=allowed_hosts,
             allowed_origins=allowed_origins,
             admit=self.source.admit if require_api_keys else None,
+            max_body_size=max_body_size,
         )
         self.endpoint = endpoint
         self._routes: dict[str, tuple[str, dict[str, str]]] = {}  # agent paths seen lately (`_agent_route`)
@@ -274,6 +276,7 @@ class CrankServer:
                 allowed_hosts=settings.host_names,
                 allowed_origins=settings.origins,
                 listener=change_listener(settings.registry_url, settings.redis_url) if settings.registry_push else None,
+                max_body_size=settings.max_body_bytes,
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -33,6 +33,7 @@ from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
 from crank.wire.listen import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -101,6 +102,12 @@ class Settings(BaseSettings):
     )
     max_head_bytes: int = Field(
         DEFAULT_MAX_HEAD_BYTES, ge=1024, le=1024 * 1024, description="Bytes of a request's line and headers."
+    )
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY_SIZE,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="Bytes of a request's body at an MCP endpoint (413).",
     )
     upstream_connections_per_origin: int = Field(
         DEFAULT_LIMIT_PER_HOST, ge=1, le=10_000, description="Connections to one upstream origin, all workspaces."
