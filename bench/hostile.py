@@ -5,7 +5,8 @@
     python bench/hostile.py --tiny               # a few seconds, to check that it works (tests/test_bench_hostile.py)
 
 The gateway (`bench/apps/gateway_hostile.py`, `GatewayService` with API keys, as `crank serve` runs it) serves
-the agents of workspaces `honest` and `hostile` under uvicorn (uvloop, httptools) on `--server-cpu`; nginx
+the agents of workspaces `honest` and `hostile` on `--server-cpu`, with `crank serve`'s HTTP protocol (uvicorn's
+httptools protocol with connection limits, uvloop; `--server uvicorn`: plain uvicorn, uvloop and httptools); nginx
 (bench/upstream/nginx.conf, as in bench/run.py) answers their upstream calls; wrk drives the load from
 `--client-cpu`, beside nginx. Phases, each one run of wrk per load:
 
@@ -52,6 +53,7 @@ APP = "bench.apps.gateway_hostile:app"
 HONEST_PATH = "/mcp/v1/honest/agent"
 HOSTILE_PATH = "/mcp/v1/hostile/agent"
 PHASES = ("warm-up", "alone", "hostile", "after")
+SERVERS = {"crank": "served as `crank serve` serves", "uvicorn": "under plain uvicorn"}
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_item", "arguments": {"id": 7}}}
 
 
@@ -79,6 +81,12 @@ def parse_args() -> argparse.Namespace:
         type=int,
         default=0,
         help="the hostile workspace's plan: requests and tool calls per second (0: no limit)",
+    )
+    p.add_argument(
+        "--server",
+        choices=("crank", "uvicorn"),
+        default="crank",
+        help="crank: as `crank serve` serves (its HTTP protocol); uvicorn: plain uvicorn",
     )
     p.add_argument("--sample", type=float, default=0.25, help="seconds between two RSS samples")
     p.add_argument("--server-cpu", default="0", help="taskset CPU list of the gateway")
@@ -113,10 +121,14 @@ def make_registry(python: str, upstream: str, directory: Path, limits: dict[str,
 
 @contextlib.contextmanager
 def gateway(args: argparse.Namespace, db: Path, upstream: str, log: Path) -> Iterator[tuple[str, int]]:
-    """The gateway under uvicorn on the server CPU; yields its root URL and PID (taskset execs uvicorn)."""
+    """The gateway on the server CPU; yields its root URL and PID (taskset execs Python)."""
     port = free_port()
-    cmd = ["taskset", "-c", args.server_cpu, args.python, "-m", "uvicorn", APP, "--host", HOST, "--port", str(port)]
-    cmd += "--workers 1 --loop uvloop --http httptools --log-level warning --no-access-log".split()
+    cmd = ["taskset", "-c", args.server_cpu, args.python]
+    if args.server == "crank":
+        cmd += ["-m", "bench.apps.gateway_hostile", "--serve", HOST, str(port)]
+    else:
+        cmd += ["-m", "uvicorn", APP, "--host", HOST, "--port", str(port)]
+        cmd += "--workers 1 --loop uvloop --http httptools --log-level warning --no-access-log".split()
     log.parent.mkdir(parents=True, exist_ok=True)
     env = gateway_env({"BENCH_GATEWAY_DB": str(db), "BENCH_UPSTREAM": upstream})
     with log.open("wb") as log_file:
@@ -253,7 +265,8 @@ def markdown(meta: dict[str, Any], runs: dict[str, dict[str, dict[str, Any]]], m
              cpu: dict[str, float]) -> str:  # fmt: skip
     lines = [
         f"# Hostile tenant run ({meta['date']})", "",
-        f"Crank {meta['crank']}, {meta['cpu']}; gateway on CPU {meta['server_cpu']}, wrk and nginx on CPU "
+        f"Crank {meta['crank']}, {meta['cpu']}; gateway ({SERVERS[meta['server']]}) on CPU {meta['server_cpu']}, "
+        f"wrk and nginx on CPU "
         f"{meta['client_cpu']}. Honest tenant: {meta['honest']}; hostile tenant: {meta['hostile']}.", "",
         f"Plans (requests and tool calls per second per workspace): {meta['limits']}.", "",
         "| phase | load | requests | req/s | p50 ms | p99 ms | max ms | failed valid calls | refused by its limit | "
@@ -319,7 +332,7 @@ def main() -> int:
               "end": end}  # fmt: skip
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "crank": crank_version(), "cpu": cpu_model(),
-        "server_cpu": args.server_cpu, "client_cpu": args.client_cpu, "seconds": seconds,
+        "server_cpu": args.server_cpu, "client_cpu": args.client_cpu, "seconds": seconds, "server": args.server,
         "limits": ", ".join(f"{name} {n}/s" for name, n in limits.items()) or "none",
         "honest": f"{args.honest_connections} connections, {args.honest_pace_ms} ms between a connection's calls",
         "hostile": f"valid calls on {args.hostile_connections} connections paced {args.hostile_pace_ms} ms, "

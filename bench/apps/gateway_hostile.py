@@ -6,7 +6,8 @@ in each workspace, `N_TOOLS` GET operations to the upstream (`get_item` and fill
 `{"honest": key, "hostile": key}`. With `BENCH_LIMITS` (JSON, e.g. `{"hostile": 200}`) a workspace gets the
 limits of a plan: that many requests per second (its `limits`) and tool calls per second (its `key_limits`).
 The app then opens that file (`BENCH_GATEWAY_DB`) and serves it as
-`crank serve` does by default: API keys required, the default limits, its own pooled upstream client.
+`crank serve` does by default: API keys required, the default limits, its own pooled upstream client;
+`python -m bench.apps.gateway_hostile --serve HOST PORT` serves it with `crank serve`'s HTTP protocol too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from crank.admin.actions import check_runtime
 from crank.registry import Registry, migrate, open_engine
 from crank.registry.runtime import Limits, RateLimit
 from crank.server import GatewayService
+from crank.wire.listen import ConnectionLimits, bind_listener, serve_on
 
 WORKSPACES = ("honest", "hostile")
 AGENT = "agent"
@@ -57,8 +59,17 @@ def make_app() -> GatewayService:
     return GatewayService(Registry(open_engine(f"sqlite:///{os.environ['BENCH_GATEWAY_DB']}")))
 
 
+def serve(host: str, port: int) -> None:
+    """Serve the app as `crank serve` does: its HTTP protocol (uvicorn's httptools protocol with the connection
+    limits, `crank.wire.protocol`), uvloop, no access log."""
+    serve_on(make_app(), bind_listener(host, port), ConnectionLimits())
+
+
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None
 
 if __name__ == "__main__":
-    limits = json.loads(os.environ.get("BENCH_LIMITS", "{}"))
-    print(json.dumps(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"], limits)))
+    if sys.argv[1] == "--serve":  # --serve HOST PORT
+        serve(sys.argv[2], int(sys.argv[3]))
+    else:  # DB_PATH
+        limits = json.loads(os.environ.get("BENCH_LIMITS", "{}"))
+        print(json.dumps(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"], limits)))
