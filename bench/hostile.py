@@ -84,7 +84,7 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument(
         "--server",
-        choices=("crank", "uvicorn"),
+        choices=SERVERS,
         default="crank",
         help="crank: as `crank serve` serves (its HTTP protocol); uvicorn: plain uvicorn",
     )

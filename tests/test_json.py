@@ -47,8 +47,16 @@ SHAPES = {
 
 def test_orjson_reads_the_depth_loads_bounded_relies_on_and_no_deeper() -> None:
     assert orjson.loads(b"[" * _json.ORJSON_MAX_DEPTH + b"]" * _json.ORJSON_MAX_DEPTH)
-    with pytest.raises(orjson.JSONDecodeError):
+    with pytest.raises(orjson.JSONDecodeError) as refused:
         orjson.loads(b"[" * (_json.ORJSON_MAX_DEPTH + 1) + b"]" * (_json.ORJSON_MAX_DEPTH + 1))
+    assert refused.value.msg == _json.ORJSON_DEPTH_MESSAGE
+
+
+def test_the_shortest_bodies_are_parsed_as_they_are_and_still_checked() -> None:
+    # No body of 2 x 64 bytes or less can be deeper than 64 levels; the shortest that is, is refused.
+    assert _json.loads_bounded(b"[" * LIMIT + b"]" * LIMIT) == orjson.loads(b"[" * LIMIT + b"]" * LIMIT)
+    with pytest.raises(_json.JSONDepthError):
+        _json.loads_bounded(b"[" * (LIMIT + 1) + b"]" * (LIMIT + 1))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -69,6 +77,24 @@ def test_a_body_that_is_not_one_json_value_is_a_decode_error_in_every_shape(shap
     with pytest.raises(orjson.JSONDecodeError) as refused:
         _json.loads_bounded(body)
     assert not isinstance(refused.value, _json.JSONDepthError)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" + b"[]," * 200 + b"[]],[1]", b"1],[" + b"0," * 70_000 + b"0"],
+    ids=["counted", "large"],
+)
+def test_two_values_that_the_wrapping_arrays_would_join_are_still_not_one(body: bytes) -> None:
+    # Wrapped in arrays, these parse: only the check that each wrapping array holds one value refuses them.
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(body)
+    with pytest.raises(orjson.JSONDecodeError, match="not one JSON value"):
+        _json.loads_bounded(body)
+
+
+def test_a_body_past_orjsons_own_depth_is_a_depth_error_too() -> None:
+    with pytest.raises(_json.JSONDepthError):
+        _json.loads_bounded(b"[" * 5000 + b"]" * 5000)
 
 
 def test_a_decode_error_of_a_wrapped_body_reports_the_bodys_own_position() -> None:
@@ -94,10 +120,13 @@ def test_a_large_body_of_many_arrays_is_never_walked_in_python(monkeypatch: pyte
         _json.loads_bounded(b"[" + b"[]," * 400_000 + nested(LIMIT) + b"]")
 
 
-def test_the_depth_limit_cannot_pass_orjsons_own() -> None:
-    with pytest.raises(ValueError, match="between 1 and 1024"):
-        _json.loads_bounded(b"[]", max_depth=_json.ORJSON_MAX_DEPTH + 1)
-    assert _json.loads_bounded(nested(_json.ORJSON_MAX_DEPTH), max_depth=_json.ORJSON_MAX_DEPTH)
+def test_the_depth_limit_stays_below_orjsons_own() -> None:
+    with pytest.raises(ValueError, match="between 1 and 1023"):
+        _json.loads_bounded(b"[]", max_depth=_json.ORJSON_MAX_DEPTH)
+    deepest = _json.ORJSON_MAX_DEPTH - 1
+    assert _json.loads_bounded(nested(deepest), max_depth=deepest)
+    with pytest.raises(_json.JSONDepthError):
+        _json.loads_bounded(nested(deepest + 1), max_depth=deepest)
 
 
 json_values = st.recursive(

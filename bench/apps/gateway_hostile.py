@@ -62,7 +62,7 @@ def make_app() -> GatewayService:
 def serve(host: str, port: int) -> None:
     """Serve the app as `crank serve` does: its HTTP protocol (uvicorn's httptools protocol with the connection
     limits, `crank.wire.protocol`), uvloop, no access log."""
-    serve_on(make_app(), bind_listener(host, port), ConnectionLimits())
+    serve_on(app or make_app(), bind_listener(host, port), ConnectionLimits())
 
 
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None

@@ -13,6 +13,7 @@ import orjson
 
 __all__ = [
     "MAX_DEPTH",
+    "ORJSON_DEPTH_MESSAGE",
     "ORJSON_MAX_DEPTH",
     "JSONDecodeError",
     "JSONDepthError",
@@ -58,8 +59,9 @@ MAX_DEPTH: Final = 64
 writes only 255: a deeper request could be read and never answered)."""
 
 ORJSON_MAX_DEPTH: Final = 1024
-"""The deepest nesting orjson reads; deeper is its `JSONDecodeError`. `loads_bounded` relies on it
-(tests/test_json.py pins it: an orjson that changes it fails there)."""
+"""The deepest nesting orjson reads; deeper is its `JSONDecodeError` with `ORJSON_DEPTH_MESSAGE`.
+`loads_bounded` relies on both (tests/test_json.py pins them: an orjson that changes either fails there)."""
+ORJSON_DEPTH_MESSAGE: Final = "depth limit exceeded"
 
 # How `loads_bounded` checks the depth, by cost (docs/benchmarks.md, "The depth check"): counting brackets costs
 # about 0.3 us per KiB and walking the parsed value about 0.75 us per array or object, while orjson's own limit,
@@ -75,14 +77,14 @@ class JSONDepthError(ValueError):
 
 
 def loads_bounded(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
-    """`loads`, refusing values nested more than `max_depth` levels (at most `ORJSON_MAX_DEPTH`) with
+    """`loads`, refusing values nested more than `max_depth` levels (less than `ORJSON_MAX_DEPTH`) with
     `JSONDepthError`, at a cost bounded by the body's size, never by how many arrays and objects it holds.
 
     A body with fewer brackets than the limit cannot be that deep: the common request pays one length check
     or two byte counts; a few brackets are walked after parsing; anything else is parsed inside as many
     arrays as orjson's own limit leaves, so that orjson refuses it past `max_depth`."""
-    if not 0 < max_depth <= ORJSON_MAX_DEPTH:
-        raise ValueError(f"max_depth must be between 1 and {ORJSON_MAX_DEPTH}")
+    if not 0 < max_depth < ORJSON_MAX_DEPTH:
+        raise ValueError(f"max_depth must be between 1 and {ORJSON_MAX_DEPTH - 1}")
     size = len(data)
     # Deeper than the limit takes more than that many brackets, each opened and closed: a shorter body, or one
     # with fewer brackets, cannot be.
@@ -107,18 +109,28 @@ def _walked(data: bytes, max_depth: int) -> Any:
 def _wrapped(data: bytes, max_depth: int) -> Any:
     """The body parsed inside `ORJSON_MAX_DEPTH - max_depth` arrays: orjson refuses it when the body itself is
     nested more than `max_depth` levels. Each added array must hold exactly one value, the next one in: a body
-    that is not one JSON value (`1],[2`) cannot pass for one."""
+    that is not one JSON value (`1],[2`) cannot pass for one. One parse, whatever the body: a refusal is told
+    from orjson's error, never by parsing again."""
     opening, closing = _WRAPS.get(max_depth) or _WRAPS.setdefault(max_depth, _wrap(max_depth))
     try:
         value = orjson.loads(b"".join((opening, data, closing)))
-    except orjson.JSONDecodeError:
-        orjson.loads(data)  # not JSON (or past orjson's own limit): that error, at the body's own positions
-        raise JSONDepthError(f"JSON nested more than {max_depth} levels deep") from None
+    except orjson.JSONDecodeError as refused:
+        raise _unwrapped(refused, len(opening), max_depth) from None
     for _ in range(len(opening)):
         if value.__class__ is not list or len(value) != 1:
-            return _walked(data, max_depth)  # not one value: orjson says why, with the body's own positions
+            raise orjson.JSONDecodeError("the body is not one JSON value", "", 0)
         value = value[0]
     return value
+
+
+def _unwrapped(refused: orjson.JSONDecodeError, padding: int, max_depth: int) -> ValueError:
+    """orjson's error about a wrapped body, about the body: too deep, or its message at the body's own position
+    (at the body's end when the error is past it)."""
+    if refused.msg == ORJSON_DEPTH_MESSAGE:
+        return JSONDepthError(f"JSON nested more than {max_depth} levels deep")
+    doc: str = refused.doc
+    body = doc[padding : len(doc) - padding] if len(doc) >= 2 * padding else doc
+    return orjson.JSONDecodeError(refused.msg, body, min(max(refused.pos - padding, 0), len(body)))
 
 
 def _wrap(max_depth: int) -> tuple[bytes, bytes]:
