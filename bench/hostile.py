@@ -6,7 +6,8 @@
 
 The gateway (`bench/apps/gateway_hostile.py`, `GatewayService` with API keys, as `crank serve` runs it) serves
 the agents of workspaces `honest` and `hostile` on `--server-cpu`, with `crank serve`'s HTTP protocol (uvicorn's
-httptools protocol with connection limits, uvloop; `--server uvicorn`: plain uvicorn, uvloop and httptools); nginx
+httptools protocol with connection limits and the gateway's early answers, uvloop; `--server uvicorn`: plain
+uvicorn, uvloop and httptools); nginx
 (bench/upstream/nginx.conf, as in bench/run.py) answers their upstream calls; wrk drives the load from
 `--client-cpu`, beside nginx. Phases, each one run of wrk per load:
 
@@ -86,7 +87,7 @@ def parse_args() -> argparse.Namespace:
         "--server",
         choices=SERVERS,
         default="crank",
-        help="crank: as `crank serve` serves (its HTTP protocol); uvicorn: plain uvicorn",
+        help="crank: as `crank serve` serves (its HTTP protocol, with early answers); uvicorn: plain uvicorn",
     )
     p.add_argument("--sample", type=float, default=0.25, help="seconds between two RSS samples")
     p.add_argument("--server-cpu", default="0", help="taskset CPU list of the gateway")

@@ -61,8 +61,9 @@ def make_app() -> GatewayService:
 
 def serve(host: str, port: int) -> None:
     """Serve the app as `crank serve` does: its HTTP protocol (uvicorn's httptools protocol with the connection
-    limits, `crank.wire.protocol`), uvloop, no access log."""
-    serve_on(app or make_app(), bind_listener(host, port), ConnectionLimits())
+    limits and the gateway's early answers, `crank.wire.protocol`), uvloop, no access log."""
+    gateway = app or make_app()
+    serve_on(gateway, bind_listener(host, port), ConnectionLimits(), answer_early=gateway.answer_early)
 
 
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None

@@ -206,7 +206,7 @@ def serve(
             "worker, so a repeat or a confirmation reaching another worker is not recognised (docs/deployment.md)",
             settings.workers,
         )
-    _serve_workers(settings, lambda: serve_on(_crank_server(settings), sock, settings.connection_limits()))
+    _serve_workers(settings, lambda: _serve_crank(settings, sock))
 
 
 def _serve_workers(settings: Any, serve_one: Callable[[], None]) -> None:
@@ -232,11 +232,14 @@ def _in_worker(serve_one: Callable[[], None]) -> None:
         raise SystemExit(exc.exit_code) from None
 
 
-def _crank_server(settings: Any) -> Any:
+def _serve_crank(settings: Any, sock: Any) -> None:
+    """One process of `crank serve`: a `CrankServer` whose early answers its HTTP protocol writes itself."""
     from crank.server import CrankServer
+    from crank.wire.listen import serve_on
 
     with _clear_errors():
-        return CrankServer(settings)
+        server = CrankServer(settings)
+    serve_on(server, sock, settings.connection_limits(), answer_early=server.answer_early)
 
 
 def _prepare_registry(settings: Any) -> None:

@@ -22,6 +22,8 @@ from crank.registry import Registry
 from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
 from crank.state import MemoryStore, RedisStore, StateStore
+from crank.wire.listen import ConnectionLimits
+from crank.wire.protocol import protocol_for
 from tests import services
 from tests.gateway import upstream
 from tests.gateway.test_gateway import publish_demo
@@ -357,3 +359,76 @@ def test_quota_periods_are_utc_calendar_periods_and_the_one_kept_moves_on_when_i
     assert _period("month", last_second + 1) == ("2026-02", 28 * 86_400.0)  # February 2026 has 28 days
     assert _period("day", last_second + 1) == ("2026-02-01", 86_400.0)
     assert _period("hour", last_second - 3600) == ("2026-01-31T22", 1.0)  # an earlier time: recomputed
+
+
+class Counted:
+    """A gateway with a count of the HTTP requests that reached it (its ASGI app)."""
+
+    def __init__(self, gateway: GatewayService) -> None:
+        self.gateway = gateway
+        self.requests = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.requests += scope["type"] == "http"
+        await self.gateway(scope, receive, send)
+
+
+def served_with_early_answers(registry: Registry, serve: Callable[..., str]) -> tuple[Counted, str]:
+    """A gateway served by `crank serve`'s HTTP protocol with its early answers; the agent's URL."""
+    counted = Counted(GatewayService(registry, poll_interval=0.05))
+    url = serve(counted, http=protocol_for(ConnectionLimits(), counted.gateway.answer_early))
+    return counted, url + "/mcp/v1/acme/support"
+
+
+async def test_a_tenant_over_its_plan_is_answered_by_the_protocol_as_the_app_answers_without_the_app(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    key = workspace_limited_to(registry, serve, 2)
+    counted, url = served_with_early_answers(registry, serve)
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        first = [await http.post(url, json=rpc("tools/list"), headers=headers) for _ in range(3)]
+        assert [answer.status_code for answer in first] == [200, 200, 429]  # the store said the count is full
+        assert counted.requests == 3
+        later = [
+            await http.post(url, content=b"x" * 5000, headers=headers),
+            await http.get(url + "/tools", headers=headers),
+        ]
+        metrics = (await http.get(url.removesuffix("/mcp/v1/acme/support") + "/metrics")).text
+    assert counted.requests == 4  # the metrics only: the two refusals never reached the app
+    app, early = first[2], later[0]
+    assert early.status_code == 429 and early.headers["retry-after"] == app.headers["retry-after"]
+    assert early.headers["content-type"] == app.headers["content-type"] == "application/json"
+    app_error, early_error = app.json()["error"], early.json()["error"]
+    assert early_error["data"].pop("request_id") != app_error["data"].pop("request_id")
+    assert early_error == app_error and early_error["data"]["error_code"] == "rate_limited"
+    plain = later[1].json()  # the plain pair's shape, as the app answers it
+    assert later[1].status_code == 429 and plain["isError"] and plain["error"]["data"]["error_code"] == "rate_limited"
+    assert 'crank_rate_limited_total{agent="support",limit="workspace_rate",workspace="acme"} 3.0' in metrics
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Authorization": "Bearer crk_wrong"}, 401),
+        ({"Host": "evil.example.net"}, 421),
+        ({"Origin": "https://evil.example.net"}, 403),
+        ({"Content-Length": str(5 * 1024 * 1024)}, 413),
+    ],
+    ids=["wrong-key", "host", "origin", "too-large"],
+)
+async def test_what_the_app_answers_before_the_limit_is_still_the_apps_answer(
+    registry: Registry, serve: Callable[..., str], headers: dict[str, str], status: int
+) -> None:
+    # With the tenant's limit known to be used up, a request the app refuses earlier is still refused by it.
+    key = workspace_limited_to(registry, serve, 1)
+    counted, url = served_with_early_answers(registry, serve)
+    mine = {**MCP_HEADERS, "Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert [(await http.post(url, json=rpc("tools/list"), headers=mine)).status_code for _ in range(2)] == [
+            200,
+            429,
+        ]
+        body = b"x" * (5 * 1024 * 1024) if "Content-Length" in headers else b"{}"
+        answer = await http.post(url, content=body, headers={**mine, **headers})
+    assert answer.status_code == status and counted.requests == 3

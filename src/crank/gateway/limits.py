@@ -167,6 +167,23 @@ class Limiter:
         checks = self._call_checks(workspace, agent, agent_limits, key)
         return not checks or self.state.hit_now([check.counter for check in checks])
 
+    @property
+    def knows_full(self) -> bool:
+        """Whether any count is known to be full: without one, `refused_now` never refuses (one test)."""
+        return bool(self._full_until)
+
+    def refused_now(self, key: KeyScope, workspace_limits: Limits, agent: str) -> LimitReachedError | None:
+        """The refusal of a request with `key` whose workspace's count is known to be full, counted in the
+        metrics as `admit_request` counts it, without asking the store or counting the request; None when no
+        count is known full (then `admit_request_now` or `admit_request` decide). The store cannot admit such
+        a request at once either: its count stays full until the time remembered, and a Redis slice is only
+        granted by an answer that admitted."""
+        if not self._full_until:
+            return None
+        checks = self._request_checks(key, workspace_limits)
+        full = self._known_full(checks)
+        return None if full is None else self._refusal(checks, full, key.workspace, agent)
+
     async def _hit(self, checks: list[_Check], workspace: str, agent: str) -> None:
         full = self._known_full(checks) if self._full_until else None
         if full is None:
@@ -178,11 +195,14 @@ class Limiter:
             if len(self._full_until) >= _FULL_KEPT:
                 self._full_until.clear()
             self._full_until[(counter.key, counter.limit)] = asked + full.retry_after
+        raise self._refusal(checks, full, workspace, agent)
+
+    def _refusal(self, checks: list[_Check], full: Full, workspace: str, agent: str) -> LimitReachedError:
         check = checks[full.counter]
         if self.metrics is not None:
             self._refusals(workspace, agent, check.name).inc()
         retry_after = retry_after_seconds(full.retry_after)
-        raise LimitReachedError(check.name, retry_after, f"The call was refused: {check.text} is used up.")
+        return LimitReachedError(check.name, retry_after, f"The call was refused: {check.text} is used up.")
 
     def _refusals(self, workspace: str, agent: str, limit: str) -> Any:
         """The `crank_rate_limited_total` child of these labels, found once (a flood of refusals pays no lookup);

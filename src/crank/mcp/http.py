@@ -46,7 +46,14 @@ from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
-from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, read_headers, send_response, serve_lifespan
+from crank.wire.asgi import (
+    DEFAULT_MAX_BODY_SIZE,
+    EarlyAnswer,
+    read_body,
+    read_headers,
+    send_response,
+    serve_lifespan,
+)
 from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
     DEFAULT_MAX_BATCH_ANSWER_BYTES,
@@ -66,6 +73,7 @@ from crank.wire.middleware import (
     AUTH_SCOPE_KEY,
     Admission,
     BearerAuth,
+    KnownRefusal,
     RequestChecksMiddleware,
     jsonrpc_refusal,
 )
@@ -114,6 +122,8 @@ class MCPEndpoint:
         admit: gets each authenticated request (its scope and caller) before its body is read, and may refuse
             it with `RateLimitedError`: 429 with `Retry-After` (the gateway's workspace limits). Each item of a
             JSON-RPC batch after the first counts as one request more (`_admit_batch`).
+        refused_now: the refusal `admit` would give, when it is known at once without counting (a used-up
+            limit): what `answer_early` answers from a request's head.
         debug: put exception details in error data. Never in production.
     """
 
@@ -138,6 +148,7 @@ class MCPEndpoint:
         authenticate: Callable[[str | None], Any] | None = None,
         confirm_key: Callable[[str], Awaitable[Any]] | None = None,
         admit: Admission | None = None,
+        refused_now: KnownRefusal | None = None,
         debug: bool = False,
     ) -> None:
         # A fixed catalog skips the provider call on the hot path.
@@ -165,12 +176,17 @@ class MCPEndpoint:
         auth = None
         if authenticate is not None:
             auth = BearerAuth(authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal,
-                              confirm=confirm_key, admit=admit, rejection=_rejection)  # fmt: skip
-        self.http_app: ASGIApp = RequestChecksMiddleware(
-            self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth
-        )
+                              confirm=confirm_key, admit=admit, rejection=_rejection,
+                              refused_now=refused_now)  # fmt: skip
+        self._checks = RequestChecksMiddleware(self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth)
+        self.http_app: ASGIApp = self._checks
         """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
         gateway) calls it directly, one coroutine level less per request than through `__call__`."""
+
+    def answer_early(self, scope: Scope) -> EarlyAnswer | None:
+        """The 429 of a request whose caller's limit is known to be used up (`refused_now`), from its head alone
+        (`crank.wire.asgi.EarlyAnswers`); None for any other request."""
+        return self._checks.answer_early(scope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

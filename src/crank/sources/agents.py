@@ -180,6 +180,12 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
     return invoke
 
 
+def _rate_limited(limited: LimitReachedError) -> RateLimitedError:
+    """A workspace's refused request: 429 carrying the structured `rate_limited` error as its data."""
+    payload = limited.to_payload(new_request_id())
+    return RateLimitedError(limited.message, retry_after=limited.retry_after, data=payload)
+
+
 def _settle_heap() -> None:
     """Collect what the old catalogs left, then move everything alive to the permanent generation.
 
@@ -397,18 +403,28 @@ class AgentSource:
             return None
         if self.limiter.admit_request_now(key_scope, limits):  # counted at once: no coroutine on the hot path
             return None
-        agent = scope.get("path_params", {}).get("agent", "")
+        return self._admit(key_scope, limits, self._agent_label(scope, key_scope))
+
+    def refused_now(self, scope: Scope, key_scope: KeyScope) -> RateLimitedError | None:
+        """What `admit` would refuse the request with, when that is known without the state store or counting:
+        its workspace's count is known to be full (`Limiter.refused_now`). None otherwise, and then `admit`
+        decides. The answer the HTTP protocol gives from a request's head (`GatewayService.answer_early`)."""
+        limits = key_scope.workspace_limits
+        if limits is None or not self.limiter.knows_full:
+            return None
+        limited = self.limiter.refused_now(key_scope, limits, self._agent_label(scope, key_scope))
+        return None if limited is None else _rate_limited(limited)
+
+    def _agent_label(self, scope: Scope, key_scope: KeyScope) -> str:
+        agent: str = scope.get("path_params", {}).get("agent", "")
         # The agent names a metrics label: only one that exists, never whatever a client puts in the path.
-        if (key_scope.workspace, agent) not in self._catalogs:
-            agent = UNKNOWN_AGENT_LABEL
-        return self._admit(key_scope, limits, agent)
+        return agent if (key_scope.workspace, agent) in self._catalogs else UNKNOWN_AGENT_LABEL
 
     async def _admit(self, key_scope: KeyScope, limits: Limits, agent: str) -> None:
         try:
             await self.limiter.admit_request(key_scope, limits, agent)
         except LimitReachedError as limited:
-            payload = limited.to_payload(new_request_id())
-            raise RateLimitedError(limited.message, retry_after=limited.retry_after, data=payload) from None
+            raise _rate_limited(limited) from None
         except (StateStoreUnavailableError, StateStoreFullError) as unavailable:  # uncounted is not admitted: 503
             retry_after = StateStoreUnavailableError.RETRY_AFTER
             raise DependencyUnavailableError("state", unavailable.message, retry_after=retry_after) from None

@@ -14,6 +14,8 @@ from crank.types import Receive, Scope, Send
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
     "HEADERS_SCOPE_KEY",
+    "EarlyAnswer",
+    "EarlyAnswers",
     "JSON_CONTENT_TYPE",
     "header",
     "read_body",
@@ -27,6 +29,16 @@ DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 JSON_CONTENT_TYPE: Final = b"application/json"
 
 Headers = list[tuple[bytes, bytes]]
+
+EarlyAnswer = tuple[int, Headers, bytes]
+"""A whole answer to a request, status, headers and body (`Content-Length` is added), that
+an app knows from the request's head alone: `crank.wire.protocol.CrankHTTPProtocol` writes it itself."""
+
+EarlyAnswers = Callable[[Scope], EarlyAnswer | None]
+"""An app's early answers (`GatewayService.answer_early`): given the scope of a request whose head has come,
+its answer when the app knows it at once without any state to change, else None and the request goes to the
+app as usual. A request answered early never reaches the app, so the answer must be the one the app would
+give, and giving it must cost less than the app would."""
 
 HEADERS_SCOPE_KEY: Final = "crank.headers"
 """Where a wrapper that already decoded a request's headers (`unique_headers`) leaves them for the app, so

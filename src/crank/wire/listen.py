@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from crank.exceptions import SettingsError
+from crank.wire.asgi import EarlyAnswers
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
@@ -104,15 +105,24 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_on(app: Any, sock: socket.socket, limits: ConnectionLimits | None = None, **options: Any) -> None:
+def serve_on(
+    app: Any,
+    sock: socket.socket,
+    limits: ConnectionLimits | None = None,
+    *,
+    answer_early: EarlyAnswers | None = None,
+    **options: Any,
+) -> None:
     """Run `app` with uvicorn on an already listening socket until it is stopped (Ctrl+C), each connection
-    bounded by `limits` (the defaults when None)."""
+    bounded by `limits` (the defaults when None); `answer_early`: the app's early answers, which the protocol
+    writes without calling the app (`crank.wire.asgi.EarlyAnswers`)."""
     import uvicorn
 
     from crank.wire.protocol import protocol_for  # uvicorn's modules: imported only to serve
 
     limits = (limits or ConnectionLimits()).within_file_limit()
     host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, http=protocol_for(limits),
+    protocol = protocol_for(limits, answer_early)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, http=protocol,
                             timeout_keep_alive=limits.keepalive_timeout, **options)  # type: ignore[arg-type]  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])

@@ -21,7 +21,15 @@ from crank.exceptions import (
     RPCError,
 )
 from crank.types import ASGIApp, Message, Receive, Scope, Send
-from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, HEADERS_SCOPE_KEY, header, send_response, unique_headers
+from crank.wire.asgi import (
+    DEFAULT_MAX_BODY_SIZE,
+    HEADERS_SCOPE_KEY,
+    JSON_CONTENT_TYPE,
+    EarlyAnswer,
+    header,
+    send_response,
+    unique_headers,
+)
 from crank.wire.http import bearer_token
 from crank.wire.jsonrpc import encode_error
 from crank.wire.security import HostOriginPolicy
@@ -29,6 +37,7 @@ from crank.wire.security import HostOriginPolicy
 __all__ = [
     "AUTH_SCOPE_KEY",
     "Admission",
+    "KnownRefusal",
     "BearerAuth",
     "BearerAuthMiddleware",
     "BodyLimitMiddleware",
@@ -50,6 +59,10 @@ Refusal = Callable[[Scope, int, str], bytes]
 Admission = Callable[[Scope, Any], Awaitable[None] | None]
 """Admits an authenticated request (its scope and who calls): None lets it through at once; an awaitable
 decides, and raises `RateLimitedError` (429) to refuse it."""
+
+KnownRefusal = Callable[[Scope, Any], RateLimitedError | None]
+"""The refusal `Admission` would give an authenticated request (its scope and who calls), when it is known at
+once without counting anything (a used-up limit); None when it is not known."""
 
 
 def jsonrpc_rejection(scope: Scope, error: RPCError) -> bytes:
@@ -205,6 +218,22 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             # The server frames the body by Content-Length: the app can never read more than declared.
             await self.app(scope, receive, send)
 
+    def answer_early(self, scope: Scope) -> EarlyAnswer | None:
+        """The answer `__call__` would give from the request's head alone, when it costs no state: a known
+        caller's used-up limit (`BearerAuth.answer_early`), after the same Host/Origin and body-size checks
+        `__call__` makes first. None for any other request, which then goes through `__call__`."""
+        if self.auth is None or self.auth.refused_now is None:
+            return None
+        headers = unique_headers(scope)
+        if headers is None:  # a repeated header: `__call__` reads it its own way
+            return None
+        if self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None:
+            return None
+        declared = headers.get("content-length")
+        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.max_body_size:
+            return None
+        return self.auth.answer_early(scope, headers.get("authorization"))
+
 
 def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
     """Host, Origin, Content-Length and Authorization of a request that repeats some header: the last Host and
@@ -250,10 +279,12 @@ class BearerAuth:
         confirm: Callable[[str], Awaitable[Any]] | None = None,
         admit: Admission | None = None,
         rejection: Callable[[Scope, RPCError], bytes] = jsonrpc_rejection,
+        refused_now: KnownRefusal | None = None,
     ) -> None:
         self.authenticate = authenticate
         self.confirm = confirm
         self.admit = admit
+        self.refused_now = refused_now
         self.message = message
         self.refusal = refusal
         self.rejection = rejection
@@ -271,17 +302,7 @@ class BearerAuth:
     def check(self, scope: Scope, send: Send, authorization: str | bytes | None) -> Awaitable[bool] | None:
         """`admitted` without a coroutine for the common request (a known key, nothing to wait for): None when
         it may go on at once; else what to await, as `admitted` answers."""
-        token = None
-        if authorization is not None:
-            try:
-                token = self._tokens[authorization]
-            except KeyError:
-                token = bearer_token(authorization)
-                # ASCII only: then characters are bytes, and the bound on each entry holds.
-                if len(authorization) <= _TOKEN_CACHE_VALUE_BYTES and authorization.isascii():
-                    if len(self._tokens) >= _TOKEN_CACHE_SIZE:
-                        self._tokens.clear()
-                    self._tokens[authorization] = token
+        token = None if authorization is None else self._token(authorization)
         try:
             caller = self.authenticate(token)
         except DependencyUnavailableError as unavailable:
@@ -289,6 +310,33 @@ class BearerAuth:
         if caller is None:
             return self._confirmed(scope, send, token)
         return self._admission(scope, send, caller)
+
+    def answer_early(self, scope: Scope, authorization: str | bytes | None) -> EarlyAnswer | None:
+        """The 429 `check` would answer, when `refused_now` knows it for a known caller: None for any other
+        request (no key, a key `authenticate` does not know or cannot tell, a caller not refused at once)."""
+        if self.refused_now is None or authorization is None:
+            return None
+        try:
+            caller = self.authenticate(self._token(authorization))
+        except DependencyUnavailableError:
+            return None
+        refused = None if caller is None else self.refused_now(scope, caller)
+        if refused is None:
+            return None
+        retry = [(b"content-type", JSON_CONTENT_TYPE), (b"retry-after", str(refused.retry_after).encode())]
+        return 429, retry, self.rejection(scope, refused)
+
+    def _token(self, authorization: str | bytes) -> str | None:
+        try:
+            return self._tokens[authorization]
+        except KeyError:
+            token = bearer_token(authorization)
+            # ASCII only: then characters are bytes, and the bound on each entry holds.
+            if len(authorization) <= _TOKEN_CACHE_VALUE_BYTES and authorization.isascii():
+                if len(self._tokens) >= _TOKEN_CACHE_SIZE:
+                    self._tokens.clear()
+                self._tokens[authorization] = token
+            return token
 
     def _admission(self, scope: Scope, send: Send, caller: Any) -> Awaitable[bool] | None:
         scope[AUTH_SCOPE_KEY] = caller

@@ -9,23 +9,26 @@ import asyncio
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from crank import _json
+from crank.wire.asgi import EarlyAnswer, EarlyAnswers
 from crank.wire.listen import ConnectionLimits, logger
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["CrankHTTPProtocol", "protocol_for"]
 
 
-def protocol_for(limits: ConnectionLimits) -> type[CrankHTTPProtocol]:
-    """The protocol class of one server: its connections share the limits, the idle list and the log."""
+def protocol_for(limits: ConnectionLimits, answer_early: EarlyAnswers | None = None) -> type[CrankHTTPProtocol]:
+    """The protocol class of one server: its connections share the limits, the idle list and the log, and
+    the app's early answers (`crank.wire.asgi.EarlyAnswers`), if it has any."""
 
     class Protocol(CrankHTTPProtocol):
         pass
 
     Protocol.limits, Protocol.idle, Protocol.notices = limits, {}, ThrottledLog(logger)
     Protocol.sweeper = _Sweeper(min(_SWEEP_INTERVAL, limits.head_timeout / 4, limits.body_timeout / 4))
+    Protocol.answer_early = staticmethod(answer_early) if answer_early is not None else None
     return Protocol
 
 
@@ -88,6 +91,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     idle: dict[CrankHTTPProtocol, None]  # connections waiting for a request's first byte, the longest first
     notices: ThrottledLog
     sweeper: _Sweeper
+    answer_early: EarlyAnswers | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -205,8 +209,59 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        super().on_headers_complete()
+        if self.answer_early is None or not self._answered_early():
+            super().on_headers_complete()
         self.deadline, self._in_body = self.loop.time() + self.limits.body_timeout, True
+
+    # early answers: written from the head, without an ASGI call (the app's `answer_early`)
+
+    def _answered_early(self) -> bool:
+        """Ask the app for an early answer to the request whose head just came, and write it: True when it was
+        answered. Only for a request with nothing before it on the connection (an answer never overtakes
+        another), no upgrade, no `Expect: 100-continue` (its client waits for a go-ahead before the body) and a
+        plain ASCII path (uvicorn decodes the rest its own way)."""
+        if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline or self.expect_100_continue:
+            return False
+        if self.parser.should_upgrade():
+            return False
+        url = httptools.parse_url(self.url)
+        if b"%" in url.path or not url.path.isascii():
+            return False
+        scope = self.scope
+        scope["method"] = self.parser.get_method().decode("ascii")
+        scope["path"] = self.root_path + url.path.decode("ascii")
+        scope["raw_path"] = self.root_path.encode("ascii") + url.path
+        scope["query_string"] = url.query or b""
+        assert self.answer_early is not None
+        answer = self.answer_early(scope)  # type: ignore[arg-type]
+        if answer is None:
+            return False
+        self._write_early(answer)
+        return True
+
+    def _write_early(self, answer: EarlyAnswer) -> None:
+        """Write a whole answer as uvicorn writes an app's, and leave the connection as an answered request
+        does: the rest of the body is read and dropped, the next request waits for it."""
+        status, headers, body = answer
+        keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+        cycle = RequestResponseCycle(
+            scope=self.scope, transport=self.transport, flow=self.flow, logger=self.logger,
+            access_logger=self.access_logger, access_log=False, default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
+            on_response=self.on_response_complete,
+        )  # fmt: skip
+        cycle.response_started = cycle.response_complete = True  # on_body and on_message_complete drop the body
+        self.cycle = cycle
+        content = [STATUS_LINE[status]]
+        for name, value in (*self.server_state.default_headers, (b"content-length", b"%d" % len(body)), *headers):
+            content += (name, b": ", value, b"\r\n")
+        if not keep_alive:
+            content.append(b"connection: close\r\n")
+        content += (b"\r\n", body)
+        self.transport.write(b"".join(content))
+        if not keep_alive:
+            self.transport.close()
+        self.on_response_complete()
 
     def on_message_complete(self) -> None:
         self.deadline, self._in_body = 0.0, False

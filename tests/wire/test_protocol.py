@@ -1,0 +1,145 @@
+"""Early answers of `crank.wire.protocol.CrankHTTPProtocol` (`crank.wire.asgi.EarlyAnswers`), over real sockets:
+an answer the app gives from a request's head is written without calling the app, and the connection goes on
+as after any answer. The gateway's own early answers (a tenant over its plan): tests/gateway/test_limits.py."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from crank.types import Receive, Scope, Send
+from crank.wire.asgi import EarlyAnswer, read_body, send_response
+from crank.wire.listen import ConnectionLimits
+from crank.wire.protocol import protocol_for
+
+EARLY: EarlyAnswer = (429, [(b"content-type", b"application/json"), (b"retry-after", b"7")], b'{"early":true}')
+
+
+class App:
+    """Answers every request with its body's length, and counts the requests it saw; `answer_early` answers
+    the paths under /early/ itself."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.asked: list[Scope] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        self.seen.append(scope["path"])
+        if scope["path"] == "/slow":  # still answering when the next request on the connection comes
+            await asyncio.sleep(0.3)
+        body = await read_body(receive)
+        await send_response(send, 200, b'{"length":%d}' % len(body))
+
+    def answer_early(self, scope: Scope) -> EarlyAnswer | None:
+        self.asked.append(dict(scope))
+        return EARLY if scope["path"].startswith("/early/") else None
+
+
+@pytest.fixture
+def app_and_port(serve: Callable[..., str]) -> tuple[App, int]:
+    app = App()
+    url = serve(app, http=protocol_for(ConnectionLimits(), app.answer_early))
+    return app, int(url.rsplit(":", 1)[1])
+
+
+def request(path: str, body: bytes = b"", *headers: str, version: str = "1.1") -> bytes:
+    head = [f"POST {path} HTTP/{version}", "Host: 127.0.0.1", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def answers(port: int, data: bytes, count: int) -> tuple[list[tuple[int, dict[str, str], bytes]], bool]:
+    """Send `data` on one connection and read `count` answers; also whether the server then closed it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        buffer, read = b"", []
+        while len(read) < count:
+            head_end = buffer.find(b"\r\n\r\n")
+            if head_end >= 0:
+                lines = buffer[:head_end].decode("latin-1").split("\r\n")
+                if lines[0].split()[1] == "100":  # a go-ahead for the body, not an answer
+                    buffer = buffer[head_end + 4 :]
+                    continue
+                headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+                end = head_end + 4 + int(headers["content-length"])
+                if len(buffer) >= end:
+                    read.append((int(lines[0].split()[1]), headers, buffer[head_end + 4 : end]))
+                    buffer = buffer[end:]
+                    continue
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection closed after {len(read)} answers"
+            buffer += chunk
+        sock.settimeout(0.5)
+        try:
+            closed = sock.recv(1) == b""
+        except TimeoutError:
+            closed = False
+    return read, closed
+
+
+def test_an_early_answer_is_written_without_calling_the_app(app_and_port: tuple[App, int]) -> None:
+    app, port = app_and_port
+    (early, later), closed = answers(port, request("/early/x", b"{}") + request("/late", b"abc"), 2)
+    assert early == (429, early[1], b'{"early":true}')
+    assert early[1]["retry-after"] == "7" and early[1]["content-type"] == "application/json"
+    assert early[1]["content-length"] == "14" and "date" in early[1] and "server" in early[1]
+    assert later[:1] == (200,) and later[2] == b'{"length":3}'
+    assert app.seen == ["/late"] and not closed  # the app saw only the second; the connection stays open
+    assert [scope["path"] for scope in app.asked] == ["/early/x", "/late"]
+    assert app.asked[0]["method"] == "POST" and app.asked[0]["query_string"] == b""
+
+
+def test_the_body_of_an_early_answered_request_is_read_and_dropped(app_and_port: tuple[App, int]) -> None:
+    # A large body after the early answer: the next request on the connection starts after it, not inside it.
+    app, port = app_and_port
+    body = b"x" * 300_000
+    (early, later), _ = answers(port, request("/early/big", body) + request("/late", b"12345"), 2)
+    assert (early[0], later[0], later[2]) == (429, 200, b'{"length":5}')
+    assert app.seen == ["/late"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "version"), [(("Connection: close",), "1.1"), ((), "1.0")], ids=["connection-close", "http-1.0"]
+)
+def test_an_early_answer_closes_the_connection_its_client_asked_to_close(
+    app_and_port: tuple[App, int], headers: tuple[str, ...], version: str
+) -> None:
+    _, port = app_and_port
+    (early,), closed = answers(port, request("/early/x", b"{}", *headers, version=version), 1)
+    assert early[0] == 429 and early[1]["connection"] == "close" and closed
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [("/early/%41", ()), ("/early/x", ("Expect: 100-continue",))],
+    ids=["percent-encoded-path", "expect-100-continue"],
+)
+def test_requests_the_protocol_does_not_answer_early_go_to_the_app(
+    app_and_port: tuple[App, int], path: str, headers: tuple[str, ...]
+) -> None:
+    app, port = app_and_port
+    (answer,), _ = answers(port, request(path, b"{}", *headers), 1)
+    assert answer[0] == 200 and len(app.seen) == 1
+    assert not app.asked  # not even asked: uvicorn decodes such a path its own way; 100-continue waits for a go
+
+
+def test_a_pipelined_request_behind_an_unanswered_one_goes_to_the_app_in_its_turn(
+    app_and_port: tuple[App, int],
+) -> None:
+    # While the app answers the first request, an early answer to the second would overtake it.
+    app, port = app_and_port
+    (first, second), _ = answers(port, request("/slow", b"a" * 10) + request("/early/x", b"{}"), 2)
+    assert (first[0], first[2], second[0], second[2]) == (200, b'{"length":10}', 200, b'{"length":2}')
+    assert app.seen == ["/slow", "/early/x"]
+
+
+def test_without_early_answers_the_protocol_calls_the_app_for_everything(serve: Callable[..., Any]) -> None:
+    app = App()
+    url = serve(app, http=protocol_for(ConnectionLimits()))
+    (answer,), _ = answers(int(url.rsplit(":", 1)[1]), request("/early/x", b"{}"), 1)
+    assert answer[0] == 200 and app.seen == ["/early/x"] and not app.asked
