@@ -21,9 +21,15 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from crank.registry import Registry, migrate, open_engine
+from crank.registry.runtime import Limits, RateLimit
 from crank.server import CrankServer
 from crank.settings import given_settings
+from crank.wire.listen import ConnectionLimits
+from crank.wire.protocol import protocol_for
 from tests import services
+from tests.gateway import upstream
+from tests.gateway.test_gateway import publish_demo
+from tests.gateway.test_limits import Counted
 from tests.proxy import TCPProxy
 
 TOKEN = "t" * 32
@@ -235,3 +241,24 @@ def test_the_body_limit_of_the_mcp_endpoints_is_a_setting(serve: Callable[..., s
     assert refused.status_code == 413
     assert refused.json()["error"]["message"] == "Request body exceeds 2048 bytes"
     assert given_settings(data_dir=tmp_path).max_body_bytes == 4 * 1024 * 1024
+
+
+def test_crank_serve_answers_a_tenant_over_its_plan_from_the_request_head(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    # `crank serve` hands the server's early answers to its HTTP protocol: past the first refusal (the state
+    # store's), a tenant over its plan is answered without reaching the app; other paths always reach it.
+    server = CrankServer(given_settings(data_dir=tmp_path, admin_token=TOKEN))
+    publish_demo(server.registry, serve(upstream.app))
+    server.registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=1, window=60)))
+    key = server.registry.create_api_key("acme")
+    counted = Counted(server)
+    root = serve(counted, http=protocol_for(ConnectionLimits(), server.answer_early))
+    headers = {"Accept": "application/json", "Authorization": f"Bearer {key}"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    statuses = [httpx.post(root + "/mcp/v1/acme/support", json=body, headers=headers, timeout=WAIT).status_code
+                for _ in range(4)]  # fmt: skip
+    assert statuses == [200, 429, 429, 429] and counted.requests == 2
+    assert httpx.get(root + "/healthz", headers=headers, timeout=WAIT).status_code == 200
+    admin = httpx.get(root + "/admin/v1/workspaces", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=WAIT)
+    assert admin.status_code == 200 and counted.requests == 4

@@ -362,21 +362,22 @@ def test_quota_periods_are_utc_calendar_periods_and_the_one_kept_moves_on_when_i
 
 
 class Counted:
-    """A gateway with a count of the HTTP requests that reached it (its ASGI app)."""
+    """An ASGI app with a count of the HTTP requests that reached it."""
 
-    def __init__(self, gateway: GatewayService) -> None:
-        self.gateway = gateway
+    def __init__(self, app: Any) -> None:
+        self.app = app
         self.requests = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         self.requests += scope["type"] == "http"
-        await self.gateway(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 def served_with_early_answers(registry: Registry, serve: Callable[..., str]) -> tuple[Counted, str]:
     """A gateway served by `crank serve`'s HTTP protocol with its early answers; the agent's URL."""
-    counted = Counted(GatewayService(registry, poll_interval=0.05))
-    url = serve(counted, http=protocol_for(ConnectionLimits(), counted.gateway.answer_early))
+    gateway = GatewayService(registry, poll_interval=0.05)
+    counted = Counted(gateway)
+    url = serve(counted, http=protocol_for(ConnectionLimits(), gateway.answer_early))
     return counted, url + "/mcp/v1/acme/support"
 
 
