@@ -45,13 +45,14 @@ def serving() -> Iterator[Callable[..., str]]:
     module's fixture can share servers between its tests)."""
     servers: list[tuple[_Server, threading.Thread]] = []
 
-    def start(app: ASGIApp, host: str = "127.0.0.1", port: int = 0, http: Any = "auto") -> str:
-        """`http`: uvicorn's HTTP protocol, or a class (`crank.wire.protocol.protocol_for`)."""
+    def start(app: ASGIApp, host: str = "127.0.0.1", port: int = 0, http: Any = "auto", **options: Any) -> str:
+        """`http`: uvicorn's HTTP protocol, or a class (`crank.wire.protocol.protocol_for`); `options`: more of
+        uvicorn's settings (`timeout_keep_alive`, say)."""
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="auto", access_log=False, http=http)
+        config = uvicorn.Config(app, log_level="warning", lifespan="auto", access_log=False, http=http, **options)
         server = _Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()

@@ -1,4 +1,4 @@
-"""`bench/hostile.py` works: a tiny run (1-second phases) with wrk and nginx, no timing asserted."""
+"""`bench/hostile.py` and `bench/refusals.py` work: tiny runs with wrk and nginx, no timing asserted."""
 
 from __future__ import annotations
 
@@ -35,3 +35,16 @@ def test_a_tiny_hostile_run_serves_every_valid_call_and_reports_memory(tmp_path:
     assert hostile["hostile"]["limited"] > 0 and hostile["honest"]["limited"] == 0
     assert 0 < report["memory_kib"]["start"] <= report["memory_kib"]["peak"]
     assert "Honest tenant's p99" in (tmp_path / "latest.md").read_text()
+
+
+@pytest.mark.skipif(
+    not all(shutil.which(tool) or Path(f"/usr/sbin/{tool}").exists() for tool in ("wrk", "nginx", "taskset")),
+    reason="needs wrk, nginx and taskset (scripts/bench installs them)",
+)
+def test_a_tiny_refusal_run_measures_refusals_under_each_server() -> None:
+    command = [sys.executable, str(ROOT / "bench" / "refusals.py"), "--seconds", "1", "--rounds", "1"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-1000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["crank", "uvicorn"]
+    assert all("µs of gateway CPU per request" in line and "refused" in line for line in lines)

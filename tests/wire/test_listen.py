@@ -110,6 +110,7 @@ def test_a_body_that_does_not_arrive_in_time_is_408(tmp_path: Path) -> None:
             assert b"".join(answer).startswith(b"HTTP/1.1 408 Request Timeout\r\n")
             assert json.loads(answer[1].partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
             assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+            time.sleep(1)  # no connection open for longer than a sweep's interval (0.25 s): the sweeping stops
     assert any("CRANK_BODY_TIMEOUT" in message for message in _logged(log))
 
 

@@ -5,6 +5,7 @@ as after any answer. The gateway's own early answers (a tenant over its plan): t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,8 @@ class App:
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         self.asked.append(dict(scope))
+        if scope["path"] == "/early/fails":
+            raise RuntimeError("a bug in the app's early answers")
         return EARLY if scope["path"].startswith("/early/") else None
 
 
@@ -48,8 +51,8 @@ def app_and_port(serve: Callable[..., str]) -> tuple[App, int]:
     return app, int(url.rsplit(":", 1)[1])
 
 
-def request(path: str, body: bytes = b"", *headers: str, version: str = "1.1") -> bytes:
-    head = [f"POST {path} HTTP/{version}", "Host: 127.0.0.1", f"Content-Length: {len(body)}", *headers]
+def request(path: str, body: bytes = b"", *headers: str, version: str = "1.1", method: str = "POST") -> bytes:
+    head = [f"{method} {path} HTTP/{version}", "Host: 127.0.0.1", f"Content-Length: {len(body)}", *headers]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
@@ -143,3 +146,55 @@ def test_without_early_answers_the_protocol_calls_the_app_for_everything(serve: 
     url = serve(app, http=protocol_for(ConnectionLimits()))
     (answer,), _ = answers(int(url.rsplit(":", 1)[1]), request("/early/x", b"{}"), 1)
     assert answer[0] == 200 and app.seen == ["/early/x"] and not app.asked
+
+
+def test_a_head_request_is_never_answered_early(app_and_port: tuple[App, int]) -> None:
+    # Its answer has no body: the app's path (uvicorn) writes it so.
+    app, port = app_and_port
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request("/early/x", method="HEAD"))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(65536)
+    assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")  # no body follows
+    assert app.seen == ["/early/x"] and not app.asked
+
+
+def test_an_early_answer_that_fails_leaves_the_request_to_the_app(
+    app_and_port: tuple[App, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    app, port = app_and_port
+    (answer,), _ = answers(port, request("/early/fails", b"{}"), 1)
+    assert answer[0] == 200 and app.seen == ["/early/fails"]
+    assert any("an early answer failed" in record.getMessage() for record in caplog.records)
+
+
+def test_a_client_that_never_reads_its_early_answers_cannot_make_them_pile_up(
+    app_and_port: tuple[App, int],
+) -> None:
+    # Once the answers fill what the client's side holds, the server stops answering early, the app's path
+    # queues the next request and stops reading: the client cannot send much more than the buffers hold.
+    _, port = app_and_port
+    chunk = request("/early/x", b"{}") * 1000
+    sent = 0
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.connect(("127.0.0.1", port))
+        sock.settimeout(2)
+        with contextlib.suppress(TimeoutError):
+            while sent < 64 * 1024 * 1024:
+                sent += sock.send(chunk)
+    assert sent < 16 * 1024 * 1024, f"{sent:,} bytes of requests were taken from a client that reads nothing"
+
+
+def test_a_connection_silent_after_a_late_body_is_closed_by_its_keep_alive_timeout(
+    serve: Callable[..., str],
+) -> None:
+    # Answered early, then the body comes and nothing more: the keep-alive timeout still applies.
+    app = App()
+    url = serve(app, http=protocol_for(ConnectionLimits(), app.answer_early), timeout_keep_alive=1)
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
+        sock.sendall(request("/early/x", b"12345")[:-5])  # the head alone
+        assert sock.recv(65536).startswith(b"HTTP/1.1 429 ")
+        sock.sendall(b"12345")  # the body, after its answer
+        assert sock.recv(65536) == b""  # closed after the keep-alive timeout, not left open for ever

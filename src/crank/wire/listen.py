@@ -5,7 +5,7 @@ port is one clear message instead of a banner followed by uvicorn's traceback, a
 What a connection may cost is bounded (`ConnectionLimits`), because uvicorn alone bounds none of it: a
 connection that never sends a request, or sends half a head, or a body a byte a minute, is kept open
 for ever, and enough of them exhaust the process's file descriptors so that nobody is answered.
-`crank.wire.protocol.CrankHTTPProtocol` (uvicorn's httptools protocol with timers) closes them:
+`crank.wire.protocol.CrankHTTPProtocol` (uvicorn's httptools protocol with deadlines) closes them:
 
 - a request head must be complete `head_timeout` seconds after the connection opened or after the
   request's first byte (408 if part of a head came, else closed without a word), and at most

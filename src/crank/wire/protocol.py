@@ -27,12 +27,14 @@ def protocol_for(limits: ConnectionLimits, answer_early: EarlyAnswers | None = N
         pass
 
     Protocol.limits, Protocol.idle, Protocol.notices = limits, {}, ThrottledLog(logger)
-    Protocol.sweeper = _Sweeper(min(_SWEEP_INTERVAL, limits.head_timeout / 4, limits.body_timeout / 4))
+    interval = max(_SWEEP_MIN_INTERVAL, min(_SWEEP_INTERVAL, limits.head_timeout / 4, limits.body_timeout / 4))
+    Protocol.sweeper = _Sweeper(interval)
     Protocol.answer_early = staticmethod(answer_early) if answer_early is not None else None
     return Protocol
 
 
 _SWEEP_INTERVAL = 0.5  # seconds: a deadline is noticed this late at most (less for timeouts under 2 s)
+_SWEEP_MIN_INTERVAL = 0.01  # however small a timeout: the sweep never runs more than 100 times a second
 
 
 class _Sweeper:
@@ -84,7 +86,7 @@ _HEAD_TOO_LARGE = _refusal(431, "Request Header Fields Too Large", "request_head
 
 
 class CrankHTTPProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the timers and caps of `ConnectionLimits` (see the module's
+    """uvicorn's httptools protocol with the deadlines and caps of `ConnectionLimits` (see the module's
     docstring). `protocol_for` makes the class a server uses, with its own limits and idle list."""
 
     limits: ConnectionLimits = ConnectionLimits()
@@ -125,10 +127,10 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.pop(self, None)
-        self._cancel_timers()
+        self._cancel_deadline()
         super().connection_lost(exc)
 
-    def _cancel_timers(self) -> None:
+    def _cancel_deadline(self) -> None:
         self.deadline = 0.0
 
     def timed_out(self) -> None:
@@ -162,11 +164,11 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     def _bad_request(self) -> None:
         # uvicorn logs each one as a warning: throttled here, an attacker's garbage must not flood the log.
         self.notices.warning("bad_request", "refused a request that is not valid HTTP/1.1 (400)")
-        self._cancel_timers()
+        self._cancel_deadline()
         self.send_400_response("Invalid HTTP request received.")
 
     def _close_with(self, answer: bytes) -> None:
-        self._cancel_timers()
+        self._cancel_deadline()
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True  # the app's receive() says so, and what it sends is dropped
             self.cycle.message_event.set()
@@ -218,22 +220,29 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     def _answered_early(self) -> bool:
         """Ask the app for an early answer to the request whose head just came, and write it: True when it was
         answered. Only for a request with nothing before it on the connection (an answer never overtakes
-        another), no upgrade, no `Expect: 100-continue` (its client waits for a go-ahead before the body) and a
-        plain ASCII path (uvicorn decodes the rest its own way)."""
+        another), while the client reads what it was sent (else the app's path and its backpressure: a client
+        that never reads cannot make answers pile up), not HEAD (its answer has no body), no upgrade, no
+        `Expect: 100-continue` (its client waits for a go-ahead before the body) and a plain ASCII path
+        (uvicorn decodes the rest its own way). An app whose `answer_early` fails answers the request itself."""
         if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline or self.expect_100_continue:
             return False
-        if self.parser.should_upgrade():
+        method = self.parser.get_method()
+        if self.flow.write_paused or method == b"HEAD" or self.parser.should_upgrade():
             return False
         url = httptools.parse_url(self.url)
         if b"%" in url.path or not url.path.isascii():
             return False
         scope = self.scope
-        scope["method"] = self.parser.get_method().decode("ascii")
+        scope["method"] = method.decode("ascii")
         scope["path"] = self.root_path + url.path.decode("ascii")
         scope["raw_path"] = self.root_path.encode("ascii") + url.path
         scope["query_string"] = url.query or b""
         assert self.answer_early is not None
-        answer = self.answer_early(scope)  # type: ignore[arg-type]
+        try:
+            answer = self.answer_early(scope)  # type: ignore[arg-type]
+        except Exception:  # inside the parser's callback it would be a 400: the app answers, and the log says why
+            logger.exception("an early answer failed; the app answers the request")
+            return False
         if answer is None:
             return False
         self._write_early(answer)
@@ -266,6 +275,21 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self.deadline, self._in_body = 0.0, False
         super().on_message_complete()
+        # A request answered before its body came whole (early, or refused by the app unread) went idle when
+        # answered, and the body's bytes then took it out of the idle list and stopped its keep-alive timer:
+        # waiting for the next request from here, it needs both again, or a silent client keeps it for ever.
+        cycle = self.cycle
+        if (
+            cycle is not None
+            and cycle.response_complete
+            and not self.pipeline
+            and self.timeout_keep_alive_task is None
+            and not self.transport.is_closing()
+        ):
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+            self.idle[self] = None
 
     def _body_timed_out(self) -> None:
         self._in_body = False
@@ -283,5 +307,5 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def timeout_keep_alive_handler(self) -> None:
         self.idle.pop(self, None)
-        self._cancel_timers()
+        self._cancel_deadline()
         super().timeout_keep_alive_handler()
