@@ -1,5 +1,6 @@
 """`CrankHTTPProtocol`: uvicorn's httptools protocol with the limits of `crank.wire.listen.ConnectionLimits`
-(the module docstring of `crank.wire.listen` says which and why). It subclasses uvicorn's
+(the module docstring of `crank.wire.listen` says which and why) and the app's early answers
+(`crank.wire.asgi.EarlyAnswers`, docs/architecture.md). It subclasses uvicorn's
 `HttpToolsProtocol` and keeps its behaviour; tests/wire/test_listen.py runs it in a real `crank serve`, so
 that a uvicorn upgrade that moves its hooks fails there."""
 
@@ -39,8 +40,9 @@ _SWEEP_MIN_INTERVAL = 0.01  # however small a timeout: the sweep never runs more
 
 class _Sweeper:
     """One server's deadlines, checked by one timer every `interval` seconds: a timer per request (two
-    `call_later` and their `cancel`) cost about 8 µs of each request's CPU, a sweep costs a comparison per open
-    connection and interval. Runs while the server has connections."""
+    `call_later` and their `cancel`) cost about 4 µs of each request's CPU (docs/benchmarks.md, "The cost of one
+    refusal"), a sweep costs a comparison per open connection and interval. Runs while the server has
+    connections."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
