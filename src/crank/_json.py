@@ -6,6 +6,7 @@ orjson is used everywhere: it is several times faster than the stdlib on the hot
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -69,7 +70,6 @@ ORJSON_DEPTH_MESSAGE: Final = "depth limit exceeded"
 # _WALKED_BRACKETS brackets is walked; any other body is wrapped, whatever its size or shape.
 _COUNTED_BYTES: Final = 128 * 1024
 _WALKED_BRACKETS: Final = 128
-_WRAPS: dict[int, tuple[bytes, bytes]] = {}
 
 
 class JSONDepthError(ValueError):
@@ -111,7 +111,7 @@ def _wrapped(data: bytes, max_depth: int) -> Any:
     nested more than `max_depth` levels. Each added array must hold exactly one value, the next one in: a body
     that is not one JSON value (`1],[2`) cannot pass for one. One parse, whatever the body: a refusal is told
     from orjson's error, never by parsing again."""
-    opening, closing = _WRAPS.get(max_depth) or _WRAPS.setdefault(max_depth, _wrap(max_depth))
+    opening, closing = _wrap(max_depth)
     try:
         value = orjson.loads(b"".join((opening, data, closing)))
     except orjson.JSONDecodeError as refused:
@@ -133,6 +133,7 @@ def _unwrapped(refused: orjson.JSONDecodeError, padding: int, max_depth: int) ->
     return orjson.JSONDecodeError(refused.msg, body, min(max(refused.pos - padding, 0), len(body)))
 
 
+@functools.cache  # one pair per depth limit, of which there are fewer than ORJSON_MAX_DEPTH
 def _wrap(max_depth: int) -> tuple[bytes, bytes]:
     padding = ORJSON_MAX_DEPTH - max_depth
     return b"[" * padding, b"]" * padding

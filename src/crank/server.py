@@ -196,15 +196,19 @@ class GatewayService:
         workspace is used up."""
         if not self.source.limiter.knows_full:
             return None
-        path: str = scope["path"]
+        child = self._agent_scope(scope)
+        return None if child is None else self.endpoint.answer_early(child)
+
+    def _agent_scope(self, scope: Scope) -> Scope | None:
+        """The scope of a request to an agent (`/mcp/v1/{workspace}/{agent}[/...]`) as the endpoint sees it: its
+        root is the agent's, with the path's parameters. None for any other path."""
+        path: str = scope.get("path", "")
         route = self._routes.get(path) or _agent_route(path, self._routes)
         if route is None:
             return None
         root, params = route
         outer = scope.get("root_path")
-        return self.endpoint.answer_early(
-            {**scope, "root_path": outer + root if outer else root, "path_params": params}
-        )
+        return {**scope, "root_path": outer + root if outer else root, "path_params": params}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Routes by splitting the path: `/mcp/v1/{workspace}/{agent}[/tools|/call]`, `/metrics`, else 404.
@@ -214,17 +218,14 @@ class GatewayService:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send, startup=self._start, shutdown=self._stop)
             return
-        path: str = scope.get("path", "")
-        route = self._routes.get(path) or _agent_route(path, self._routes)
-        if route is not None:
-            root, params = route
-            outer = scope.get("root_path")
-            child = {**scope, "root_path": outer + root if outer else root, "path_params": params}
+        child = self._agent_scope(scope)
+        if child is not None:
             if scope["type"] == "http":
                 await self.endpoint.http_app(child, receive, send)
             else:
                 await self.endpoint(child, receive, send)
             return
+        path = scope.get("path", "")
         if path == "/metrics" and scope["type"] == "http":
             response = Response(self.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
         elif path == "/readyz" and scope["type"] == "http":

@@ -410,7 +410,7 @@ class AgentSource:
         its workspace's count is known to be full (`Limiter.refused_now`). None otherwise, and then `admit`
         decides. The answer the HTTP protocol gives from a request's head (`GatewayService.answer_early`)."""
         limits = key_scope.workspace_limits
-        if limits is None or not self.limiter.knows_full:
+        if limits is None:
             return None
         limited = self.limiter.refused_now(key_scope, limits, self._agent_label(scope, key_scope))
         return None if limited is None else _rate_limited(limited)

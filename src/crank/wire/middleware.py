@@ -201,7 +201,7 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         else:
             host, origin, declared, authorization = _repeated_headers(scope)
         refused = self.policy.check(scope.get("server"), host, origin)
-        length = int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
+        length = _declared_length(declared)
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
         elif length is not None and length > self.max_body_size:
@@ -229,10 +229,15 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             return None
         if self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None:
             return None
-        declared = headers.get("content-length")
-        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.max_body_size:
+        length = _declared_length(headers.get("content-length"))
+        if length is not None and length > self.max_body_size:
             return None
         return self.auth.answer_early(scope, headers.get("authorization"))
+
+
+def _declared_length(declared: str | None) -> int | None:
+    """A `Content-Length` value as a number; None when there is none or it is not one (the server refuses it)."""
+    return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
 
 
 def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
@@ -321,10 +326,12 @@ class BearerAuth:
         except DependencyUnavailableError:
             return None
         refused = None if caller is None else self.refused_now(scope, caller)
-        if refused is None:
-            return None
-        retry = [(b"content-type", JSON_CONTENT_TYPE), (b"retry-after", str(refused.retry_after).encode())]
-        return 429, retry, self.rejection(scope, refused)
+        return None if refused is None else self._rate_limited(scope, refused)
+
+    def _rate_limited(self, scope: Scope, limited: RateLimitedError) -> EarlyAnswer:
+        """The whole 429 of a refused admission, as `_admitted` sends it and `answer_early` gives it."""
+        headers = [(b"content-type", JSON_CONTENT_TYPE), (b"retry-after", str(limited.retry_after).encode())]
+        return 429, headers, self.rejection(scope, limited)
 
     def _token(self, authorization: str | bytes) -> str | None:
         try:
@@ -361,8 +368,8 @@ class BearerAuth:
         try:
             await admission
         except RateLimitedError as limited:
-            retry = [(b"retry-after", str(limited.retry_after).encode())]
-            await send_response(send, 429, self.rejection(scope, limited), retry)
+            status, headers, body = self._rate_limited(scope, limited)
+            await send_response(send, status, body, headers, content_type=None)
             return False
         except DependencyUnavailableError as unavailable:  # cannot count the request: not admitted
             return await self._unavailable(scope, send, unavailable)
