@@ -36,11 +36,13 @@ from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
 from crank.wire.listen import (
     DEFAULT_BODY_TIMEOUT,
+    DEFAULT_DRAIN_BYTES,
     DEFAULT_HEAD_TIMEOUT,
     DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_LISTEN,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEAD_BYTES,
+    DEFAULT_SEND_TIMEOUT,
     ConnectionLimits,
 )
 from crank.wire.workers import DEFAULT_WORKERS, MAX_WORKERS
@@ -96,6 +98,12 @@ class Settings(BaseSettings):
     )
     keepalive_timeout: float = Field(
         DEFAULT_KEEPALIVE_TIMEOUT, gt=0, le=3600, description="Seconds a connection may stay idle between requests."
+    )
+    send_timeout: float = Field(
+        DEFAULT_SEND_TIMEOUT,
+        gt=0,
+        le=3600,
+        description="Seconds a connection may hold unsent answer bytes without taking 64 KiB of them (or the rest).",
     )
     max_connections: int = Field(
         DEFAULT_MAX_CONNECTIONS, ge=1, le=1_000_000, description="Client connections open at once (per process)."
@@ -227,8 +235,10 @@ class Settings(BaseSettings):
             head_timeout=self.head_timeout,
             body_timeout=self.body_timeout,
             keepalive_timeout=self.keepalive_timeout,
+            send_timeout=self.send_timeout,
             max_connections=self.max_connections,
             max_head_bytes=self.max_head_bytes,
+            drain_bytes=min(DEFAULT_DRAIN_BYTES, self.max_body_bytes),  # never more of a refused body than a whole one
         )
 
     def upstream_client(self, egress: EgressPolicy) -> UpstreamClient:

@@ -7,6 +7,11 @@ that a uvicorn upgrade that moves its hooks fails there."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import struct
+import sys
+import termios
+from collections import deque
 from typing import Any
 
 import httptools
@@ -14,21 +19,22 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from crank import _json
 from crank.wire.asgi import EarlyAnswer, EarlyAnswers
-from crank.wire.listen import ConnectionLimits, logger
+from crank.wire.listen import DRAIN_TIMEOUT, ConnectionLimits, logger
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["CrankHTTPProtocol", "protocol_for"]
 
 
 def protocol_for(limits: ConnectionLimits, answer_early: EarlyAnswers | None = None) -> type[CrankHTTPProtocol]:
-    """The protocol class of one server: its connections share the limits, the idle list and the log, and
-    the app's early answers (`crank.wire.asgi.EarlyAnswers`), if it has any."""
+    """The protocol class of one server: its connections share the limits, the idle and stalled lists and the
+    log, and the app's early answers (`crank.wire.asgi.EarlyAnswers`), if it has any."""
 
     class Protocol(CrankHTTPProtocol):
         pass
 
-    Protocol.limits, Protocol.idle, Protocol.notices = limits, {}, ThrottledLog(logger)
-    interval = max(_SWEEP_MIN_INTERVAL, min(_SWEEP_INTERVAL, limits.head_timeout / 4, limits.body_timeout / 4))
+    Protocol.limits, Protocol.idle, Protocol.stalled, Protocol.notices = limits, {}, {}, ThrottledLog(logger)
+    timeouts = (limits.head_timeout, limits.body_timeout, limits.send_timeout)
+    interval = max(_SWEEP_MIN_INTERVAL, min(_SWEEP_INTERVAL, *(timeout / 4 for timeout in timeouts)))
     Protocol.sweeper = _Sweeper(interval)
     Protocol.answer_early = staticmethod(answer_early) if answer_early is not None else None
     return Protocol
@@ -36,12 +42,34 @@ def protocol_for(limits: ConnectionLimits, answer_early: EarlyAnswers | None = N
 
 _SWEEP_INTERVAL = 0.5  # seconds: a deadline is noticed this late at most (less for timeouts under 2 s)
 _SWEEP_MIN_INTERVAL = 0.01  # however small a timeout: the sweep never runs more than 100 times a second
+_PIECE = 64 * 1024
+"""The most of an answer handed to the transport at once: a larger one is handed on as the transport drains,
+so that what a connection holds unsent beyond the answer itself is at most about two pieces."""
+_SEND_PROGRESS = 64 * 1024
+"""What a connection with unsent bytes must send (or all of them) within `send_timeout`."""
+_STALL_GRACE = 1.0
+"""Seconds a connection must have been stalled before it is closed to make room for another."""
+
+
+def _unacknowledged(transport: asyncio.Transport) -> int:
+    """Bytes in the kernel's send queue of the transport's socket that its peer has not acknowledged yet
+    (Linux's SIOCOUTQ); 0 where that cannot be told. What left the process is not yet what the client took:
+    on loopback the kernel queues megabytes, which a slow reader takes for seconds without the queue having
+    room for more."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sys.platform != "linux":
+        return 0
+    try:
+        queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int(struct.unpack("i", queued)[0])
 
 
 class _Sweeper:
     """One server's deadlines, checked by one timer every `interval` seconds: a timer per request (two
     `call_later` and their `cancel`) cost about 4 µs of each request's CPU (docs/benchmarks.md, "The cost of one
-    refusal"), a sweep costs a comparison per open connection and interval. Runs while the server has
+    refusal"), a sweep costs two comparisons per open connection and interval. Runs while the server has
     connections."""
 
     def __init__(self, interval: float) -> None:
@@ -59,17 +87,75 @@ class _Sweeper:
         self._timer = loop.call_later(self.interval, self._sweep, loop) if self.connections else None
         now = loop.time()
         for connection in list(self.connections):
-            deadline = getattr(connection, "deadline", 0.0)
-            if deadline and deadline <= now:
-                connection.deadline = 0.0
-                try:
+            try:
+                deadline = getattr(connection, "deadline", 0.0)
+                if deadline and deadline <= now:
+                    connection.deadline = 0.0
                     connection.timed_out()
-                except Exception:  # pragma: no cover - closing a transport does not raise; logged if it does
-                    logger.exception("closing a connection past its deadline failed")
+                elif getattr(connection, "writer", None) is not None:
+                    connection.check_sending(now)
+            except Exception:  # pragma: no cover - closing a transport does not raise; logged if it does
+                logger.exception("closing a connection past its deadline failed")
+
+
+class _Writer:
+    """What a connection's answers are written through (the cycles' `transport`): an answer larger than
+    `_PIECE` is handed to the transport a piece at a time as the transport drains (`feed`, from the protocol's
+    `resume_writing`), so the transport never copies a whole large answer for a client that reads slowly;
+    `written` counts what was handed on, for the sweep's progress check (`CrankHTTPProtocol.check_sending`)."""
+
+    __slots__ = ("closing", "pending", "protocol", "transport", "written")
+
+    def __init__(self, transport: asyncio.Transport, protocol: CrankHTTPProtocol) -> None:
+        self.transport = transport
+        self.protocol = protocol
+        self.pending: deque[memoryview] = deque()  # what is not handed on yet, in order
+        self.written = 0
+        self.closing = False  # close once the pending bytes are handed on
+
+    def write(self, data: bytes) -> None:
+        if not self.pending and len(data) <= _PIECE:
+            self.written += len(data)
+            self.transport.write(data)
+            return
+        self.pending.append(memoryview(data))
+        self.feed()
+
+    def feed(self) -> None:
+        """Hand pending pieces to the transport until it asks for a pause, or all are handed on."""
+        pending = self.pending
+        while pending and not self.protocol.write_paused:
+            view = pending[0]
+            if len(view) > _PIECE:
+                piece, pending[0] = view[:_PIECE], view[_PIECE:]
+            else:
+                piece = pending.popleft()
+            self.written += len(piece)
+            self.transport.write(piece)
+        if not pending and self.closing:
+            self.closing = False
+            self.protocol.finish()
+
+    def unsent(self) -> int:
+        return self.transport.get_write_buffer_size() + sum(len(view) for view in self.pending)
+
+    def is_closing(self) -> bool:
+        return self.closing or self.transport.is_closing()
+
+    def close(self) -> None:
+        """uvicorn's close after an answer: once what is pending is handed on (`CrankHTTPProtocol.finish`)."""
+        if self.pending:
+            self.closing = True
+        else:
+            self.protocol.finish()
 
 
 class _HeadTooLarge(Exception):
     """Raised in a parser callback: the head passed `max_head_bytes`."""
+
+
+class _Answered(Exception):
+    """Raised in a parser callback that answered the request and closed: nothing more is parsed."""
 
 
 def _refusal(status: int, reason: str, code: str, message: str, *extra: bytes) -> bytes:
@@ -85,14 +171,17 @@ _HEAD_TIMEOUT = _refusal(408, "Request Timeout", "request_timeout", "The request
 _BODY_TIMEOUT = _refusal(408, "Request Timeout", "request_timeout", "The request body did not arrive in time.")
 _HEAD_TOO_LARGE = _refusal(431, "Request Header Fields Too Large", "request_head_too_large",
                            "The request line and headers are too large.")  # fmt: skip
+_NO_WEBSOCKET = _refusal(400, "Bad Request", "upgrade_not_supported",
+                         "WebSocket is not part of MCP: send MCP requests as HTTP POST (Streamable HTTP).")  # fmt: skip
 
 
 class CrankHTTPProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the deadlines and caps of `ConnectionLimits` (see the module's
-    docstring). `protocol_for` makes the class a server uses, with its own limits and idle list."""
+    docstring). `protocol_for` makes the class a server uses, with its own limits and lists."""
 
     limits: ConnectionLimits = ConnectionLimits()
     idle: dict[CrankHTTPProtocol, None]  # connections waiting for a request's first byte, the longest first
+    stalled: dict[CrankHTTPProtocol, float]  # connections that cannot write now or are closing: since when
     notices: ThrottledLog
     sweeper: _Sweeper
     answer_early: EarlyAnswers | None = None
@@ -100,15 +189,24 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.deadline = 0.0  # loop time by which the head (or the body) must be complete; 0: none running
+        self.writer: _Writer | None = None
+        self.write_paused = False  # the transport asked for a pause (`pause_writing`)
         self._in_body = False  # the deadline is the body's
         self._head_bytes = 0
         self._in_head = False  # part of a request head has come
+        self._keep_alive = True  # the cycle's own keep-alive, given back once its body is whole
+        self._early: EarlyAnswer | None = None  # an early answer waiting for its body's end (`_answered_early`)
+        self._drained = -1  # bytes of a refused body dropped since the answer; -1: not closing after a refusal
+        self._send_since = 0.0  # when the sweep last saw the unsent bytes move (`check_sending`); 0: none unsent
+        self._send_mark = 0  # bytes sent then
+        self._upgrade = False  # the request asks for an upgrade the protocol does not make: close after it
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.writer = _Writer(transport, self)
         if len(self.connections) > self.limits.max_connections and not self._make_room():
             self.notices.warning("max_connections", "refused a connection: %d connections are open, none idle "
-                                 "(CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
+                                 "or stalled (CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
             transport.write(_TOO_MANY)
             transport.close()
             return
@@ -117,19 +215,39 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self.idle[self] = None
 
     def _make_room(self) -> bool:
-        """Close the connection idle the longest, if any: it costs its client a reconnect, nothing more."""
+        """Close the connection idle the longest, else the one stalled the longest (for `_STALL_GRACE` at
+        least), if any: it costs an idle client a reconnect, a stalled one the answer it does not take."""
         oldest = next(iter(self.idle), None)
-        if oldest is None:
+        if oldest is not None:
+            del self.idle[oldest]
+            oldest.transport.close()
+            self.notices.warning("max_connections_idle", "closed the connection idle the longest: %d connections "
+                                 "are open (CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
+            return True
+        stalled, since = next(iter(self.stalled.items()), (None, 0.0))
+        if stalled is None or self.loop.time() - since < _STALL_GRACE:
             return False
-        del self.idle[oldest]
-        oldest.transport.close()
-        self.notices.warning("max_connections_idle", "closed the connection idle the longest: %d connections are "
-                             "open (CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
+        stalled.abort()
+        self.notices.warning("max_connections_stalled", "closed the connection stalled the longest (its answer "
+                             "not taken, or closing after a refusal): %d connections are open "
+                             "(CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
         return True
+
+    def abort(self) -> None:
+        """Close at once, dropping what is unsent (a client that does not take it)."""
+        self.stalled.pop(self, None)
+        self.idle.pop(self, None)
+        if self.writer is not None:
+            self.writer.pending.clear()
+        self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.pop(self, None)
+        self.stalled.pop(self, None)
         self._cancel_deadline()
+        if self.writer is not None:
+            self.writer.pending.clear()  # the answer's bytes go with the connection
+        self.write_paused = False
         super().connection_lost(exc)
 
     def _cancel_deadline(self) -> None:
@@ -137,31 +255,96 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def timed_out(self) -> None:
         """The sweeper's call: the deadline passed (`deadline` is already 0)."""
-        if self._in_body:
+        if self._drained >= 0:
+            self.abort()  # the client neither closed nor stopped sending: it has had its time to read the answer
+        elif self._in_body:
             self._body_timed_out()
         else:
             self._head_timed_out()
 
+    # writing: answers handed on as the transport drains, and a deadline on what is not taken
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.flow.pause_writing()
+        self.stalled.setdefault(self, self.loop.time())
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self._drained < 0:
+            self.stalled.pop(self, None)
+        assert self.writer is not None
+        self.writer.feed()
+        if not self.write_paused and not self.writer.pending:
+            self.flow.resume_writing()
+
+    def check_sending(self, now: float) -> None:
+        """The sweeper's call for a connection with no deadline running: one holding unsent bytes must send
+        `_SEND_PROGRESS` of them (or all) within `send_timeout`, else it is closed and its answer dropped."""
+        assert self.writer is not None
+        buffered = self.transport.get_write_buffer_size()
+        if not buffered and not self.writer.pending:
+            self._send_since = 0.0
+            return
+        sent = self.writer.written - buffered - _unacknowledged(self.transport)
+        if not self._send_since or sent - self._send_mark >= _SEND_PROGRESS:
+            self._send_since, self._send_mark = now, sent
+        elif now - self._send_since >= self.limits.send_timeout:
+            self.notices.warning("send_timeout", "closed a connection that took less than 64 KiB of its answer "
+                                 "within %g s (CRANK_SEND_TIMEOUT)", self.limits.send_timeout)  # fmt: skip
+            self.abort()
+
+    def finish(self) -> None:
+        """Close after an answer (uvicorn's `transport.close()`, through `_Writer`): at once when the request
+        came whole; else its body is drained first (`_drain`), so that the client can read its answer."""
+        if self._in_body and not self.transport.is_closing():
+            self._drain()
+        else:
+            self.transport.close()
+
+    def _drain(self) -> None:
+        """Close after an answer written before the body came whole: the write side now (after what is unsent),
+        then the rest when the client closes, or has sent `drain_bytes` more, or after `DRAIN_TIMEOUT`. What it
+        sends meanwhile is counted and dropped, never parsed: its cost grows with the reads, not with its chunks."""
+        self._in_body = False
+        self._drained = 0
+        self.deadline = self.loop.time() + min(DRAIN_TIMEOUT, self.limits.body_timeout)
+        self.stalled.setdefault(self, self.loop.time())
+        self.flow.resume_reading()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+
     def data_received(self, data: bytes) -> None:
+        if self._drained >= 0:  # closing after a refusal: the body's rest is dropped, unparsed
+            self._drained += len(data)
+            if self._drained > self.limits.drain_bytes:
+                self.abort()
+            return
         # uvicorn's, but a head over the limit is a 431 rather than its 400 for any parser error.
         self.idle.pop(self, None)
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Answered):
+                return
             if not isinstance(exc.__context__, _HeadTooLarge):
                 self._bad_request()
                 return
             self.notices.warning("max_head_bytes", "refused a request head over %d bytes (CRANK_MAX_HEAD_BYTES)",
                                  self.limits.max_head_bytes)  # fmt: skip
             self._close_with(_HEAD_TOO_LARGE)
+            return
         except httptools.HttpParserError:
             self._bad_request()
+            return
         except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+            # An upgrade the protocol does not make (not WebSocket: `on_headers_complete` refused that): its
+            # request is answered as a plain one, and nothing after it can be parsed: dropped, as after a refusal.
+            self._drained = 0
+        if self._early is not None:  # answered from its head, and its body has not come whole
+            answer, self._early = self._early, None
+            self._write_early(answer, keep_alive=False)
 
     def _bad_request(self) -> None:
         # uvicorn logs each one as a warning: throttled here, an attacker's garbage must not flood the log.
@@ -213,23 +396,45 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        if self.parser.should_upgrade() and self._refused_upgrade():
+            return
         if self.answer_early is None or not self._answered_early():
             super().on_headers_complete()
+            cycle = self.cycle
+            cycle.transport = self.writer  # type: ignore[assignment]
+            # Until its body is whole, an answer closes the connection (a refusal: `finish`); given back then.
+            self._keep_alive, cycle.keep_alive = cycle.keep_alive and not self._upgrade, False
         self.deadline, self._in_body = self.loop.time() + self.limits.body_timeout, True
+
+    def _refused_upgrade(self) -> bool:
+        """An upgrade to WebSocket is refused (400, closed: raises `_Answered`); any other upgrade is served as a
+        plain request (RFC 9110 §7.8 lets a server ignore it), and the connection is closed after it."""
+        self._upgrade = True
+        upgrade = next((value for name, value in self.headers if name == b"upgrade"), b"")
+        if upgrade.strip().lower() != b"websocket":
+            return False
+        self.notices.warning("websocket", "refused an upgrade to WebSocket (400): MCP is served over HTTP POST")
+        self._close_with(_NO_WEBSOCKET)
+        raise _Answered
+
+    def _unsupported_upgrade_warning(self) -> None:
+        pass  # uvicorn logs two lines per upgrade it does not make: `_refused_upgrade` says what happens instead
 
     # early answers: written from the head, without an ASGI call (the app's `answer_early`)
 
     def _answered_early(self) -> bool:
-        """Ask the app for an early answer to the request whose head just came, and write it: True when it was
-        answered. Only for a request with nothing before it on the connection (an answer never overtakes
-        another), while the client reads what it was sent (else the app's path and its backpressure: a client
-        that never reads cannot make answers pile up), not HEAD (its answer has no body), no upgrade, no
-        `Expect: 100-continue` (its client waits for a go-ahead before the body) and a plain ASCII path
-        (uvicorn decodes the rest its own way). An app whose `answer_early` fails answers the request itself."""
+        """Ask the app for an early answer to the request whose head just came: True when it has one, which is
+        written when the body has come whole (`on_message_complete`), or at the end of this read with the
+        connection closing after it (`data_received`). Only for a request with nothing before it on the
+        connection (an answer never overtakes another), while the client reads what it was sent (else the app's
+        path and its backpressure: a client that never reads cannot make answers pile up), not HEAD (its answer
+        has no body), no upgrade, no `Expect: 100-continue` (its client waits for a go-ahead before the body)
+        and a plain ASCII path (uvicorn decodes the rest its own way). An app whose `answer_early` fails answers
+        the request itself."""
         if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline or self.expect_100_continue:
             return False
         method = self.parser.get_method()
-        if self.flow.write_paused or method == b"HEAD" or self.parser.should_upgrade():
+        if self.flow.write_paused or method == b"HEAD" or self._upgrade:
             return False
         url = httptools.parse_url(self.url)
         if b"%" in url.path or not url.path.isascii():
@@ -247,51 +452,44 @@ class CrankHTTPProtocol(HttpToolsProtocol):
             return False
         if answer is None:
             return False
-        self._write_early(answer)
-        return True
-
-    def _write_early(self, answer: EarlyAnswer) -> None:
-        """Write a whole answer as uvicorn writes an app's, and leave the connection as an answered request
-        does: the rest of the body is read and dropped, the next request waits for it."""
-        status, headers, body = answer
         keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
         cycle = RequestResponseCycle(
-            scope=self.scope, transport=self.transport, flow=self.flow, logger=self.logger,
+            scope=self.scope, transport=self.writer, flow=self.flow, logger=self.logger,  # type: ignore[arg-type]
             access_logger=self.access_logger, access_log=False, default_headers=self.server_state.default_headers,
             message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
             on_response=self.on_response_complete,
         )  # fmt: skip
         cycle.response_started = cycle.response_complete = True  # on_body and on_message_complete drop the body
-        self.cycle = cycle
+        self.cycle, self._early = cycle, answer
+        return True
+
+    def _write_early(self, answer: EarlyAnswer, *, keep_alive: bool) -> None:
+        """Write a whole answer as uvicorn writes an app's, and leave the connection as an answered request
+        does: kept for the next request, or closing (`finish`: the body drained first when it has not come)."""
+        status, headers, body = answer
+        keep_alive = keep_alive and self.cycle.keep_alive
         content = [STATUS_LINE[status]]
         for name, value in (*self.server_state.default_headers, (b"content-length", b"%d" % len(body)), *headers):
             content += (name, b": ", value, b"\r\n")
         if not keep_alive:
             content.append(b"connection: close\r\n")
         content += (b"\r\n", body)
-        self.transport.write(b"".join(content))
+        assert self.writer is not None
+        self.writer.write(b"".join(content))
         if not keep_alive:
-            self.transport.close()
+            self.writer.close()
         self.on_response_complete()
 
     def on_message_complete(self) -> None:
         self.deadline, self._in_body = 0.0, False
-        super().on_message_complete()
-        # A request answered before its body came whole (early, or refused by the app unread) went idle when
-        # answered, and the body's bytes then took it out of the idle list and stopped its keep-alive timer:
-        # waiting for the next request from here, it needs both again, or a silent client keeps it for ever.
         cycle = self.cycle
-        if (
-            cycle is not None
-            and cycle.response_complete
-            and not self.pipeline
-            and self.timeout_keep_alive_task is None
-            and not self.transport.is_closing()
-        ):
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
-            self.idle[self] = None
+        if self._early is not None:  # its body came whole: answered, and the connection goes on
+            answer, self._early = self._early, None
+            self._write_early(answer, keep_alive=True)
+            return
+        if cycle is not None and not cycle.response_started:
+            cycle.keep_alive = self._keep_alive
+        super().on_message_complete()
 
     def _body_timed_out(self) -> None:
         self._in_body = False
@@ -303,11 +501,27 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     # between requests
 
     def on_response_complete(self) -> None:
+        if self._drained >= 0:  # closing: no next request on this connection
+            self.server_state.total_requests += 1
+            return
         super().on_response_complete()
         if self.timeout_keep_alive_task is not None:  # waiting for the next request
             self.idle[self] = None
 
     def timeout_keep_alive_handler(self) -> None:
+        assert self.writer is not None
+        if self.writer.pending:  # the last answer is still going out: idle only from its end (else it is cut)
+            handler = self.timeout_keep_alive_handler
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, handler)
+            return
         self.idle.pop(self, None)
         self._cancel_deadline()
         super().timeout_keep_alive_handler()
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful shutdown: a connection between requests closes once its last answer is out."""
+        if self.cycle is None or self.cycle.response_complete:
+            assert self.writer is not None
+            self.writer.close()
+        else:
+            self.cycle.keep_alive = False
