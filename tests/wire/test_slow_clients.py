@@ -4,7 +4,6 @@ tests/wire/test_listen.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 import time

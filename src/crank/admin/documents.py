@@ -53,6 +53,7 @@ from crank.exceptions import (
 )
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
+from crank.mcp.validation import checkable_pattern
 from crank.types import JSONObject
 
 __all__ = [
@@ -476,7 +477,8 @@ class Schemas:
     it uses to `used`; `defs(used)` returns those definitions and everything they reach. With
     `openapi30`, OpenAPI 3.0 keywords become JSON Schema: `nullable`, boolean `exclusiveMinimum`/
     `exclusiveMaximum`; everywhere `example` becomes `examples`, and `discriminator`, `xml`,
-    `externalDocs`, `$id`, `$schema` and `x-` extensions (but `x-mcp-header`) are left out.
+    `externalDocs`, `$id`, `$schema` and `x-` extensions (but `x-mcp-header`) are left out, and so is a
+    `pattern` the validators cannot check in linear time (`crank.mcp.validation.checkable_pattern`).
     """
 
     def __init__(self, document: Document, *, openapi30: bool = False) -> None:
@@ -515,6 +517,8 @@ class Schemas:
                     out[key] = self.convert(value, used)
                 elif key in _DROPPED or (key.startswith("x-") and key not in _KEPT_EXTENSIONS):
                     continue
+                elif key == "pattern" and isinstance(value, str) and not checkable_pattern(value):
+                    continue  # look-around or a backreference: the upstream still checks it (docs/gateway.md)
                 else:
                     out[key] = value
         finally:

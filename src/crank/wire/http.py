@@ -13,6 +13,9 @@ from typing import Final
 
 __all__ = [
     "IDEMPOTENT_METHODS",
+    "ONCE_ONLY_HEADERS",
+    "repeated_header",
+    "repeated_header_message",
     "retry_after_seconds",
     "accepts_json",
     "bearer_token",
@@ -24,6 +27,29 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 §5.6.2
 
 IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 """RFC 9110 §9.2.2: a repeat has the effect of one request, so a client may send it again."""
+
+
+ONCE_ONLY_HEADERS: Final = (b"host", b"authorization", b"content-type")
+"""Headers a request must not repeat (400): a proxy or firewall in front that reads another copy than Crank
+does would judge another request (another key, another host, another body type). The MCP endpoint refuses
+repeated `Mcp-Protocol-Version`, `Mcp-Method` and `Mcp-Name` too, with its own error (`HEADER_MISMATCH`);
+llhttp refuses repeated `Content-Length` and `Transfer-Encoding` itself."""
+
+
+def repeated_header(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The first header of `ONCE_ONLY_HEADERS` that appears more than once in raw ASGI headers, or None."""
+    seen: set[bytes] = set()
+    for name, _ in headers:
+        if name in ONCE_ONLY_HEADERS:
+            if name in seen:
+                return name.decode()
+            seen.add(name)
+    return None
+
+
+def repeated_header_message(name: str) -> str:
+    """What a request that repeats `name` is told."""
+    return f"Bad request: the {name.title()} header appears more than once; send it once"
 
 
 def retry_after_seconds(wait: float) -> int:

@@ -30,7 +30,7 @@ from crank.wire.asgi import (
     send_response,
     unique_headers,
 )
-from crank.wire.http import bearer_token
+from crank.wire.http import bearer_token, repeated_header, repeated_header_message
 from crank.wire.jsonrpc import encode_error
 from crank.wire.security import HostOriginPolicy
 
@@ -95,6 +95,10 @@ class HostOriginMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            repeated = repeated_header(scope["headers"])
+            if repeated is not None:
+                await _refuse_repeated(scope, send, repeated, self.refusal)
+                return
             host = origin = None
             for name, value in scope["headers"]:
                 if name == b"host":
@@ -106,6 +110,13 @@ class HostOriginMiddleware:
                 await _refuse_host_or_origin(scope, send, refused, self.refusal)
                 return
         await self.app(scope, receive, send)
+
+
+async def _refuse_repeated(scope: Scope, send: Send, name: str, refusal: Refusal | None) -> None:
+    """400 for a request that repeats a header it may send once (`crank.wire.http.ONCE_ONLY_HEADERS`)."""
+    message = repeated_header_message(name)
+    body = _json.dumps({"error": message}) if refusal is None else refusal(scope, 400, message)
+    await send_response(send, 400, body)
 
 
 async def _refuse_host_or_origin(scope: Scope, send: Send, status: int, refusal: Refusal | None) -> None:
@@ -198,6 +209,9 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             scope[HEADERS_SCOPE_KEY] = headers
             host, origin = headers.get("host"), headers.get("origin")
             declared, authorization = headers.get("content-length"), headers.get("authorization")
+        elif (repeated := repeated_header(scope["headers"])) is not None:
+            await _refuse_repeated(scope, send, repeated, self.refusal)
+            return
         else:
             host, origin, declared, authorization = _repeated_headers(scope)
         refused = self.policy.check(scope.get("server"), host, origin)
@@ -241,9 +255,9 @@ def _declared_length(declared: str | None) -> int | None:
 
 
 def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
-    """Host, Origin, Content-Length and Authorization of a request that repeats some header: the last Host and
-    Origin (as `HostOriginMiddleware` reads them), the first Content-Length (as `BodyLimitMiddleware`) and
-    the first Authorization (as `BearerAuthMiddleware`)."""
+    """Host, Origin, Content-Length and Authorization of a request that repeats some other header (Host and
+    Authorization are never repeated here: `ONCE_ONLY_HEADERS`): the last Origin (as `HostOriginMiddleware`
+    reads it) and the first Content-Length (as `BodyLimitMiddleware`)."""
     host = origin = declared = authorization = None
     for name, value in scope["headers"]:
         if name == b"host":
@@ -406,6 +420,10 @@ class BearerAuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
+            return
+        repeated = repeated_header(scope["headers"])
+        if repeated is not None:
+            await _refuse_repeated(scope, send, repeated, self.auth.refusal)
             return
         if await self.auth.admitted(scope, send, _authorization(scope)):
             await self.app(scope, receive, send)
