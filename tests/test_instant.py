@@ -20,6 +20,7 @@ import pytest
 from mcp.client.streamable_http import streamable_http_client
 
 from crank.instant import client_setups, workspace_slug
+from crank.server import CrankServer
 from crank.sources.discovery import CALL_TOOL, SCHEMA_TOOL, SEARCH_TOOL
 from mcp import Client
 from tests.realapis import MAILCHIMP, prism, require
@@ -185,3 +186,41 @@ def test_serve_openapi_needs_the_mcp_role(tmp_path: Path) -> None:
     args = ["serve", "--openapi", str(MAILCHIMP), "--role", "admin", "--data-dir", str(tmp_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "not with role admin" in result.output
+
+
+def test_serve_openapi_never_writes_into_a_workspace_it_did_not_create(tmp_path: Path) -> None:
+    # A third-party document titled "Shop", served on a registry that holds the tenant `shop`: refused with one
+    # line, and `shop`'s operations, agents and keys are as they were; with --workspace it gets its own.
+    from click.testing import CliRunner
+
+    from crank.cli import main
+    from crank.instant import build_instant
+    from crank.settings import given_settings
+
+    settings = given_settings(listen="127.0.0.1:9", data_dir=tmp_path)
+    registry = CrankServer(settings).registry
+    registry.create_workspace("shop", "Shop")
+    registry.put_operation("shop", "get_item", {"protocol": "http", "target": {"url": "http://shop.test/items"},
+                                                "description": "One item."})  # fmt: skip
+    registry.put_agent("shop", "desk", {"bindings": [{"operation": "get_item"}]})
+    registry.publish("shop", "desk")
+    registry.create_api_key("shop")
+    before = (registry.operations("shop"), registry.agents("shop"), registry.api_keys(), registry.published())
+    document = (ROOT / "src" / "crank" / "demo" / "openapi.yaml").read_text()
+    shop = tmp_path / "shop.yaml"
+    shop.write_text(re.sub(r"(?m)^  title: .*$", "  title: Shop", document, count=1))
+    port = free_port()
+    args = ["serve", "--openapi", str(shop), "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--base-url", "http://other.test"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: workspace 'shop' (the name made from the document's title 'Shop') already exists and was not made "
+        "by crank serve --openapi, which never writes into a workspace it did not create: choose another name with "
+        "--workspace NAME"
+    )
+    assert (registry.operations("shop"), registry.agents("shop"), registry.api_keys(),
+            registry.published()) == before  # fmt: skip
+    built = build_instant(settings, str(shop), base_url="http://other.test", workspace="other-shop")
+    assert built.workspace == "other-shop" and registry.workspace("other-shop")["created_by"] == "crank serve --openapi"
+    again = build_instant(settings, str(shop), base_url="http://other.test", workspace="other-shop")
+    assert again.version == built.version  # its own workspace: re-imported, nothing changed to publish

@@ -147,6 +147,9 @@ def main(settings_file: str | None) -> None:
     help="Serve this OpenAPI document (file or URL) at once as one agent, and print how to connect.",
 )
 @click.option("--base-url", default=None, help="With --openapi: the upstream base URL (default: the document's).")
+@click.option("--workspace", "-w", "workspace", default=None,
+              help="With --openapi: the workspace to serve it in [a slug of the document's title]; one this command "
+              "made, or a new one.")  # fmt: skip
 @click.option("--include", multiple=True, help="With --openapi: only these operations (glob, as for import).")
 @click.option(
     "--auth-bearer",
@@ -162,8 +165,8 @@ def main(settings_file: str | None) -> None:
 )
 def serve(
     app: str | None, role: str | None, listen: str | None, workers: int | None, app_dir: str, data_dir: str | None,
-    spec: str | None, base_url: str | None, include: tuple[str, ...], auth_bearer: str | None,
-    auth_header: str | None,
+    spec: str | None, base_url: str | None, workspace: str | None, include: tuple[str, ...],
+    auth_bearer: str | None, auth_header: str | None,
 ) -> None:  # fmt: skip
     """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService.
 
@@ -178,8 +181,8 @@ def serve(
     from crank.wire.listen import bind_listener, serve_on
 
     auth = _upstream_auth(auth_bearer, auth_header)
-    if spec is None and (base_url or include or auth):
-        raise click.UsageError("--base-url, --include, --auth-bearer and --auth-header go with --openapi")
+    if spec is None and (base_url or workspace or include or auth):
+        raise click.UsageError("--base-url, --workspace, --include, --auth-bearer and --auth-header go with --openapi")
     settings = _settings(role=role, listen=listen, data_dir=data_dir, workers=workers)
     if spec is not None and settings.role == "admin":
         raise click.UsageError("--openapi serves an MCP endpoint: not with role admin")
@@ -187,26 +190,31 @@ def serve(
         raise click.UsageError("--openapi runs one process: not with --workers (or CRANK_WORKERS) above 1")
     with _clear_errors():
         sock = bind_listener(settings.host, settings.port)  # a busy port is reported before anything else
-    configure_logging(settings.log_format, settings.log_level)
-    if app is not None:
-        sys.path.insert(0, app_dir)
-        # uvicorn imports `app` when it starts serving: in each worker, after the fork.
-        _serve_workers(settings, lambda: serve_on(app, sock, settings.connection_limits()))
-        return
-    if spec is not None:
-        _serve_openapi(settings, sock, spec, base_url, include, auth)
-        return
-    _prepare_registry(settings)
-    _announce(settings)
+    with sock:  # closed however serving ends, an operator's fault included
+        configure_logging(settings.log_format, settings.log_level)
+        if app is not None:
+            sys.path.insert(0, app_dir)
+            # uvicorn imports `app` when it starts serving: in each worker, after the fork.
+            _serve_workers(settings, lambda: serve_on(app, sock, settings.connection_limits()))
+        elif spec is not None:
+            _serve_openapi(settings, sock, spec, base_url, workspace, include, auth)
+        else:
+            _prepare_registry(settings)
+            _announce(settings)
+            _warn_of_workers_without_redis(settings)
+            _serve_workers(settings, lambda: _serve_crank(settings, sock))
+
+
+def _warn_of_workers_without_redis(settings: Any) -> None:
     if settings.workers > 1 and settings.redis_url is None and settings.role != "admin":
         import logging
 
         logging.getLogger("crank.server").warning(
-            "%d workers without CRANK_REDIS_URL: idempotency records and confirmation tokens are kept per "
-            "worker, so a repeat or a confirmation reaching another worker is not recognised (docs/deployment.md)",
+            "%d workers without CRANK_REDIS_URL: idempotency records, confirmation tokens and rate-limit counts are "
+            "kept per worker, so a repeat or a confirmation reaching another worker is not recognised and each "
+            "worker allows a workspace, agent or key its whole rate limit and quota (docs/deployment.md)",
             settings.workers,
         )
-    _serve_workers(settings, lambda: _serve_crank(settings, sock))
 
 
 def _serve_workers(settings: Any, serve_one: Callable[[], None]) -> None:
@@ -269,14 +277,20 @@ def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | N
 
 
 def _serve_openapi(
-    settings: Any, sock: Any, spec: str, base_url: str | None, include: tuple[str, ...], auth: dict[str, str] | None
+    settings: Any,
+    sock: Any,
+    spec: str,
+    base_url: str | None,
+    workspace: str | None,
+    include: tuple[str, ...],
+    auth: dict[str, str] | None,
 ) -> None:
     from crank.instant import build_instant
     from crank.wire.listen import serve_on
 
     with _clear_errors(), _progress_bar(f"importing {Path(spec).name}") as progress:
         instant = build_instant(settings, spec, base_url=base_url, include=include or None, auth=auth,
-                                progress=progress)  # fmt: skip
+                                workspace=workspace, progress=progress)  # fmt: skip
     click.echo(instant.banner())
     sys.stdout.flush()
     serve_on(instant.server, sock, settings.connection_limits())

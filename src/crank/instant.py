@@ -1,7 +1,9 @@
 """`crank serve --openapi SPEC`: one command from an API description to a served agent.
 
-The document (a file or a URL) is imported into a workspace named after its title, in the registry of
-the settings (the SQLite file in the data folder by default); every operation is bound into one agent,
+The document (a file or a URL) is imported into a workspace named after its title (or `--workspace`), in the
+registry of the settings (the SQLite file in the data folder by default), which the command creates and records
+as its own (`CREATED_BY`): it never writes into a workspace it did not create, whatever the document's title
+says (a third-party document titled "Shop" must not take over tenant `shop`); every operation is bound into one agent,
 `api`; the agent is published (direct tools, or discovery mode when they do not fit its token budget),
 and the MCP URL, an API key and ready-to-use client setups are printed. The key is kept in the data
 folder and printed again at the next start while the registry still knows it.
@@ -25,7 +27,8 @@ from crank.admin.actions import CheckAndLint, kept_api_key
 from crank.admin.changes import ImportReport, reimport
 from crank.admin.documents import is_url, load_document
 from crank.admin.lint import CatalogReport, catalog_report
-from crank.exceptions import RegistryNotFoundError
+from crank.admin.models import SLUG
+from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import ENV_ALLOW_VARIABLE
@@ -35,10 +38,12 @@ from crank.settings import Settings
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
-__all__ = ["AGENT", "InstantServer", "build_instant", "client_setups", "workspace_slug"]
+__all__ = ["AGENT", "CREATED_BY", "InstantServer", "build_instant", "client_setups", "workspace_slug"]
 
 AGENT = "api"
 """The slug of the one agent that serves the whole document."""
+CREATED_BY = "crank serve --openapi"
+"""What the registry records as the maker of the workspaces this command creates (`created_by`)."""
 
 AgentMode = Literal["direct", "discovery"]
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
@@ -106,11 +111,11 @@ def build_instant(
     registry = server.registry
     document = load_document(spec, egress=egress)
     title = str((document.get("info") or {}).get("title") or "API")
+    if workspace is not None and not re.fullmatch(SLUG, workspace):
+        raise ConfigurationError(f"--workspace {workspace!r}: use lower-case letters, digits, '-' and '_' (at most 64)")
     slug = workspace or workspace_slug(title)
-    try:
-        registry.workspace(slug)
-    except RegistryNotFoundError:
-        registry.put_workspace(slug, title)
+    key_file = settings.data_dir / f"{slug}-api-key"
+    _own_workspace(registry, slug, title, key_file, named=workspace is not None)
     # The agent is published below, with every operation bound: not by the import.
     changes = reimport(registry, slug, "openapi", document, base_url=base_url, include=include, progress=progress,
                        republish=False, egress=egress)  # fmt: skip
@@ -125,12 +130,32 @@ def build_instant(
     mode: AgentMode = "discovery" if catalog.over_budget else "direct"
     registry.put_agent(slug, AGENT, {**draft, "mode": mode})
     version = registry.publish(slug, AGENT, check=CheckAndLint(egress=egress), skip_unchanged=True)
-    key_file = settings.data_dir / f"{slug}-api-key"
     key = kept_api_key(registry, slug, key_file)
     if server.gateway is not None:  # built before the publish and the key: serve both from the first request
         server.gateway.source.reload()
     mcp_url = f"http://{settings.listen}/mcp/v1/{slug}/{AGENT}"
     return InstantServer(server, title, slug, mcp_url, key, mode, version, catalog, changes, key_file)
+
+
+def _own_workspace(registry: Registry, slug: str, title: str, key_file: Path, *, named: bool) -> None:
+    """Create the workspace as this command's own, or make sure an existing one is: else `ConfigurationError`.
+    A workspace an earlier Crank's `serve --openapi` made (no `created_by` yet) is known by its key file in the
+    data folder, and recorded as its own."""
+    try:
+        info = registry.workspace(slug)
+    except RegistryNotFoundError:
+        registry.create_workspace(slug, title, created_by=CREATED_BY)
+        return
+    if info.get("created_by") == CREATED_BY:
+        return
+    if info.get("created_by") is None and key_file.exists():
+        registry.adopt_workspace(slug, CREATED_BY)
+        return
+    given = "the name given" if named else f"the name made from the document's title {title!r}"
+    raise ConfigurationError(
+        f"workspace {slug!r} ({given}) already exists and was not made by crank serve --openapi, which never writes "
+        "into a workspace it did not create: choose another name with --workspace NAME"
+    )
 
 
 def workspace_slug(title: str) -> str:

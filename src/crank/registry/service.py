@@ -143,9 +143,13 @@ class Registry:
 
     # -- drafts ------------------------------------------------------------------------------------
 
-    def create_workspace(self, slug: str, name: str, default_language: str = "en") -> None:
+    def create_workspace(
+        self, slug: str, name: str, default_language: str = "en", *, created_by: str | None = None
+    ) -> None:
+        """A new workspace (`RegistryConflictError` if the slug is taken); `created_by`: the tool that makes it
+        and may write into it later unasked (`crank serve --openapi`)."""
         with Session(self._writer) as session, session.begin():
-            session.add(Workspace(slug=slug, name=name, default_language=default_language))
+            session.add(Workspace(slug=slug, name=name, default_language=default_language, created_by=created_by))
             try:
                 session.flush()
             except IntegrityError:
@@ -166,6 +170,13 @@ class Registry:
         with Session(self._writer) as session, session.begin():
             ws = self._put_workspace(session, slug, name, default_language, token_budget, compact)
             self._put_limits(session, ws, limits, key_limits)
+
+    def adopt_workspace(self, slug: str, created_by: str) -> None:
+        """Record `created_by` for a workspace that has none (one made before the column existed)."""
+        with Session(self._writer) as session, session.begin():
+            ws = self._workspace(session, slug)
+            if ws.created_by is None:
+                ws.created_by = created_by
 
     def workspaces(self) -> list[JSONObject]:
         with Session(self.engine) as session:
@@ -650,6 +661,7 @@ def _workspace_info(row: Workspace) -> JSONObject:
         "compact": row.compact,
         "limits": row.limits,
         "key_limits": row.key_limits,
+        "created_by": row.created_by,
     }
 
 
