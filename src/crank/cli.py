@@ -225,7 +225,7 @@ def _serve_workers(settings: Any, serve_one: Callable[[], None]) -> None:
         os.environ[WORKERS_VARIABLE] = "1"
         serve_one()
         return
-    code = run_workers(settings.workers, lambda: _in_worker(serve_one))
+    code = run_workers(settings.workers, lambda: _in_worker(serve_one), liveness_timeout=settings.worker_timeout)
     if code:
         raise click.exceptions.Exit(code)
 

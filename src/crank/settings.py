@@ -45,7 +45,7 @@ from crank.wire.listen import (
     DEFAULT_SEND_TIMEOUT,
     ConnectionLimits,
 )
-from crank.wire.workers import DEFAULT_WORKERS, MAX_WORKERS
+from crank.wire.workers import DEFAULT_LIVENESS_TIMEOUT, DEFAULT_WORKERS, MAX_WORKERS
 
 __all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
 
@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     role: Role = Field("all", description="admin, mcp or all.")
     workers: int = Field(
         DEFAULT_WORKERS, ge=1, le=MAX_WORKERS, description="Worker processes serving the one port (one per core)."
+    )
+    worker_timeout: float = Field(
+        DEFAULT_LIVENESS_TIMEOUT,
+        ge=1,
+        le=3600,
+        description="With workers: seconds a worker's event loop may go without a heartbeat before it is replaced.",
     )
     require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")

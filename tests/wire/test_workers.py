@@ -36,13 +36,17 @@ async def app(scope, receive, send):
 
 
 @contextmanager
-def serving(*args: str, env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`crank serve ARGS` on a free port: the supervisor process and the base URL, once it answers."""
+def serving(
+    *args: str, env: dict[str, str] | None = None, log: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`crank serve ARGS` on a free port: the supervisor process and the base URL, once it answers; its
+    standard error goes to `log` when given."""
     port = free_port()
-    environment = {**os.environ, **(env or {}), "CRANK_LISTEN": f"127.0.0.1:{port}"}
+    environment = {**os.environ, **(env or {}), "CRANK_LISTEN": f"127.0.0.1:{port}", "CRANK_LOG_FORMAT": "text"}
     command = [sys.executable, "-m", "crank.cli", "serve", *args]
-    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    with log.open("wb") if log is not None else open(os.devnull, "wb") as stderr:
+        process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
+                                   stderr=stderr, start_new_session=True)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
         until(lambda: answers(base), "crank serve to answer")
@@ -127,7 +131,50 @@ def test_workers_that_keep_failing_at_start_stop_the_supervisor_with_1(tmp_path:
                            "--app-dir", str(tmp_path)], cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=WAIT, check=False)  # fmt: skip
     assert done.returncode == 1
-    assert "ended within 5 s of their start: stopping" in done.stderr
+    assert "ended within 5 s of their start and none serves: stopping" in done.stderr
+    assert "idempotency" not in done.stderr  # an app of its own: no warning about the gateway's state
+
+
+def test_a_worker_killed_at_every_start_costs_restarts_while_the_other_serves(tmp_path: Path) -> None:
+    # A request that kills the fresh workers that take it, or the OOM killer: one worker dies again and again
+    # right after its start; the other keeps serving, the port never refuses, and the supervisor stays.
+    env = {"CRANK_DATA_DIR": str(tmp_path), "CRANK_ROLE": "mcp"}
+    log = tmp_path / "serve.log"
+    with serving("--workers", "2", env=env, log=log) as (process, base):
+        until(lambda: len(workers_of(process)) == 2, "two workers")
+        healthy = workers_of(process)[0]
+        killed: set[int] = set()
+        refused = 0
+        deadline = time.monotonic() + 20
+        while len(killed) < 6 and time.monotonic() < deadline:
+            for pid in workers_of(process):
+                if pid != healthy and pid not in killed:
+                    os.kill(pid, signal.SIGKILL)  # right after its start
+                    killed.add(pid)
+            try:
+                httpx.get(base + "/healthz", timeout=5)
+            except httpx.ConnectError:
+                refused += 1
+            time.sleep(0.02)
+        assert len(killed) == 6 and refused == 0
+        assert process.poll() is None and healthy in workers_of(process) and answers(base, "/readyz")
+    text = log.read_text()
+    assert text.count("was killed by SIGKILL within 5 s of its start; starting another in") >= 5
+    assert "stopping" not in text
+    assert "rate-limit counts are kept per worker" in text  # --workers without Redis: the warning names limits
+
+
+def test_a_worker_that_stops_answering_is_replaced(tmp_path: Path) -> None:
+    env = {"CRANK_DATA_DIR": str(tmp_path), "CRANK_ROLE": "mcp", "CRANK_WORKER_TIMEOUT": "2"}
+    log = tmp_path / "serve.log"
+    with serving("--workers", "2", env=env, log=log) as (process, base):
+        until(lambda: log.read_text().count("Application startup complete") == 2, "two workers serving")
+        time.sleep(0.5)  # a few ticks of their event loops: both have sent heartbeats
+        stopped, survivor = workers_of(process)
+        os.kill(stopped, signal.SIGSTOP)  # hung: no heartbeat any more, and no exit either
+        until(lambda: stopped not in workers_of(process) and len(workers_of(process)) == 2, "a replacement")
+        assert survivor in workers_of(process) and answers(base, "/readyz")
+    assert f"worker {stopped} has not answered for" in log.read_text()
 
 
 def test_a_killed_supervisor_takes_its_workers_with_it(whoami_dir: Path) -> None:

@@ -141,10 +141,17 @@ def serve_on(
 
     from crank.wire.protocol import protocol_for  # uvicorn's modules: imported only to serve
 
+    from crank.wire.workers import beat
+
+    class Server(uvicorn.Server):
+        async def on_tick(self, counter: int) -> bool:
+            beat()  # a worker's heartbeat to its supervisor (crank.wire.workers): its event loop turns
+            return await super().on_tick(counter)
+
     limits = (limits or ConnectionLimits()).within_file_limit()
     host, port = sock.getsockname()[:2]
     protocol = protocol_for(limits, answer_early)
     # ws="none": no WebSocket (not part of MCP); the protocol answers an upgrade to one with 400.
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, http=protocol, ws="none",
                             timeout_keep_alive=limits.keepalive_timeout, **options)  # type: ignore[arg-type]  # fmt: skip
-    uvicorn.Server(config).run(sockets=[sock])
+    Server(config).run(sockets=[sock])
