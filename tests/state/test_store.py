@@ -221,3 +221,35 @@ async def test_a_slice_ends_with_its_window(redis_url: str) -> None:
     assert await store.hit([short]) is None
     assert await count_in_redis(store, "short-big") == 10  # a new slice of the new window
     await store.aclose()
+
+
+async def test_with_redis_stopped_every_count_fails_within_the_timeout_from_its_own_start() -> None:
+    # A hit made while another's script call is on its way waits for that call, then for its own: each caller's
+    # wait is bounded from its own start (2 s here), not twice that (the issue measured 10.2 s for 5 s).
+    import os
+    import signal
+    import time
+
+    from crank.exceptions import StateStoreUnavailableError
+    from tests.services import start_redis
+
+    server = start_redis()
+    store = RedisStore(server.url, prefix=f"t-{uuid.uuid4().hex}:", timeout=2.0)
+    assert server.process is not None
+    try:
+        assert await store.hit([Counter("warm", limit=5, window=60)]) is None  # connected while Redis answers
+        os.kill(server.process.pid, signal.SIGSTOP)
+
+        async def timed(counter: str, after: float) -> float:
+            await asyncio.sleep(after)
+            started = time.monotonic()
+            with pytest.raises(StateStoreUnavailableError):
+                await store.hit([Counter(counter, limit=5, window=60)])
+            return time.monotonic() - started
+
+        first, second = await asyncio.gather(timed("a", 0), timed("b", 0.2))  # b rides a's script call first
+        assert first < 3.0 and second < 3.0, (first, second)  # 2 s and a margin; b waited 3.8 s before the bound
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        await store.aclose()
+        server.destroy()

@@ -289,6 +289,7 @@ class RedisStore:
     ) -> None:
         # `client`: a `connect_redis` client to share (the rpc coordinator's), instead of a pool of its own.
         self._redis: Any = client if client is not None else connect_redis(url, timeout=timeout)
+        self._timeout = timeout
         self._prefix = prefix
         self._replace_if = self._redis.register_script(_REPLACE_IF)
         self._claim = self._redis.register_script(_CLAIM)
@@ -353,7 +354,9 @@ class RedisStore:
         - Hits go to Redis in one script call at a time per replica: those made meanwhile wait for the next
           one, and first spend what the answer to the last one left in slices.
 
-        A hit refused by one counter gives back what it took of the others' slices."""
+        A hit refused by one counter gives back what it took of the others' slices. A caller waits at most the
+        store's timeout from its own start, the script call it waited for before its own included: then
+        `StateStoreUnavailableError` (what it was counted for, if its step reached Redis, stays counted)."""
         if self.hit_now(counters):
             return None
         loop = asyncio.get_running_loop()
@@ -361,7 +364,12 @@ class RedisStore:
         self._pending.append((counters, future))
         if not self._asking and len(self._pending) == 1:
             loop.call_soon(self._send_pending)
-        return await future
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await future
+        except TimeoutError:
+            _unavailable_log.warning("state_unavailable", "Redis cannot serve: a count waited %g s", self._timeout)
+            raise StateStoreUnavailableError("This server cannot use its state store right now.") from None
 
     def hit_now(self, counters: Sequence[Counter]) -> bool:
         taken = self._take(counters)
