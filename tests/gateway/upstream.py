@@ -41,6 +41,11 @@ async def limited(request: Request) -> Response:
     return JSONResponse({"error": "slow down"}, status_code=429, headers={"Retry-After": "7"})
 
 
+async def blob(request: Request) -> Response:
+    """A large answer: `{"data": "xx..."}` of `size` bytes of data."""
+    return Response(b'{"data":"' + b"x" * int(request.path_params["size"]) + b'"}', media_type="application/json")
+
+
 async def not_json(request: Request) -> Response:
     return PlainTextResponse("<html>oops</html>")
 
@@ -53,5 +58,6 @@ app = Starlette(
         Route("/broken", broken),
         Route("/limited", limited),
         Route("/html", not_json),
+        Route("/blob/{size:int}", blob),
     ]
 )

@@ -277,6 +277,8 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self.writer.feed()
         if not self.write_paused and not self.writer.pending:
             self.flow.resume_writing()
+            if self.timeout_keep_alive_task is not None:  # its answer is out: waiting for the next request
+                self.idle[self] = None
 
     def check_sending(self, now: float) -> None:
         """The sweeper's call for a connection with no deadline running: one holding unsent bytes must send
@@ -505,8 +507,8 @@ class CrankHTTPProtocol(HttpToolsProtocol):
             self.server_state.total_requests += 1
             return
         super().on_response_complete()
-        if self.timeout_keep_alive_task is not None:  # waiting for the next request
-            self.idle[self] = None
+        if self.timeout_keep_alive_task is not None and not self.write_paused:  # waiting for the next request
+            self.idle[self] = None  # (a connection whose answer is still going out is stalled, not idle)
 
     def timeout_keep_alive_handler(self) -> None:
         assert self.writer is not None
