@@ -53,7 +53,8 @@ PROXY = "gateway-proxy"  # the simplest proxy on httpx: what Crank measured befo
 FAST_PROXY = "gateway-proxy-aiohttp"  # the same proxy on aiohttp, the fastest common Python client: the reference
 CLIENT_PROXY = "gateway-proxy-crank-client"  # the same proxy on Crank's upstream client: Crank's own overhead
 RATIO_PROXIES = (FAST_PROXY, CLIENT_PROXY)
-CRANK_GATEWAYS = ("gateway-crank", "gateway-crank-open")
+SERVED_GATEWAY = "gateway-crank-serve"  # issue 19's target: against gateway-proxy-aiohttp, as users run it
+CRANK_GATEWAYS = ("gateway-crank", "gateway-crank-open", SERVED_GATEWAY)
 # The gateway with rate limits and quotas that are never reached, counted in Redis (BENCH_GATEWAY_LIMITS): what
 # Redis-backed limiting costs a tools/call against gateway-crank in the same interleaved run (issue 13: <= 15%).
 LIMITED_GATEWAYS = ("gateway-crank-limited", "gateway-crank-limited-all")
@@ -73,6 +74,7 @@ class Target:
     peers: bool = False  # runs under --peers-python instead of --python
     env: tuple[tuple[str, str], ...] = ()
     root: Path | None = None  # another checkout of Crank (--base): its src/ and bench/ serve this target
+    crank_serve: bool = False  # served as `crank serve` serves it (`python -m MODULE --serve HOST PORT`)
 
 
 TARGETS = (
@@ -82,6 +84,9 @@ TARGETS = (
     Target("bare", "bare ASGI + orjson", "bench.apps.bare:app"),
     Target("gateway-crank", "Crank gateway (API key)", "bench.apps.gateway_crank:app", "gateway",
            "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "1"),)),
+    Target(SERVED_GATEWAY, "Crank gateway as `crank serve` serves it (API key; its HTTP protocol and limits)",
+           "bench.apps.gateway_crank:app", "gateway", "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "1"),),
+           crank_serve=True),
     Target("gateway-crank-open", "Crank gateway (no key)", "bench.apps.gateway_crank:app", "gateway",
            "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "0"),)),
     Target(LIMITED_GATEWAYS[0], "Crank gateway (API key; key rate limit and quota in Redis)",
@@ -221,8 +226,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def serve(python: str, target: Target, cpu: str, log: Path, env: dict[str, str]) -> Iterator[str]:
     """Run the target under uvicorn pinned to `cpu`; yield its MCP URL once the port accepts connections."""
     port = free_port()
-    cmd = ["taskset", "-c", cpu, python, "-m", "uvicorn", target.app, "--host", HOST, "--port", str(port)]
-    cmd += "--workers 1 --loop uvloop --http httptools --log-level warning --no-access-log".split()
+    if target.crank_serve:  # Crank's protocol (connection limits, send timeout, early answers), uvloop, no access log
+        module = target.app.split(":", 1)[0]
+        cmd = ["taskset", "-c", cpu, python, "-m", module, "--serve", HOST, str(port)]
+    else:
+        cmd = ["taskset", "-c", cpu, python, "-m", "uvicorn", target.app, "--host", HOST, "--port", str(port)]
+        cmd += "--workers 1 --loop uvloop --http httptools --log-level warning --no-access-log".split()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as log_file:
         proc = subprocess.Popen(cmd, cwd=target.root or ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
@@ -562,6 +571,7 @@ def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
             )
         lines += gateway_verdict(gateway, labels)
         lines += limits_verdict(gateway, labels)
+        lines += served_verdict(gateway, labels)
     if skipped:
         lines += ["", "Skipped:", *(f"- {s}" for s in skipped)]
     return "\n".join(lines) + "\n"
@@ -587,6 +597,27 @@ def gateway_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
                 f"- {labels[key]}, tools/call ({ERAS[r.era]}) against the {labels[proxy_key]}: {rps:.2f}× its "
                 f"req/s (target ≥ 0.70), p99 {p99:.2f}× its p99 (target < 2): {met}"
             )
+    return ["", *out] if out else []
+
+
+SERVED_TARGETS = {"gateway_call": 1.4, "gateway_list": 0.8}
+"""Issue 19's targets: the gateway as `crank serve` serves it, against the aiohttp proxy in the same run."""
+
+
+def served_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
+    """Issue 19's targets: `gateway-crank-serve`'s best request shape against the aiohttp proxy's row of the
+    same shape: tools/call at least 1.4x its req/s, tools/list at least 0.8x."""
+    out: list[str] = []
+    for scenario, target in SERVED_TARGETS.items():
+        proxy = {r.era: r for r in rows if r.target == FAST_PROXY and r.scenario == scenario}
+        mine = [r for r in rows if r.target == SERVED_GATEWAY and r.scenario == scenario and r.era in proxy]
+        if not mine:
+            continue
+        r = max(mine, key=lambda r: r.rps)
+        ratio = r.rps / proxy[r.era].rps
+        met = "met" if ratio >= target else "NOT met"
+        out.append(f"- {labels[SERVED_GATEWAY]}, {SCENARIO_LABELS[scenario]} ({ERAS[r.era]}): {ratio:.2f}× the "
+                   f"{labels[FAST_PROXY]}'s req/s (target ≥ {target}): {met}")  # fmt: skip
     return ["", *out] if out else []
 
 

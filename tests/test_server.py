@@ -253,7 +253,7 @@ def test_crank_serve_answers_a_tenant_over_its_plan_from_the_request_head(
     server.registry.put_workspace("acme", "Acme", limits=Limits(rate=RateLimit(calls=1, window=60)))
     key = server.registry.create_api_key("acme")
     counted = Counted(server)
-    root = serve(counted, http=protocol_for(ConnectionLimits(), server.answer_early))
+    root = serve(counted, http=protocol_for(ConnectionLimits(), server.answer_early, server.answers_early_now))
     headers = {"Accept": "application/json", "Authorization": f"Bearer {key}"}
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     statuses = [httpx.post(root + "/mcp/v1/acme/support", json=body, headers=headers, timeout=WAIT).status_code

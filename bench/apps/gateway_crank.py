@@ -30,6 +30,7 @@ from crank.registry import Registry, migrate, open_engine
 from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
 from crank.state import RedisStore, StateStore
+from crank.wire.listen import ConnectionLimits, bind_listener, serve_on
 
 WORKSPACE, AGENT, DISCOVERY_AGENT = "bench", "agent", "discovery"
 PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
@@ -92,7 +93,18 @@ def make_app() -> GatewayService:
     return GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), require_api_keys=keys, state=state)
 
 
+def serve(host: str, port: int) -> None:
+    """Serve the app as `crank serve` does: its HTTP protocol with the default connection limits (send timeout,
+    refused bodies drained, the connection cap) and the gateway's early answers, uvloop, no access log."""
+    gateway = app or make_app()
+    serve_on(gateway, bind_listener(host, port), ConnectionLimits(), answer_early=gateway.answer_early,
+             answers_early_now=gateway.answers_early_now)
+
+
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None
 
 if __name__ == "__main__":
-    print(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"]))
+    if sys.argv[1] == "--serve":  # --serve HOST PORT (bench/run.py's `gateway-crank-serve`)
+        serve(sys.argv[2], int(sys.argv[3]))
+    else:  # DB_PATH
+        print(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"]))

@@ -199,6 +199,10 @@ class GatewayService:
         child = self._agent_scope(scope)
         return None if child is None else self.endpoint.answer_early(child)
 
+    def answers_early_now(self) -> bool:
+        """`crank.wire.asgi.EarlyAnswersNow`: whether `answer_early` may answer anything (a limit is known full)."""
+        return self.source.limiter.knows_full
+
     def _agent_scope(self, scope: Scope) -> Scope | None:
         """The scope of a request to an agent (`/mcp/v1/{workspace}/{agent}[/...]`) as the endpoint sees it: its
         root is the agent's, with the path's parameters. None for any other path."""
@@ -304,6 +308,10 @@ class CrankServer:
         if self.gateway is None or not scope["path"].startswith(_MCP_PREFIX):
             return None
         return self.gateway.answer_early(scope)
+
+    def answers_early_now(self) -> bool:
+        """`crank.wire.asgi.EarlyAnswersNow`: the gateway's (`GatewayService.answers_early_now`)."""
+        return self.gateway is not None and self.gateway.answers_early_now()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -182,7 +182,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Pat
 def _call(workspace: str, key: str) -> bytes:
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_blob","arguments":{}}}'
     head = (f"POST /mcp/v1/{workspace}/agent HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-            f"Accept: application/json\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
+            "Accept: application/json\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")  # fmt: skip
     return head.encode() + body
 
 
@@ -263,8 +264,8 @@ def test_crank_serve_answers_websocket_upgrades_400_with_a_bounded_log(
 ) -> None:
     port, log, _ = gateway
     before = len(log.read_bytes())
-    upgrade = ("GET /mcp/v1/small/agent HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").encode()  # fmt: skip
+    upgrade = (b"GET /mcp/v1/small/agent HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+               b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")  # fmt: skip
     statuses = set()
     for _ in range(2000):
         with _connect(port, upgrade) as sock:

@@ -200,3 +200,15 @@ def test_a_connection_whose_body_comes_after_its_early_answer_is_closed(serve: C
         assert answer.startswith(b"HTTP/1.1 429 ") and b"\r\nconnection: close\r\n" in answer
         sock.sendall(b"12345")  # the body, after its answer
         assert sock.recv(65536) == b""  # closed, not left open for ever
+
+
+def test_an_app_that_answers_nothing_early_now_is_not_asked(serve: Callable[..., Any]) -> None:
+    # `answers_now` (crank.wire.asgi.EarlyAnswersNow) says no: no scope is built to ask, the app answers.
+    app, now = App(), [False]
+    url = serve(app, http=protocol_for(ConnectionLimits(), app.answer_early, lambda: now[0]))
+    port = int(url.rsplit(":", 1)[1])
+    (answer,), _ = answers(port, request("/early/x", b"{}"), 1)
+    assert answer[0] == 200 and app.seen == ["/early/x"] and not app.asked
+    now[0] = True
+    (answer,), _ = answers(port, request("/early/x", b"{}"), 1)
+    assert answer[0] == 429 and len(app.asked) == 1

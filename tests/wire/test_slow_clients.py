@@ -118,15 +118,19 @@ def test_a_large_answer_reaches_a_fast_client_whole(served: tuple[App, int]) -> 
 
 
 def test_a_stalled_connection_gives_way_at_the_cap_and_another_client_is_served_at_once(
-    served: tuple[App, int],
+    serve: Callable[..., str],
 ) -> None:
     # The cap is 4 connections: 4 stalled readers hold them all; a fifth client closes the one stalled longest.
-    app, port = served
+    app = App()
+    url = serve(app, http=protocol_for(ConnectionLimits(send_timeout=30, max_connections=4)))
+    port = int(url.rsplit(":", 1)[1])
     with contextlib.ExitStack() as stack:
         stalled = [stack.enter_context(slow_socket(port, get("/large"))) for _ in range(4)]
-        time.sleep(0.5)
-        assert app.seen.count("/large") == 4
-        time.sleep(0.7)  # stalled for the grace (1 s) by now, but not yet for the send timeout's sweep
+        deadline = time.monotonic() + 10
+        while app.seen.count("/large") < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.5)  # stalled for the grace (1 s) by now, far from the send timeout (30 s)
         started = time.monotonic()
         answer = httpx.get(f"http://127.0.0.1:{port}/small", timeout=5)
         assert answer.json() == {"length": 0} and time.monotonic() - started < 1

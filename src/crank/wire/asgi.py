@@ -16,6 +16,7 @@ __all__ = [
     "HEADERS_SCOPE_KEY",
     "EarlyAnswer",
     "EarlyAnswers",
+    "EarlyAnswersNow",
     "JSON_CONTENT_TYPE",
     "header",
     "read_body",
@@ -39,6 +40,11 @@ EarlyAnswers = Callable[[Scope], EarlyAnswer | None]
 its answer when the app knows it at once without any state to change, else None and the request goes to the
 app as usual. A request answered early never reaches the app, so the answer must be the one the app would
 give, and giving it must cost less than the app would."""
+
+EarlyAnswersNow = Callable[[], bool]
+"""Whether an app's `EarlyAnswers` may answer any request at all now (`GatewayService.answers_early_now`: some
+workspace's limit is known to be used up): while it says no, the protocol does not build a scope to ask, and
+an ordinary request pays one call for the hook."""
 
 HEADERS_SCOPE_KEY: Final = "crank.headers"
 """Where a wrapper that already decoded a request's headers (`unique_headers`) leaves them for the app, so

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from crank.exceptions import SettingsError
-from crank.wire.asgi import EarlyAnswers
+from crank.wire.asgi import EarlyAnswers, EarlyAnswersNow
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
@@ -132,15 +132,16 @@ def serve_on(
     limits: ConnectionLimits | None = None,
     *,
     answer_early: EarlyAnswers | None = None,
+    answers_early_now: EarlyAnswersNow | None = None,
     **options: Any,
 ) -> None:
     """Run `app` with uvicorn on an already listening socket until it is stopped (Ctrl+C), each connection
     bounded by `limits` (the defaults when None); `answer_early`: the app's early answers, which the protocol
-    writes without calling the app (`crank.wire.asgi.EarlyAnswers`)."""
+    writes without calling the app (`crank.wire.asgi.EarlyAnswers`), asked only while `answers_early_now` says
+    it may answer anything (`crank.wire.asgi.EarlyAnswersNow`; None: always)."""
     import uvicorn
 
     from crank.wire.protocol import protocol_for  # uvicorn's modules: imported only to serve
-
     from crank.wire.workers import beat
 
     class Server(uvicorn.Server):
@@ -150,7 +151,7 @@ def serve_on(
 
     limits = (limits or ConnectionLimits()).within_file_limit()
     host, port = sock.getsockname()[:2]
-    protocol = protocol_for(limits, answer_early)
+    protocol = protocol_for(limits, answer_early, answers_early_now)
     # ws="none": no WebSocket (not part of MCP); the protocol answers an upgrade to one with 400.
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, http=protocol, ws="none",
                             timeout_keep_alive=limits.keepalive_timeout, **options)  # type: ignore[arg-type]  # fmt: skip

@@ -18,16 +18,19 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from crank import _json
-from crank.wire.asgi import EarlyAnswer, EarlyAnswers
+from crank.wire.asgi import EarlyAnswer, EarlyAnswers, EarlyAnswersNow
 from crank.wire.listen import DRAIN_TIMEOUT, ConnectionLimits, logger
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["CrankHTTPProtocol", "protocol_for"]
 
 
-def protocol_for(limits: ConnectionLimits, answer_early: EarlyAnswers | None = None) -> type[CrankHTTPProtocol]:
+def protocol_for(
+    limits: ConnectionLimits, answer_early: EarlyAnswers | None = None, answers_now: EarlyAnswersNow | None = None
+) -> type[CrankHTTPProtocol]:
     """The protocol class of one server: its connections share the limits, the idle and stalled lists and the
-    log, and the app's early answers (`crank.wire.asgi.EarlyAnswers`), if it has any."""
+    log, and the app's early answers (`crank.wire.asgi.EarlyAnswers`), if it has any, asked while `answers_now`
+    says it may answer anything (None: always)."""
 
     class Protocol(CrankHTTPProtocol):
         pass
@@ -37,6 +40,7 @@ def protocol_for(limits: ConnectionLimits, answer_early: EarlyAnswers | None = N
     interval = max(_SWEEP_MIN_INTERVAL, min(_SWEEP_INTERVAL, *(timeout / 4 for timeout in timeouts)))
     Protocol.sweeper = _Sweeper(interval)
     Protocol.answer_early = staticmethod(answer_early) if answer_early is not None else None
+    Protocol.answers_now = staticmethod(answers_now if answers_now is not None else _always)
     return Protocol
 
 
@@ -64,6 +68,10 @@ def _unacknowledged(transport: asyncio.Transport) -> int:
     except OSError:
         return 0
     return int(struct.unpack("i", queued)[0])
+
+
+def _always() -> bool:
+    return True
 
 
 class _Sweeper:
@@ -185,6 +193,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     notices: ThrottledLog
     sweeper: _Sweeper
     answer_early: EarlyAnswers | None = None
+    answers_now: EarlyAnswersNow = staticmethod(_always)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -372,18 +381,22 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         if not self.deadline:
             self.deadline = self.loop.time() + self.limits.head_timeout
 
+    # uvicorn's `on_url` and `on_header` with the head's bytes counted, inline: they run for every header.
+
     def on_url(self, url: bytes) -> None:
-        self._count_head(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value) + 4)
-        super().on_header(name, value)
-
-    def _count_head(self, size: int) -> None:
-        self._head_bytes += size
+        self._head_bytes += len(url)
         if self._head_bytes > self.limits.max_head_bytes:
             raise _HeadTooLarge
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > self.limits.max_head_bytes:
+            raise _HeadTooLarge
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def _head_timed_out(self) -> None:
         self.idle.pop(self, None)
@@ -400,7 +413,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self._in_head = False
         if self.parser.should_upgrade() and self._refused_upgrade():
             return
-        if self.answer_early is None or not self._answered_early():
+        if self.answer_early is None or not self.answers_now() or not self._answered_early():
             super().on_headers_complete()
             cycle = self.cycle
             cycle.transport = self.writer  # type: ignore[assignment]
