@@ -14,7 +14,8 @@ the loop inside `math.fsum`, so that callgrind counts those requests (and the lo
 
 `call` sends the `tools/call` of bench/wrk/gateway_call.lua, `list` the first `tools/list` page, `refused` the
 same `tools/call` by a tenant over its plan (answered from the head: bench/refusals.py's request). `--profile`
-prints cProfile's top functions instead (timing, not counting). `--tree DIR` measures another checkout.
+prints cProfile's top functions instead (timing, not counting); `--plain` serves with uvicorn's own protocol
+(what Crank's adds); `--tree DIR` measures another checkout.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def main() -> None:
     p.add_argument("requests", type=int, nargs="?", default=500)
     p.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to measure")
     p.add_argument("--profile", action="store_true", help="print cProfile's top functions instead")
+    p.add_argument("--plain", action="store_true", help="uvicorn's own httptools protocol instead of Crank's")
     args = p.parse_args()
     sys.path[:0] = [str(args.tree / "src"), str(args.tree)]
     os.environ.setdefault("BENCH_UPSTREAM", "http://127.0.0.1:9")  # never reached: the client is stubbed
@@ -90,13 +92,13 @@ def main() -> None:
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     with tempfile.TemporaryDirectory() as tmp:
-        run(loop, args.kind, args.requests, tmp, args.profile)
+        run(loop, args.kind, args.requests, tmp, args.profile, args.plain)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # the app's worker threads (registry reads) are not waited for: nothing of them is measured
 
 
-def run(loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, profile: bool) -> None:
+def run(loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, profile: bool, plain: bool) -> None:
     import uvicorn
     from uvicorn.server import ServerState
 
@@ -112,13 +114,20 @@ def run(loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, pro
     body = LIST_BODY if kind == "list" else BODY
     raw = request(path, headers, body)
     limits = ConnectionLimits()
-    protocol_class = protocol_for(limits, app.answer_early, app.answers_early_now)
+    protocol_class: Any = protocol_for(limits, app.answer_early, app.answers_early_now)
+    if plain:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        protocol_class = HttpToolsProtocol
     # As `serve_on` configures uvicorn (crank.wire.listen).
     config = uvicorn.Config(app, log_config=None, access_log=False, http=protocol_class, ws="none",
+                            proxy_headers=plain, server_header=plain,
                             timeout_keep_alive=limits.keepalive_timeout)  # fmt: skip
     config.load()
     state = ServerState()
-    state.default_headers = [(b"date", b"Tue, 01 Dec 2026 22:00:00 GMT"), (b"server", b"uvicorn")]  # uvicorn.Server's
+    state.default_headers = [(b"date", b"Tue, 01 Dec 2026 22:00:00 GMT")]  # uvicorn.Server's (`server` is off)
+    if plain:
+        state.default_headers.append((b"server", b"uvicorn"))
     transport = Transport()
     protocol = protocol_class(config=config, server_state=state, app_state={}, _loop=loop)  # type: ignore[call-arg]
     protocol.connection_made(transport)

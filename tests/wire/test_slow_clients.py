@@ -223,3 +223,18 @@ def test_another_upgrade_is_served_as_a_plain_request_and_closed_after(served: t
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"length":0}')
     assert app.seen == ["/h2c"]
+
+
+def test_a_connection_silent_after_its_answer_is_closed_by_the_keep_alive_deadline(serve: Callable[..., str]) -> None:
+    # The keep-alive wait is a deadline of the sweep (no timer per answer): still kept, and still closed.
+    app = App()
+    url = serve(app, http=protocol_for(ConnectionLimits()), timeout_keep_alive=1)
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
+        for _ in range(2):  # kept between the two, each answered whole
+            sock.sendall(get("/small"))
+            answer = b""
+            while not answer.endswith(b'{"length":0}'):
+                answer += sock.recv(65536)
+        started = time.monotonic()
+        assert sock.recv(65536) == b""  # then closed, about a second (and a sweep) later
+        assert time.monotonic() - started < 5

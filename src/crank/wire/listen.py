@@ -153,6 +153,10 @@ def serve_on(
     host, port = sock.getsockname()[:2]
     protocol = protocol_for(limits, answer_early, answers_early_now)
     # ws="none": no WebSocket (not part of MCP); the protocol answers an upgrade to one with 400.
+    # proxy_headers=False: nothing in Crank reads the client's address or scheme, and uvicorn's rewriting of
+    # them from X-Forwarded-* cost every request a wrapper; server_header=False: no `server: uvicorn`.
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, http=protocol, ws="none",
-                            timeout_keep_alive=limits.keepalive_timeout, **options)  # type: ignore[arg-type]  # fmt: skip
+                            proxy_headers=False, server_header=False,
+                            timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]
+                            **options)  # fmt: skip
     Server(config).run(sockets=[sock])

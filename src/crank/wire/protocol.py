@@ -75,9 +75,10 @@ def _always() -> bool:
 
 
 class _Sweeper:
-    """One server's deadlines, checked by one timer every `interval` seconds: a timer per request (two
-    `call_later` and their `cancel`) cost about 4 µs of each request's CPU (docs/benchmarks.md, "The cost of one
-    refusal"), a sweep costs two comparisons per open connection and interval. Runs while the server has
+    """One server's deadlines (head, body, keep-alive, drain) and the send progress of its connections, checked
+    by one timer every `interval` seconds: a timer per request (`call_later` and its `cancel`, for each of the
+    head, the body and the keep-alive wait) cost about 2 µs each of every request's CPU (docs/benchmarks.md, "The
+    cost of one refusal"), a sweep costs two checks per open connection and interval. Runs while the server has
     connections."""
 
     def __init__(self, interval: float) -> None:
@@ -100,7 +101,7 @@ class _Sweeper:
                 if deadline and deadline <= now:
                     connection.deadline = 0.0
                     connection.timed_out()
-                elif getattr(connection, "writer", None) is not None:
+                if getattr(connection, "writer", None) is not None and not connection.transport.is_closing():
                     connection.check_sending(now)
             except Exception:  # pragma: no cover - closing a transport does not raise; logged if it does
                 logger.exception("closing a connection past its deadline failed")
@@ -209,6 +210,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self._send_since = 0.0  # when the sweep last saw the unsent bytes move (`check_sending`); 0: none unsent
         self._send_mark = 0  # bytes sent then
         self._upgrade = False  # the request asks for an upgrade the protocol does not make: close after it
+        self._between = False  # answered, waiting for the next request: the deadline is the keep-alive one
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -264,7 +266,9 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def timed_out(self) -> None:
         """The sweeper's call: the deadline passed (`deadline` is already 0)."""
-        if self._drained >= 0:
+        if self._between:
+            self._keep_alive_timed_out()
+        elif self._drained >= 0:
             self.abort()  # the client neither closed nor stopped sending: it has had its time to read the answer
         elif self._in_body:
             self._body_timed_out()
@@ -286,7 +290,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self.writer.feed()
         if not self.write_paused and not self.writer.pending:
             self.flow.resume_writing()
-            if self.timeout_keep_alive_task is not None:  # its answer is out: waiting for the next request
+            if self._between:  # its answer is out: waiting for the next request
                 self.idle[self] = None
 
     def check_sending(self, now: float) -> None:
@@ -333,7 +337,8 @@ class CrankHTTPProtocol(HttpToolsProtocol):
             return
         # uvicorn's, but a head over the limit is a 431 rather than its 400 for any parser error.
         self.idle.pop(self, None)
-        self._unset_keepalive_if_required()
+        if self._between:  # the next request begins: the head's deadline follows (`on_message_begin`)
+            self._between, self.deadline = False, 0.0
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -516,22 +521,28 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     # between requests
 
     def on_response_complete(self) -> None:
-        if self._drained >= 0:  # closing: no next request on this connection
-            self.server_state.total_requests += 1
+        # uvicorn's, with the keep-alive wait a deadline of the sweep instead of a timer of its own per answer.
+        self.server_state.total_requests += 1
+        if self._drained >= 0 or self.transport.is_closing():  # closing: no next request on this connection
             return
-        super().on_response_complete()
-        if self.timeout_keep_alive_task is not None and not self.write_paused:  # waiting for the next request
-            self.idle[self] = None  # (a connection whose answer is still going out is stalled, not idle)
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._between, self.deadline = True, self.loop.time() + self.timeout_keep_alive
+        if not self.write_paused:  # (a connection whose answer is still going out is stalled, not idle)
+            self.idle[self] = None
 
-    def timeout_keep_alive_handler(self) -> None:
+    def _keep_alive_timed_out(self) -> None:
         assert self.writer is not None
         if self.writer.pending:  # the last answer is still going out: idle only from its end (else it is cut)
-            handler = self.timeout_keep_alive_handler
-            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, handler)
+            self.deadline = self.loop.time() + self.timeout_keep_alive
             return
+        self._between = False
         self.idle.pop(self, None)
-        self._cancel_deadline()
-        super().timeout_keep_alive_handler()
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def shutdown(self) -> None:
         """uvicorn's graceful shutdown: a connection between requests closes once its last answer is out."""
