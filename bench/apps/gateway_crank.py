@@ -97,8 +97,13 @@ def serve(host: str, port: int) -> None:
     """Serve the app as `crank serve` does: its HTTP protocol with the default connection limits (send timeout,
     refused bodies drained, the connection cap) and the gateway's early answers, uvloop, no access log."""
     gateway = app or make_app()
-    serve_on(gateway, bind_listener(host, port), ConnectionLimits(), answer_early=gateway.answer_early,
-             answers_early_now=gateway.answers_early_now)
+    serve_on(
+        gateway,
+        bind_listener(host, port),
+        ConnectionLimits(),
+        answer_early=gateway.answer_early,
+        answers_early_now=gateway.answers_early_now,
+    )
 
 
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None

@@ -247,8 +247,13 @@ def _serve_crank(settings: Any, sock: Any) -> None:
 
     with _clear_errors():
         server = CrankServer(settings)
-    serve_on(server, sock, settings.connection_limits(), answer_early=server.answer_early,
-             answers_early_now=server.answers_early_now)
+    serve_on(
+        server,
+        sock,
+        settings.connection_limits(),
+        answer_early=server.answer_early,
+        answers_early_now=server.answers_early_now,
+    )
 
 
 def _prepare_registry(settings: Any) -> None:

@@ -173,8 +173,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Pat
             registry.put_agent(workspace, "agent", {"bindings": [{"operation": "get_blob"}]})
             registry.publish(workspace, "agent")
             keys[workspace] = registry.create_api_key(workspace)
-        settings = {"CRANK_SEND_TIMEOUT": "2", "CRANK_MAX_CONNECTIONS": "8", "CRANK_ROLE": "mcp",
-                    "CRANK_EGRESS_ALLOW": ",".join(LOOPBACK)}  # its upstream is on loopback (tests/conftest.py)
+        settings = {
+            "CRANK_SEND_TIMEOUT": "2",
+            "CRANK_MAX_CONNECTIONS": "8",
+            "CRANK_ROLE": "mcp",
+            "CRANK_EGRESS_ALLOW": ",".join(LOOPBACK),
+        }  # its upstream is on loopback (tests/conftest.py)
         with crank_serve(tmp_path, **settings) as (port, log):
             yield port, log, keys
 

@@ -144,8 +144,7 @@ class _Supervisor:
 
     def _serving(self, now: float) -> bool:
         return any(
-            worker.pid is not None and now - self._last_beat(worker) < self.liveness_timeout
-            for worker in self.workers
+            worker.pid is not None and now - self._last_beat(worker) < self.liveness_timeout for worker in self.workers
         )
 
     def _reap(self) -> bool:
@@ -217,9 +216,7 @@ class _Supervisor:
         return code
 
 
-def run_workers(
-    count: int, serve: Callable[[], None], *, liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT
-) -> int:
+def run_workers(count: int, serve: Callable[[], None], *, liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT) -> int:
     """Run `serve` (one worker's whole life: build the app, serve on the inherited socket until stopped) in
     `count` forked processes, supervised as the module says; returns the parent's exit code."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # delivered through sigtimedwait, in order
