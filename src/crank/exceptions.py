@@ -27,6 +27,8 @@ CrankError
 ├── DependencyUnavailableError  the registry or Redis does not answer, or a replica's key list is too old to trust (503)
 ├── CatalogNotFoundError        no MCP endpoint at the requested path (404)
 ├── CatalogUnauthorizedError    the request's credentials do not open this endpoint (401)
+├── AuthChallengeError          the request needs other credentials: 401, or 403 `insufficient_scope`, with a
+│                                   `WWW-Authenticate: Bearer` challenge (crank.wire.auth)
 ├── InvalidCursorError          a `tools/list` cursor this catalog did not issue
 ├── InvalidRequestStateError    a `requestState` not issued for this call, altered, or expired
 ├── ArgumentsRejectedError      arguments refused, with every `Violation` (a tool result, or -32602)
@@ -80,6 +82,7 @@ __all__ = [
     "ArgumentsRejectedError",
     "CatalogNotFoundError",
     "CatalogUnauthorizedError",
+    "AuthChallengeError",
     "ConfigurationError",
     "ConfirmationError",
     "CrankError",
@@ -304,6 +307,22 @@ class CatalogNotFoundError(CrankError, LookupError):
 
 class CatalogUnauthorizedError(CrankError, PermissionError):
     """Raised by a `CatalogProvider` when the request's credentials do not open this endpoint (401)."""
+
+
+class AuthChallengeError(CrankError, PermissionError):
+    """The request's credentials do not allow it: 401 (`error` None: no token; `invalid_token`: a token that is
+    malformed, expired, for another resource or unknown), or 403 (`insufficient_scope`). `scopes` are every scope
+    the request needs, all in one challenge. Answered as an HTTP status on the request itself, never as an
+    in-band error (clients start OAuth only on a real 401, or a 403 with `insufficient_scope`)."""
+
+    def __init__(
+        self, description: str, *, status: int = 401, error: str | None = None, scopes: Sequence[str] = ()
+    ) -> None:
+        super().__init__(description)
+        self.description = description
+        self.status = status
+        self.error = error
+        self.scopes = tuple(scopes)
 
 
 class InvalidCursorError(CrankError, ValueError):

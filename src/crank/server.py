@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute
 from crank.admin.api import AdminAPI, registry_probe
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
+from crank.gateway.tokens import TokenVerifier
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
@@ -37,16 +38,19 @@ from crank.registry import Registry, migrate, open_engine
 from crank.registry.changes import ChangeListener, change_announcer, change_listener
 from crank.rpc import RPCApp
 from crank.settings import Settings
+from crank.sources.access import GatewayAuthenticator
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE, AgentSource
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
 from crank.types import ASGIApp, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, EarlyAnswer, serve_lifespan
+from crank.wire.auth import PROTECTED_RESOURCE_PATH
 
 __all__ = ["CrankServer", "GatewayService", "MCPConfig", "RPCService"]
 
 _MCP_PREFIX = "/mcp/v1/"
+_CORS = {"access-control-allow-origin": "*", "access-control-allow-methods": "GET, HEAD, OPTIONS"}
 
 
 class RPCService:
@@ -136,11 +140,14 @@ class GatewayService:
         allowed_origins: Sequence[str] = (),
         listener: ChangeListener | None = None,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        public_url: str | None = None,
     ) -> None:
         """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
         the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
         registry changes at once (`crank.registry.changes`); it polls every `poll_interval` seconds besides
-        (without one, only that). `max_body_size`: larger request bodies get 413, unread."""
+        (without one, only that). `max_body_size`: larger request bodies get 413, unread. `public_url`: the
+        server's public base URL, which names each agent's resource for OAuth (a workspace's own audience wins);
+        never taken from a request's `Host`."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         self.source = AgentSource(
@@ -158,13 +165,14 @@ class GatewayService:
         if not isinstance(self.source.state, MemoryStore):
             self.probes.append(Probe("redis", self.source.state.ping))
         self.source.reload()
+        self.auth = GatewayAuthenticator(self.source, TokenVerifier(client), public_url=public_url)
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
         endpoint = MCPEndpoint(
             self.source.provide,
             server_info=server_info or ServerInfo("crank-gateway"),
             cache_scope="private" if require_api_keys else "public",
-            authenticate=self.source.authenticate if require_api_keys else None,
-            confirm_key=self.source.confirm if require_api_keys else None,
+            authenticator=self.auth if require_api_keys else None,
+            metadata_url=self.auth.metadata_url,
             allowed_hosts=allowed_hosts,
             allowed_origins=allowed_origins,
             admit=self.source.admit if require_api_keys else None,
@@ -230,13 +238,32 @@ class GatewayService:
                 await self.endpoint(child, receive, send)
             return
         path = scope.get("path", "")
-        if path == "/metrics" and scope["type"] == "http":
+        if path.startswith(PROTECTED_RESOURCE_PATH) and scope["type"] == "http":
+            response = self._resource_metadata(path, scope["method"])
+        elif path == "/metrics" and scope["type"] == "http":
             response = Response(self.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
         elif path == "/readyz" and scope["type"] == "http":
             response = await self.readiness()
         else:
             response = JSONResponse({"error": {"code": "not_found", "message": "no MCP endpoint here"}}, 404)
         await response(scope, receive, send)
+
+    def _resource_metadata(self, path: str, method: str) -> Response:
+        """RFC 9728 documents, with CORS so that a browser-based client can read them: an agent's at the
+        well-known path plus its own, and one at the root (`GatewayAuthenticator.root_metadata`)."""
+        if method == "OPTIONS":
+            return Response(status_code=204, headers={**_CORS, "access-control-allow-headers": "*"})
+        if method not in ("GET", "HEAD"):
+            return JSONResponse({"error": "method not allowed"}, 405, headers={"allow": "GET, HEAD, OPTIONS"})
+        rest = path[len(PROTECTED_RESOURCE_PATH) :]
+        document = None
+        if rest in ("", "/"):
+            document = self.auth.root_metadata()
+        elif (route := _agent_route(rest, {})) is not None and route[0] == rest.rstrip("/"):
+            document = self.auth.metadata(route[1]["workspace"], route[1]["agent"])
+        if document is None:
+            return JSONResponse({"error": "no protected resource here"}, 404, headers=_CORS)
+        return JSONResponse(document, headers={**_CORS, "cache-control": "max-age=300"})
 
     async def readiness(self) -> Response:
         """`/readyz`: 200 when the registry (and Redis, when used) answer and every served tool's secret
@@ -301,6 +328,7 @@ class CrankServer:
                 allowed_origins=settings.origins,
                 listener=change_listener(settings.registry_url, settings.redis_url) if settings.registry_push else None,
                 max_body_size=settings.max_body_bytes,
+                public_url=settings.public_url,
             )
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:

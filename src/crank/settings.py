@@ -83,7 +83,14 @@ class Settings(BaseSettings):
         le=3600,
         description="With workers: seconds a worker's event loop may go without a heartbeat before it is replaced.",
     )
-    require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key.")
+    require_api_keys: bool = Field(True, description="MCP endpoints need a workspace API key or access token.")
+    public_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$",
+        max_length=512,
+        description="The public base URL clients reach this server at (https://mcp.example.com): names each agent's "
+        "OAuth resource (its tokens' audience) and metadata; never taken from a request's Host header.",
+    )
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
     registry_push: bool = Field(
         True,

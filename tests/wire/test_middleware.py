@@ -19,6 +19,7 @@ from crank.wire.middleware import (
     BodyLimitMiddleware,
     HostOriginMiddleware,
     RequestChecksMiddleware,
+    TokenTable,
     jsonrpc_refusal,
 )
 from crank.wire.security import HostOriginPolicy
@@ -192,7 +193,7 @@ def _nested_and_combined_with_auth(serve: Callable[..., str]) -> tuple[str, str]
     tokens = {"secret-token": "alice"}
     authenticated = BearerAuthMiddleware(echo, tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
     nested = serve(HostOriginMiddleware(BodyLimitMiddleware(authenticated, 100), policy, refusal=jsonrpc_refusal))
-    auth = BearerAuth(tokens.get, realm="test", message="need a token")  # type: ignore[arg-type]
+    auth = BearerAuth(TokenTable(tokens.get), realm="test", message="need a token")
     return nested, serve(RequestChecksMiddleware(echo, policy, 100, auth=auth))
 
 
@@ -213,7 +214,7 @@ def _raw_post(url: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, str | 
 
 @pytest.mark.anyio
 async def test_the_parsed_tokens_kept_are_bounded_in_number_and_size() -> None:
-    auth = BearerAuth(lambda token: token, realm="test", message="need a token")
+    auth = BearerAuth(TokenTable(lambda token: token), realm="test", message="need a token")
     scope: Scope = {"type": "http", "headers": []}
 
     async def send(message: object) -> None:

@@ -148,7 +148,7 @@ class Limiter:
 
     async def admit_request(self, key: KeyScope, workspace_limits: Limits, agent: str) -> None:
         """One request with `key` to `agent`, against its workspace's limits."""
-        await self._hit(self._request_checks(key, workspace_limits), key.workspace, agent)
+        await self._hit(self._request_checks(key, workspace_limits), key.workspace or "", agent)
 
     def admit_request_now(self, key: KeyScope, workspace_limits: Limits) -> bool:
         """`admit_request` counted at once when the store can (`StateStore.hit_now`): True when admitted; False
@@ -182,7 +182,7 @@ class Limiter:
             return None
         checks = self._request_checks(key, workspace_limits)
         full = self._known_full(checks)
-        return None if full is None else self._refusal(checks, full, key.workspace, agent)
+        return None if full is None else self._refusal(checks, full, key.workspace or "", agent)
 
     async def _hit(self, checks: list[_Check], workspace: str, agent: str) -> None:
         full = self._known_full(checks) if self._full_until else None

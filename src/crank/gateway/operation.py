@@ -65,13 +65,17 @@ class RemoteOperation:
         self.output = OutputMapping.compile(tool.output_mapping, where=where)
         self.forward_headers = _forward_headers(config.forward_headers, where=where)
 
-    async def call(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None = None) -> Outcome:
+    async def call(
+        self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None = None, who: str = ""
+    ) -> Outcome:
         """Confirmation (destructive operations), then idempotency, then the request.
 
-        `client_headers` (lower-case names) are the MCP request's; only `forward_headers` of them go on.
+        `client_headers` (lower-case names) are the MCP request's; only `forward_headers` of them go on (never
+        its credentials). `who` is the caller's identity, which confirmation tokens and idempotency keys are
+        bound to.
         """
         if self.confirmation is not None:
-            arguments = await self.confirmation.check(self.state, arguments)
+            arguments = await self.confirmation.check(self.state, arguments, who)
         if self.idempotency is None:  # the common case, awaited here: one coroutine level less per call
             value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers)))
             return Outcome(value, omitted)
@@ -80,7 +84,7 @@ class RemoteOperation:
             value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers)))
             return {"value": value, "omitted": omitted}
 
-        stored = await self.idempotency.run(self.state, arguments, self.in_flight_ttl, once)
+        stored = await self.idempotency.run(self.state, arguments, self.in_flight_ttl, once, who)
         return Outcome(stored["value"], stored["omitted"])
 
     def _parts(self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None) -> RequestParts:

@@ -90,15 +90,17 @@ class Idempotency:
         arguments: dict[str, Any],
         in_flight_ttl: float,
         call: Callable[[], Awaitable[JSONObject]],
+        who: str = "",
     ) -> JSONObject:
         """`call` once per key and argument set; its JSON-able outcome is what repeats get back.
 
         `in_flight_ttl` is how long the call may take (its timeouts and retries): the claim lasts at least
-        that, and the window."""
+        that, and the window. `who` is the caller's identity (`Principal.id`): a key one caller used is not
+        another's to replay."""
         value = arguments.get(self.argument)
         if value is None:
             return await call()  # no key given: nothing to deduplicate on
-        key = f"idem:{self.scope}:{fingerprint(value)}"
+        key = f"idem:{self.scope}:{fingerprint(who, value) if who else fingerprint(value)}"
         arguments_print = fingerprint(arguments)
         claim = secrets.token_hex(16)  # ours: every later write checks it
         ttl = max(self.window, in_flight_ttl)  # never free while it runs, whatever the window
@@ -214,11 +216,12 @@ class Confirmation:
         required = config.required if config.required is not None else http_method == "DELETE"
         return cls(config.ttl, binding) if required else None
 
-    async def check(self, state: StateStore, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The arguments without the token, when it confirms them; else a `ConfirmationError`."""
+    async def check(self, state: StateStore, arguments: dict[str, Any], who: str = "") -> dict[str, Any]:
+        """The arguments without the token, when it confirms them; else a `ConfirmationError`. A token is bound
+        to the caller it was issued to (`who`, its `Principal.id`): nobody else can confirm that call."""
         token = arguments.get(CONFIRMATION_ARGUMENT)
         rest = {name: value for name, value in arguments.items() if name != CONFIRMATION_ARGUMENT}
-        expected = fingerprint(self.binding, rest)
+        expected = fingerprint(self.binding, who, rest) if who else fingerprint(self.binding, rest)
         if token is None:
             await self._issue(state, expected)
         record = await state.take("confirm:" + hashlib.sha256(str(token).encode()).hexdigest())

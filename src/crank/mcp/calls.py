@@ -17,6 +17,7 @@ from typing import Any, Literal
 from crank import _json
 from crank.exceptions import (
     ArgumentsRejectedError,
+    AuthChallengeError,
     InternalRuntimeError,
     OutputValidationError,
     SchemaValidationError,
@@ -26,12 +27,14 @@ from crank.exceptions import (
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired
-from crank.mcp.tools import CallContext, CallObserver, NotedResult, ToolResult
+from crank.mcp.tools import CallContext, CallObserver, NotedResult, Tool, ToolResult
 from crank.mcp.validation import OutputValidator
 from crank.types import JSONObject
+from crank.wire.auth import Principal
 
 __all__ = [
     "InvalidArgumentsMode",
+    "authorize_call",
     "call_tool",
     "error_result",
     "success_result",
@@ -42,6 +45,24 @@ logger = logging.getLogger("crank.mcp")
 InvalidArgumentsMode = Literal["result", "error"]
 """`result`: a tool execution error (`isError: true`), as the current MCP specification asks, so that a
 model can correct itself. `error`: JSON-RPC -32602, as seed 001 describes."""
+
+
+def authorize_call(tool: Tool, caller: Any) -> None:
+    """Whether `caller` may call `tool`: an anonymous principal (an endpoint that leaves its listing open) is
+    asked to sign in (401), a principal without the tool's `required_scopes` to get them (403
+    `insufficient_scope`, naming every scope the call needs). Anyone else, or a caller that is no `Principal`
+    (an endpoint without authentication), may."""
+    if not isinstance(caller, Principal):
+        return
+    needed = tool.required_scopes
+    if caller.anonymous:
+        raise AuthChallengeError(f"Calling {tool.name} needs a signed-in user", scopes=sorted(needed))
+    if caller.lacks(needed):
+        missing = ", ".join(sorted(needed - (caller.scopes or frozenset())))
+        raise AuthChallengeError(
+            f"Calling {tool.name} needs the scopes {', '.join(sorted(needed))} (missing: {missing})",
+            status=403, error="insufficient_scope", scopes=sorted(needed),
+        )  # fmt: skip
 
 
 async def call_tool(
@@ -73,6 +94,8 @@ async def call_tool(
             result, error = error_result(exc, context.request_id), exc
         except ArgumentsRejectedError as exc:  # the invoker's own validation: the same answer as the catalog's
             result, error = _rejected(tool.name, exc.violations, invalid_arguments, context)
+        except AuthChallengeError:
+            raise  # a tool that runs another (discovery's call_operation) found scopes missing: 401/403
         except Exception as exc:
             result, error = _unexpected(exc, tool.name, context, debug)
         else:

@@ -10,7 +10,7 @@ import base64
 import binascii
 import math
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from crank import _json
 from crank.exceptions import ConfigurationError, InvalidCursorError, UnknownFormatError
@@ -24,6 +24,7 @@ from crank.types import JSONObject
 __all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "estimate_tokens"]
 
 DEFAULT_PAGE_SIZE = 100
+_MAX_VIEWS = 64  # scope views kept per catalog
 _CURSOR_PREFIX = "crank-page:"
 
 
@@ -65,7 +66,12 @@ class Catalog:
         self.translations = translations or Translations()
         self.default_language = self.translations.default_language
         self.languages = self.translations.languages
+        tools = list(tools)
         self._entries = _build_entries(tools)
+        self._settings = (tools, version, translations, page_size, labels, observer)
+        self._scopes = frozenset(scope for tool in tools for scope in tool.required_scopes)
+        """Every scope some tool requires: what a principal's granted scopes are cut to, to key its view."""
+        self._views: dict[frozenset[str], Catalog] = {}
         self._pages: dict[str, list[bytes]] = {}
         self._listing: dict[str, bytes] = {}
         listed = [entry.tool for entry in self._entries.values() if entry.tool.listed]
@@ -85,6 +91,25 @@ class Catalog:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def for_scopes(self, granted: frozenset[str] | None) -> Catalog:
+        """The catalog as a principal granted `granted` sees it: the tools whose `required_scopes` it lacks
+        left out of `tools/list` (still known, so that their call is answered 403, not "unknown tool"). Itself
+        when `granted` is None (not scope-limited) or no tool requires a scope; built once per distinct set."""
+        if granted is None or not self._scopes:
+            return self
+        key = granted & self._scopes
+        if key == self._scopes:
+            return self
+        view = self._views.get(key)
+        if view is None:
+            tools, version, translations, page_size, labels, observer = self._settings
+            cut = [tool if tool.required_scopes <= key else replace(tool, listed=False) for tool in tools]
+            if len(self._views) >= _MAX_VIEWS:  # bounded: the key is a subset of a few known scopes
+                self._views.clear()
+            view = self._views[key] = Catalog(cut, version=version, translations=translations,
+                                              page_size=page_size, labels=labels, observer=observer)  # fmt: skip
+        return view
 
     def get(self, name: str) -> CatalogEntry | None:
         return self._entries.get(name)

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl
 from crank import _json
 from crank.exceptions import (
     ArgumentsRejectedError,
+    AuthChallengeError,
     CatalogNotFoundError,
     CatalogUnauthorizedError,
     DependencyUnavailableError,
@@ -32,7 +33,7 @@ from crank.exceptions import (
     UnknownFormatError,
 )
 from crank.mcp.after_response import run_after_response, start_after_response
-from crank.mcp.calls import InvalidArgumentsMode, call_tool
+from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.protocol import (
@@ -54,6 +55,7 @@ from crank.wire.asgi import (
     send_response,
     serve_lifespan,
 )
+from crank.wire.auth import Authenticator, Principal, challenge_header
 from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
     DEFAULT_MAX_BATCH_ANSWER_BYTES,
@@ -114,11 +116,12 @@ class MCPEndpoint:
         request_state_secret: signs the `requestState` of `InputRequired` results; give every replica the
             same one (default: a random secret per process).
         plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
-        authenticate: when given, every request needs `Authorization: Bearer <token>`; it receives the
-            token (None without one) and returns who calls, or None for 401 (`BearerAuth`).
-            The provider finds what it returned in `scope["crank.auth"]`.
-        confirm_key: a second, slower look at a token `authenticate` did not recognise (awaited; None
-            refuses it too).
+        authenticator: when given, every request's bearer token goes through it (`crank.wire.auth`): a
+            `Principal`, or 401/403 with a `WWW-Authenticate: Bearer` challenge (`BearerAuth`). The provider
+            finds the principal in `scope["crank.auth"]`; `tools/list` shows a scope-limited principal only the
+            tools whose `required_scopes` it holds, and `tools/call` of another is 403 `insufficient_scope`.
+        metadata_url: the URL of the protected resource metadata (RFC 9728) of the request's resource, named
+            in every challenge; None for endpoints that offer no OAuth.
         admit: gets each authenticated request (its scope and caller) before its body is read, and may refuse
             it with `RateLimitedError`: 429 with `Retry-After` (the gateway's workspace limits). Each item of a
             JSON-RPC batch after the first counts as one request more (`_admit_batch`).
@@ -145,8 +148,8 @@ class MCPEndpoint:
         ttl_ms: int = 0,
         request_state_secret: str | bytes | None = None,
         plain_http: bool = True,
-        authenticate: Callable[[str | None], Any] | None = None,
-        confirm_key: Callable[[str], Awaitable[Any]] | None = None,
+        authenticator: Authenticator | None = None,
+        metadata_url: Callable[[Scope], str | None] | None = None,
         admit: Admission | None = None,
         refused_now: KnownRefusal | None = None,
         debug: bool = False,
@@ -165,7 +168,7 @@ class MCPEndpoint:
             debug=debug,
         )
         self.max_body_size = max_body_size
-        self._admit = admit if authenticate is not None else None
+        self._admit = admit if authenticator is not None else None
         self.max_batch_items = max_batch_items
         self.max_batch_answer_bytes = max_batch_answer_bytes
         self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
@@ -174,10 +177,11 @@ class MCPEndpoint:
         # body is refused by its declared length before anything reads it), then the credentials when the
         # endpoint needs them. A request that reaches `_serve` passed them all.
         auth = None
-        if authenticate is not None:
-            auth = BearerAuth(authenticate, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal,
-                              confirm=confirm_key, admit=admit, rejection=_rejection,
-                              refused_now=refused_now)  # fmt: skip
+        if authenticator is not None:
+            auth = BearerAuth(authenticator, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal,
+                              admit=admit, rejection=_rejection, refused_now=refused_now,
+                              metadata_url=metadata_url)  # fmt: skip
+        self._auth = auth
         self._checks = RequestChecksMiddleware(self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth)
         self.http_app: ASGIApp = self._checks
         """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
@@ -218,8 +222,9 @@ class MCPEndpoint:
         except CatalogNotFoundError:
             exchange = Exchange(404, _refusal(scope, 404, "No MCP endpoint at this path"))
         except CatalogUnauthorizedError:
-            challenge = [(b"www-authenticate", b'Bearer realm="crank"')]
-            exchange = Exchange(401, _refusal(scope, 401, UNAUTHORIZED_MESSAGE), challenge)
+            exchange = self._challenge(scope, AuthChallengeError(UNAUTHORIZED_MESSAGE))
+        except AuthChallengeError as refused:  # a call that needs a token, or scopes the token lacks
+            exchange = self._challenge(scope, refused)
         except RequestTooLargeError:
             raise  # answered by RequestChecksMiddleware, around this app
         except Exception as exc:
@@ -234,6 +239,15 @@ class MCPEndpoint:
             await send_response(send, exchange.status, exchange.body, exchange.headers)
         if after:
             await run_after_response(after)
+
+    def _challenge(self, scope: Scope, refused: AuthChallengeError) -> Exchange:
+        """A 401 or 403 with its Bearer challenge, as the request's checks answer one."""
+        if self._auth is not None:
+            status, headers, body = self._auth.challenge(scope, refused)
+            return Exchange(status, body, headers[1:])  # the content type is send_response's
+        header = challenge_header(refused)
+        return Exchange(refused.status, _refusal(scope, refused.status, refused.description),
+                        [(b"www-authenticate", header)])  # fmt: skip
 
     # -- MCP ---------------------------------------------------------------------------------------
 
@@ -255,7 +269,7 @@ class MCPEndpoint:
         info = RequestInfo(headers, _format_query(scope), scope.get(AUTH_SCOPE_KEY))
         try:
             catalog = self._catalog if self._catalog is not None else await self._provider(scope)
-        except (CatalogNotFoundError, CatalogUnauthorizedError):
+        except (CatalogNotFoundError, CatalogUnauthorizedError, AuthChallengeError):
             raise
         except Exception as exc:  # answered with the request's own id, so the client can match it
             request_id = message.get("id") if isinstance(message, dict) and is_request_id(message.get("id")) else None
@@ -343,6 +357,9 @@ class MCPEndpoint:
 
     async def _plain_tools(self, scope: Scope, headers: dict[str, str]) -> Exchange:
         catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        caller = scope.get(AUTH_SCOPE_KEY)
+        if isinstance(caller, Principal) and caller.scopes is not None and not caller.anonymous:
+            catalog = catalog.for_scopes(caller.scopes)  # as `tools/list`: a tool it cannot call is never listed
         language = negotiate_language(headers.get("accept-language"), catalog.languages, catalog.default_language)
         return Exchange(
             200, catalog.listing(language), [(b"content-language", language.encode()), (b"vary", b"Accept-Language")]
@@ -366,6 +383,7 @@ class MCPEndpoint:
         entry = catalog.get(request["name"])
         if entry is None:
             return _plain_error(404, METHOD_NOT_FOUND, f"Unknown tool: {request['name']}")
+        authorize_call(entry.tool, scope.get(AUTH_SCOPE_KEY))
         try:
             requested = self.server.requested_format(RequestInfo(headers, _format_query(scope)))
         except UnknownFormatError as exc:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from crank import __version__, _json
 from crank.exceptions import (
     ArgumentsRejectedError,
+    AuthChallengeError,
     InternalError,
     InvalidCursorError,
     InvalidParamsError,
@@ -26,7 +27,7 @@ from crank.exceptions import (
     UnknownFormatError,
 )
 from crank.ids import new_request_id
-from crank.mcp.calls import InvalidArgumentsMode, call_tool
+from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool
 from crank.mcp.catalog import Catalog, CatalogEntry
 from crank.mcp.formats import DEFAULT_FORMAT, check_format
 from crank.mcp.headers import decode_header_value, param_header_mismatch
@@ -46,6 +47,7 @@ from crank.mcp.protocol import (
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject
+from crank.wire.auth import Principal
 from crank.wire.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -171,6 +173,8 @@ class MCPServer:
                 result.setdefault("resultType", "complete")
                 result["_meta"] = self._stamp
             return Exchange(200, encode_result(request_id, result))
+        except AuthChallengeError:
+            raise  # an HTTP status on the request itself (401/403), never an in-band error: the endpoint's
         except RPCError as error:
             status = error.http_status
             if status is None:
@@ -250,6 +254,9 @@ class MCPServer:
         cursor = params.get("cursor")
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidParamsError("tools/list: params.cursor must be a string")
+        caller = info.caller
+        if isinstance(caller, Principal) and caller.scopes is not None and not caller.anonymous:
+            catalog = catalog.for_scopes(caller.scopes)  # a tool it cannot call is never listed
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
         try:
             index = catalog.page_index(cursor)
@@ -285,6 +292,8 @@ class MCPServer:
         entry = catalog.get(name)
         if entry is None:
             raise InvalidParamsError(f"Unknown tool: {name}")
+        if info.caller is not None:
+            authorize_call(entry.tool, info.caller)
         try:
             requested = self.requested_format(info)
         except UnknownFormatError as exc:

@@ -174,6 +174,9 @@ class Tool:
     required_client_capabilities: JSONObject | None = None
     """Client capabilities the tool needs (for example `{"sampling": {}}`); a 2026-07-28 call from a
     client that did not declare them is refused with -32021 before the invoker runs."""
+    required_scopes: frozenset[str] = frozenset()
+    """OAuth scopes a scope-limited principal needs to see and call the tool (`crank.wire.auth.Principal`):
+    without them it is left out of `tools/list`, and its call is 403 `insufficient_scope` naming them."""
     plain_fields: JSONObject | None = None
     """Fields that only the plain `GET <base>/tools` listing shows for this tool, after its description
     (seed 002's `roles`, which the rpc source sets); never part of MCP `tools/list`."""

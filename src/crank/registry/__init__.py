@@ -12,6 +12,7 @@ from crank.registry.service import (
     PublishedAgent,
     Registry,
     VersionInfo,
+    WorkspaceOAuth,
     key_digest,
     tool_name_of,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "RuntimeTool",
     "RuntimeView",
     "VersionInfo",
+    "WorkspaceOAuth",
     "describe_database_error",
     "key_digest",
     "load_runtime",

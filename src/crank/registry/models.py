@@ -43,6 +43,8 @@ class Workspace(Base):
     """The rate limit and quota of every request to the workspace (`crank.registry.runtime.Limits`)."""
     key_limits: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     """The limits of each of its API keys' tool calls that has none of its own."""
+    oauth: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """The workspace's OAuth policy (`crank.registry.runtime.OAuthPolicy`); null: API keys only."""
     created_by: Mapped[str | None] = mapped_column(String(64), default=None)
     """The tool that made the workspace and may write into it unasked (`crank.instant.CREATED_BY`); null: made
     by an operator (the CLI, the admin API, a catalog file)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
 from crank.exceptions import ConfigurationError
 from crank.schema import problems_of
@@ -60,7 +60,9 @@ __all__ = [
     "ExecutionConfig",
     "IdempotencyConfig",
     "InputRule",
+    "IntrospectionClient",
     "Limits",
+    "OAuthPolicy",
     "OutputSpec",
     "Quota",
     "QuotaPeriod",
@@ -140,6 +142,74 @@ class Limits(_Model):
     @property
     def empty(self) -> bool:
         return self.rate is None and self.quota is None
+
+
+# -- OAuth (docs/security.md, OAuth) ----------------------------------------------------------------
+
+CredentialKinds = Literal["keys", "oauth", "both"]
+SignIn = Literal["always", "calls"]
+TOOL_SCOPE_CLASSES: Final = ("read", "write", "destructive")
+"""The classes `OAuthPolicy.tool_scopes` may name besides tool names: read-only tools, the others, and the
+destructive ones among them (a destructive tool needs both `write` and `destructive` scopes)."""
+
+
+class IntrospectionClient(_Model):
+    """How Crank authenticates to the issuer's RFC 7662 introspection endpoint, for opaque tokens."""
+
+    client_id: str = Field(min_length=1, max_length=256)
+    client_secret: str = Field(min_length=1, max_length=1024)
+    """A secret reference (`env:NAME` or `file:/path`), never the secret itself."""
+    endpoint: str | None = None
+    """Default: `introspection_endpoint` of the issuer's metadata."""
+
+
+class OAuthPolicy(_Model):
+    """What an OAuth access token opens in a workspace: the issuers it trusts, the base URL its resources are
+    named from (the token's audience), and the scopes each agent and tool needs."""
+
+    issuers: tuple[str, ...] = Field(min_length=1, max_length=8)
+    audience: str | None = None
+    """The public base URL of this workspace's MCP endpoints (`https://mcp.example.com`): a resource is this plus
+    `/mcp/v1/{workspace}/{agent}`. Default: the server's `CRANK_PUBLIC_URL`."""
+    credentials: CredentialKinds = "both"
+    """Which credentials the workspace accepts: API keys, OAuth tokens, or both."""
+    sign_in: SignIn = "always"
+    """`calls`: `initialize` and `tools/list` are open to a client without a token, and a call asks for one (401
+    on the call): lazy sign-in."""
+    agent_scopes: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Scopes every request to an agent needs, by agent slug; `*` for every agent without its own entry."""
+    tool_scopes: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Scopes a call of a tool needs besides its agent's, by tool name, or by class (`read`, `write`,
+    `destructive`); a tool's own entry wins over its class."""
+    introspection: IntrospectionClient | None = None
+
+    @field_validator("issuers", "audience")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        for url in (value,) if isinstance(value, str) else value or ():
+            if not url.startswith(("https://", "http://")) or len(url) > 512:
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return value
+
+    @field_validator("tool_scopes", "agent_scopes")
+    @classmethod
+    def _scopes(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for name, scopes in value.items():
+            if not name or any(not scope or " " in scope or '"' in scope for scope in scopes):
+                raise ValueError(f"{name!r}: scopes are non-empty words without spaces or quotes")
+        return value
+
+    def agent_needs(self, agent: str) -> frozenset[str]:
+        return frozenset(self.agent_scopes.get(agent, self.agent_scopes.get("*", ())))
+
+    def tool_needs(self, agent: str, tool: str, *, read_only: bool, destructive: bool) -> frozenset[str]:
+        """Every scope a call of `tool` of `agent` needs: the agent's, and the tool's own or its class's."""
+        own = self.tool_scopes.get(tool)
+        if own is None:
+            own = self.tool_scopes.get("read", ()) if read_only else self.tool_scopes.get("write", ())
+            if destructive and not read_only:
+                own = (*own, *self.tool_scopes.get("destructive", ()))
+        return self.agent_needs(agent) | frozenset(own)
 
 
 # -- execution config --------------------------------------------------------------------------------

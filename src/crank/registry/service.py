@@ -30,6 +30,7 @@ from crank.registry.runtime import (
     DEFAULT_LANGUAGE,
     AgentInfo,
     Limits,
+    OAuthPolicy,
     RuntimeTool,
     RuntimeView,
     WorkspaceInfo,
@@ -38,6 +39,7 @@ from crank.registry.runtime import (
 )
 from crank.schema.compact import compact_tool, policy_of, shorten
 from crank.types import JSONObject
+from crank.wire.auth import Principal
 
 __all__ = [
     "RUNTIME_OPERATION_FIELDS",
@@ -47,6 +49,7 @@ __all__ = [
     "PublishedAgent",
     "Registry",
     "VersionInfo",
+    "WorkspaceOAuth",
     "key_digest",
     "tool_name_of",
 ]
@@ -70,21 +73,29 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class KeyScope:
-    """Where a key is valid: one workspace, and all its agents (None) or some of them; and the limits the
-    gateway holds its requests to (docs/gateway.md, Rate limits and quotas)."""
+@dataclass(frozen=True, slots=True)
+class KeyScope(Principal):
+    """A gateway principal: where its credentials are valid (one workspace, and all its agents (None) or some of
+    them) and the limits the gateway holds its requests to (docs/gateway.md, Rate limits and quotas). An API
+    key's, or an OAuth token's (`method` jwt or introspection, limited by `id`: its issuer and subject)."""
 
-    workspace: str
-    agents: frozenset[str] | None
-    id: str = ""
     limits: Limits | None = None
-    """The key's tool calls: its own limits, else its workspace's `key_limits`; None: no limit."""
+    """Its tool calls: a key's own limits, else its workspace's `key_limits` (a token's: per subject); None: no
+    limit."""
     workspace_limits: Limits | None = None
-    """Every request to the workspace, whichever key sends it; None: no limit."""
+    """Every request to the workspace, whoever sends it; None: no limit."""
 
     def allows(self, workspace: str, agent: str) -> bool:
         return workspace == self.workspace and (self.agents is None or agent in self.agents)
+
+
+@dataclass(frozen=True)
+class WorkspaceOAuth:
+    """A workspace's OAuth policy as the MCP side keeps it, with the limits its token principals carry."""
+
+    policy: OAuthPolicy
+    limits: Limits | None = None
+    key_limits: Limits | None = None
 
 
 @dataclass(frozen=True)
@@ -319,6 +330,8 @@ class Registry:
                 workspace.get("compact"),
             )
             self._put_limits(session, ws, _limits_of(workspace.get("limits")), _limits_of(workspace.get("key_limits")))
+            oauth = workspace.get("oauth")
+            self._put_oauth(session, ws, None if oauth is None else OAuthPolicy.model_validate(oauth))
             for name, spec in operations.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
             for draft in agents:
@@ -502,6 +515,37 @@ class Registry:
         with Session(self.engine) as session:
             row: Any = session.execute(query).first()
         return None if row is None else _key_scope(*row[1:])
+
+    def set_workspace_oauth(self, workspace: str, policy: OAuthPolicy | None) -> None:
+        """Give the workspace an OAuth policy (None: API keys only again); every replica applies it when it
+        reloads, as after a publish."""
+        with Session(self._writer) as session, session.begin():
+            self._put_oauth(session, self._workspace(session, workspace), policy)
+
+    def _put_oauth(self, session: Session, ws: Workspace, policy: OAuthPolicy | None) -> None:
+        stored = None if policy is None else policy.model_dump(mode="json", exclude_defaults=True)
+        if ws.oauth != stored:
+            ws.oauth = stored
+            self._bump(session)
+
+    def workspace_oauth_policy(self, workspace: str) -> OAuthPolicy | None:
+        with Session(self.engine) as session:
+            stored = self._workspace(session, workspace).oauth
+        return None if stored is None else OAuthPolicy.model_validate(stored)
+
+    def workspace_oauth(self) -> dict[str, WorkspaceOAuth]:
+        """Every workspace's OAuth policy by slug, for those that have one (the MCP side reloads it with the
+        generation)."""
+        query = select(Workspace.slug, Workspace.oauth, Workspace.limits, Workspace.key_limits).where(
+            Workspace.oauth.is_not(None)
+        )
+        with Session(self.engine) as session:
+            rows: list[Any] = list(session.execute(query).all())
+        return {
+            row[0]: WorkspaceOAuth(OAuthPolicy.model_validate(row[1]), _limits_of(row[2]), _limits_of(row[3]))
+            for row in rows
+            if row[1] is not None
+        }
 
     def api_keys(self) -> dict[str, KeyScope]:
         """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation)."""
@@ -698,6 +742,7 @@ def _key_scope(
         workspace,
         frozenset(scope["agents"]) if scope is not None else None,
         id=key_id,
+        subject=key_id,
         limits=_limits_of(limits if limits is not None else key_limits),
         workspace_limits=_limits_of(workspace_limits),
     )

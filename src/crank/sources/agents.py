@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable
+from dataclasses import replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -41,15 +42,24 @@ from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
-from crank.registry import DATABASE_ERRORS, KeyScope, PublishedAgent, Registry, describe_database_error, key_digest
+from crank.registry import (
+    DATABASE_ERRORS,
+    KeyScope,
+    PublishedAgent,
+    Registry,
+    WorkspaceOAuth,
+    describe_database_error,
+    key_digest,
+)
 from crank.registry.changes import ChangeListener
-from crank.registry.runtime import Limits, RuntimeView, ToolHints
+from crank.registry.runtime import Limits, OAuthPolicy, RuntimeView, ToolHints
 from crank.schema import wrap_output
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
+from crank.wire.auth import ANONYMOUS
 from crank.wire.middleware import AUTH_SCOPE_KEY
 from crank.wire.notices import ThrottledLog
 
@@ -77,9 +87,11 @@ def build_catalog(
     metrics: Metrics | None = None,
     state: StateStore | None = None,
     limiter: Limiter | None = None,
+    oauth: OAuthPolicy | None = None,
 ) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong.
-    With a `limiter`, each call is held to the agent's limits and the calling key's first.
+    With a `limiter`, each call is held to the agent's limits and the calling key's first. With its workspace's
+    `oauth` policy, each tool requires the scopes the policy gives it (`Tool.required_scopes`).
 
     An agent in discovery mode gets the three tools of `crank.sources.discovery`, in front of a catalog of its
     operations compiled exactly as a direct agent's tools.
@@ -91,7 +103,7 @@ def build_catalog(
     placement = Placement(labels["workspace"], labels["agent"], version)
     observer = metrics.observer(**labels) if metrics is not None else None
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
-    tools, layer = _tools(runtime, client, placement, state, limits)
+    tools, layer = _tools(runtime, client, placement, state, limits, oauth)
     translations = Translations(layer, default_language=runtime.workspace.default_language)
     operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer)
     if runtime.agent.mode != "discovery":
@@ -107,7 +119,10 @@ def build_catalog(
         for spec in runtime.tools
     ]
     discovery = Discovery(operations, indexed, api=runtime.agent.description)
-    return Catalog(discovery.tools(), version=str(version), labels=labels, observer=observer_for(observer))
+    fixed = discovery.tools()
+    if oauth is not None:  # the three fixed tools need the agent's scopes; each operation its own (call_operation)
+        fixed = [replace(tool, required_scopes=oauth.agent_needs(placement.agent)) for tool in fixed]
+    return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer))
 
 
 def _tools(
@@ -116,6 +131,7 @@ def _tools(
     placement: Placement,
     state: StateStore | None,
     limits: CallLimits | None = None,
+    oauth: OAuthPolicy | None = None,
 ) -> tuple[list[Tool], dict[str, dict[str, dict[str, str]]]]:
     """Each published tool compiled (its remote operation, schemas, hints) and the translation layer."""
     layer: dict[str, dict[str, dict[str, str]]] = {}
@@ -131,6 +147,11 @@ def _tools(
         description = spec.tool_description
         if operation.confirmation is not None:
             input_schema, description = _with_confirmation(input_schema, description)
+        scopes: frozenset[str] = frozenset()
+        if oauth is not None:
+            destructive = spec.annotations.destructive_hint is True or operation.confirmation is not None
+            read_only = spec.annotations.read_only_hint is True
+            scopes = oauth.tool_needs(placement.agent, name, read_only=read_only, destructive=destructive)
         tools.append(
             Tool(
                 name=name,
@@ -142,6 +163,7 @@ def _tools(
                 annotations=_annotations(spec.annotations),
                 invoker=_invoker(operation, limits),
                 format=spec.format,
+                required_scopes=scopes,
             )
         )
     return tools, layer
@@ -171,7 +193,8 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
         if limits is not None and limits.applies(context.caller) and not limits.admit_now(context.caller):
             await limits.admit(context.caller)  # LimitReachedError: nothing is sent
-        outcome = await operation.call(arguments, context.headers)
+        caller = context.caller
+        outcome = await operation.call(arguments, context.headers, caller.id if caller is not None else "")
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.
@@ -241,7 +264,9 @@ class AgentSource:
         self.require_keys = require_keys
         self._keys: dict[str, KeyScope] = {}
         self._digests: dict[str, str] = {}  # key -> its digest, so a call hashes no key it has seen
-        self._catalogs: dict[tuple[str, str], tuple[int, Catalog]] = {}
+        self._catalogs: dict[tuple[str, str], tuple[tuple[int, OAuthPolicy | None], Catalog]] = {}
+        self.oauth: dict[str, WorkspaceOAuth] = {}
+        """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
         self._secret_views: dict[tuple[str, str], RuntimeView] = {}  # served views whose tools use secrets
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
@@ -251,18 +276,21 @@ class AgentSource:
         """Rebuild the catalogs whose published version changed; keep the rest as they are."""
         generation = self.registry.generation()
         current, current_views = self._catalogs, self._secret_views
-        fresh: dict[tuple[str, str], tuple[int, Catalog]] = {}
+        fresh: dict[tuple[str, str], tuple[tuple[int, OAuthPolicy | None], Catalog]] = {}
         views: dict[tuple[str, str], RuntimeView] = {}
+        oauth = self.registry.workspace_oauth()
         for published in self.registry.published():
             key = (published.workspace, published.agent)
             known = current.get(key)
-            if known is not None and known[0] == published.version:
+            policy = oauth[published.workspace].policy if published.workspace in oauth else None
+            stamp = (published.version, policy)  # a new policy gives the tools other scopes: built again
+            if known is not None and known[0] == stamp:
                 fresh[key] = known
                 if key in current_views:
                     views[key] = current_views[key]
                 continue
             try:
-                fresh[key] = (published.version, self._build(published))
+                fresh[key] = (stamp, self._build(published, policy))
             except Exception:
                 logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
                 if known is not None:
@@ -278,16 +306,21 @@ class AgentSource:
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
         self._secret_views = views
         self._keys = self.registry.api_keys()
+        self.oauth = oauth
         self._generation = generation
         self._confirm_keys()
         if self.freeze_heap:
             _settle_heap()
 
-    def _build(self, published: PublishedAgent) -> Catalog:
+    def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(
             published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state,
-            limiter=self.limiter,
+            limiter=self.limiter, oauth=oauth,
         )  # fmt: skip
+
+    def serves(self, workspace: str, agent: str) -> bool:
+        """Whether `workspace` has `agent` published here."""
+        return (workspace, agent) in self._catalogs
 
     def missing_secrets(self) -> list[MissingSecret]:
         """The secret references of served tools that do not resolve on this host now (checked on each
@@ -385,7 +418,9 @@ class AgentSource:
         params = scope.get("path_params", {})
         workspace, agent = params.get("workspace", ""), params.get("agent", "")
         key_scope: KeyScope | None = scope.get(AUTH_SCOPE_KEY) if self.require_keys else None
-        if self.require_keys and (key_scope is None or key_scope.workspace != workspace):
+        if key_scope is ANONYMOUS and workspace in self.oauth:  # lazy sign-in: listing open, calls ask (401)
+            key_scope = None
+        elif self.require_keys and (key_scope is None or key_scope.workspace != workspace):
             raise CatalogUnauthorizedError(workspace)  # a key never opens another workspace, nor says what is there
         entry = self._catalogs.get((workspace, agent))
         # An agent the key may not use is answered as one that does not exist: a key limited to some agents

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from crank.exceptions import UnknownOperationError
-from crank.mcp.calls import call_tool
+from crank.mcp.calls import authorize_call, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.tools import CallContext, CallObserver, Tool, ToolAnnotations, ToolResult
@@ -151,6 +151,7 @@ class Discovery:
         entry = self.operations.get(name)
         if entry is None:
             raise _unknown(name)
+        authorize_call(entry.tool, context.caller)  # the operation's own scopes, as a direct tool's call checks them
         inner = CallContext(
             tool_name=name,
             protocol_version=context.protocol_version,

@@ -9,10 +9,11 @@ pass over the headers and one await level: what an endpoint puts around itself o
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from crank import _json
 from crank.exceptions import (
+    AuthChallengeError,
     DependencyUnavailableError,
     InternalError,
     InvalidRequestError,
@@ -30,6 +31,7 @@ from crank.wire.asgi import (
     send_response,
     unique_headers,
 )
+from crank.wire.auth import Authenticator, challenge_header
 from crank.wire.http import bearer_token, repeated_header, repeated_header_message
 from crank.wire.jsonrpc import encode_error
 from crank.wire.security import HostOriginPolicy
@@ -43,6 +45,7 @@ __all__ = [
     "BodyLimitMiddleware",
     "HostOriginMiddleware",
     "RequestChecksMiddleware",
+    "TokenTable",
     "jsonrpc_refusal",
 ]
 
@@ -273,48 +276,48 @@ def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None,
 
 
 class BearerAuth:
-    """Authentication: `authenticate` gets the bearer token of each request (None when there is none) and
-    returns who the caller is, or None to refuse with 401 and `WWW-Authenticate: Bearer realm=...`.
+    """Authentication through an `Authenticator` (`crank.wire.auth`): each request's bearer token (None without
+    one) becomes a `Principal`, or is refused with 401 or 403 and a `WWW-Authenticate: Bearer` challenge.
 
-    What it returned is left in `scope["crank.auth"]` for the app (which may still refuse what that caller
-    may not use). `confirm`, when given, gets the tokens `authenticate` did not recognise, for a slower second
-    look (the registry, say): `authenticate` stays a synchronous lookup on the hot path. Either may raise
-    `DependencyUnavailableError` when it cannot tell who calls (its registry does not answer): 503 with
-    `Retry-After`. `admit`, when given, gets every request whose caller is known, before the app reads its
-    body; it returns None to let it through at once, or an awaitable that may refuse it with
-    `RateLimitedError`: 429 with `Retry-After`, the error as `rejection` shapes it (with its code and data), or
-    with `DependencyUnavailableError` when it cannot tell (503).
+    The principal is left in `scope["crank.auth"]` for the app (which may still refuse what it may not use).
+    `authenticate` is the synchronous look-up on the hot path; a token it does not know gets `verify`, the
+    slower look. Either may raise `DependencyUnavailableError` when it cannot tell who calls (its registry or the
+    token's issuer does not answer): 503 with `Retry-After`. `admit`, when given, gets every request whose
+    caller is known, before the app reads its body; it returns None to let it through at once, or an awaitable
+    that may refuse it with `RateLimitedError`: 429 with `Retry-After`, the error as `rejection` shapes it (with
+    its code and data), or with `DependencyUnavailableError` when it cannot tell (503). `metadata_url`, when
+    given, names the protected resource metadata of the request's resource in every challenge (RFC 9728 §5.1).
 
     The rule for both wrappers that authenticate: `BearerAuthMiddleware`, and `RequestChecksMiddleware` given
     one (the endpoint's hot path: the same answers without a wrapper of its own)."""
 
     def __init__(
         self,
-        authenticate: Callable[[str | None], Any],
+        authenticator: Authenticator,
         *,
         realm: str,
         message: str,
         refusal: Refusal = jsonrpc_refusal,
-        confirm: Callable[[str], Awaitable[Any]] | None = None,
         admit: Admission | None = None,
         rejection: Callable[[Scope, RPCError], bytes] = jsonrpc_rejection,
         refused_now: KnownRefusal | None = None,
+        metadata_url: Callable[[Scope], str | None] | None = None,
     ) -> None:
-        self.authenticate = authenticate
-        self.confirm = confirm
+        self.authenticator = authenticator
         self.admit = admit
         self.refused_now = refused_now
         self.message = message
         self.refusal = refusal
         self.rejection = rejection
-        self._challenge = [(b"www-authenticate", f'Bearer realm="{realm}"'.encode())]
+        self.realm = realm
+        self.metadata_url = metadata_url
         # The token of each `Authorization` value seen lately: a client sends the same one on every request.
         # Bounded in entries and in each entry's size: a flood of distinct values cannot grow it.
         self._tokens: dict[str | bytes, str | None] = {}
 
     async def admitted(self, scope: Scope, send: Send, authorization: str | bytes | None) -> bool:
         """Authenticate the request (its `Authorization` header's value) and admit it: True when it may go on,
-        False when it was answered (401, 429 or 503)."""
+        False when it was answered (401, 403, 429 or 503)."""
         pending = self.check(scope, send, authorization)
         return True if pending is None else await pending
 
@@ -323,11 +326,13 @@ class BearerAuth:
         it may go on at once; else what to await, as `admitted` answers."""
         token = None if authorization is None else self._token(authorization)
         try:
-            caller = self.authenticate(token)
+            caller = self.authenticator.authenticate(scope, token)
+        except AuthChallengeError as refused:
+            return self._challenged(scope, send, refused)
         except DependencyUnavailableError as unavailable:
             return self._unavailable(scope, send, unavailable)
         if caller is None:
-            return self._confirmed(scope, send, token)
+            return self._verified(scope, send, token)
         return self._admission(scope, send, caller)
 
     def answer_early(self, scope: Scope, authorization: str | bytes | None) -> EarlyAnswer | None:
@@ -336,11 +341,21 @@ class BearerAuth:
         if self.refused_now is None or authorization is None:
             return None
         try:
-            caller = self.authenticate(self._token(authorization))
-        except DependencyUnavailableError:
+            caller = self.authenticator.authenticate(scope, self._token(authorization))
+        except (DependencyUnavailableError, AuthChallengeError):
             return None
         refused = None if caller is None else self.refused_now(scope, caller)
         return None if refused is None else self._rate_limited(scope, refused)
+
+    def challenge(self, scope: Scope, refused: AuthChallengeError) -> EarlyAnswer:
+        """The whole 401 or 403 of a refused request: its body in the app's shape, and the Bearer challenge."""
+        url = self.metadata_url(scope) if self.metadata_url is not None else None
+        message = self.message if refused.status == 401 and refused.error is None else refused.description
+        headers = [
+            (b"content-type", JSON_CONTENT_TYPE),
+            (b"www-authenticate", challenge_header(refused, resource_metadata=url, realm=self.realm)),
+        ]
+        return refused.status, headers, self.refusal(scope, refused.status, message)
 
     def _rate_limited(self, scope: Scope, limited: RateLimitedError) -> EarlyAnswer:
         """The whole 429 of a refused admission, as `_admitted` sends it and `answer_early` gives it."""
@@ -366,17 +381,23 @@ class BearerAuth:
         admission = self.admit(scope, caller)
         return None if admission is None else self._admitted(scope, send, admission)
 
-    async def _confirmed(self, scope: Scope, send: Send, token: str | None) -> bool:
-        """The slower look at a token `authenticate` did not know (`confirm`), then the admission."""
+    async def _verified(self, scope: Scope, send: Send, token: str | None) -> bool:
+        """The slower look at a token `authenticate` did not know (`verify`), then the admission."""
         try:
-            caller = await self.confirm(token) if token is not None and self.confirm is not None else None
+            if token is None:
+                raise AuthChallengeError(self.message)
+            caller = await self.authenticator.verify(scope, token)
+        except AuthChallengeError as refused:
+            return await self._challenged(scope, send, refused)
         except DependencyUnavailableError as unavailable:
             return await self._unavailable(scope, send, unavailable)
-        if caller is None:
-            await send_response(send, 401, self.refusal(scope, 401, self.message), self._challenge)
-            return False
         pending = self._admission(scope, send, caller)
         return True if pending is None else await pending
+
+    async def _challenged(self, scope: Scope, send: Send, refused: AuthChallengeError) -> bool:
+        status, headers, body = self.challenge(scope, refused)
+        await send_response(send, status, body, headers, content_type=None)
+        return False
 
     async def _admitted(self, scope: Scope, send: Send, admission: Awaitable[None]) -> bool:
         try:
@@ -395,6 +416,35 @@ class BearerAuth:
         return False
 
 
+class TokenTable:
+    """The simplest `Authenticator`: a callable from a token to who it proves (a dict's `get`, say), None
+    refusing it with 401; `confirm`, when given, is an awaited second look at a token it did not know. What the
+    admin API's one token and small apps need."""
+
+    def __init__(
+        self,
+        lookup: Callable[[str | None], Any],
+        *,
+        confirm: Callable[[str], Awaitable[Any]] | None = None,
+        message: str = "A valid bearer token is required",
+    ) -> None:
+        self.lookup = lookup
+        self.confirm = confirm
+        self.message = message
+
+    def authenticate(self, scope: Scope, token: str | None) -> Any:
+        caller = self.lookup(token)
+        if caller is None and (token is None or self.confirm is None):
+            raise AuthChallengeError(self.message)
+        return caller
+
+    async def verify(self, scope: Scope, token: str) -> Any:
+        caller = await self.confirm(token) if self.confirm is not None else None
+        if caller is None:
+            raise AuthChallengeError(self.message)
+        return caller
+
+
 class BearerAuthMiddleware:
     """`BearerAuth` around an app: see there. `exempt` names requests that need no credentials (a public
     document, say)."""
@@ -402,20 +452,21 @@ class BearerAuthMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        authenticate: Callable[[str | None], Any],
+        authenticator: Authenticator | Callable[[str | None], Any],
         *,
         realm: str,
         message: str,
         refusal: Refusal = jsonrpc_refusal,
         exempt: Callable[[Scope], bool] | None = None,
-        confirm: Callable[[str], Awaitable[Any]] | None = None,
         admit: Admission | None = None,
         rejection: Callable[[Scope, RPCError], bytes] = jsonrpc_rejection,
     ) -> None:
+        """`authenticator`: an `Authenticator`, or a plain look-up from a token to its caller (`TokenTable`)."""
         self.app = app
         self.exempt = exempt
-        self.auth = BearerAuth(authenticate, realm=realm, message=message, refusal=refusal, confirm=confirm,
-                               admit=admit, rejection=rejection)  # fmt: skip
+        chosen = authenticator if hasattr(authenticator, "verify") else TokenTable(authenticator, message=message)
+        self.auth = BearerAuth(cast(Authenticator, chosen), realm=realm, message=message, refusal=refusal, admit=admit,
+                               rejection=rejection)  # fmt: skip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):

@@ -1,0 +1,369 @@
+"""OAuth access tokens, checked as a resource server checks them (MCP authorization, RFC 9068, RFC 7662).
+
+`TokenVerifier.verify` turns a token into `TokenClaims` or refuses it:
+- a JWT is checked against its issuer's JWKS, found through the issuer's metadata (RFC 8414, then OpenID
+  discovery): an allowed asymmetric algorithm only (never `none`, never an HMAC), `iss` one of the trusted
+  issuers, `exp` and `nbf` with `LEEWAY` seconds; an ID token (`nonce`, `at_hash`, `c_hash`) is refused;
+- an opaque token goes to the issuer's introspection endpoint, when the workspace configured a client for it.
+The audience is checked by the caller, per resource (`crank.wire.auth.same_resource`).
+
+Every document (metadata, JWKS, introspection answers) is fetched through the gateway's upstream client, so the
+egress policy applies, with `FETCH_TIMEOUT` and `MAX_DOCUMENT_BYTES`. The JWKS is kept `JWKS_MAX_AGE` seconds;
+an unknown `kid` refetches it once, at most every `MIN_REFETCH` seconds per issuer (signing keys rotate). A
+validated token is kept until it expires (at most `MAX_CACHED_TOKENS`; introspected ones at most
+`INTROSPECTION_MAX_AGE` seconds), so a request pays the signature check once per token. An issuer that cannot
+be reached or answers garbage is `DependencyUnavailableError` (503): the token may be good, and a 401 would send
+the client through sign-in again for a fault that is not its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+from urllib.parse import urlencode, urlsplit
+
+import jwt
+from jwt import PyJWK
+
+from crank import _json
+from crank.exceptions import AuthChallengeError, ConfigurationError, DependencyUnavailableError, UpstreamError
+from crank.gateway.client import UpstreamClient
+from crank.gateway.secrets import resolve_secret
+from crank.registry.runtime import IntrospectionClient
+
+__all__ = [
+    "ALLOWED_ALGORITHMS",
+    "FETCH_TIMEOUT",
+    "JWKS_MAX_AGE",
+    "LEEWAY",
+    "MAX_DOCUMENT_BYTES",
+    "MIN_REFETCH",
+    "TokenClaims",
+    "TokenVerifier",
+]
+
+logger = logging.getLogger("crank.gateway.tokens")
+
+ALLOWED_ALGORITHMS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
+                                       "ES512", "EdDSA"})  # fmt: skip
+"""Asymmetric only: `none` proves nothing, and an HMAC "key" made from a public key is known to everyone."""
+LEEWAY: Final = 30.0
+"""Seconds of clock difference allowed on `exp` and `nbf`."""
+FETCH_TIMEOUT: Final = 5.0
+MAX_DOCUMENT_BYTES: Final = 256 * 1024
+JWKS_MAX_AGE: Final = 600.0
+MIN_REFETCH: Final = 10.0
+FAILURE_MEMORY: Final = 5.0
+"""Seconds an issuer that failed to answer is not asked again: a flood of new tokens costs it one fetch."""
+MAX_CACHED_TOKENS: Final = 10_000
+INTROSPECTION_MAX_AGE: Final = 60.0
+"""Seconds an introspection answer is trusted: a token revoked at the issuer stops working within this."""
+_ID_TOKEN_CLAIMS = ("nonce", "at_hash", "c_hash")
+_UNAVAILABLE_RETRY = 5
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClaims:
+    """What a valid access token says, as the resource server needs it."""
+
+    issuer: str
+    subject: str | None
+    client_id: str | None
+    scopes: frozenset[str]
+    audiences: tuple[str, ...]
+    expires_at: float
+    method: Literal["jwt", "introspection"]
+
+
+def _invalid(description: str) -> AuthChallengeError:
+    return AuthChallengeError(description, error="invalid_token")
+
+
+def _unavailable(issuer: str, why: str) -> DependencyUnavailableError:
+    logger.warning("OAuth issuer %s: %s", issuer, why)
+    return DependencyUnavailableError(
+        "issuer", "This server cannot check the token with its issuer right now; retry later.",
+        retry_after=_UNAVAILABLE_RETRY,
+    )  # fmt: skip
+
+
+def _scopes(claims: dict[str, Any]) -> frozenset[str]:
+    scope = claims.get("scope", claims.get("scp"))
+    if isinstance(scope, str):
+        return frozenset(scope.split())
+    if isinstance(scope, list):
+        return frozenset(item for item in scope if isinstance(item, str))
+    return frozenset()
+
+
+def _audiences(claims: dict[str, Any]) -> tuple[str, ...]:
+    audience = claims.get("aud")
+    if isinstance(audience, str):
+        return (audience,)
+    if isinstance(audience, list):
+        return tuple(item for item in audience if isinstance(item, str))
+    return ()
+
+
+def _same_issuer(one: str, other: str) -> bool:
+    return one.rstrip("/") == other.rstrip("/")
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Three base64url parts, the first a JSON object: a JWS compact serialization."""
+    head, dot, _ = token.partition(".")
+    if not dot or token.count(".") != 2 or len(head) > 2048:
+        return False
+    try:
+        return base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)).lstrip().startswith(b"{")
+    except (binascii.Error, ValueError):
+        return False
+
+
+class _Issuer:
+    """One issuer's metadata and signing keys, fetched when needed and kept."""
+
+    def __init__(self, issuer: str) -> None:
+        self.issuer = issuer
+        self.metadata: dict[str, Any] | None = None
+        self.keys: dict[str, PyJWK] = {}
+        self.keys_fetched = -float("inf")
+        self.failed_until = -float("inf")
+        self.lock = asyncio.Lock()  # one fetch at a time: concurrent new tokens share it
+
+
+class TokenVerifier:
+    """Checks access tokens for every workspace of a server (issuers are shared: one JWKS per issuer)."""
+
+    def __init__(self, client: UpstreamClient, *, leeway: float = LEEWAY) -> None:
+        self.client = client
+        self.leeway = leeway
+        self._issuers: dict[str, _Issuer] = {}
+        self._valid: dict[str, TokenClaims] = {}
+
+    def cached(self, token: str) -> TokenClaims | None:
+        """The claims of a token validated before and not expired since; None otherwise (then `verify`)."""
+        claims = self._valid.get(token)
+        if claims is None:
+            return None
+        if time.time() > claims.expires_at + self.leeway:
+            self._valid.pop(token, None)
+            return None
+        return claims
+
+    async def verify(
+        self,
+        token: str,
+        issuers: tuple[str, ...],
+        introspection: IntrospectionClient | None = None,
+        *,
+        workspace: str = "",
+    ) -> TokenClaims:
+        """Check a token that `cached` does not know: `AuthChallengeError` (401 `invalid_token`) when it is not
+        valid, `DependencyUnavailableError` (503) when its issuer cannot tell now."""
+        if len(token) > 16 * 1024:
+            raise _invalid("The access token is too long")
+        if looks_like_jwt(token):
+            claims = await self._verify_jwt(token, issuers)
+        elif introspection is not None:
+            claims = await self._introspect(token, issuers[0], introspection, workspace)
+        else:
+            raise _invalid("The access token is not a JWT, and this workspace does not introspect tokens")
+        if len(self._valid) >= MAX_CACHED_TOKENS:
+            self._valid.clear()  # bounded: a flood of valid tokens costs their signature checks again, no memory
+        self._valid[token] = claims
+        return claims
+
+    # -- JWT ---------------------------------------------------------------------------------------------
+
+    async def _verify_jwt(self, token: str, issuers: tuple[str, ...]) -> TokenClaims:
+        try:
+            header = jwt.get_unverified_header(token)
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            raise _invalid("The access token is not a well-formed JWT") from None
+        algorithm = header.get("alg")
+        if algorithm not in ALLOWED_ALGORITHMS:
+            raise _invalid(f"The access token's algorithm {algorithm!r} is not accepted")
+        if any(claim in unverified for claim in _ID_TOKEN_CLAIMS) or header.get("typ") == "id_token+jwt":
+            raise _invalid("An ID token is not an access token")
+        issuer = unverified.get("iss")
+        trusted = next((known for known in issuers if isinstance(issuer, str) and _same_issuer(known, issuer)), None)
+        if trusted is None:
+            raise _invalid("The access token was issued by an issuer this workspace does not trust")
+        kid = header.get("kid")
+        key = await self._key(self._issuer(trusted), kid if isinstance(kid, str) else None, algorithm)
+        try:
+            claims = jwt.decode(
+                token, key.key, algorithms=[algorithm], leeway=self.leeway,
+                options={"verify_aud": False, "verify_iss": False, "require": ["exp", "iss"]},
+            )  # fmt: skip
+        except jwt.ExpiredSignatureError:
+            raise _invalid("The access token has expired") from None
+        except jwt.ImmatureSignatureError:
+            raise _invalid("The access token is not valid yet") from None
+        except jwt.PyJWTError as exc:
+            raise _invalid(f"The access token is not valid: {exc}") from None
+        return TokenClaims(
+            issuer=trusted,
+            subject=claims.get("sub") if isinstance(claims.get("sub"), str) else None,
+            client_id=_client_id(claims),
+            scopes=_scopes(claims),
+            audiences=_audiences(claims),
+            expires_at=float(claims["exp"]),
+            method="jwt",
+        )
+
+    def _issuer(self, issuer: str) -> _Issuer:
+        known = self._issuers.get(issuer)
+        if known is None:
+            known = self._issuers[issuer] = _Issuer(issuer)
+        return known
+
+    async def _key(self, issuer: _Issuer, kid: str | None, algorithm: str) -> PyJWK:
+        """The signing key `kid` names (or the only one, without a kid), refetching the JWKS once for an unknown
+        one, so that keys can rotate."""
+        key = _pick(issuer.keys, kid, algorithm)
+        stale = time.monotonic() - issuer.keys_fetched > JWKS_MAX_AGE
+        if key is not None and not stale:
+            return key
+        async with issuer.lock:
+            key = _pick(issuer.keys, kid, algorithm)
+            age = time.monotonic() - issuer.keys_fetched
+            if (key is None and age >= MIN_REFETCH) or age > JWKS_MAX_AGE:
+                await self._fetch_keys(issuer)
+                key = _pick(issuer.keys, kid, algorithm)
+        if key is None:
+            raise _invalid("The access token is signed with a key its issuer does not publish")
+        return key
+
+    async def _fetch_keys(self, issuer: _Issuer) -> None:
+        metadata = await self._metadata(issuer)
+        jwks_uri = metadata.get("jwks_uri")
+        if not isinstance(jwks_uri, str):
+            raise _unavailable(issuer.issuer, "its metadata names no jwks_uri")
+        document = await self._fetch_json(issuer, "GET", jwks_uri)
+        keys = document.get("keys") if isinstance(document, dict) else None
+        if not isinstance(keys, list):
+            raise _unavailable(issuer.issuer, f"{jwks_uri} is not a JWKS")
+        usable: dict[str, PyJWK] = {}
+        for index, entry in enumerate(keys[:100]):
+            if not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or entry.get("kty") == "oct":
+                continue  # encryption keys and symmetric keys never verify an access token
+            try:
+                usable[str(entry.get("kid", f"#{index}"))] = PyJWK(entry)
+            except (jwt.PyJWTError, ValueError, TypeError, KeyError):
+                continue  # a key of a kind this library cannot use: the others still serve
+        issuer.keys = usable
+        issuer.keys_fetched = time.monotonic()
+
+    async def _metadata(self, issuer: _Issuer) -> dict[str, Any]:
+        """The issuer's authorization server metadata: RFC 8414's well-known URL, then OpenID discovery's."""
+        if issuer.metadata is not None:
+            return issuer.metadata
+        parts = urlsplit(issuer.issuer)
+        path = parts.path.rstrip("/")
+        origin = f"{parts.scheme}://{parts.netloc}"
+        candidates = [
+            f"{origin}/.well-known/oauth-authorization-server{path}",
+            f"{origin}{path}/.well-known/openid-configuration",
+        ]
+        for url in candidates:
+            try:
+                document = await self._fetch_json(issuer, "GET", url)
+            except DependencyUnavailableError:
+                continue
+            if isinstance(document, dict) and _same_issuer(str(document.get("issuer", "")), issuer.issuer):
+                issuer.metadata = document
+                return document
+        raise _unavailable(issuer.issuer, "no metadata at its RFC 8414 or OpenID discovery URL")
+
+    async def _fetch_json(
+        self,
+        issuer: _Issuer,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        if time.monotonic() < issuer.failed_until:
+            raise _unavailable(issuer.issuer, "not asked again yet after a failure")
+        request_headers = {"accept": "application/json", **(headers or {})}
+        try:
+            answer = await self.client.request(
+                method, url, params=None, headers=request_headers, body=body, timeout=FETCH_TIMEOUT, tenant="oauth"
+            )
+            if answer.status != 200:
+                raise ValueError(f"{url} answered {answer.status}")
+            if len(answer.body) > MAX_DOCUMENT_BYTES:
+                raise ValueError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
+            return _json.loads(answer.body)
+        except (UpstreamError, ValueError, _json.JSONDecodeError) as exc:
+            issuer.failed_until = time.monotonic() + FAILURE_MEMORY
+            raise _unavailable(issuer.issuer, f"{type(exc).__name__}: {exc}") from None
+
+    # -- introspection ---------------------------------------------------------------------------------
+
+    async def _introspect(
+        self, token: str, issuer_url: str, config: IntrospectionClient, workspace: str
+    ) -> TokenClaims:
+        issuer = self._issuer(issuer_url)
+        endpoint = config.endpoint or (await self._metadata(issuer)).get("introspection_endpoint")
+        if not isinstance(endpoint, str):
+            raise _unavailable(issuer_url, "its metadata names no introspection_endpoint")
+        try:
+            secret = resolve_secret(config.client_secret, workspace=workspace, where=f"workspace {workspace} oauth")
+        except ConfigurationError as exc:
+            raise _unavailable(issuer_url, f"the introspection client's secret: {exc}") from None
+        basic = base64.b64encode(f"{config.client_id}:{secret}".encode()).decode()
+        body = urlencode({"token": token, "token_type_hint": "access_token"}).encode()
+        headers = {"content-type": "application/x-www-form-urlencoded", "authorization": f"Basic {basic}"}
+        answer = await self._fetch_json(issuer, "POST", endpoint, body=body, headers=headers)
+        if not isinstance(answer, dict):
+            raise _unavailable(issuer_url, "its introspection answer is not an object")
+        if answer.get("active") is not True:
+            raise _invalid("The access token is not active")
+        if answer.get("token_type") not in (None, "access_token", "Bearer", "bearer"):
+            raise _invalid("The token is not an access token")
+        now = time.time()
+        expires = answer.get("exp")
+        if isinstance(expires, int | float) and expires + self.leeway < now:
+            raise _invalid("The access token has expired")
+        reported = answer.get("iss")
+        if isinstance(reported, str) and not _same_issuer(reported, issuer_url):
+            raise _invalid("The access token was issued by an issuer this workspace does not trust")
+        limit = now + INTROSPECTION_MAX_AGE
+        return TokenClaims(
+            issuer=issuer_url,
+            subject=answer.get("sub") if isinstance(answer.get("sub"), str) else None,
+            client_id=_client_id(answer),
+            scopes=_scopes(answer),
+            audiences=_audiences(answer),
+            expires_at=min(float(expires), limit) if isinstance(expires, int | float) else limit,
+            method="introspection",
+        )
+
+
+def _client_id(claims: dict[str, Any]) -> str | None:
+    value = claims.get("client_id", claims.get("azp"))
+    return value if isinstance(value, str) else None
+
+
+def _pick(keys: dict[str, PyJWK], kid: str | None, algorithm: str) -> PyJWK | None:
+    """The key `kid` names; without a kid, the only key there is. Never a key of another algorithm family."""
+    if kid is not None:
+        key = keys.get(kid)
+    else:
+        key = next(iter(keys.values())) if len(keys) == 1 else None
+    if key is None or key.key_type != _KEY_TYPES[algorithm[:2]]:
+        return None
+    return key
+
+
+_KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
