@@ -133,6 +133,7 @@ class _Issuer:
         self.metadata: dict[str, Any] | None = None
         self.keys: dict[str, PyJWK] = {}
         self.keys_fetched = -float("inf")
+        self.refetched = -float("inf")  # the last fetch an unknown kid caused
         self.failed_until = -float("inf")
         self.lock = asyncio.Lock()  # one fetch at a time: concurrent new tokens share it
 
@@ -234,10 +235,13 @@ class TokenVerifier:
             return key
         async with issuer.lock:
             key = _pick(issuer.keys, kid, algorithm)
-            age = time.monotonic() - issuer.keys_fetched
-            if (key is None and age >= MIN_REFETCH) or age > JWKS_MAX_AGE:
+            now = time.monotonic()
+            if now - issuer.keys_fetched > JWKS_MAX_AGE:
                 await self._fetch_keys(issuer)
-                key = _pick(issuer.keys, kid, algorithm)
+            elif key is None and now - issuer.refetched >= MIN_REFETCH:
+                issuer.refetched = now  # one refetch for an unknown kid, then none for MIN_REFETCH seconds
+                await self._fetch_keys(issuer)
+            key = _pick(issuer.keys, kid, algorithm)
         if key is None:
             raise _invalid("The access token is signed with a key its issuer does not publish")
         return key

@@ -19,7 +19,7 @@ from crank.gateway.tokens import TokenClaims, TokenVerifier
 from crank.registry import KeyScope, WorkspaceOAuth
 from crank.sources.agents import AgentSource
 from crank.types import JSONObject, Scope
-from crank.wire.auth import ANONYMOUS, Principal, metadata_path, protected_resource_metadata, same_resource
+from crank.wire.auth import Principal, metadata_path, protected_resource_metadata, same_resource
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["AGENT_PATH", "GatewayAuthenticator", "UNAUTHORIZED_MESSAGE"]
@@ -50,8 +50,8 @@ class GatewayAuthenticator:
         if token is None:
             if oauth is None:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
-            if oauth.policy.sign_in == "calls":
-                return ANONYMOUS
+            if oauth.policy.sign_in == "calls":  # counted against the workspace's limits like anyone
+                return KeyScope(workspace, method="anonymous", id="anonymous", workspace_limits=oauth.limits)
             raise AuthChallengeError(UNAUTHORIZED_MESSAGE, scopes=sorted(oauth.policy.agent_needs(agent)))
         if oauth is None or oauth.policy.credentials != "oauth":
             key = self.source.authenticate(token)

@@ -59,7 +59,6 @@ from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
-from crank.wire.auth import ANONYMOUS
 from crank.wire.middleware import AUTH_SCOPE_KEY
 from crank.wire.notices import ThrottledLog
 
@@ -418,7 +417,9 @@ class AgentSource:
         params = scope.get("path_params", {})
         workspace, agent = params.get("workspace", ""), params.get("agent", "")
         key_scope: KeyScope | None = scope.get(AUTH_SCOPE_KEY) if self.require_keys else None
-        if key_scope is ANONYMOUS and workspace in self.oauth:  # lazy sign-in: listing open, calls ask (401)
+        if (
+            key_scope is not None and key_scope.anonymous and key_scope.workspace == workspace
+        ):  # lazy sign-in: listing open, calls ask (401)
             key_scope = None
         elif self.require_keys and (key_scope is None or key_scope.workspace != workspace):
             raise CatalogUnauthorizedError(workspace)  # a key never opens another workspace, nor says what is there

@@ -1,0 +1,104 @@
+"""A small OAuth authorization server for the resource-server tests, served over real HTTP on loopback: RFC 8414
+metadata, a JWKS whose signing key can rotate, and RFC 7662 introspection of opaque tokens. It mints whatever
+token a test needs, the hostile ones included (`alg: none`, HS256 with the public key, an ID token)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+
+class Issuer:
+    def __init__(self) -> None:
+        self.url = ""  # set once served
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.kid = "k1"
+        self.opaque: dict[str, dict[str, Any]] = {}
+        self.requests: list[str] = []  # the paths asked, in order
+        self.broken: str | None = None  # "garbage", "error" or None
+        self.app = Starlette(routes=[
+            Route("/.well-known/oauth-authorization-server", self.metadata),
+            Route("/jwks", self.jwks),
+            Route("/introspect", self.introspect, methods=["POST"]),
+        ])  # fmt: skip
+
+    def rotate(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.kid = f"k{uuid.uuid4().hex[:6]}"
+
+    def token(self, audience: str, *, scope: str = "tools:read", subject: str = "alice", ttl: float = 300,
+              issuer: str | None = None, **claims: Any) -> str:  # fmt: skip
+        now = time.time()
+        payload = {"iss": issuer or self.url, "sub": subject, "aud": audience, "scope": scope, "iat": int(now),
+                   "exp": int(now + ttl), "client_id": "test-client", **claims}  # fmt: skip
+        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": self.kid, "typ": "at+jwt"})
+
+    def unsigned(self, audience: str) -> str:
+        """`alg: none`: no signature at all."""
+        header = _b64(json.dumps({"alg": "none", "typ": "JWT"}).encode())
+        body = _b64(json.dumps({"iss": self.url, "sub": "mallory", "aud": audience, "exp": int(time.time()) + 300,
+                                "scope": "tools:read tools:write"}).encode())  # fmt: skip
+        return f"{header}.{body}."
+
+    def hmac_with_public_key(self, audience: str) -> str:
+        """HS256 keyed with the issuer's public key, which everyone can read: the algorithm-confusion attack."""
+        public = self.key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        payload = {"iss": self.url, "sub": "mallory", "aud": audience, "exp": int(time.time()) + 300,
+                   "scope": "tools:read tools:write"}  # fmt: skip
+        header = _b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": self.kid}).encode())
+        body = _b64(json.dumps(payload).encode())
+        import hashlib
+        import hmac
+
+        signature = hmac.new(public, f"{header}.{body}".encode(), hashlib.sha256).digest()
+        return f"{header}.{body}.{_b64(signature)}"
+
+    def opaque_token(self, audience: str, *, active: bool = True, scope: str = "tools:read") -> str:
+        token = uuid.uuid4().hex
+        self.opaque[token] = {"active": active, "sub": "olga", "client_id": "opaque-client", "scope": scope,
+                              "aud": audience, "exp": int(time.time()) + 300, "iss": self.url}  # fmt: skip
+        return token
+
+    async def metadata(self, request: Request) -> Response:
+        self.requests.append(request.url.path)
+        if self.broken == "garbage":
+            return PlainTextResponse("<html>not json", 200)
+        if self.broken == "error":
+            return PlainTextResponse("down", 500)
+        return JSONResponse({"issuer": self.url, "jwks_uri": self.url + "/jwks",
+                             "introspection_endpoint": self.url + "/introspect",
+                             "authorization_endpoint": self.url + "/authorize", "token_endpoint": self.url + "/token"})  # fmt: skip
+
+    async def jwks(self, request: Request) -> Response:
+        self.requests.append(request.url.path)
+        if self.broken == "garbage":
+            return PlainTextResponse("{not json", 200)
+        if self.broken == "error":
+            return PlainTextResponse("down", 500)
+        jwk = json.loads(RSAAlgorithm.to_jwk(self.key.public_key()))
+        return JSONResponse({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]})
+
+    async def introspect(self, request: Request) -> Response:
+        self.requests.append(request.url.path)
+        if request.headers.get("authorization") != "Basic " + base64.b64encode(b"crank:introspection-secret").decode():
+            return JSONResponse({"error": "invalid_client"}, 401)
+        token = (await request.form()).get("token")
+        return JSONResponse(self.opaque.get(str(token), {"active": False}))
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
