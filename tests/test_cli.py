@@ -310,3 +310,19 @@ def test_key_commands_set_a_keys_rate_limit_and_quota(runner: CliRunner) -> None
     }
     wrong = runner.invoke(main, ["key", "limits", "shop", key_id, "--quota", "5/week"])
     assert wrong.exit_code == 2 and "quota.period" in wrong.output
+
+
+def test_workspace_oauth_sets_shows_and_turns_off_a_policy(runner: CliRunner) -> None:
+    assert runner.invoke(main, ["workspace", "create", "acme"]).exit_code == 0
+    result = runner.invoke(main, [
+        "workspace", "oauth", "acme", "--issuer", "https://id.example", "--audience", "https://mcp.example",
+        "--sign-in", "calls", "--agent-scope", "*=tools:read", "--tool-scope", "destructive=tools:delete,admin",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    shown = json.loads(runner.invoke(main, ["workspace", "oauth", "acme", "--show"]).output)
+    scopes = {"agent_scopes": {"*": ["tools:read"]}, "tool_scopes": {"destructive": ["tools:delete", "admin"]}}
+    assert shown == {"issuers": ["https://id.example"], "audience": "https://mcp.example", "sign_in": "calls", **scopes}
+    refused = runner.invoke(main, ["workspace", "oauth", "acme", "--issuer", "ftp://id.example"])
+    assert refused.exit_code != 0 and "is not an http(s) URL" in refused.output
+    assert runner.invoke(main, ["workspace", "oauth", "acme", "--off"]).exit_code == 0
+    assert runner.invoke(main, ["workspace", "oauth", "acme", "--show"]).output.strip() == "null"

@@ -388,6 +388,61 @@ def workspace_create(slug: str, name: str | None, language: str) -> None:
     click.echo(f"workspace {slug} ready")
 
 
+@workspace.command("oauth")
+@click.argument("slug")
+@click.option("--issuer", "issuers", multiple=True, help="An issuer whose access tokens the workspace trusts.")
+@click.option("--audience", default=None, help="Public base URL of its endpoints (default: CRANK_PUBLIC_URL).")
+@click.option("--credentials", type=click.Choice(["keys", "oauth", "both"]), default="both", show_default=True)
+@click.option(
+    "--sign-in", type=click.Choice(["always", "calls"]), default="always", show_default=True,
+    help="calls: initialize and tools/list need no token; a call asks for one (401).",
+)  # fmt: skip
+@click.option("--agent-scope", "agent_scopes", multiple=True, metavar="AGENT=SCOPE[,SCOPE]",
+              help="Scopes every request to an agent needs ('*' for every agent).")  # fmt: skip
+@click.option("--tool-scope", "tool_scopes", multiple=True, metavar="TOOL=SCOPE[,SCOPE]",
+              help="Scopes a call needs besides its agent's: a tool name, or read, write, destructive.")  # fmt: skip
+@click.option("--introspection-client", default=None, metavar="CLIENT_ID=env:NAME",
+              help="Introspect opaque tokens (RFC 7662) as this client, its secret by reference.")  # fmt: skip
+@click.option("--off", is_flag=True, help="Take API keys only again.")
+@click.option("--show", is_flag=True, help="Print the policy and change nothing.")
+def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, credentials: str, sign_in: str,
+                    agent_scopes: tuple[str, ...], tool_scopes: tuple[str, ...], introspection_client: str | None,
+                    off: bool, show: bool) -> None:  # fmt: skip
+    """Let a workspace take OAuth access tokens (docs/security.md, OAuth): the issuers it trusts, the scopes its
+    agents and tools need. Replicas apply it when they reload, as after a publish."""
+    from crank.registry.runtime import OAuthPolicy
+
+    registry = _registry()
+    with _clear_errors():
+        if show:
+            policy = registry.workspace_oauth_policy(slug)
+            _echo_json(None if policy is None else policy.model_dump(mode="json", exclude_defaults=True))
+            return
+        if off:
+            registry.set_workspace_oauth(slug, None)
+            click.echo(f"workspace {slug}: API keys only")
+            return
+        data: dict[str, Any] = {"issuers": issuers, "audience": audience, "credentials": credentials,
+                                "sign_in": sign_in, "agent_scopes": _scope_pairs(agent_scopes),
+                                "tool_scopes": _scope_pairs(tool_scopes)}  # fmt: skip
+        if introspection_client is not None:
+            client_id, _, secret = introspection_client.partition("=")
+            data["introspection"] = {"client_id": client_id, "client_secret": secret}
+        policy = _validated(OAuthPolicy, data)
+        registry.set_workspace_oauth(slug, policy)
+    click.echo(f"workspace {slug}: takes {credentials} ({', '.join(policy.issuers)})")
+
+
+def _scope_pairs(pairs: tuple[str, ...]) -> dict[str, list[str]]:
+    scopes: dict[str, list[str]] = {}
+    for pair in pairs:
+        name, equals, listed = pair.partition("=")
+        if not equals:
+            raise click.BadParameter(f"{pair!r}: expected NAME=SCOPE[,SCOPE]")
+        scopes.setdefault(name, []).extend(scope for scope in listed.split(",") if scope)
+    return scopes
+
+
 def _validated(model: Any, data: Any) -> Any:
     from pydantic import ValidationError
 

@@ -250,3 +250,15 @@ async def test_limits_are_set_and_shown_through_the_admin_api(admin: Admin, regi
                         {"limits": {"rate": {"calls": 0, "window": 1}}}, status=422)  # fmt: skip
     assert "limits.rate.calls" in wrong["error"]["message"]
     assert "ApiKeyLimitsIn" in openapi_document()["components"]["schemas"]
+
+
+async def test_a_workspace_oauth_policy_is_set_shown_and_removed(admin: Admin) -> None:
+    await admin("PUT", "/workspaces/acme", {"name": "Acme"})
+    assert await admin("GET", "/workspaces/acme/oauth") == {"oauth": None}
+    policy = {"issuers": ["https://id.example"], "tool_scopes": {"write": ["tools:write"]}}
+    put = await admin("PUT", "/workspaces/acme/oauth", policy)
+    assert put["oauth"]["issuers"] == ["https://id.example"] and put["oauth"]["credentials"] == "both"
+    assert (await admin("GET", "/workspaces/acme/oauth"))["oauth"]["tool_scopes"] == {"write": ["tools:write"]}
+    await admin("PUT", "/workspaces/acme/oauth", {"issuers": []}, status=422)  # at least one issuer
+    await admin("DELETE", "/workspaces/acme/oauth", status=204)
+    assert await admin("GET", "/workspaces/acme/oauth") == {"oauth": None}

@@ -115,3 +115,18 @@ def test_an_operation_neither_imported_nor_complete_is_named(registry: Registry,
     with pytest.raises(ApplyError, match=r"operations.lonely \(not imported by any source.*\n.*protocol"):
         apply_catalog(registry, load_catalog_file(file))
     assert registry.workspaces() == []
+
+
+def test_a_catalog_file_gives_its_workspace_an_oauth_policy(registry: Registry, tmp_path: Path) -> None:
+    (tmp_path / "openapi.yaml").write_text((CATALOG.parent / "openapi.yaml").read_text())
+    text = CATALOG.read_text().replace(
+        "workspace:\n", "workspace:\n  oauth: {issuers: [https://id.example], agent_scopes: {'*': [books]}}\n", 1
+    )
+    file = tmp_path / "catalog.yaml"
+    file.write_text(text)
+    apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path)
+    policy = registry.workspace_oauth_policy("demo")
+    assert policy is not None and policy.issuers == ("https://id.example",) and policy.agent_needs("x") == {"books"}
+    file.write_text(CATALOG.read_text())  # the file is the truth: without the section, API keys only again
+    apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path)
+    assert registry.workspace_oauth_policy("demo") is None

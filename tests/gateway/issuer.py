@@ -79,9 +79,9 @@ class Issuer:
             return PlainTextResponse("<html>not json", 200)
         if self.broken == "error":
             return PlainTextResponse("down", 500)
-        return JSONResponse({"issuer": self.url, "jwks_uri": self.url + "/jwks",
-                             "introspection_endpoint": self.url + "/introspect",
-                             "authorization_endpoint": self.url + "/authorize", "token_endpoint": self.url + "/token"})  # fmt: skip
+        url = self.url
+        return JSONResponse({"issuer": url, "jwks_uri": url + "/jwks", "introspection_endpoint": url + "/introspect",
+                             "authorization_endpoint": url + "/authorize", "token_endpoint": url + "/token"})  # fmt: skip
 
     async def jwks(self, request: Request) -> Response:
         self.requests.append(request.url.path)

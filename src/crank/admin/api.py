@@ -47,6 +47,7 @@ from crank.admin.models import (
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
+from crank.registry.runtime import OAuthPolicy
 from crank.telemetry import Probe
 from crank.types import JSONObject, Scope
 from crank.wire.middleware import BearerAuthMiddleware
@@ -324,6 +325,20 @@ def delete_api_key(api: AdminAPI, request: Request, body: None) -> Any:
     api.registry.delete_api_key(_path(request, "workspace"), _path(request, "key"))
 
 
+def get_oauth(api: AdminAPI, request: Request, body: None) -> Any:
+    policy = api.registry.workspace_oauth_policy(_path(request, "workspace"))
+    return {"oauth": None if policy is None else policy.model_dump(mode="json")}
+
+
+def put_oauth(api: AdminAPI, request: Request, body: OAuthPolicy) -> Any:
+    api.registry.set_workspace_oauth(_path(request, "workspace"), body)
+    return {"oauth": body.model_dump(mode="json")}
+
+
+def delete_oauth(api: AdminAPI, request: Request, body: None) -> Any:
+    api.registry.set_workspace_oauth(_path(request, "workspace"), None)
+
+
 def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
     locations = [location for s in body.sources for location in (s.openapi, s.openrpc) if location]
     if not all(is_url(location) for location in locations):
@@ -375,6 +390,9 @@ ENDPOINTS = (
         put_api_key_limits,
         ApiKeyLimitsIn,
     ),  # fmt: skip
+    _Endpoint("GET", _WS + "/oauth", "Show the workspace's OAuth policy (null: API keys only)", get_oauth),
+    _Endpoint("PUT", _WS + "/oauth", "Take OAuth access tokens: issuers, audience, scopes", put_oauth, OAuthPolicy),
+    _Endpoint("DELETE", _WS + "/oauth", "Take API keys only again", delete_oauth, status=204),
     _Endpoint("POST", "/apply", "Apply a declarative catalog (JSON or YAML)", apply, CatalogFile),
 )
 
