@@ -262,3 +262,62 @@ def test_crank_serve_answers_a_tenant_over_its_plan_from_the_request_head(
     assert httpx.get(root + "/healthz", headers=headers, timeout=WAIT).status_code == 200
     admin = httpx.get(root + "/admin/v1/workspaces", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=WAIT)
     assert admin.status_code == 200 and counted.requests == 4
+
+
+def test_an_in_process_endpoint_is_an_oauth_resource_server(serve: Callable[..., str]) -> None:
+    """`MCPConfig(oauth=...)`: the endpoint's metadata (at its path and the root), challenges, tool scopes, and
+    a token's scopes as the roles rpc methods ask for."""
+    from crank.registry.runtime import OAuthPolicy
+    from crank.rpc import MCP, RPCApp
+    from crank.server import MCPConfig, RPCService
+    from tests.gateway.issuer import Issuer
+    from tests.gateway.test_oauth import _free_port
+
+    issuer = Issuer()
+    issuer.url = serve(issuer.app)
+    rpc = RPCApp(title="Notes", version="1.0.0")
+    deleted: list[int] = []
+
+    @rpc.method("note.get", groups=["mcp"], mcp=MCP(read_only_hint=True))
+    def get_note(id: int) -> str:
+        return f"note {id}"
+
+    @rpc.method("note.delete", groups=["mcp"], roles=["admin"], mcp=MCP(destructive_hint=True))
+    def delete_note(id: int) -> bool:
+        deleted.append(id)
+        return True
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    policy = OAuthPolicy(issuers=(issuer.url,), audience=base, agent_scopes={"*": ("notes",)},
+                         tool_scopes={"destructive": ("notes:delete",)})  # fmt: skip
+    serve(RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True, oauth=policy)}), port=port)
+    resource = base + "/mcp"
+
+    def post(token: str | None, method: str, params: dict[str, Any]) -> httpx.Response:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        return httpx.post(resource, json=body, headers=headers, timeout=15)
+
+    for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
+        document = httpx.get(base + path).json()
+        assert document["resource"] == resource and document["authorization_servers"] == [issuer.url]
+    refused = post(None, "tools/list", {})
+    assert refused.status_code == 401
+    assert f'resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"' in refused.headers["www-authenticate"]
+    reader = issuer.token(resource, scope="notes")
+    assert {tool["name"] for tool in post(reader, "tools/list", {}).json()["result"]["tools"]} == {"note.get"}
+    called = post(reader, "tools/call", {"name": "note.get", "arguments": {"id": 7}})
+    assert called.json()["result"]["structuredContent"] == {"result": "note 7"}
+    denied = post(reader, "tools/call", {"name": "note.delete", "arguments": {"id": 7}})
+    assert denied.status_code == 403 and 'scope="notes notes:delete"' in denied.headers["www-authenticate"]
+    # The tool's scopes, and the method's role `admin` as a scope: both, or the method refuses (-32001).
+    deleter = issuer.token(resource, scope="notes notes:delete")
+    no_role = post(deleter, "tools/call", {"name": "note.delete", "arguments": {"id": 7}}).json()["result"]
+    assert no_role["isError"] and deleted == []
+    admin = issuer.token(resource, scope="notes notes:delete admin")
+    assert (
+        post(admin, "tools/call", {"name": "note.delete", "arguments": {"id": 7}}).json()["result"]["isError"] is False
+    )
+    assert deleted == [7]
+    assert post(issuer.token(base + "/other"), "tools/list", {}).status_code == 401  # another resource's token

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route
 
 from crank.admin.api import AdminAPI, registry_probe
+from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.tokens import TokenVerifier
@@ -36,14 +38,15 @@ from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
 from crank.registry import Registry, migrate, open_engine
 from crank.registry.changes import ChangeListener, change_announcer, change_listener
+from crank.registry.runtime import OAuthPolicy
 from crank.rpc import RPCApp
 from crank.settings import Settings
-from crank.sources.access import GatewayAuthenticator
+from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE, AgentSource
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
-from crank.types import ASGIApp, Receive, Scope, Send
+from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, EarlyAnswer, serve_lifespan
 from crank.wire.auth import PROTECTED_RESOURCE_PATH
 
@@ -60,6 +63,8 @@ class RPCService:
         self.rpc = rpc
         self.mcp = dict(mcp or {})
         self._asgi: Starlette | None = None
+        self._verifier: TokenVerifier | None = None  # one for every endpoint that takes access tokens
+        self._resources: list[ResourceAuthenticator] = []
 
     def build(self) -> Starlette:
         """Compile every schema, catalog and route now (also done on the first request)."""
@@ -69,28 +74,62 @@ class RPCService:
             for path, config in self.mcp.items():
                 if config.enabled:
                     routes += self._mcp_routes(path.rstrip("/"), config)
+            routes += self._metadata_routes()
             self._asgi = Starlette(routes=routes, lifespan=self.rpc.lifespan)
         return self._asgi
 
     def _mcp_routes(self, path: str, config: MCPConfig) -> list[BaseRoute]:
         default, *others = self.rpc.versions
         # Versioned paths first: `path` itself is a mount that would also match `path/v2`.
-        routes = [mount(f"{path}/{version}", self._endpoint(config, version)) for version in others]
-        return [*routes, mount(path, self._endpoint(config, default))]
+        routes = [
+            mount(f"{path}/{version}", self._endpoint(config, version, f"{path}/{version}")) for version in others
+        ]
+        return [*routes, mount(path, self._endpoint(config, default, path))]
 
-    def _endpoint(self, config: MCPConfig, version: str) -> MCPEndpoint:
+    def _endpoint(self, config: MCPConfig, version: str, path: str) -> MCPEndpoint:
         source = RPCSource(self.rpc, config, version)
+        auth = self._resource(config.oauth, path) if config.oauth is not None else None
         return MCPEndpoint(
             source.provide,
             server_info=ServerInfo(self.rpc.title, self.rpc.version),
             default_format=config.default_format,
             invalid_arguments=config.invalid_arguments,
-            cache_scope="private" if source.private else "public",
+            cache_scope="private" if source.private or auth is not None else "public",
+            authenticator=auth,
+            metadata_url=auth.metadata_url if auth is not None else None,
             debug=self.rpc.debug,
         )
 
+    def _resource(self, policy: OAuthPolicy, path: str) -> ResourceAuthenticator:
+        if policy.audience is None:
+            raise ConfigurationError(f"MCP endpoint {path}: oauth needs its audience (the public base URL)")
+        if self._verifier is None:
+            self._verifier = TokenVerifier(UpstreamClient())
+        auth = ResourceAuthenticator(self._verifier, policy, policy.audience.rstrip("/") + path)
+        self._resources.append(auth)
+        return auth
+
+    def _metadata_routes(self) -> list[BaseRoute]:
+        """RFC 9728 documents of the endpoints that take access tokens, with CORS: each at the well-known path plus
+        its own, and the first one's at the root."""
+        routes: list[BaseRoute] = []
+        for index, auth in enumerate(self._resources):
+            document = auth.metadata()
+            paths = [auth.metadata_path] + ([PROTECTED_RESOURCE_PATH] if index == 0 else [])
+            routes += [Route(path, _metadata_endpoint(document), methods=["GET", "HEAD", "OPTIONS"]) for path in paths]
+        return routes
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.build()(scope, receive, send)
+
+
+def _metadata_endpoint(document: JSONObject) -> Callable[[Request], Awaitable[Response]]:
+    async def serve(request: Request) -> Response:
+        if request.method == "OPTIONS":
+            return Response(status_code=204, headers={**_CORS, "access-control-allow-headers": "*"})
+        return JSONResponse(document, headers={**_CORS, "cache-control": "max-age=300"})
+
+    return serve
 
 
 _ROUTE_CACHE_SIZE = 4096

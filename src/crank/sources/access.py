@@ -13,22 +13,25 @@ from __future__ import annotations
 import logging
 import time
 from typing import Final
+from urllib.parse import urlsplit
 
 from crank.exceptions import AuthChallengeError, DependencyUnavailableError
 from crank.gateway.tokens import TokenClaims, TokenVerifier
 from crank.registry import KeyScope, WorkspaceOAuth
+from crank.registry.runtime import Limits, OAuthPolicy
 from crank.sources.agents import AgentSource
 from crank.types import JSONObject, Scope
 from crank.wire.auth import Principal, metadata_path, protected_resource_metadata, same_resource
 from crank.wire.notices import ThrottledLog
 
-__all__ = ["AGENT_PATH", "GatewayAuthenticator", "UNAUTHORIZED_MESSAGE"]
+__all__ = ["AGENT_PATH", "UNAUTHORIZED_MESSAGE", "GatewayAuthenticator", "ResourceAuthenticator", "token_principal"]
 
 logger = logging.getLogger("crank.gateway.auth")
 _notices = ThrottledLog(logger)
 
 AGENT_PATH: Final = "/mcp/v1/{workspace}/{agent}"
 UNAUTHORIZED_MESSAGE: Final = "A valid API key or access token is required: Authorization: Bearer <token>"
+UNAUTHORIZED_TOKEN_MESSAGE: Final = "A valid access token is required: Authorization: Bearer <token>"
 _MAX_PRINCIPALS = 10_000
 
 
@@ -128,38 +131,101 @@ class GatewayAuthenticator:
         self, claims: TokenClaims, workspace: str, agent: str, oauth: WorkspaceOAuth, token: str
     ) -> KeyScope:
         """The principal of a valid token at this agent, or the challenge that refuses it here."""
-        policy = oauth.policy
-        if not any(claims.issuer.rstrip("/") == issuer.rstrip("/") for issuer in policy.issuers):
-            raise AuthChallengeError("The access token was issued by an issuer this workspace does not trust",
-                                     error="invalid_token")  # fmt: skip
         resource = self.resource(workspace, agent)
         if resource is None:
             raise DependencyUnavailableError("configuration", "This server has no public URL to check tokens with.")
-        if not any(same_resource(audience, resource) for audience in claims.audiences):
-            raise AuthChallengeError(f"The access token is not for this resource ({resource})", error="invalid_token")
-        needed = policy.agent_needs(agent)
-        if not needed <= claims.scopes:
-            raise AuthChallengeError(f"This agent needs the scopes {', '.join(sorted(needed))}", status=403,
-                                     error="insufficient_scope", scopes=sorted(needed))  # fmt: skip
-        who = claims.subject or claims.client_id or "-"
-        principal = KeyScope(
-            workspace,
-            frozenset({agent}),
-            id=f"{claims.issuer}#{who}",
-            method=claims.method,
-            subject=claims.subject,
-            client_id=claims.client_id,
-            issuer=claims.issuer,
-            scopes=claims.scopes,
-            expires_at=claims.expires_at,
-            limits=oauth.key_limits,  # per subject, as per key
-            workspace_limits=oauth.limits,
-        )
+        principal = token_principal(
+            claims, oauth.policy, resource, oauth.policy.agent_needs(agent), workspace=workspace,
+            agents=frozenset({agent}), limits=oauth.key_limits, workspace_limits=oauth.limits,
+        )  # fmt: skip
         if len(self._principals) >= _MAX_PRINCIPALS:
             self._principals.clear()
         logger.info("access token accepted for %s/%s", workspace, agent, extra=principal.log_fields())
         self._principals[(token, workspace, agent)] = principal
         return principal
+
+
+def token_principal(
+    claims: TokenClaims,
+    policy: OAuthPolicy,
+    resource: str,
+    needed: frozenset[str],
+    *,
+    workspace: str | None = None,
+    agents: frozenset[str] | None = None,
+    limits: Limits | None = None,
+    workspace_limits: Limits | None = None,
+) -> KeyScope:
+    """The principal of a valid token at `resource`, or the challenge that refuses it there: an issuer the policy
+    does not trust or another audience (401 `invalid_token`), or a scope of `needed` missing (403)."""
+    if not any(claims.issuer.rstrip("/") == issuer.rstrip("/") for issuer in policy.issuers):
+        raise AuthChallengeError("The access token was issued by an issuer this resource does not trust",
+                                 error="invalid_token")  # fmt: skip
+    if not any(same_resource(audience, resource) for audience in claims.audiences):
+        raise AuthChallengeError(f"The access token is not for this resource ({resource})", error="invalid_token")
+    if not needed <= claims.scopes:
+        raise AuthChallengeError(f"This resource needs the scopes {', '.join(sorted(needed))}", status=403,
+                                 error="insufficient_scope", scopes=sorted(needed))  # fmt: skip
+    who = claims.subject or claims.client_id or "-"
+    return KeyScope(
+        workspace,
+        agents,
+        id=f"{claims.issuer}#{who}",
+        method=claims.method,
+        subject=claims.subject,
+        client_id=claims.client_id,
+        issuer=claims.issuer,
+        scopes=claims.scopes,
+        expires_at=claims.expires_at,
+        limits=limits,  # per subject, as per key
+        workspace_limits=workspace_limits,
+    )
+
+
+class ResourceAuthenticator:
+    """OAuth access tokens for one in-process MCP endpoint (`MCPConfig.oauth`): the endpoint is the resource
+    `resource` (its canonical URL), the policy's `agent_scopes["*"]` the scopes every request needs, and its
+    `tool_scopes` each tool's (`crank.server.RPCService`)."""
+
+    def __init__(self, verifier: TokenVerifier, policy: OAuthPolicy, resource: str) -> None:
+        self.verifier = verifier
+        self.policy = policy
+        self.resource = resource.rstrip("/")
+        self.metadata_path = metadata_path(self.resource)
+        self._principals: dict[str, KeyScope] = {}
+
+    def authenticate(self, scope: Scope, token: str | None) -> Principal | None:
+        if token is None:
+            if self.policy.sign_in == "calls":
+                return KeyScope(None, method="anonymous", id="anonymous")
+            raise AuthChallengeError(UNAUTHORIZED_TOKEN_MESSAGE, scopes=sorted(self.policy.agent_needs("*")))
+        known = self._principals.get(token)
+        if known is not None and known.expires_at is not None and time.time() <= known.expires_at + 30:
+            return known
+        claims = self.verifier.cached(token)
+        return None if claims is None else self._principal(token, claims)
+
+    async def verify(self, scope: Scope, token: str) -> Principal:
+        policy = self.policy
+        return self._principal(token, await self.verifier.verify(token, policy.issuers, policy.introspection))
+
+    def _principal(self, token: str, claims: TokenClaims) -> KeyScope:
+        principal = token_principal(claims, self.policy, self.resource, self.policy.agent_needs("*"))
+        if len(self._principals) >= _MAX_PRINCIPALS:
+            self._principals.clear()
+        self._principals[token] = principal
+        return principal
+
+    def metadata_url(self, scope: Scope) -> str:
+        origin = self.resource[: len(self.resource) - len(urlsplit(self.resource).path)]
+        return origin + self.metadata_path
+
+    def metadata(self) -> JSONObject:
+        policy = self.policy
+        scopes = sorted(
+            {*policy.agent_needs("*"), *(scope for group in policy.tool_scopes.values() for scope in group)}
+        )
+        return protected_resource_metadata(self.resource, policy.issuers, scopes)
 
 
 def _target(scope: Scope) -> tuple[str, str]:

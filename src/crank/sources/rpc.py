@@ -25,11 +25,14 @@ from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations
 from crank.mcp.translations import Translations, load_yaml_translations
+from crank.registry.runtime import OAuthPolicy
 from crank.rpc.app import RPCApp
 from crank.rpc.executor import Call, error_wire
 from crank.rpc.method import Method
 from crank.schema import describe_output, tool_local, wrap_output
 from crank.types import JSONObject, Scope
+from crank.wire.auth import Principal
+from crank.wire.middleware import AUTH_SCOPE_KEY
 
 __all__ = ["MCPConfig", "RPCSource", "is_published"]
 
@@ -51,6 +54,10 @@ class MCPConfig:
     default_language: str = "en"
     formatter: Callable[[Method, Any], Any] | None = field(default=None, compare=False)
     """Reshapes many methods' MCP results at once; runs after each method's own transformer."""
+    oauth: OAuthPolicy | None = None
+    """Take OAuth access tokens (docs/security.md, OAuth): the endpoint is the resource `audience` plus its path;
+    `agent_scopes["*"]` are the scopes every request needs, `tool_scopes` each tool's (by name, or `read`, `write`,
+    `destructive`). A token's scopes are the caller's roles for the methods' `roles`."""
 
 
 def is_published(method: Method, config: MCPConfig) -> bool:
@@ -101,6 +108,9 @@ class RPCSource:
         return any(method.roles for method in self.methods)
 
     async def provide(self, scope: Scope) -> Catalog:
+        caller = scope.get(AUTH_SCOPE_KEY)
+        if isinstance(caller, Principal) and caller.scopes is not None:
+            return self.catalog_for(caller.scopes)  # an access token's scopes are its roles
         return self.catalog_for(await self.app.resolve_roles(scope))
 
     def catalog_for(self, roles: frozenset[str]) -> Catalog:
@@ -114,6 +124,12 @@ class RPCSource:
         settings = method.mcp
         schemas = method.schemas
         output = self._outputs[method.name]
+        annotations = _annotations(method)
+        scopes: frozenset[str] = frozenset()
+        if self.config.oauth is not None:
+            read_only = annotations is not None and annotations.read_only_hint is True
+            destructive = annotations is not None and annotations.destructive_hint is True
+            scopes = self.config.oauth.tool_needs("*", method.name, read_only=read_only, destructive=destructive)
         return Tool(
             name=method.name,
             title=settings.title if settings else None,
@@ -121,8 +137,9 @@ class RPCSource:
             input_schema=tool_local(schemas.input_schema, schemas.components),
             output_schema=tool_local(wrap_output(output), schemas.components) if output is not None else None,
             wrap_result=True,  # seed 001: an rpc result always travels as {"result": ...}
-            annotations=_annotations(method),
+            annotations=annotations,
             format=settings.format if settings else None,
+            required_scopes=scopes,
             listed=not method.roles or bool(method.roles & roles),
             plain_fields={"roles": sorted(method.roles)},  # seed 002: /mcp/tools says what a caller needs
             invoker=self._invoker(method, roles),
