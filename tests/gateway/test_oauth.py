@@ -296,3 +296,25 @@ def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_the_subject_and_client_of_a_failed_call_are_in_the_log(oauth: Setup, caplog: pytest.LogCaptureFixture) -> None:
+    token = oauth.issuer.token(oauth.url, scope=f"{READ} {WRITE}", subject="carol")
+    with caplog.at_level("INFO", logger="crank"):
+        assert oauth.call(token, "broken", {}).json()["result"]["isError"]
+    failed = [record for record in caplog.records if record.getMessage().startswith("tool broken failed")]
+    assert failed and failed[0].__dict__["subject"] == "carol" and failed[0].__dict__["client_id"] == "test-client"
+    assert failed[0].__dict__["auth"] == "jwt" and token not in caplog.text
+
+
+def test_rate_limits_count_per_subject(oauth: Setup) -> None:
+    from crank.registry.runtime import Limits, RateLimit
+
+    oauth.registry.put_workspace("acme", "Acme", key_limits=Limits(rate=RateLimit(calls=2, window=60)))
+    _until(lambda: oauth.gateway.source.oauth["acme"].key_limits is not None)
+    alice = oauth.issuer.token(oauth.url, subject="alice")
+    bob = oauth.issuer.token(oauth.url, subject="bob")
+    assert [oauth.call(alice).json()["result"]["isError"] for _ in range(3)] == [False, False, True]
+    assert oauth.call(bob).json()["result"]["isError"] is False  # bob has a count of his own
+    again = oauth.issuer.token(oauth.url, subject="alice")  # a new token of the same user shares her count
+    assert json.loads(oauth.call(again).json()["result"]["content"][0]["text"])["error_code"] == "rate_limited"

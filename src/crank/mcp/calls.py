@@ -106,6 +106,8 @@ async def call_tool(
                 structured = result.get("structuredContent", _MISSING)
                 if structured is _MISSING or not checker.is_valid(structured):
                     result, error = _mismatch(checker, structured, tool.name, context)
+    if error is not None and isinstance(context.caller, Principal):  # who failed, for the operator's log line
+        error.log_context = {**(error.log_context or {}), **context.caller.log_fields()}
     if observer is not None:
         seconds = time.perf_counter() - started
         observer(tool.name, error, seconds, context.request_id if error is not None else None)
