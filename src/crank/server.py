@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -75,8 +76,18 @@ class RPCService:
                 if config.enabled:
                     routes += self._mcp_routes(path.rstrip("/"), config)
             routes += self._metadata_routes()
-            self._asgi = Starlette(routes=routes, lifespan=self.rpc.lifespan)
+            self._asgi = Starlette(routes=routes, lifespan=self._lifespan)
         return self._asgi
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Any) -> AsyncIterator[None]:
+        """The rpc app's lifespan, then the token verifier's connections (to issuers) closed at shutdown."""
+        async with self.rpc.lifespan(app):
+            try:
+                yield
+            finally:
+                if self._verifier is not None:
+                    await self._verifier.client.aclose()
 
     def _mcp_routes(self, path: str, config: MCPConfig) -> list[BaseRoute]:
         default, *others = self.rpc.versions

@@ -254,3 +254,34 @@ async def test_a_token_for_another_agent_opens_nothing_here(gateway: Gateway, is
     assert there.status_code == 200, there.text
     assert there.json()["result"]["isError"] is False
     assert [entry["path"] for entry in upstream.seen if "path" in entry] == ["/users/2"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_sdk_signs_in_at_an_in_process_endpoint(serve: Callable[..., str], issuer: str, mode: str) -> None:
+    """`RPCService` with `MCPConfig(oauth=...)`: the same sign-in, then a call of an rpc method."""
+    from crank.rpc import MCP, RPCApp
+    from crank.server import MCPConfig, RPCService
+
+    rpc = RPCApp(title="Notes", version="1.0.0")
+
+    @rpc.method("note.get", groups=["mcp"], mcp=MCP(read_only_hint=True))
+    def get_note(id: int) -> str:
+        return f"note {id}"
+
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    policy = OAuthPolicy(issuers=(issuer,), audience=root, agent_scopes={"*": ("tools:read",)})
+    serve(RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True, oauth=policy)}), port=port)
+    user, storage = SignIn(user="dana"), MemoryTokenStorage()
+    metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(REDIRECT_URI)], scope="tools:read", client_name="crank test")
+    auth = OAuthClientProvider(root + "/mcp", metadata, storage, redirect_handler=user.redirect,
+                               callback_handler=user.callback)  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with httpx2.AsyncClient(auth=auth, timeout=20) as http:
+            async with Client(streamable_http_client(root + "/mcp", http_client=http), mode=mode) as client:
+                listed = await client.list_tools()
+                result = await client.call_tool("note.get", {"id": 4})
+    assert [tool.name for tool in listed.tools] == ["note.get"]
+    assert result.structured_content == {"result": "note 4"}
+    assert user.requested()["resource"] == root + "/mcp"
+    assert storage.tokens is not None and _claims(storage.tokens.access_token)["aud"] == root + "/mcp"
