@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -11,6 +13,7 @@ from examples.quickstart import app
 from mcp import Client
 
 pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -58,3 +61,51 @@ async def test_rpc_app_serves_rpc_openrpc_and_mcp(serve: Callable[..., str]) -> 
     async with Client(url + "/mcp/v2", mode="legacy") as client:
         refused = await client.call_tool("user.delete", {"id": 1})
     assert refused.is_error and '"code":-32001' in refused.content[0].text
+
+
+def test_the_oauth_client_example_signs_in_and_calls_through_the_gateway(
+    sqlite_registry: Any, serve: Callable[..., str]
+) -> None:
+    """examples/oauth_client.py as a user runs it: it prints the sign-in URL, the person signs in (tests/oauth.py
+    plays them at npm oidc-provider), the browser lands on the example's loopback listener, and the call goes
+    through a gateway agent whose workspace takes access tokens."""
+    import os
+    import subprocess
+    import sys
+
+    import anyio
+
+    from crank.registry.runtime import OAuthPolicy
+    from crank.server import GatewayService
+    from tests.gateway import upstream
+    from tests.gateway.test_gateway import publish_demo
+    from tests.oauth import authorization_server, sign_in
+    from tests.services import free_port
+
+    with authorization_server() as issuer:
+        publish_demo(sqlite_registry, serve(upstream.app))
+        sqlite_registry.set_workspace_oauth("acme", OAuthPolicy(issuers=(issuer,)))
+        port = free_port()
+        root = f"http://127.0.0.1:{port}"
+        serve(GatewayService(sqlite_registry, poll_interval=0.05, public_url=root), port=port)
+        callback_port = free_port()
+        environment = {**os.environ, "NO_BROWSER": "1", "CALLBACK_PORT": str(callback_port)}
+        example = subprocess.Popen(
+            [sys.executable, "examples/oauth_client.py", root + "/mcp/v1/acme/support", "get_user", '{"id": 2}'],
+            cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert example.stdout is not None
+            line = example.stdout.readline()
+            assert line.startswith("Sign in at: "), (line, example.stderr.read() if example.poll() is not None else "")
+            redirect = f"http://127.0.0.1:{callback_port}/callback"
+            result = anyio.run(lambda: sign_in(line.removeprefix("Sign in at: ").strip(), redirect_uri=redirect))
+            landed = httpx.get(
+                redirect, params={"code": result.code, "state": result.state, "iss": result.iss}, timeout=10
+            )
+            assert landed.status_code == 200
+            output, errors = example.communicate(timeout=60)
+        finally:
+            example.kill()
+    assert example.returncode == 0, errors
+    assert "get_user" in output and '{"result": {"id": 2, "name": "user2"}}' in output

@@ -136,13 +136,12 @@ def protected_resource_metadata(
     *,
     resource_name: str | None = None,
 ) -> JSONObject:
-    """The RFC 9728 document of one protected resource (an MCP endpoint); tokens go in the header only."""
-    document: JSONObject = {
-        "resource": resource,
-        "authorization_servers": list(authorization_servers),
-        "scopes_supported": list(scopes_supported),
-        "bearer_methods_supported": ["header"],
-    }
+    """The RFC 9728 document of one protected resource (an MCP endpoint); tokens go in the header only. No scopes
+    are listed when it needs none (an empty list makes some clients ask for an empty scope, which servers refuse)."""
+    document: JSONObject = {"resource": resource, "authorization_servers": list(authorization_servers)}
+    if scopes_supported:
+        document["scopes_supported"] = list(scopes_supported)
+    document["bearer_methods_supported"] = ["header"]
     if resource_name is not None:
         document["resource_name"] = resource_name
     return document
