@@ -4,6 +4,7 @@ token a test needs, the hostile ones included (`alg: none`, HS256 with the publi
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -27,7 +28,7 @@ class Issuer:
         self.kid = "k1"
         self.opaque: dict[str, dict[str, Any]] = {}
         self.requests: list[str] = []  # the paths asked, in order
-        self.broken: str | None = None  # "garbage", "error" or None
+        self.broken: str | None = None  # "garbage", "error", "slow" or None
         self.app = Starlette(routes=[
             Route("/.well-known/oauth-authorization-server", self.metadata),
             Route("/jwks", self.jwks),
@@ -75,6 +76,8 @@ class Issuer:
 
     async def metadata(self, request: Request) -> Response:
         self.requests.append(request.url.path)
+        if self.broken == "slow":
+            await asyncio.sleep(8)  # longer than Crank's fetch timeout
         if self.broken == "garbage":
             return PlainTextResponse("<html>not json", 200)
         if self.broken == "error":

@@ -217,10 +217,8 @@ def test_the_signature_is_checked_once_per_token_and_kept_while_the_issuer_is_aw
 
 def test_an_issuer_that_answers_garbage_is_503_not_a_hang(oauth: Setup) -> None:
     oauth.issuer.broken = "garbage"
-    started = time.monotonic()
     response = oauth.call(oauth.issuer.token(oauth.url))
     assert response.status_code == 503
-    assert time.monotonic() - started < 15  # bounded by the fetch timeout, not the client's
     assert upstream.seen == []
 
 
@@ -318,3 +316,12 @@ def test_rate_limits_count_per_subject(oauth: Setup) -> None:
     assert oauth.call(bob).json()["result"]["isError"] is False  # bob has a count of his own
     again = oauth.issuer.token(oauth.url, subject="alice")  # a new token of the same user shares her count
     assert json.loads(oauth.call(again).json()["result"]["content"][0]["text"])["error_code"] == "rate_limited"
+
+
+def test_an_issuer_that_does_not_answer_holds_no_request_past_the_fetch_timeout(oauth: Setup) -> None:
+    oauth.issuer.broken = "slow"  # 8 s per metadata URL: a request that waited for both would time out below
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_user", "arguments": {"id": 2}}}
+    headers = {"authorization": f"Bearer {oauth.issuer.token(oauth.url)}"}
+    response = httpx.post(oauth.url, json=body, headers=headers, timeout=12)  # one bounded fetch is 5 s
+    assert response.status_code == 503 and "retry-after" in response.headers
+    assert upstream.seen == []

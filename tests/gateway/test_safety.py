@@ -463,3 +463,25 @@ async def test_while_redis_is_away_idempotent_and_destructive_calls_are_refused_
         assert (error["error_code"], error["error_class"], error["recoverable"]) == ("state_unavailable", "state", True)
         assert error["details"] == {"retry_after": 5} and "Traceback" not in json.dumps(error)
     assert upstream.created == [] and upstream.deleted == []  # neither ran unrecorded
+
+
+async def test_an_idempotency_key_is_the_callers_own() -> None:
+    """Two callers (`Principal.id`) with the same key: two calls, and neither replays the other's answer."""
+    from crank.state import MemoryStore
+
+    idempotency = Idempotency("request_id", "Idempotency-Key", 60, "acme/create")
+    state = MemoryStore()
+    runs: list[str] = []
+
+    def call(who: str) -> Callable[[], Any]:
+        async def once() -> dict[str, Any]:
+            runs.append(who)
+            return {"value": who}
+
+        return once
+
+    arguments = {"name": "x", "request_id": "same-key"}
+    assert await idempotency.run(state, arguments, 5, call("alice"), "issuer#alice") == {"value": "alice"}
+    assert await idempotency.run(state, arguments, 5, call("bob"), "issuer#bob") == {"value": "bob"}
+    assert await idempotency.run(state, arguments, 5, call("alice"), "issuer#alice") == {"value": "alice"}
+    assert runs == ["alice", "bob"]  # alice's repeat was deduplicated; bob's call was his own
