@@ -83,8 +83,8 @@ class Issuer:
         if self.broken == "error":
             return PlainTextResponse("down", 500)
         url = self.url
-        return JSONResponse({"issuer": url, "jwks_uri": url + "/jwks", "introspection_endpoint": url + "/introspect",
-                             "authorization_endpoint": url + "/authorize", "token_endpoint": url + "/token"})  # fmt: skip
+        endpoints = {"jwks_uri": "/jwks", "introspection_endpoint": "/introspect", "token_endpoint": "/token"}
+        return JSONResponse({"issuer": url, **{name: url + path for name, path in endpoints.items()}})
 
     async def jwks(self, request: Request) -> Response:
         self.requests.append(request.url.path)
