@@ -28,7 +28,8 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import httpx
 import pytest
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
+from examples.oauth_client import MemoryStorage
+from mcp.shared.auth import AuthorizationCodeResult
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = ROOT / "node_modules" / ".bin" / "node"
@@ -171,24 +172,8 @@ class SignIn:
         return {name: values[0] for name, values in parse_qs(urlsplit(self.urls[index]).query).items()}
 
 
-class MemoryTokenStorage:
-    """The SDK's `TokenStorage`, in memory: the tokens and the client registration of one client."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client_info: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client_info
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client_info = client_info
+MemoryTokenStorage = MemoryStorage
+"""The SDK's `TokenStorage`, in memory: examples/oauth_client.py's, which the example tests run as written."""
 
 
 # -- the flow without the SDK -----------------------------------------------------------------------------------

@@ -210,15 +210,7 @@ class TokenVerifier:
             raise _invalid("The access token is not valid yet") from None
         except jwt.PyJWTError as exc:
             raise _invalid(f"The access token is not valid: {exc}") from None
-        return TokenClaims(
-            issuer=trusted,
-            subject=claims.get("sub") if isinstance(claims.get("sub"), str) else None,
-            client_id=_client_id(claims),
-            scopes=_scopes(claims),
-            audiences=_audiences(claims),
-            expires_at=float(claims["exp"]),
-            method="jwt",
-        )
+        return _claims(trusted, claims, float(claims["exp"]), "jwt")
 
     def _issuer(self, issuer: str) -> _Issuer:
         known = self._issuers.get(issuer)
@@ -343,15 +335,24 @@ class TokenVerifier:
         if isinstance(reported, str) and not _same_issuer(reported, issuer_url):
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
         limit = now + INTROSPECTION_MAX_AGE
-        return TokenClaims(
-            issuer=issuer_url,
-            subject=answer.get("sub") if isinstance(answer.get("sub"), str) else None,
-            client_id=_client_id(answer),
-            scopes=_scopes(answer),
-            audiences=_audiences(answer),
-            expires_at=min(float(expires), limit) if isinstance(expires, int | float) else limit,
-            method="introspection",
-        )
+        return _claims(issuer_url, answer, min(float(expires), limit) if isinstance(expires, int | float) else limit,
+                       "introspection")  # fmt: skip
+
+
+def _claims(
+    issuer: str, claims: dict[str, Any], expires_at: float, method: Literal["jwt", "introspection"]
+) -> TokenClaims:
+    """What a JWT's claims or an introspection answer say (RFC 9068 and RFC 7662 name them alike)."""
+    subject = claims.get("sub")
+    return TokenClaims(
+        issuer=issuer,
+        subject=subject if isinstance(subject, str) else None,
+        client_id=_client_id(claims),
+        scopes=_scopes(claims),
+        audiences=_audiences(claims),
+        expires_at=expires_at,
+        method=method,
+    )
 
 
 def _client_id(claims: dict[str, Any]) -> str | None:
