@@ -33,7 +33,7 @@ from crank.admin.api import AdminAPI, registry_probe
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
-from crank.gateway.tokens import TokenVerifier
+from crank.gateway.tokens import MAX_DOCUMENT_BYTES, TokenVerifier
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
@@ -49,7 +49,7 @@ from crank.state import MemoryStore, StateStore, check_durability, open_state
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, EarlyAnswer, serve_lifespan
-from crank.wire.auth import PROTECTED_RESOURCE_PATH
+from crank.wire.auth import PROTECTED_RESOURCE_PATH, metadata_path
 
 __all__ = ["CrankServer", "GatewayService", "MCPConfig", "RPCService"]
 
@@ -115,7 +115,7 @@ class RPCService:
         if policy.audience is None:
             raise ConfigurationError(f"MCP endpoint {path}: oauth needs its audience (the public base URL)")
         if self._verifier is None:
-            self._verifier = TokenVerifier(UpstreamClient())
+            self._verifier = TokenVerifier(UpstreamClient(max_response_bytes=MAX_DOCUMENT_BYTES))
         auth = ResourceAuthenticator(self._verifier, policy, policy.audience.rstrip("/") + path)
         self._resources.append(auth)
         return auth
@@ -215,7 +215,9 @@ class GatewayService:
         if not isinstance(self.source.state, MemoryStore):
             self.probes.append(Probe("redis", self.source.state.ping))
         self.source.reload()
-        self.auth = GatewayAuthenticator(self.source, TokenVerifier(client), public_url=public_url)
+        # Issuers' documents are small: their own client, with the same egress policy and a small answer limit.
+        issuers = UpstreamClient(egress=client.egress, max_response_bytes=MAX_DOCUMENT_BYTES)
+        self.auth = GatewayAuthenticator(self.source, TokenVerifier(issuers), public_url=public_url)
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
         endpoint = MCPEndpoint(
             self.source.provide,
@@ -245,6 +247,7 @@ class GatewayService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._durability_check
         await self.source.aclose()
+        await self.auth.verifier.client.aclose()
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """`crank.wire.asgi.EarlyAnswers` for `crank serve`'s HTTP protocol: the 429 of a request to an agent
@@ -300,18 +303,19 @@ class GatewayService:
 
     def _resource_metadata(self, path: str, method: str) -> Response:
         """RFC 9728 documents, with CORS so that a browser-based client can read them: an agent's at the
-        well-known path plus its own, and one at the root (`GatewayAuthenticator.root_metadata`)."""
+        well-known path plus its resource's path (the public URL's own path, if any, included). None at the root:
+        a server of many tenants has no one resource there, and clients try the agent's path first."""
         if method == "OPTIONS":
             return Response(status_code=204, headers={**_CORS, "access-control-allow-headers": "*"})
         if method not in ("GET", "HEAD"):
             return JSONResponse({"error": "method not allowed"}, 405, headers={"allow": "GET, HEAD, OPTIONS"})
         rest = path[len(PROTECTED_RESOURCE_PATH) :]
+        agent_path = rest[rest.find(_MCP_PREFIX) :] if _MCP_PREFIX in rest else ""
+        route = _agent_route(agent_path, {}) if agent_path else None
         document = None
-        if rest in ("", "/"):
-            document = self.auth.root_metadata()
-        elif (route := _agent_route(rest, {})) is not None and route[0] == rest.rstrip("/"):
+        if route is not None and route[0] == agent_path.rstrip("/"):
             document = self.auth.metadata(route[1]["workspace"], route[1]["agent"])
-        if document is None:
+        if document is None or metadata_path(document["resource"]) != path.rstrip("/"):
             return JSONResponse({"error": "no protected resource here"}, 404, headers=_CORS)
         return JSONResponse(document, headers={**_CORS, "cache-control": "max-age=300"})
 

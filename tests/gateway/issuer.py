@@ -29,8 +29,10 @@ class Issuer:
         self.opaque: dict[str, dict[str, Any]] = {}
         self.requests: list[str] = []  # the paths asked, in order
         self.broken: str | None = None  # "garbage", "error", "slow" or None
+        self.rfc8414 = True  # False: metadata only at the OpenID discovery URL, as many identity providers do
         self.app = Starlette(routes=[
             Route("/.well-known/oauth-authorization-server", self.metadata),
+            Route("/.well-known/openid-configuration", self.metadata),
             Route("/jwks", self.jwks),
             Route("/introspect", self.introspect, methods=["POST"]),
         ])  # fmt: skip
@@ -76,6 +78,8 @@ class Issuer:
 
     async def metadata(self, request: Request) -> Response:
         self.requests.append(request.url.path)
+        if not self.rfc8414 and request.url.path.endswith("oauth-authorization-server"):
+            return PlainTextResponse("not found", 404)
         if self.broken == "slow":
             await asyncio.sleep(8)  # longer than Crank's fetch timeout
         if self.broken == "garbage":

@@ -96,12 +96,19 @@ def test_the_protected_resource_metadata_names_the_agent_its_issuer_and_scopes(o
     assert set(document["scopes_supported"]) == {READ, WRITE}
     assert httpx.options(oauth.base + path).status_code == 204
     assert httpx.get(oauth.base + "/.well-known/oauth-protected-resource/mcp/v1/acme/ghost").status_code == 404
-    # The root serves a document only when every OAuth workspace trusts the same issuers (here they differ).
+    # No document at the root: a server of many tenants has no one resource there (clients try the agent's path).
     assert httpx.get(oauth.base + "/.well-known/oauth-protected-resource").status_code == 404
-    oauth.registry.set_workspace_oauth("beta", None)
-    _until(lambda: httpx.get(oauth.base + "/.well-known/oauth-protected-resource").status_code == 200)
-    root = httpx.get(oauth.base + "/.well-known/oauth-protected-resource").json()
-    assert root["resource"] == oauth.base and root["authorization_servers"] == [oauth.issuer.url]
+
+
+def test_a_public_url_with_a_path_names_metadata_after_the_host(oauth: Setup, serve: Callable[..., str]) -> None:
+    port = _free_port()
+    gateway = GatewayService(oauth.registry, poll_interval=0.05, public_url=f"http://127.0.0.1:{port}/crank")
+    serve(gateway, port=port)
+    refused = httpx.post(f"http://127.0.0.1:{port}/mcp/v1/acme/support", json={}, timeout=10)
+    metadata = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/crank/mcp/v1/acme/support"
+    assert f'resource_metadata="{metadata}"' in _challenge(refused)
+    document = httpx.get(metadata).json()  # as a proxy that serves /crank/ from this server passes it on
+    assert document["resource"] == f"http://127.0.0.1:{port}/crank/mcp/v1/acme/support"
 
 
 def test_no_token_is_401_with_the_metadata_and_the_scopes_to_ask_for(oauth: Setup) -> None:
@@ -251,13 +258,49 @@ def test_lazy_sign_in_leaves_the_listing_open_and_asks_for_a_token_on_a_call(oau
     assert oauth.call(oauth.issuer.token(oauth.url)).status_code == 200
 
 
-def test_keys_and_tokens_side_by_side_or_tokens_only(oauth: Setup) -> None:
+def test_keys_and_tokens_side_by_side_or_tokens_only_or_keys_only(oauth: Setup) -> None:
     key = oauth.registry.create_api_key("acme")
-    assert oauth.call(key).status_code == 200
+    token = oauth.issuer.token(oauth.url)
+    assert oauth.call(key).status_code == 200 and oauth.call(token).status_code == 200
     oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, credentials="oauth"))
     _until(lambda: oauth.gateway.source.oauth["acme"].policy.credentials == "oauth")
     assert oauth.call(key).status_code == 401
+    assert oauth.call(token).status_code == 200
+    oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, credentials="keys"))
+    _until(lambda: "acme" not in oauth.gateway.source.oauth)
+    assert oauth.call(token).status_code == 401  # even a token it had accepted before
+    assert oauth.call(key).status_code == 200
+    assert httpx.get(oauth.base + "/.well-known/oauth-protected-resource/mcp/v1/acme/support").status_code == 404
+
+
+def test_a_tightened_policy_applies_to_tokens_already_seen(oauth: Setup) -> None:
+    token = oauth.issuer.token(oauth.url, scope=READ)
+    assert oauth.call(token).status_code == 200
+    oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, agent_scopes={"*": (READ, "tools:admin")}))
+    _until(lambda: "tools:admin" in oauth.gateway.source.oauth["acme"].policy.agent_needs("support"))
+    assert oauth.call(token).status_code == 403
+
+
+def test_an_issuer_that_publishes_only_openid_discovery_is_found(oauth: Setup) -> None:
+    oauth.issuer.rfc8414 = False
     assert oauth.call(oauth.issuer.token(oauth.url)).status_code == 200
+    assert oauth.issuer.requests[:2] == ["/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"]
+
+
+def test_one_workspace_introspection_answer_opens_nothing_in_another(
+    oauth: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An introspection answer is what one endpoint told one client: another workspace trusting the same issuer
+    string, without that introspection client, never takes it from the cache."""
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "beta:INTROSPECTION_SECRET")
+    monkeypatch.setenv("INTROSPECTION_SECRET", "introspection-secret")
+    client = IntrospectionClient(client_id="crank", client_secret="env:INTROSPECTION_SECRET")
+    oauth.registry.set_workspace_oauth("beta", _policy(oauth.issuer, introspection=client))
+    _until(lambda: oauth.gateway.source.oauth["beta"].policy.introspection is not None)
+    token = oauth.issuer.opaque_token(oauth.url)  # its answer names acme's agent as audience
+    beta = oauth.post(token, "tools/list", url=oauth.base + "/mcp/v1/beta/desk")
+    assert beta.status_code in (401, 404)  # introspected by beta's client: not beta's resource
+    assert oauth.call(token).status_code == 401  # acme has no introspection: the cached answer is not its own
 
 
 def test_a_confirmation_token_is_bound_to_the_user_it_was_issued_to(oauth: Setup) -> None:

@@ -22,10 +22,13 @@ import asyncio
 import base64
 import binascii
 import logging
+import os
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote_plus, urlencode, urlsplit
 
 import jwt
 from jwt import PyJWK
@@ -61,6 +64,8 @@ MIN_REFETCH: Final = 10.0
 FAILURE_MEMORY: Final = 5.0
 """Seconds an issuer that failed to answer is not asked again: a flood of new tokens costs it one fetch."""
 MAX_CACHED_TOKENS: Final = 10_000
+INTROSPECTIONS_PER_SECOND: Final = 20.0
+"""Introspection calls a verifier makes a second at most; past it a new opaque token is 503 (retry)."""
 INTROSPECTION_MAX_AGE: Final = 60.0
 """Seconds an introspection answer is trusted: a token revoked at the issuer stops working within this."""
 _ID_TOKEN_CLAIMS = ("nonce", "at_hash", "c_hash")
@@ -145,15 +150,21 @@ class TokenVerifier:
         self.client = client
         self.leeway = leeway
         self._issuers: dict[str, _Issuer] = {}
-        self._valid: dict[str, TokenClaims] = {}
+        # A JWT's claims are the token's own (its issuer signed them): one entry serves every workspace, each of
+        # which checks the issuer, audience and scopes itself. An introspection answer is what one endpoint said
+        # to one client: kept under that endpoint and client, never shared with another policy's.
+        self._valid: dict[tuple[str, Hashable], TokenClaims] = {}
+        self._introspections = _Budget(INTROSPECTIONS_PER_SECOND)
 
-    def cached(self, token: str) -> TokenClaims | None:
-        """The claims of a token validated before and not expired since; None otherwise (then `verify`)."""
-        claims = self._valid.get(token)
+    def cached(self, token: str, introspection: IntrospectionClient | None = None) -> TokenClaims | None:
+        """The claims of a token validated before (a JWT, or an opaque token through this `introspection` client)
+        and not expired since; None otherwise (then `verify`)."""
+        key = (token, None if looks_like_jwt(token) else introspection)
+        claims = self._valid.get(key)
         if claims is None:
             return None
-        if time.time() > claims.expires_at + self.leeway:
-            self._valid.pop(token, None)
+        if time.time() > claims.expires_at + (self.leeway if claims.method == "jwt" else 0):
+            self._valid.pop(key, None)
             return None
         return claims
 
@@ -171,13 +182,15 @@ class TokenVerifier:
             raise _invalid("The access token is too long")
         if looks_like_jwt(token):
             claims = await self._verify_jwt(token, issuers)
+            key: tuple[str, Hashable] = (token, None)
         elif introspection is not None:
             claims = await self._introspect(token, issuers[0], introspection, workspace)
+            key = (token, introspection)
         else:
             raise _invalid("The access token is not a JWT, and this workspace does not introspect tokens")
         if len(self._valid) >= MAX_CACHED_TOKENS:
             self._valid.clear()  # bounded: a flood of valid tokens costs their signature checks again, no memory
-        self._valid[token] = claims
+        self._valid[key] = claims
         return claims
 
     # -- JWT ---------------------------------------------------------------------------------------------
@@ -190,7 +203,7 @@ class TokenVerifier:
             raise _invalid("The access token is not a well-formed JWT") from None
         algorithm = header.get("alg")
         if algorithm not in ALLOWED_ALGORITHMS:
-            raise _invalid(f"The access token's algorithm {algorithm!r} is not accepted")
+            raise _invalid(f"The access token's algorithm {str(algorithm)[:16]!r} is not accepted")
         if any(claim in unverified for claim in _ID_TOKEN_CLAIMS) or header.get("typ") == "id_token+jwt":
             raise _invalid("An ID token is not an access token")
         issuer = unverified.get("iss")
@@ -229,7 +242,12 @@ class TokenVerifier:
             key = _pick(issuer.keys, kid, algorithm)
             now = time.monotonic()
             if now - issuer.keys_fetched > JWKS_MAX_AGE:
-                await self._fetch_keys(issuer)
+                try:
+                    await self._fetch_keys(issuer)
+                except DependencyUnavailableError:
+                    if key is None:
+                        raise
+                    return key  # the issuer is away: the key it published before still proves its tokens
             elif key is None and now - issuer.refetched >= MIN_REFETCH:
                 issuer.refetched = now  # one refetch for an unknown kid, then none for MIN_REFETCH seconds
                 await self._fetch_keys(issuer)
@@ -269,15 +287,22 @@ class TokenVerifier:
             f"{origin}/.well-known/oauth-authorization-server{path}",
             f"{origin}{path}/.well-known/openid-configuration",
         ]
+        self._check_not_failing(issuer)
         for url in candidates:
             try:
-                document = await self._fetch_json(issuer, "GET", url)
+                document = await self._fetch_json(issuer, "GET", url, remember=False)
             except DependencyUnavailableError:
-                continue
+                continue  # many issuers publish only one of the two
             if isinstance(document, dict) and _same_issuer(str(document.get("issuer", "")), issuer.issuer):
                 issuer.metadata = document
                 return document
+        issuer.failed_until = time.monotonic() + FAILURE_MEMORY
         raise _unavailable(issuer.issuer, "no metadata at its RFC 8414 or OpenID discovery URL")
+
+    @staticmethod
+    def _check_not_failing(issuer: _Issuer) -> None:
+        if time.monotonic() < issuer.failed_until:
+            raise _unavailable(issuer.issuer, "not asked again yet after a failure")
 
     async def _fetch_json(
         self,
@@ -287,9 +312,12 @@ class TokenVerifier:
         *,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
+        remember: bool = True,
     ) -> Any:
-        if time.monotonic() < issuer.failed_until:
-            raise _unavailable(issuer.issuer, "not asked again yet after a failure")
+        """A JSON document from the issuer, bounded in time and size. A failure is remembered for the issuer's
+        metadata and keys (`remember`), so that a flood of new tokens costs it one attempt per FAILURE_MEMORY."""
+        if remember:
+            self._check_not_failing(issuer)
         request_headers = {"accept": "application/json", **(headers or {})}
         try:
             answer = await self.client.request(
@@ -301,7 +329,8 @@ class TokenVerifier:
                 raise ValueError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
             return _json.loads(answer.body)
         except (UpstreamError, ValueError, _json.JSONDecodeError) as exc:
-            issuer.failed_until = time.monotonic() + FAILURE_MEMORY
+            if remember:
+                issuer.failed_until = time.monotonic() + FAILURE_MEMORY
             raise _unavailable(issuer.issuer, f"{type(exc).__name__}: {exc}") from None
 
     # -- introspection ---------------------------------------------------------------------------------
@@ -314,13 +343,16 @@ class TokenVerifier:
         if not isinstance(endpoint, str):
             raise _unavailable(issuer_url, "its metadata names no introspection_endpoint")
         try:
-            secret = resolve_secret(config.client_secret, workspace=workspace, where=f"workspace {workspace} oauth")
+            secret = _client_secret(config.client_secret, workspace)
         except ConfigurationError as exc:
             raise _unavailable(issuer_url, f"the introspection client's secret: {exc}") from None
-        basic = base64.b64encode(f"{config.client_id}:{secret}".encode()).decode()
+        if not self._introspections.take():  # a flood of made-up opaque tokens costs the issuer this much at most
+            raise _unavailable(issuer_url, f"more than {INTROSPECTIONS_PER_SECOND} introspections a second")
+        # RFC 6749 §2.3.1: the client id and secret are form-encoded before they are joined.
+        basic = base64.b64encode(f"{quote_plus(config.client_id)}:{quote_plus(secret)}".encode()).decode()
         body = urlencode({"token": token, "token_type_hint": "access_token"}).encode()
         headers = {"content-type": "application/x-www-form-urlencoded", "authorization": f"Basic {basic}"}
-        answer = await self._fetch_json(issuer, "POST", endpoint, body=body, headers=headers)
+        answer = await self._fetch_json(issuer, "POST", endpoint, body=body, headers=headers, remember=False)
         if not isinstance(answer, dict):
             raise _unavailable(issuer_url, "its introspection answer is not an object")
         if answer.get("active") is not True:
@@ -337,6 +369,40 @@ class TokenVerifier:
         limit = now + INTROSPECTION_MAX_AGE
         return _claims(issuer_url, answer, min(float(expires), limit) if isinstance(expires, int | float) else limit,
                        "introspection")  # fmt: skip
+
+
+def _client_secret(reference: str, workspace: str) -> str:
+    """The introspection client's secret: a workspace's by its secret allowances, as upstream secrets are; an
+    in-process endpoint's (no workspace) straight from the environment or the file its developer named."""
+    if workspace:
+        return resolve_secret(reference, workspace=workspace, where=f"workspace {workspace} oauth")
+    kind, _, name = reference.partition(":")
+    if kind == "env" and name in os.environ:
+        return os.environ[name]
+    if kind == "file" and name:
+        try:
+            return Path(name).read_text().strip()
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read {name!r}: {exc.strerror}") from None
+    raise ConfigurationError(f"{reference!r} does not resolve (env:NAME or file:/path)")
+
+
+class _Budget:
+    """At most `rate` takes a second, refilled continuously (a token bucket of `rate` at most)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.left = rate
+        self.refilled = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.left = min(self.rate, self.left + (now - self.refilled) * self.rate)
+        self.refilled = now
+        if self.left < 1:
+            return False
+        self.left -= 1
+        return True
 
 
 def _claims(

@@ -323,6 +323,9 @@ class MCPEndpoint:
             exchange = await self._single(item, catalog, info)
             return exchange.body if exchange is not None else None
 
+        if info.caller is not None:  # every call's scopes first: a refusal (401/403) answers the whole batch
+            for item in messages:  # before any item has run, never after some took effect
+                _authorize_item(item, catalog, info.caller)
         admitted, refusal = await self._admit_batch(scope, info.caller, len(messages))
         answers = await gather_batch(
             messages[:admitted], one, size=len, refused=_batch_refusal, max_answer_bytes=self.max_batch_answer_bytes
@@ -426,6 +429,15 @@ def _plain_failure(result: JSONObject) -> Exchange:
         return Exchange(200, _json.dumps(result))
     status = 429 if error.get("error_code") == LimitReachedError.default_code else 200
     return Exchange(status, _json.dumps(result), [(b"retry-after", str(retry_after).encode())])
+
+
+def _authorize_item(item: Any, catalog: Catalog, caller: Any) -> None:
+    """`authorize_call` for a batch item that calls a tool the catalog has (any other item is answered alone)."""
+    params = item.get("params") if isinstance(item, dict) and item.get("method") == "tools/call" else None
+    name = params.get("name") if isinstance(params, dict) else None
+    entry = catalog.get(name) if isinstance(name, str) else None
+    if entry is not None:
+        authorize_call(entry.tool, caller)
 
 
 def _fixed(catalog: Catalog) -> CatalogProvider:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from crank.registry.database import DATABASE_ERRORS, describe_database_error, migrate, open_engine
 from crank.registry.runtime import FORMAT_VERSION, RuntimeTool, RuntimeView, load_runtime, tool_from_spec
 from crank.registry.service import (
+    API_KEY_PREFIX,
     AgentDraft,
     ApiKeyInfo,
     KeyScope,
@@ -18,6 +19,7 @@ from crank.registry.service import (
 )
 
 __all__ = [
+    "API_KEY_PREFIX",
     "DATABASE_ERRORS",
     "FORMAT_VERSION",
     "AgentDraft",

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 from typing import Annotated, Any, Final, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
@@ -153,6 +154,20 @@ TOOL_SCOPE_CLASSES: Final = ("read", "write", "destructive")
 destructive ones among them (a destructive tool needs both `write` and `destructive` scopes)."""
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _secure_url(url: str) -> str:
+    """An https URL, or http on loopback only: keys and secrets never travel in clear text (the MCP
+    authorization specification requires https for authorization server endpoints)."""
+    parts = urlsplit(url) if len(url) <= 512 else None
+    if parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL")
+    if parts.scheme == "http" and parts.hostname not in _LOOPBACK_NAMES:
+        raise ValueError(f"{url!r}: only https, but for loopback (the MCP specification requires it)")
+    return url
+
+
 class IntrospectionClient(_Model):
     """How Crank authenticates to the issuer's RFC 7662 introspection endpoint, for opaque tokens."""
 
@@ -161,6 +176,11 @@ class IntrospectionClient(_Model):
     """A secret reference (`env:NAME` or `file:/path`), never the secret itself."""
     endpoint: str | None = None
     """Default: `introspection_endpoint` of the issuer's metadata."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        return None if value is None else _secure_url(value)
 
 
 class OAuthPolicy(_Model):
@@ -187,8 +207,7 @@ class OAuthPolicy(_Model):
     @classmethod
     def _urls(cls, value: Any) -> Any:
         for url in (value,) if isinstance(value, str) else value or ():
-            if not url.startswith(("https://", "http://")) or len(url) > 512:
-                raise ValueError(f"{url!r} is not an http(s) URL")
+            _secure_url(url)
         return value
 
     @field_validator("tool_scopes", "agent_scopes")

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import Engine, event, func, select, update
@@ -42,6 +42,7 @@ from crank.types import JSONObject
 from crank.wire.auth import Principal
 
 __all__ = [
+    "API_KEY_PREFIX",
     "RUNTIME_OPERATION_FIELDS",
     "AgentDraft",
     "ApiKeyInfo",
@@ -67,6 +68,10 @@ _Draft = TypeVar("_Draft", Operation, Agent)
 def tool_name_of(binding: JSONObject) -> str:
     """The name a binding publishes its operation under: its own `tool_name`, else the operation's name."""
     return str(binding.get("tool_name") or binding.get("operation"))
+
+
+API_KEY_PREFIX: Final = "crk_"
+"""Every API key starts with it: an authenticator tells a key from an OAuth access token by its shape."""
 
 
 def key_digest(key: str) -> str:
@@ -461,7 +466,7 @@ class Registry:
     ) -> tuple[ApiKeyInfo, str]:
         """A new key and what the registry will know of it (its id names it in `api_key_infos` and
         `delete_api_key`)."""
-        key = "crk_" + secrets.token_urlsafe(32)
+        key = API_KEY_PREFIX + secrets.token_urlsafe(32)
         with Session(self._writer) as session, session.begin():
             ws = self._workspace(session, workspace)
             scope = {"agents": sorted(agents)} if agents is not None else None

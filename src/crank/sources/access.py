@@ -16,15 +16,22 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from crank.exceptions import AuthChallengeError, DependencyUnavailableError
-from crank.gateway.tokens import TokenClaims, TokenVerifier
-from crank.registry import KeyScope, WorkspaceOAuth
+from crank.gateway.tokens import LEEWAY, TokenClaims, TokenVerifier
+from crank.registry import API_KEY_PREFIX, KeyScope, WorkspaceOAuth
 from crank.registry.runtime import Limits, OAuthPolicy
 from crank.sources.agents import AgentSource
 from crank.types import JSONObject, Scope
 from crank.wire.auth import Principal, metadata_path, protected_resource_metadata, same_resource
 from crank.wire.notices import ThrottledLog
 
-__all__ = ["AGENT_PATH", "UNAUTHORIZED_MESSAGE", "GatewayAuthenticator", "ResourceAuthenticator", "token_principal"]
+__all__ = [
+    "AGENT_PATH",
+    "UNAUTHORIZED_MESSAGE",
+    "GatewayAuthenticator",
+    "ResourceAuthenticator",
+    "metadata_url",
+    "token_principal",
+]
 
 logger = logging.getLogger("crank.gateway.auth")
 _notices = ThrottledLog(logger)
@@ -42,8 +49,9 @@ class GatewayAuthenticator:
         self.source = source
         self.verifier = verifier
         self.public_url = public_url.rstrip("/") if public_url else None
-        # (token, workspace, agent) -> its principal: a request with a token seen before costs one look-up.
-        self._principals: dict[tuple[str, str, str], KeyScope] = {}
+        # (token, workspace, agent) -> the policy it was checked under and its principal: a request with a token seen
+        # before costs one look-up, until the policy changes (a reload makes new policy objects).
+        self._principals: dict[tuple[str, str, str], tuple[WorkspaceOAuth, KeyScope]] = {}
 
     # -- the Authenticator -------------------------------------------------------------------------------
 
@@ -56,25 +64,24 @@ class GatewayAuthenticator:
             if oauth.policy.sign_in == "calls":  # counted against the workspace's limits like anyone
                 return KeyScope(workspace, method="anonymous", id="anonymous", workspace_limits=oauth.limits)
             raise AuthChallengeError(UNAUTHORIZED_MESSAGE, scopes=sorted(oauth.policy.agent_needs(agent)))
-        if oauth is None or oauth.policy.credentials != "oauth":
-            key = self.source.authenticate(token)
-            if key is not None or oauth is None:
-                return key  # None: `verify` asks the registry for a key made since the last reload
+        if oauth is None or token.startswith(API_KEY_PREFIX):  # told apart by shape: a token never costs a key lookup
+            if oauth is not None and oauth.policy.credentials == "oauth":
+                raise AuthChallengeError("This workspace takes access tokens, not API keys", error="invalid_token")
+            return self.source.authenticate(token)  # None: `verify` asks the registry for a key made since
         known = self._principals.get((token, workspace, agent))
-        if known is not None and known.expires_at is not None and time.time() <= known.expires_at + 30:
-            return known
-        claims = self.verifier.cached(token)
+        if known is not None and known[0] is oauth and _fresh(known[1]):
+            return known[1]
+        claims = self.verifier.cached(token, oauth.policy.introspection)
         return None if claims is None else self._principal(claims, workspace, agent, oauth, token)
 
     async def verify(self, scope: Scope, token: str) -> Principal:
         workspace, agent = _target(scope)
         oauth = self.source.oauth.get(workspace)
-        if oauth is None or oauth.policy.credentials != "oauth":
+        if oauth is None or token.startswith(API_KEY_PREFIX):
             key = await self.source.confirm(token)
-            if key is not None:
-                return key
-            if oauth is None:
+            if key is None:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
+            return key
         policy = oauth.policy
         claims = await self.verifier.verify(token, policy.issuers, policy.introspection, workspace=workspace)
         return self._principal(claims, workspace, agent, oauth, token)
@@ -95,10 +102,7 @@ class GatewayAuthenticator:
         if workspace not in self.source.oauth:
             return None
         resource = self.resource(workspace, agent)
-        if resource is None:
-            return None
-        base = resource[: -len(AGENT_PATH.format(workspace=workspace, agent=agent))]
-        return base + metadata_path(resource)
+        return None if resource is None else metadata_url(resource)
 
     def metadata(self, workspace: str, agent: str) -> JSONObject | None:
         """The RFC 9728 document of an agent whose workspace takes OAuth tokens; None for any other path (so a
@@ -114,16 +118,6 @@ class GatewayAuthenticator:
         policy = oauth.policy
         scopes = sorted({*policy.agent_needs(agent), *(s for group in policy.tool_scopes.values() for s in group)})
         return protected_resource_metadata(resource, policy.issuers, scopes, resource_name=f"{workspace}/{agent}")
-
-    def root_metadata(self) -> JSONObject | None:
-        """The document at the root of the well-known path: served when every workspace that takes tokens trusts
-        the same issuers (one sign-in for the whole server), naming the server's public URL; None otherwise."""
-        issuers = {oauth.policy.issuers for oauth in self.source.oauth.values()}
-        if len(issuers) != 1 or self.public_url is None:
-            return None
-        scopes = sorted({scope for oauth in self.source.oauth.values() for group in oauth.policy.agent_scopes.values()
-                         for scope in group})  # fmt: skip
-        return protected_resource_metadata(self.public_url, next(iter(issuers)), scopes)
 
     # -- principals ------------------------------------------------------------------------------------------
 
@@ -141,7 +135,7 @@ class GatewayAuthenticator:
         if len(self._principals) >= _MAX_PRINCIPALS:
             self._principals.clear()
         logger.info("access token accepted for %s/%s", workspace, agent, extra=principal.log_fields())
-        self._principals[(token, workspace, agent)] = principal
+        self._principals[(token, workspace, agent)] = (oauth, principal)
         return principal
 
 
@@ -166,11 +160,13 @@ def token_principal(
     if not needed <= claims.scopes:
         raise AuthChallengeError(f"This resource needs the scopes {', '.join(sorted(needed))}", status=403,
                                  error="insufficient_scope", scopes=sorted(needed))  # fmt: skip
-    who = claims.subject or claims.client_id or "-"
+    if claims.subject is None and claims.client_id is None:
+        raise AuthChallengeError("The access token names no subject and no client", error="invalid_token")
+    who = f"sub:{claims.subject}" if claims.subject is not None else f"client:{claims.client_id}"
     return KeyScope(
         workspace,
         agents,
-        id=f"{claims.issuer}#{who}",
+        id=f"{workspace or ''}|{claims.issuer}|{who}",  # what limits count and bindings key on: one per user here
         method=claims.method,
         subject=claims.subject,
         client_id=claims.client_id,
@@ -200,9 +196,9 @@ class ResourceAuthenticator:
                 return KeyScope(None, method="anonymous", id="anonymous")
             raise AuthChallengeError(UNAUTHORIZED_TOKEN_MESSAGE, scopes=sorted(self.policy.agent_needs("*")))
         known = self._principals.get(token)
-        if known is not None and known.expires_at is not None and time.time() <= known.expires_at + 30:
+        if known is not None and _fresh(known):
             return known
-        claims = self.verifier.cached(token)
+        claims = self.verifier.cached(token, self.policy.introspection)
         return None if claims is None else self._principal(token, claims)
 
     async def verify(self, scope: Scope, token: str) -> Principal:
@@ -217,8 +213,7 @@ class ResourceAuthenticator:
         return principal
 
     def metadata_url(self, scope: Scope) -> str:
-        origin = self.resource[: len(self.resource) - len(urlsplit(self.resource).path)]
-        return origin + self.metadata_path
+        return metadata_url(self.resource)
 
     def metadata(self) -> JSONObject:
         policy = self.policy
@@ -226,6 +221,19 @@ class ResourceAuthenticator:
             {*policy.agent_needs("*"), *(scope for group in policy.tool_scopes.values() for scope in group)}
         )
         return protected_resource_metadata(self.resource, policy.issuers, scopes)
+
+
+def metadata_url(resource: str) -> str:
+    """Where the metadata of `resource` is (RFC 9728 §3.1): its origin, the well-known path, then its path."""
+    parts = urlsplit(resource)
+    return f"{parts.scheme}://{parts.netloc}{metadata_path(resource)}"
+
+
+def _fresh(principal: KeyScope) -> bool:
+    """Whether a kept principal is still valid: a JWT's until it expires (with the leeway its check allows), an
+    introspected token's until its answer's own limit."""
+    expires = principal.expires_at
+    return expires is not None and time.time() <= expires + (LEEWAY if principal.method == "jwt" else 0)
 
 
 def _target(scope: Scope) -> tuple[str, str]:

@@ -277,7 +277,10 @@ class AgentSource:
         current, current_views = self._catalogs, self._secret_views
         fresh: dict[tuple[str, str], tuple[tuple[int, OAuthPolicy | None], Catalog]] = {}
         views: dict[tuple[str, str], RuntimeView] = {}
-        oauth = self.registry.workspace_oauth()
+        # A policy that takes keys only is no policy at all here: no token is checked, no metadata served.
+        oauth = {
+            slug: held for slug, held in self.registry.workspace_oauth().items() if held.policy.credentials != "keys"
+        }
         for published in self.registry.published():
             key = (published.workspace, published.agent)
             known = current.get(key)

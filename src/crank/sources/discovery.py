@@ -26,6 +26,7 @@ from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.tools import CallContext, CallObserver, Tool, ToolAnnotations, ToolResult
 from crank.sources.search import IndexedOperation, OperationIndex
 from crank.types import JSONObject
+from crank.wire.auth import Principal
 
 __all__ = [
     "CALL_TOOL",
@@ -125,13 +126,24 @@ class Discovery:
         ]
 
     async def _search(self, arguments: dict[str, Any], context: CallContext) -> Any:
-        found = self.index.search(arguments["query"], arguments.get("limit", DEFAULT_SEARCH_LIMIT))
+        limit = arguments.get("limit", DEFAULT_SEARCH_LIMIT)
+        caller = context.caller
+        if not isinstance(caller, Principal) or caller.scopes is None:
+            found = self.index.search(arguments["query"], limit)
+        else:  # the same policy as `tools/list`: an operation the caller cannot call is never shown
+            found = [op for op in self.index.search(arguments["query"], limit * 4) if self._may_call(op.name, caller)]
+            found = found[:limit]
         return {"operations": [{"name": op.name, "summary": op.summary} for op in found]}
+
+    def _may_call(self, name: str, caller: Principal) -> bool:
+        entry = self.operations.get(name)
+        return entry is not None and not caller.lacks(entry.tool.required_scopes)
 
     async def _schema(self, arguments: dict[str, Any], context: CallContext) -> Any:
         name = arguments["name"]
         entry = self.operations.get(name)
-        if entry is None:
+        caller = context.caller
+        if entry is None or (isinstance(caller, Principal) and caller.lacks(entry.tool.required_scopes)):
             raise _unknown(name)
         # What a direct agent would list for it (in the default language), made when asked: decoding every
         # operation's entry up front would cost seconds on a large API (Stripe's schemas are ~90 MB of JSON).

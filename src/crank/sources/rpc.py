@@ -36,6 +36,8 @@ from crank.wire.middleware import AUTH_SCOPE_KEY
 
 __all__ = ["MCPConfig", "RPCSource", "is_published"]
 
+_MAX_CATALOGS = 64
+
 
 @dataclass(frozen=True)
 class MCPConfig:
@@ -116,6 +118,8 @@ class RPCSource:
     def catalog_for(self, roles: frozenset[str]) -> Catalog:
         catalog = self._catalogs.get(roles)
         if catalog is None:
+            if len(self._catalogs) >= _MAX_CATALOGS:  # bounded: a token's scopes are its roles, any set of them
+                self._catalogs = {frozenset(): self._catalogs[frozenset()]} if frozenset() in self._catalogs else {}
             tools = [self._tool(method, roles) for method in self.methods]
             catalog = self._catalogs[roles] = Catalog(tools, version=self.version, translations=self.translations)
         return catalog

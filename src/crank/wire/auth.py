@@ -2,9 +2,9 @@
 
 An `Authenticator` turns a request's bearer token into a `Principal` (who calls, how that was proven, what the
 credentials grant), or refuses it with an `AuthChallengeError`. API keys, JWT access tokens and introspected
-opaque tokens are implementations of the same contract (`crank.sources.agents.GatewayAuthenticator`,
-`crank.gateway.tokens.TokenAuthenticator`); `crank.wire.middleware.BearerAuth` asks it once per request and
-leaves the principal in `scope["crank.auth"]`, and the sources decide what it opens.
+opaque tokens are implementations of the same contract (`crank.sources.access.GatewayAuthenticator` and
+`ResourceAuthenticator`, over `crank.gateway.tokens.TokenVerifier`); `crank.wire.middleware.BearerAuth` asks
+it once per request and leaves the principal in `scope["crank.auth"]`, and the sources decide what it opens.
 
 This module also owns what the challenges and the protected resource metadata look like on the wire
 (RFC 6750 §3, RFC 9728 §3 and §5.1), for every endpoint that offers OAuth.
