@@ -46,6 +46,8 @@ upstream = Starlette(routes=[
     Route("/moved", lambda request: RedirectResponse("/echo/x", status_code=302)),
     Route("/big", lambda request: JSONResponse({"blob": "x" * 5000})),
     Route("/unavailable", lambda request: JSONResponse({"error": "maintenance"}, status_code=503)),
+    Route("/unauthorized", lambda request: JSONResponse({"error": "invalid_token"}, status_code=401)),
+    Route("/forbidden", lambda request: JSONResponse({"error": "insufficient_scope"}, status_code=403)),
 ])  # fmt: skip
 
 
@@ -235,3 +237,28 @@ async def test_a_retry_that_was_never_sent_keeps_the_key_of_an_attempt_that_was(
     assert repeat.value.error_code == "idempotency_outcome_unknown"
     assert len(requests) == 1
     await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("path", "code"), [("/unauthorized", "upstream_unauthorized"), ("/forbidden", "upstream_forbidden")]
+)
+async def test_an_upstream_401_or_403_says_the_credentials_need_attention_not_the_arguments(
+    base: str, client: UpstreamClient, path: str, code: str, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "shop:SHOP_TOKEN")
+    monkeypatch.setenv("SHOP_TOKEN", "expired-secret")
+    caplog.set_level(logging.INFO, logger="crank.calls")
+    called = operation(client, base + path, auth={"type": "bearer", "secret": "env:SHOP_TOKEN"}, retries=2)
+    with pytest.raises(ExternalServiceError) as failed:
+        await called.call({})
+    payload = failed.value.to_payload("req-1")
+    assert payload["error_code"] == code and payload["recoverable"] is False
+    assert "Do not retry with other arguments" in payload["suggested_action"]
+    assert "credentials need attention" in payload["suggested_action"]
+    metrics = Metrics()
+    metrics.observer("shop", "desk")("t", failed.value, 0.01, "req-1")
+    assert f'error_code="{code}"' in metrics.exposition().decode()
+    (record,) = [record for record in caplog.records if record.name == "crank.calls"]
+    line = json.loads(JSONLogFormatter().format(record))
+    assert line["scheme"] == "bearer" and line["origin"] == base and "expired-secret" not in json.dumps(line)

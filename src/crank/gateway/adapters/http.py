@@ -131,7 +131,10 @@ class HTTPAdapter(Adapter):
                 return _decode(response)
             except ExternalServiceError as exc:
                 exc.may_have_taken_effect = exc.may_have_taken_effect or maybe_applied
-                raise self._logged(exc, f"http_{response.status}") from None
+                error = self._logged(exc, f"http_{response.status}")
+                if response.status in (401, 403) and error.log_context is not None:  # whose credentials, never them
+                    error.log_context["scheme"] = self._auth[0] if self._auth is not None else "none"
+                raise error from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _busy(self, maybe_applied: bool) -> ExternalServiceError:
@@ -262,6 +265,8 @@ def _decode(response: UpstreamResponse) -> Any:
     if status >= 500:
         raise _external(f"The upstream failed (HTTP {status}).", "upstream_unavailable", "Retry later.",
                         applied=status != 503)  # fmt: skip
+    if status in (401, 403):
+        raise _credentials_refused(status)
     if status >= 400:
         raise _external(
             f"The upstream refused the request (HTTP {status}): {_excerpt(response)}", "upstream_rejected",
@@ -283,6 +288,28 @@ def _decode(response: UpstreamResponse) -> Any:
             suggested_action="Retry later; if it keeps failing, report the request_id to the operator (the "
             "operation's execution_config.accept may need to name the upstream's JSON type).",
         ) from None
+
+
+UPSTREAM_CREDENTIALS_ACTION = (
+    "Do not retry with other arguments: the API refused this server's credentials for it. Tell the user that the "
+    "API's credentials need attention (the operator must check the tool's upstream credentials)."
+)
+
+
+def _credentials_refused(status: int) -> ExternalServiceError:
+    """An upstream 401 or 403: the credentials Crank sent (or none) do not open the API, which no other arguments
+    will change; not recoverable by the model (seed 004's structured error, for the person behind it)."""
+    unauthorized = status == 401
+    error = ExternalServiceError(
+        "The API refused this server's credentials (HTTP 401): they are missing, wrong or expired."
+        if unauthorized
+        else "The API refused this call with this server's credentials (HTTP 403): they do not allow it.",
+        error_code="upstream_unauthorized" if unauthorized else "upstream_forbidden",
+        recoverable=False,
+        suggested_action=UPSTREAM_CREDENTIALS_ACTION,
+    )
+    error.may_have_taken_effect = False
+    return error
 
 
 def _excerpt(response: UpstreamResponse) -> str:

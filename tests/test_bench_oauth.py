@@ -1,0 +1,69 @@
+"""`bench/apps/gateway_crank_jwt.py` works: the `gateway-crank-jwt` target's gateway answers a `tools/call` made
+with the token its app minted, as `bench/run.py` sends it (no timing asserted: the numbers are in
+docs/benchmarks.md, "OAuth access tokens")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from bench.apps import gateway_catalog, gateway_crank, gateway_crank_jwt
+
+from crank.types import Receive, Scope, Send
+
+ITEM = re.compile(r"^(?:/t/\d{3})?/items/(\d+)$")
+
+
+async def upstream(scope: Scope, receive: Receive, send: Send) -> None:
+    """What bench/upstream/nginx.conf answers: the fixed item with the id of the path."""
+    if scope["type"] != "http":
+        return
+    match = ITEM.match(scope["path"])
+    status, body = (200, gateway_catalog.item(int(match[1]))) if match else (404, {"error": "not found"})
+    raw = httpx.Response(status, json=body).content
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": raw})
+
+
+def test_the_jwt_target_answers_a_call_made_with_its_token(
+    tmp_path: Path, serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "registry.sqlite3"
+    gateway_crank.setup(str(db), serve(upstream))
+    monkeypatch.setenv("BENCH_GATEWAY_DB", str(db))
+    token_file = tmp_path / "token"
+    gateway, issuer, token = gateway_crank_jwt.make_app(str(token_file))
+    assert token_file.read_text().strip() == token
+    url = serve(gateway) + gateway_crank.PATH
+
+    def post(method: str, params: dict[str, object], auth: str | None) -> httpx.Response:
+        headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+        if auth is not None:
+            headers["authorization"] = f"Bearer {auth}"
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        return httpx.post(url, json=body, headers=headers, timeout=30)
+
+    call = {"name": gateway_catalog.CALL_TOOL, "arguments": {"id": 7}}
+    for _ in range(2):  # the first validates the token, the second finds it cached
+        answer = post("tools/call", call, token)
+        assert answer.status_code == 200, answer.text
+        result = answer.json()["result"]
+        assert result.get("isError", False) is False
+        assert result["structuredContent"] in (gateway_catalog.item(7), {"result": gateway_catalog.item(7)})
+    listed = post("tools/list", {}, token)
+    assert listed.status_code == 200 and len(listed.json()["result"]["tools"]) == gateway_catalog.PAGE_SIZE
+    # The issuer was asked for its metadata and keys once, on the first request.
+    assert issuer.requests == ["/.well-known/oauth-authorization-server/bench-issuer", "/bench-issuer/jwks"]
+    # Without the token (or with one for another resource) there is no call.
+    assert post("tools/call", call, None).status_code == 401
+    assert post("tools/call", call, issuer.token("http://elsewhere.test/mcp/v1/bench/agent")).status_code == 401
+
+
+def test_run_py_registers_the_jwt_target() -> None:
+    from bench import run
+
+    target = next(t for t in run.TARGETS if t.key == run.JWT_GATEWAY)
+    assert target.app == "bench.apps.gateway_crank_jwt:app" and target.group == "gateway"
