@@ -156,7 +156,9 @@ def test_upstream_options_need_openapi(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "go with --openapi" in result.output
 
 
-def test_a_bearer_reference_reaches_every_operation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bearer_reference_reaches_every_operation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from crank.instant import build_instant
     from crank.settings import given_settings
 
@@ -174,8 +176,13 @@ def test_a_bearer_reference_reaches_every_operation(tmp_path: Path, monkeypatch:
         tool.execution_config.auth is not None and tool.execution_config.auth.secret == "env:SHOP_TOKEN"
         for tool in tools
     )
-    again = build_instant(settings, str(spec), base_url="http://shop.test", auth=auth, include=["*book*"])
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "")  # a new process: the allowance of the run before is gone
+    monkeypatch.setenv("SHOP_TOKEN", "set")
+    caplog.clear()  # the first run warned rightly: the variable was not set
+    with caplog.at_level("WARNING", logger="crank.gateway"):
+        again = build_instant(settings, str(spec), base_url="http://shop.test", auth=auth, include=["*book*"])
     assert again.version == 1 and again.api_key == built.api_key  # nothing new to publish; the key is kept
+    assert "does not resolve" not in caplog.text  # the variable is given before the published version loads
 
 
 def test_serve_openapi_needs_the_mcp_role(tmp_path: Path) -> None:

@@ -107,20 +107,21 @@ def build_instant(
     process: the operator named them on the command line."""
     named = [origin for origin in (_origin(spec), _origin(base_url)) if origin]
     egress = EgressPolicy([*settings.egress_allow.split(","), *named], listen=[settings.listen])
-    server = CrankServer(settings, egress=egress)
-    registry = server.registry
     document = load_document(spec, egress=egress)
     title = str((document.get("info") or {}).get("title") or "API")
     if workspace is not None and not re.fullmatch(SLUG, workspace):
         raise ConfigurationError(f"--workspace {workspace!r}: use lower-case letters, digits, '-' and '_' (at most 64)")
     slug = workspace or workspace_slug(title)
+    if auth is not None:  # before the server loads what an earlier run published: its secret resolves at once
+        _give_variable(slug, str(auth.get("secret", "")))
+    server = CrankServer(settings, egress=egress)
+    registry = server.registry
     key_file = settings.data_dir / f"{slug}-api-key"
     _own_workspace(registry, slug, title, key_file, named=workspace is not None)
     # The agent is published below, with every operation bound: not by the import.
     changes = reimport(registry, slug, "openapi", document, base_url=base_url, include=include, progress=progress,
                        republish=False, egress=egress)  # fmt: skip
     if auth is not None:
-        _give_variable(slug, str(auth.get("secret", "")))
         _set_auth(registry, slug, changes.names, auth)
     description = f"The operations of {title}, as its OpenAPI document describes them."
     draft: JSONObject = {"description": description, "bindings": [{"operation": name} for name in changes.names]}

@@ -202,6 +202,16 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
     return invoke
 
 
+def _warn_missing(missing: list[MissingSecret]) -> None:
+    """One warning per agent and secret that does not resolve here, naming its tools (not one per tool)."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for entry in missing:
+        grouped.setdefault((entry.workspace, entry.agent, entry.reference, entry.problem), []).append(entry.tool)
+    for (workspace, agent, reference, problem), tools in grouped.items():
+        logger.warning("agent %s/%s: secret %s does not resolve: %s (tools: %s)", workspace, agent, reference,
+                       problem, ", ".join(tools))  # fmt: skip
+
+
 def _rate_limited(limited: LimitReachedError) -> RateLimitedError:
     """A workspace's refused request: 429 carrying the structured `rate_limited` error as its data."""
     payload = limited.to_payload(new_request_id())
@@ -302,9 +312,7 @@ class AgentSource:
                 continue
             if any(tool.execution_config.auth is not None for tool in published.runtime.tools):
                 views[key] = published.runtime
-                for missing in missing_secrets(published.runtime):
-                    logger.warning("agent %s/%s tool %s: secret %s does not resolve: %s", missing.workspace,
-                                   missing.agent, missing.tool, missing.reference, missing.problem)  # fmt: skip
+                _warn_missing(missing_secrets(published.runtime))
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
         self._secret_views = views
         self._keys = self.registry.api_keys()
