@@ -321,3 +321,27 @@ def test_an_in_process_endpoint_is_an_oauth_resource_server(serve: Callable[...,
     )
     assert deleted == [7]
     assert post(issuer.token(base + "/other"), "tools/list", {}).status_code == 401  # another resource's token
+
+
+def test_readyz_and_the_log_name_targets_this_servers_egress_policy_refuses(
+    sqlite_registry: Any, serve: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A publish checked by a CLI with another `CRANK_EGRESS_ALLOW` (here: loopback allowed) served by a process
+    without it: said once in the log, and in /readyz, instead of every call failing silently."""
+    from crank.gateway.client import UpstreamClient
+    from crank.gateway.egress import EgressPolicy
+    from crank.server import GatewayService
+    from tests.gateway import upstream
+    from tests.gateway.test_gateway import publish_demo
+
+    publish_demo(sqlite_registry, serve(upstream.app))
+    with caplog.at_level("WARNING", logger="crank.gateway"):
+        gateway = GatewayService(sqlite_registry, client=UpstreamClient(egress=EgressPolicy()))
+    base = serve(gateway)
+    warnings = [record.getMessage() for record in caplog.records if "egress policy refuses" in record.getMessage()]
+    assert len(warnings) == 1 and "acme/support" in warnings[0] and "get_user" in warnings[0]
+    ready = httpx.get(base + "/readyz", timeout=10)
+    assert ready.status_code == 503
+    refused = ready.json()["refused_targets"]
+    assert {entry["tool"] for entry in refused} >= {"get_user", "list_users"}
+    assert all(entry["origin"].startswith("http://127.0.0.1:") for entry in refused)

@@ -326,12 +326,16 @@ class GatewayService:
         unavailable = await _unavailable(self.probes)
         if unavailable:
             return JSONResponse({"status": "not_ready", "unavailable": unavailable}, 503)
-        missing = self.source.missing_secrets()
-        if not missing:
+        missing, refused = self.source.missing_secrets(), self.source.refused_targets()
+        if not missing and not refused:
             return JSONResponse({"status": "ready"})
-        names = await run_in_threadpool(self.source.registry.operation_names)
-        listed = [entry.to_json(names.get(entry.operation_id)) for entry in missing]
-        return JSONResponse({"status": "not_ready", "missing_secrets": listed}, 503)
+        body: JSONObject = {"status": "not_ready"}
+        if missing:
+            names = await run_in_threadpool(self.source.registry.operation_names)
+            body["missing_secrets"] = [entry.to_json(names.get(entry.operation_id)) for entry in missing]
+        if refused:
+            body["refused_targets"] = [target.to_json() for target in refused]
+        return JSONResponse(body, 503)
 
 
 async def _unavailable(probes: list[Probe]) -> list[str]:

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -34,6 +34,7 @@ from crank.exceptions import (
     StateStoreUnavailableError,
 )
 from crank.gateway.client import UpstreamClient
+from crank.gateway.egress import EgressPolicy
 from crank.gateway.limits import CallLimits, Limiter
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
@@ -202,6 +203,47 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
     return invoke
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedTarget:
+    """A published tool whose upstream address this server's egress policy refuses."""
+
+    workspace: str
+    agent: str
+    tool: str
+    origin: str
+    reason: str
+
+    def to_json(self) -> JSONObject:
+        return {"workspace": self.workspace, "agent": self.agent, "tool": self.tool, "origin": self.origin,
+                "problem": self.reason}  # fmt: skip
+
+
+def refused_targets(runtime: RuntimeView, egress: EgressPolicy) -> list[RefusedTarget]:
+    """The tools of a view whose target is an address `egress` refuses (a host name is judged when called, on
+    what it resolves to)."""
+    refused = []
+    for tool in runtime.tools:
+        if not tool.target.url:
+            continue
+        reason = egress.target_refusal(tool.target.url)
+        if reason is not None:
+            parts = urlsplit(tool.target.url)
+            origin = f"{parts.scheme}://{parts.netloc}"
+            refused.append(RefusedTarget(runtime.workspace.slug, runtime.agent.slug, tool.tool_name, origin, reason))
+    return refused
+
+
+def _warn_refused(targets: list[RefusedTarget]) -> None:
+    """One warning per agent and upstream this server may not reach, naming its tools."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for target in targets:
+        grouped.setdefault((target.workspace, target.agent, target.origin, target.reason), []).append(target.tool)
+    for (workspace, agent, origin, reason), tools in grouped.items():
+        logger.warning("agent %s/%s: this server's egress policy refuses %s: %s; its calls fail as "
+                       "configuration_error until CRANK_EGRESS_ALLOW allows it (tools: %s)", workspace, agent, origin,
+                       reason, ", ".join(tools))  # fmt: skip
+
+
 def _warn_missing(missing: list[MissingSecret]) -> None:
     """One warning per agent and secret that does not resolve here, naming its tools (not one per tool)."""
     grouped: dict[tuple[str, str, str, str], list[str]] = {}
@@ -277,6 +319,7 @@ class AgentSource:
         self.oauth: dict[str, WorkspaceOAuth] = {}
         """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
         self._secret_views: dict[tuple[str, str], RuntimeView] = {}  # served views whose tools use secrets
+        self._refused: dict[tuple[str, str], list[RefusedTarget]] = {}  # served tools whose upstream egress refuses
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False  # both the watcher and (if any) the listener run
@@ -284,9 +327,10 @@ class AgentSource:
     def reload(self) -> None:
         """Rebuild the catalogs whose published version changed; keep the rest as they are."""
         generation = self.registry.generation()
-        current, current_views = self._catalogs, self._secret_views
+        current, current_views, current_refused = self._catalogs, self._secret_views, self._refused
         fresh: dict[tuple[str, str], tuple[tuple[int, OAuthPolicy | None], Catalog]] = {}
         views: dict[tuple[str, str], RuntimeView] = {}
+        refused: dict[tuple[str, str], list[RefusedTarget]] = {}
         # A policy that takes keys only is no policy at all here: no token is checked, no metadata served.
         oauth = {
             slug: held for slug, held in self.registry.workspace_oauth().items() if held.policy.credentials != "keys"
@@ -300,6 +344,8 @@ class AgentSource:
                 fresh[key] = known
                 if key in current_views:
                     views[key] = current_views[key]
+                if key in current_refused:
+                    refused[key] = current_refused[key]
                 continue
             try:
                 fresh[key] = (stamp, self._build(published, policy))
@@ -313,8 +359,13 @@ class AgentSource:
             if any(tool.execution_config.auth is not None for tool in published.runtime.tools):
                 views[key] = published.runtime
                 _warn_missing(missing_secrets(published.runtime))
+            targets = refused_targets(published.runtime, self.client.egress)
+            if targets:  # a publish made by a CLI with other egress settings: said once here, and in /readyz
+                refused[key] = targets
+                _warn_refused(targets)
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
         self._secret_views = views
+        self._refused = refused
         self._keys = self.registry.api_keys()
         self.oauth = oauth
         self._generation = generation
@@ -331,6 +382,11 @@ class AgentSource:
     def serves(self, workspace: str, agent: str) -> bool:
         """Whether `workspace` has `agent` published here."""
         return (workspace, agent) in self._catalogs
+
+    def refused_targets(self) -> list[RefusedTarget]:
+        """The served tools whose target address this server's egress policy refuses (their calls would fail as
+        `configuration_error`): a publish checked under another process's settings."""
+        return [target for targets in self._refused.values() for target in targets]
 
     def missing_secrets(self) -> list[MissingSecret]:
         """The secret references of served tools that do not resolve on this host now (checked on each
