@@ -31,7 +31,7 @@ import functools
 from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from crank.exceptions import ConfigurationError
 from crank.schema import problems_of
@@ -56,6 +56,7 @@ __all__ = [
     "AgentMode",
     "ArgumentRule",
     "AuthConfig",
+    "AuthType",
     "ConfirmationConfig",
     "ConstantRule",
     "ExecutionConfig",
@@ -234,14 +235,36 @@ class OAuthPolicy(_Model):
 # -- execution config --------------------------------------------------------------------------------
 
 
+AuthType = Literal["bearer", "header", "query", "cookie", "basic", "oauth2"]
+"""How an upstream credential is sent: `bearer` (`Authorization: Bearer <secret>`), `header`, `query` or `cookie`
+(the secret as the value of `name`), `basic` (the secret is `user:password`, sent base64-encoded), `oauth2` (the
+secret is the client secret of the OAuth 2 client-credentials grant at `token_url`; the token goes as bearer)."""
+
+
 class AuthConfig(_Model):
     """Upstream credentials, by reference: `secret` is `env:NAME` or `file:/path`, never the secret itself
-    (`crank.gateway.secrets.check_secret_reference` says which references a workspace may use)."""
+    (`crank.gateway.secrets.check_secret_reference` says which references a workspace may use). `scheme` names the
+    API description's security scheme it satisfies, for reports and logs."""
 
-    type: Literal["bearer", "header"]
+    type: AuthType
     secret: str
     name: str = DEFAULT_AUTH_HEADER
-    """The header that carries the secret when `type` is `header`."""
+    """The header, query parameter or cookie that carries the secret (`header`, `query`, `cookie`)."""
+    scheme: str | None = None
+    client_id: str | None = Field(default=None, max_length=256)
+    """`oauth2`: the client's id (not a secret)."""
+    token_url: str | None = None
+    """`oauth2`: the authorization server's token endpoint."""
+    scopes: tuple[str, ...] = ()
+    """`oauth2`: the scopes to ask for."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> AuthConfig:
+        if self.type == "oauth2":
+            if not self.client_id or not self.token_url:
+                raise ValueError("oauth2 credentials need client_id and token_url")
+            _secure_url(self.token_url)
+        return self
 
 
 class IdempotencyConfig(_Model):
