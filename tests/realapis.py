@@ -29,6 +29,9 @@ EC2 = DIRECTORY / "amazonaws.com" / "ec2.json"  # 1,188
 MAILCHIMP = DIRECTORY / "mailchimp.com.json"  # 272
 APIS_GURU = DIRECTORY / "apis.guru.json"  # 6: Prism starts it in seconds
 PRISM = NODE_MODULES / ".bin" / "prism"
+OAS_EXAMPLES = NODE_MODULES / "@readme" / "oas-examples"
+TRAIN_TRAVEL = OAS_EXAMPLES / "3.1" / "json" / "train-travel.json"  # OAuth2 (authorization code), 8 operations
+SECURITY = OAS_EXAMPLES / "3.0" / "json" / "security.json"  # every kind of security scheme, 15 operations
 
 
 def require(path: Path) -> Path:

@@ -163,10 +163,13 @@ def main(settings_file: str | None) -> None:
     metavar="NAME=REF",
     help="With --openapi: a header carrying the upstream's secret, e.g. X-Api-Key=env:API_KEY.",
 )
+@click.option("--auth-scheme", "auth_schemes", multiple=True, metavar="SCHEME=REF",
+              help="With --openapi: the credential of one of the document's security schemes (repeatable): "
+              "SCHEME=env:NAME, or SCHEME=CLIENT_ID:env:NAME for OAuth 2 client credentials.")  # fmt: skip
 def serve(
     app: str | None, role: str | None, listen: str | None, workers: int | None, app_dir: str, data_dir: str | None,
     spec: str | None, base_url: str | None, workspace: str | None, include: tuple[str, ...],
-    auth_bearer: str | None, auth_header: str | None,
+    auth_bearer: str | None, auth_header: str | None, auth_schemes: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService.
 
@@ -181,8 +184,9 @@ def serve(
     from crank.wire.listen import bind_listener, serve_on
 
     auth = _upstream_auth(auth_bearer, auth_header)
-    if spec is None and (base_url or workspace or include or auth):
-        raise click.UsageError("--base-url, --workspace, --include, --auth-bearer and --auth-header go with --openapi")
+    credentials = _scheme_credentials(auth_schemes)
+    if spec is None and (base_url or workspace or include or auth or credentials):
+        raise click.UsageError("--base-url, --workspace, --include and --auth-* go with --openapi")
     settings = _settings(role=role, listen=listen, data_dir=data_dir, workers=workers)
     if spec is not None and settings.role == "admin":
         raise click.UsageError("--openapi serves an MCP endpoint: not with role admin")
@@ -197,7 +201,7 @@ def serve(
             # uvicorn imports `app` when it starts serving: in each worker, after the fork.
             _serve_workers(settings, lambda: serve_on(app, sock, settings.connection_limits()))
         elif spec is not None:
-            _serve_openapi(settings, sock, spec, base_url, workspace, include, auth)
+            _serve_openapi(settings, sock, spec, base_url, workspace, include, auth, credentials)
         else:
             _prepare_registry(settings)
             _announce(settings)
@@ -282,6 +286,23 @@ def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | N
     return None
 
 
+def _scheme_credentials(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`--auth-scheme SCHEME=REF` (or `SCHEME=CLIENT_ID:REF`) as the workspace credentials they give."""
+    from crank.registry.runtime import SchemeCredential
+
+    credentials = {}
+    for pair in pairs:
+        scheme, equals, value = pair.partition("=")
+        client_id = None
+        if not value.startswith(("env:", "file:")):
+            client_id, _, value = value.partition(":")
+        if not equals or not scheme or not value.startswith(("env:", "file:")):
+            raise click.BadParameter(f"{pair!r}: expected SCHEME=env:NAME or SCHEME=CLIENT_ID:env:NAME",
+                                     param_hint="--auth-scheme")  # fmt: skip
+        credentials[scheme] = _validated(SchemeCredential, {"secret": value, "client_id": client_id or None})
+    return credentials
+
+
 def _serve_openapi(
     settings: Any,
     sock: Any,
@@ -290,13 +311,14 @@ def _serve_openapi(
     workspace: str | None,
     include: tuple[str, ...],
     auth: dict[str, str] | None,
+    credentials: dict[str, Any],
 ) -> None:
     from crank.instant import build_instant
     from crank.wire.listen import serve_on
 
     with _clear_errors(), _progress_bar(f"importing {Path(spec).name}") as progress:
         instant = build_instant(settings, spec, base_url=base_url, include=include or None, auth=auth,
-                                workspace=workspace, progress=progress)  # fmt: skip
+                                credentials=credentials, workspace=workspace, progress=progress)  # fmt: skip
     click.echo(instant.banner())
     sys.stdout.flush()
     serve_on(instant.server, sock, settings.connection_limits())
@@ -433,6 +455,40 @@ def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, c
     click.echo(f"workspace {slug}: takes {credentials} ({', '.join(policy.issuers)})")
 
 
+@workspace.command("credential")
+@click.argument("slug")
+@click.argument("scheme", required=False)
+@click.argument("reference", required=False)
+@click.option(
+    "--client-id", default=None, help="OAuth 2 client credentials: the client's id (the secret is REFERENCE)."
+)
+@click.option("--remove", is_flag=True, help="Take the scheme's credential away.")
+def workspace_credential(
+    slug: str, scheme: str | None, reference: str | None, client_id: str | None, remove: bool
+) -> None:
+    """Give the workspace a credential for a security scheme of its API descriptions, by reference (env:NAME or
+    file:/path: a token, an API key, user:password for basic, an OAuth 2 client secret). Every operation that
+    requires the scheme and has no credential of its own takes it at its agents' next publish. Without SCHEME,
+    list the workspace's credentials (references, never values)."""
+    from crank.registry.runtime import SchemeCredential
+
+    registry = _registry()
+    with _clear_errors():
+        if scheme is None:
+            _echo_json({name: given.model_dump(exclude_none=True)
+                        for name, given in registry.workspace_credentials(slug).items()})  # fmt: skip
+            return
+        if remove:
+            registry.set_workspace_credential(slug, scheme, None)
+            click.echo(f"workspace {slug}: no credential for {scheme}")
+            return
+        if reference is None:
+            raise click.UsageError("give the credential's REFERENCE (env:NAME or file:/path), or --remove")
+        credential = _validated(SchemeCredential, {"secret": reference, "client_id": client_id})
+        registry.set_workspace_credential(slug, scheme, credential)
+    click.echo(f"workspace {slug}: {scheme} uses {reference} (publish its agents to apply it)")
+
+
 def _scope_pairs(pairs: tuple[str, ...]) -> dict[str, list[str]]:
     scopes: dict[str, list[str]] = {}
     for pair in pairs:
@@ -536,7 +592,7 @@ def import_() -> None:
 
 
 def _import(kind: str, spec: str, workspace: str, base_url: str | None, include: tuple[str, ...],
-            republish: bool = True, dry_run: bool = False) -> None:  # fmt: skip
+            republish: bool = True, dry_run: bool = False, auth: dict[str, str] | None = None) -> None:  # fmt: skip
     from crank.admin.changes import reimport
 
     registry = _registry()
@@ -559,10 +615,16 @@ def _import(kind: str, spec: str, workspace: str, base_url: str | None, include:
     if report.breaking:
         click.echo(f"warning: {len(report.breaking)} bound tool(s) broken by this change", err=True)
     if not dry_run:
-        from crank.admin.actions import imported_sizes
+        from crank.admin.actions import credential_gaps, imported_sizes, set_operations_auth
 
         with _clear_errors():
+            if auth is not None:
+                set_operations_auth(registry, workspace, report.names, auth)
             _echo_sizes(imported_sizes(registry, workspace, [*report.added, *(c.operation for c in report.changed)]))
+            for gap in credential_gaps(registry, workspace, report.names):
+                click.echo(f"credentials: {gap.scheme} ({gap.type}) is required by {len(gap.tools)} operation(s) "
+                           f"({', '.join(gap.tools[:5])}{', ...' if len(gap.tools) > 5 else ''}) and not given: "
+                           f"{gap.how()}", err=True)  # fmt: skip
 
 
 def _echo_sizes(sizes: list[Any]) -> None:
@@ -605,14 +667,30 @@ def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
 @click.option("--republish/--no-republish", default=True, show_default=True,
               help="Publish again the agents that bind a changed or removed operation.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Only report what would change; write nothing.")
+@click.option(
+    "--auth-bearer", default=None, metavar="REF", help="Every imported operation's bearer token, by reference."
+)
+@click.option("--auth-header", default=None, metavar="NAME=REF", help="A header carrying every operation's secret.")
+@click.option("--auth-scheme", "auth_schemes", multiple=True, metavar="SCHEME=REF",
+              help="The workspace's credential of one of the document's security schemes (repeatable): "
+              "SCHEME=env:NAME, or SCHEME=CLIENT_ID:env:NAME for OAuth 2 client credentials.")  # fmt: skip
 def import_openapi(
-    spec: str, workspace: str, base_url: str | None, include: tuple[str, ...], republish: bool, dry_run: bool
-) -> None:
+    spec: str, workspace: str, base_url: str | None, include: tuple[str, ...], republish: bool, dry_run: bool,
+    auth_bearer: str | None, auth_header: str | None, auth_schemes: tuple[str, ...],
+) -> None:  # fmt: skip
     """Import an OpenAPI 3.0/3.1 document (file or URL, JSON or YAML): one operation per path and method.
 
     Importing a newer version reports what was added, removed and changed, flags the changes that break
-    bound tools, and republishes the agents concerned, in one transaction."""
-    _import("openapi", spec, workspace, base_url, include, republish, dry_run)
+    bound tools, and republishes the agents concerned, in one transaction. The document's security schemes are
+    read: each operation records what it requires, and a scheme without a credential is said before any call."""
+    auth = _upstream_auth(auth_bearer, auth_header)
+    credentials = _scheme_credentials(auth_schemes)
+    if credentials and not dry_run:
+        registry = _registry()
+        with _clear_errors():
+            for scheme, credential in credentials.items():
+                registry.set_workspace_credential(workspace, scheme, credential)
+    _import("openapi", spec, workspace, base_url, include, republish, dry_run, auth)
 
 
 @import_.command("openrpc")

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from crank import _json
-from crank.admin.actions import CheckAndLint, kept_api_key
+from crank.admin.actions import CheckAndLint, credential_gaps, kept_api_key, set_operations_auth
 from crank.admin.changes import ImportReport, reimport
 from crank.admin.documents import is_url, load_document
 from crank.admin.lint import CatalogReport, catalog_report
@@ -31,8 +31,9 @@ from crank.admin.models import SLUG
 from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
-from crank.gateway.secrets import ENV_ALLOW_VARIABLE
+from crank.gateway.secrets import ENV_ALLOW_VARIABLE, MissingCredential
 from crank.registry import Registry
+from crank.registry.runtime import SchemeCredential
 from crank.server import CrankServer
 from crank.settings import Settings
 from crank.sources.agents import build_catalog
@@ -63,6 +64,8 @@ class InstantServer:
     catalog: CatalogReport
     changes: ImportReport
     key_file: Path
+    gaps: Sequence[MissingCredential] = ()
+    """Security schemes the operations require with no credential given: said in the banner."""
 
     def banner(self) -> str:
         """What the command prints before serving: the URL, the key, what is served and the client setups."""
@@ -80,6 +83,11 @@ class InstantServer:
             f"MCP endpoint:   {self.mcp_url}",
             f"API key:        {self.api_key}",
             f"Data folder:    {self.server.settings.data_dir} (the key is kept in {self.key_file.name})",
+            *(
+                f"Credentials:    {gap.scheme} ({gap.type}) is required by {len(gap.tools)} tool(s) and not given: "
+                f"add --auth-scheme {gap.scheme}={'CLIENT_ID:' if gap.type == 'oauth2' else ''}env:NAME"
+                for gap in self.gaps
+            ),
             "",
             client_setups(self.mcp_url, self.api_key, name=self.workspace),
         ]
@@ -93,13 +101,16 @@ def build_instant(
     base_url: str | None = None,
     include: Sequence[str] | None = None,
     auth: JSONObject | None = None,
+    credentials: Mapping[str, SchemeCredential] | None = None,
     workspace: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> InstantServer:
     """Import `spec`, bind all of it into the agent `api`, publish it and get a key; nothing is served yet.
 
     `auth` (`{"type": "bearer", "secret": "env:NAME"}` or `{"type": "header", "name": ..., "secret": ...}`)
-    goes into every operation's execution settings. Raises `ConfigurationError` (a `SpecError` for the
+    goes into every operation's execution settings; `credentials` are the workspace's for the document's
+    security schemes (`--auth-scheme`), and a scheme the operations require without one is said in the
+    banner. Raises `ConfigurationError` (a `SpecError` for the
     document) with a message for the user.
 
     The addresses named here (`spec` when a URL, `base_url`) are allowed beside the settings' egress
@@ -112,8 +123,9 @@ def build_instant(
     if workspace is not None and not re.fullmatch(SLUG, workspace):
         raise ConfigurationError(f"--workspace {workspace!r}: use lower-case letters, digits, '-' and '_' (at most 64)")
     slug = workspace or workspace_slug(title)
-    if auth is not None:  # before the server loads what an earlier run published: its secret resolves at once
-        _give_variable(slug, str(auth.get("secret", "")))
+    # Before the server loads what an earlier run published: its secrets resolve at once.
+    for reference in [str(auth.get("secret", "")) if auth else "", *(c.secret for c in (credentials or {}).values())]:
+        _give_variable(slug, reference)
     server = CrankServer(settings, egress=egress)
     registry = server.registry
     key_file = settings.data_dir / f"{slug}-api-key"
@@ -122,7 +134,10 @@ def build_instant(
     changes = reimport(registry, slug, "openapi", document, base_url=base_url, include=include, progress=progress,
                        republish=False, egress=egress)  # fmt: skip
     if auth is not None:
-        _set_auth(registry, slug, changes.names, auth)
+        set_operations_auth(registry, slug, changes.names, auth)
+    for scheme, credential in (credentials or {}).items():
+        registry.set_workspace_credential(slug, scheme, credential)
+    gaps = credential_gaps(registry, slug, changes.names)
     description = f"The operations of {title}, as its OpenAPI document describes them."
     draft: JSONObject = {"description": description, "bindings": [{"operation": name} for name in changes.names]}
     registry.put_agent(slug, AGENT, draft)
@@ -135,7 +150,7 @@ def build_instant(
     if server.gateway is not None:  # built before the publish and the key: serve both from the first request
         server.gateway.source.reload()
     mcp_url = f"http://{settings.listen}/mcp/v1/{slug}/{AGENT}"
-    return InstantServer(server, title, slug, mcp_url, key, mode, version, catalog, changes, key_file)
+    return InstantServer(server, title, slug, mcp_url, key, mode, version, catalog, changes, key_file, gaps)
 
 
 def _own_workspace(registry: Registry, slug: str, title: str, key_file: Path, *, named: bool) -> None:
@@ -181,16 +196,6 @@ def _give_variable(workspace: str, reference: str) -> None:
     if kind == "env" and name:
         given = os.environ.get(ENV_ALLOW_VARIABLE, "")
         os.environ[ENV_ALLOW_VARIABLE] = f"{given},{workspace}:{name}" if given else f"{workspace}:{name}"
-
-
-def _set_auth(registry: Registry, workspace: str, names: Sequence[str], auth: JSONObject) -> None:
-    specs = registry.operations(workspace)
-    updated = {}
-    for name in names:
-        execution = {**(specs[name].get("execution_config") or {}), "auth": auth}
-        if execution != specs[name].get("execution_config"):
-            updated[name] = {**specs[name], "execution_config": execution}
-    registry.put_operations(workspace, updated)
 
 
 def client_setups(url: str, key: str, *, name: str) -> str:

@@ -327,9 +327,12 @@ class GatewayService:
         if unavailable:
             return JSONResponse({"status": "not_ready", "unavailable": unavailable}, 503)
         missing, refused = self.source.missing_secrets(), self.source.refused_targets()
-        if not missing and not refused:
+        credentials = self.source.missing_credentials()
+        if not missing and not refused and not credentials:
             return JSONResponse({"status": "ready"})
         body: JSONObject = {"status": "not_ready"}
+        if credentials:
+            body["missing_credentials"] = [gap.to_json() for gap in credentials]
         if missing:
             names = await run_in_threadpool(self.source.registry.operation_names)
             body["missing_secrets"] = [entry.to_json(names.get(entry.operation_id)) for entry in missing]

@@ -20,8 +20,9 @@ from crank.admin.openrpc import import_openrpc
 from crank.exceptions import RegistryNotFoundError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
-from crank.gateway.secrets import check_secret_references, missing_secrets
+from crank.gateway.secrets import MissingCredential, check_secret_references, missing_credentials, missing_secrets
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
+from crank.registry.runtime import ExecutionConfig
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -91,7 +92,9 @@ class CheckAndLint:
             runtime, UpstreamClient(egress=egress)
         )  # the check; the linter and the budget report reuse what it built
         slug = runtime.agent.slug
-        self.findings[slug] = lint_runtime(runtime, catalog=catalog) + secret_findings(runtime)
+        self.findings[slug] = (
+            lint_runtime(runtime, catalog=catalog) + secret_findings(runtime) + credential_findings(runtime)
+        )
         self.catalogs[slug] = catalog_report(runtime, catalog=catalog)
         uncompacted = self.uncompacted.get(slug)
         if uncompacted is not None:
@@ -115,6 +118,47 @@ def secret_findings(runtime: RuntimeView) -> list[Finding]:
             "and /readyz reports not ready.",
         )  # fmt: skip
         for missing in missing_secrets(runtime)
+    ]
+
+
+def set_operations_auth(registry: Registry, workspace: str, names: Sequence[str], auth: JSONObject) -> None:
+    """Give the named operations one upstream credential of their own (`--auth-bearer`, `--auth-header`)."""
+    specs = registry.operations(workspace)
+    updated = {}
+    for name in names:
+        execution = {**(specs[name].get("execution_config") or {}), "auth": auth}
+        if execution != specs[name].get("execution_config"):
+            updated[name] = {**specs[name], "execution_config": execution}
+    registry.put_operations(workspace, updated)
+
+
+def credential_gaps(registry: Registry, workspace: str, names: Sequence[str]) -> list[MissingCredential]:
+    """The security schemes the named operation drafts require with no credential: none of their own, and none
+    of the workspace's for any scheme they accept. Said by the import, before anything is called."""
+    given = registry.workspace_credentials(workspace)
+    specs = registry.operations(workspace)
+    tools = []
+    for name in names:
+        config = ExecutionConfig.model_validate((specs.get(name) or {}).get("execution_config") or {})
+        if not any(requirement.scheme in given for requirement in config.requires):
+            tools.append((name, config))
+    return missing_credentials(workspace, tools)
+
+
+def credential_findings(runtime: RuntimeView) -> list[Finding]:
+    """A warning per security scheme the agent's operations require with no credential given: their calls would
+    get the upstream's 401 (`upstream_unauthorized`); said before the first call, with how to give it."""
+    tools = [(tool.tool_name, tool.execution_config) for tool in runtime.tools]
+    return [
+        Finding(
+            missing.tools[0],
+            "missing-credential",
+            "warning",
+            f"the API requires {missing.scheme} ({missing.type}) of {len(missing.tools)} tool(s): "
+            f"{', '.join(missing.tools)}; no credential is given for it.",
+            missing.how() + ".",
+        )
+        for missing in missing_credentials(runtime.workspace.slug, tools)
     ]
 
 

@@ -47,7 +47,7 @@ from crank.admin.models import (
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
-from crank.registry.runtime import OAuthPolicy
+from crank.registry.runtime import OAuthPolicy, SchemeCredential
 from crank.telemetry import Probe
 from crank.types import JSONObject, Scope
 from crank.wire.middleware import BearerAuthMiddleware
@@ -339,6 +339,20 @@ def delete_oauth(api: AdminAPI, request: Request, body: None) -> Any:
     api.registry.set_workspace_oauth(_path(request, "workspace"), None)
 
 
+def list_credentials(api: AdminAPI, request: Request, body: None) -> Any:
+    given = api.registry.workspace_credentials(_path(request, "workspace"))
+    return {"credentials": {scheme: credential.model_dump(exclude_none=True) for scheme, credential in given.items()}}
+
+
+def put_credential(api: AdminAPI, request: Request, body: SchemeCredential) -> Any:
+    api.registry.set_workspace_credential(_path(request, "workspace"), _path(request, "scheme"), body)
+    return {"scheme": _path(request, "scheme"), **body.model_dump(exclude_none=True)}
+
+
+def delete_credential(api: AdminAPI, request: Request, body: None) -> Any:
+    api.registry.set_workspace_credential(_path(request, "workspace"), _path(request, "scheme"), None)
+
+
 def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
     locations = [location for s in body.sources for location in (s.openapi, s.openrpc) if location]
     if not all(is_url(location) for location in locations):
@@ -393,6 +407,17 @@ ENDPOINTS = (
     _Endpoint("GET", _WS + "/oauth", "Show the workspace's OAuth policy (null: API keys only)", get_oauth),
     _Endpoint("PUT", _WS + "/oauth", "Take OAuth access tokens: issuers, audience, scopes", put_oauth, OAuthPolicy),
     _Endpoint("DELETE", _WS + "/oauth", "Take API keys only again", delete_oauth, status=204),
+    _Endpoint("GET", _WS + "/credentials", "List the upstream credentials by security scheme", list_credentials),
+    _Endpoint(
+        "PUT",
+        _WS + "/credentials/{scheme}",
+        "Give a security scheme a credential (a reference)",
+        put_credential,
+        SchemeCredential,
+    ),  # fmt: skip
+    _Endpoint(
+        "DELETE", _WS + "/credentials/{scheme}", "Take a scheme's credential away", delete_credential, status=204
+    ),  # fmt: skip
     _Endpoint("POST", "/apply", "Apply a declarative catalog (JSON or YAML)", apply, CatalogFile),
 )
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from crank.mcp.tools import TOOL_NAME_PATTERN
-from crank.registry.runtime import Limits, OAuthPolicy
+from crank.registry.runtime import Limits, OAuthPolicy, SchemeCredential
 from crank.schema import problems_of
 from crank.schema.compact import CompactSettings
 
@@ -77,6 +77,9 @@ class WorkspaceRef(WorkspaceIn):
     slug: str = Field(pattern=SLUG, description="Lower-case letters, digits, '-' and '_'; part of the MCP URL.")
     oauth: OAuthPolicy | None = Field(
         None, description="The OAuth access tokens it takes besides (or instead of) API keys; none: API keys only."
+    )
+    credentials: dict[str, SchemeCredential] | None = Field(
+        None, description="Upstream credentials by security scheme of its API descriptions (references only)."
     )
 
 

@@ -67,6 +67,7 @@ from crank.admin.documents import (
     where,
 )
 from crank.exceptions import SpecError
+from crank.registry.runtime import is_secure_url
 from crank.types import JSONObject
 
 __all__ = ["import_openapi"]
@@ -287,6 +288,30 @@ def _source(op: _Operation) -> JSONObject:
 # -- conversion -------------------------------------------------------------------------------------
 
 
+def _requirement(name: str, scheme: Any, scopes: Any) -> JSONObject | None:
+    """A Security Scheme Object as what an operation requires (`crank.registry.runtime.SecurityRequirement`), or
+    None for one Crank cannot send (mutual TLS, an http scheme other than bearer and basic). OAuth 2 with a
+    client-credentials flow at an https token URL is fetched by the gateway; any other OAuth 2 flow, and OpenID
+    Connect, need a token the operator obtains: a bearer credential."""
+    if not isinstance(scheme, dict):
+        return None
+    kind = scheme.get("type")
+    if kind == "apiKey" and scheme.get("in") in ("header", "query", "cookie") and isinstance(scheme.get("name"), str):
+        return {"scheme": name, "type": scheme["in"], "name": scheme["name"]}
+    if kind == "http" and str(scheme.get("scheme", "")).lower() in ("bearer", "basic"):
+        return {"scheme": name, "type": str(scheme["scheme"]).lower()}
+    if kind == "oauth2":
+        flow = (scheme.get("flows") or {}).get("clientCredentials") or {}
+        token_url = flow.get("tokenUrl")
+        if isinstance(token_url, str) and is_secure_url(token_url):  # never a client secret in clear text
+            listed = [scope for scope in scopes if isinstance(scope, str)] if isinstance(scopes, list) else []
+            return {"scheme": name, "type": "oauth2", "token_url": token_url, "scopes": listed}
+        return {"scheme": name, "type": "bearer"}
+    if kind == "openIdConnect":
+        return {"scheme": name, "type": "bearer"}
+    return None
+
+
 def _idempotency(arguments: Arguments) -> JSONObject | None:
     """An `Idempotency-Key` header parameter makes its argument the operation's idempotency key, so the
     gateway itself guarantees one effect per key (see `crank.gateway.safety`)."""
@@ -324,12 +349,37 @@ class _Converter:
             "annotations": merge_annotations(derived, op.operation.get("x-crank-annotations")),
             "source": _source(op),
         }
+        execution: JSONObject = {}
         idempotency = _idempotency(arguments)
         if idempotency is not None:
-            spec["execution_config"] = {"idempotency": idempotency}
+            execution["idempotency"] = idempotency
+        requires = self._requires(op)
+        if requires:
+            execution["requires"] = requires
+        if execution:
+            spec["execution_config"] = execution
         # A copy per draft: definitions that tools share must not be shared objects.
         copied: JSONObject = json_copy(spec)
         return copied
+
+    def _requires(self, op: _Operation) -> list[JSONObject]:
+        """The security alternatives of the operation (its own `security`, else the document's) that Crank can
+        send, in order: one scheme each (an alternative of several schemes at once is left out). An empty
+        alternative (`{}`) makes credentials optional: nothing is required then."""
+        security = op.operation.get("security", self.doc.contents.get("security")) or []
+        if not isinstance(security, list) or any(alternative == {} for alternative in security):
+            return []
+        schemes = ((self.doc.contents.get("components") or {}).get("securitySchemes")) or {}
+        requires = []
+        for alternative in security:
+            if not isinstance(alternative, dict) or len(alternative) != 1:
+                continue
+            ((name, scopes),) = alternative.items()
+            definition = self.doc.deref(schemes.get(name), ("components", "securitySchemes", name))
+            requirement = _requirement(name, definition, scopes)
+            if requirement is not None:
+                requires.append(requirement)
+        return requires
 
     def _parameter(self, arguments: Arguments, param: JSONObject) -> None:
         location, name = param["in"], param["name"]

@@ -20,12 +20,12 @@ the references that do not resolve here, for a publish's warnings and `/readyz`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from crank.exceptions import ConfigurationError
-from crank.registry.runtime import RuntimeView
+from crank.registry.runtime import ExecutionConfig, RuntimeView
 from crank.types import JSONObject
 
 __all__ = [
@@ -171,3 +171,36 @@ def missing_secrets(runtime: RuntimeView) -> list[MissingSecret]:
                 )  # fmt: skip
             )
     return missing
+
+
+@dataclass(frozen=True, slots=True)
+class MissingCredential:
+    """A security scheme the API description requires of some served operations, with no credential given."""
+
+    workspace: str
+    scheme: str
+    type: str
+    tools: tuple[str, ...]
+
+    def how(self) -> str:
+        """The exact setting that gives it: the workspace's credential for the scheme, then a publish."""
+        oauth2 = self.type == "oauth2"
+        given = f"{self.scheme} env:NAME" + (" --client-id CLIENT_ID" if oauth2 else "")
+        option = f"{self.scheme}=" + ("CLIENT_ID:env:NAME" if oauth2 else "env:NAME")
+        return (f"crank workspace credential {self.workspace} {given}, then publish (or --auth-scheme {option} on "
+                "crank import openapi or crank serve --openapi)")  # fmt: skip
+
+    def to_json(self) -> JSONObject:
+        return {"workspace": self.workspace, "scheme": self.scheme, "type": self.type, "tools": list(self.tools),
+                "how": self.how()}  # fmt: skip
+
+
+def missing_credentials(workspace: str, tools: Iterable[tuple[str, ExecutionConfig]]) -> list[MissingCredential]:
+    """The schemes that (tool name, execution config) pairs require and have no credential for: a tool with no
+    `auth` whose description requires credentials (its first alternative names the scheme to give)."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for name, config in tools:
+        if config.auth is None and config.requires:
+            first = config.requires[0]
+            grouped.setdefault((first.scheme, first.type), []).append(name)
+    return [MissingCredential(workspace, scheme, kind, tuple(names)) for (scheme, kind), names in grouped.items()]

@@ -43,6 +43,8 @@ class Workspace(Base):
     """The rate limit and quota of every request to the workspace (`crank.registry.runtime.Limits`)."""
     key_limits: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     """The limits of each of its API keys' tool calls that has none of its own."""
+    credentials: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    """Upstream credentials by security scheme name (`crank.registry.runtime.SchemeCredential`, references only)."""
     oauth: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     """The workspace's OAuth policy (`crank.registry.runtime.OAuthPolicy`); null: API keys only."""
     created_by: Mapped[str | None] = mapped_column(String(64), default=None)

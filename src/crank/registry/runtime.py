@@ -57,6 +57,8 @@ __all__ = [
     "ArgumentRule",
     "AuthConfig",
     "AuthType",
+    "SchemeCredential",
+    "SecurityRequirement",
     "ConfirmationConfig",
     "ConstantRule",
     "ExecutionConfig",
@@ -75,6 +77,7 @@ __all__ = [
     "TemplateRule",
     "ToolHints",
     "WorkspaceInfo",
+    "is_secure_url",
     "load_runtime",
     "tool_from_spec",
 ]
@@ -156,6 +159,15 @@ destructive ones among them (a destructive tool needs both `write` and `destruct
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def is_secure_url(url: str) -> bool:
+    """Whether `url` is https, or http on loopback (`_secure_url`'s rule)."""
+    try:
+        _secure_url(url)
+    except ValueError:
+        return False
+    return True
 
 
 def _secure_url(url: str) -> str:
@@ -267,6 +279,37 @@ class AuthConfig(_Model):
         return self
 
 
+class SchemeCredential(_Model):
+    """A workspace's credential for one security scheme of its API descriptions: the secret by reference (a
+    token, an API key, `user:password` for basic, an OAuth 2 client secret) and, for OAuth 2, the client id.
+    Every operation that requires the scheme and has no `auth` of its own is published with it."""
+
+    secret: str = Field(min_length=1, max_length=1024)
+    client_id: str | None = Field(default=None, max_length=256)
+
+    @field_validator("secret")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        if not value.startswith(("env:", "file:")) or value in ("env:", "file:"):
+            raise ValueError("a secret is 'env:NAME' or 'file:/path', never the value itself")
+        return value
+
+
+class SecurityRequirement(_Model):
+    """One scheme an operation's description requires, with how it is sent (`AuthConfig` without the secret)."""
+
+    scheme: str = Field(min_length=1, max_length=128)
+    type: AuthType
+    name: str = DEFAULT_AUTH_HEADER
+    token_url: str | None = None
+    scopes: tuple[str, ...] = ()
+
+    def credential(self, given: SchemeCredential) -> AuthConfig:
+        """The operation's `auth` once the workspace gives the scheme a credential."""
+        return AuthConfig(type=self.type, secret=given.secret, name=self.name, scheme=self.scheme,
+                          client_id=given.client_id, token_url=self.token_url, scopes=self.scopes)  # fmt: skip
+
+
 class IdempotencyConfig(_Model):
     """The argument that is the idempotency key, the header it goes upstream in, and how long it holds."""
 
@@ -292,6 +335,10 @@ class ExecutionConfig(_Model):
     forward_headers: tuple[Annotated[str, Field(min_length=1)], ...] = ()
     """Client headers passed upstream, as written (the gateway compares them without case)."""
     auth: AuthConfig | None = None
+    requires: tuple[SecurityRequirement, ...] = ()
+    """What the API description says the operation needs (the first alternative Crank can send): recorded at
+    import; with no `auth`, the publish takes the workspace's credential for its scheme, and a scheme without
+    one is reported (import, publish, `/readyz`) instead of failing the first call with the upstream's 401."""
     idempotency: IdempotencyConfig | None = None
     confirmation: ConfirmationConfig = ConfirmationConfig()
     accept: Annotated[str, Field(min_length=1)] = DEFAULT_ACCEPT
@@ -522,7 +569,7 @@ _FLAT_NAMES = {
     "execution_config.confirmation.ttl": "execution_config.confirmation_ttl",
 }
 _FLAT_EXECUTION = (
-    "timeout", "retries", "idempotent", "forward_headers", "auth", "idempotency", "accept", "output_schema",
+    "timeout", "retries", "idempotent", "forward_headers", "auth", "requires", "idempotency", "accept", "output_schema",
 )  # fmt: skip
 
 

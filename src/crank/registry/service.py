@@ -33,6 +33,7 @@ from crank.registry.runtime import (
     OAuthPolicy,
     RuntimeTool,
     RuntimeView,
+    SchemeCredential,
     WorkspaceInfo,
     load_runtime,
     tool_from_spec,
@@ -337,6 +338,9 @@ class Registry:
             self._put_limits(session, ws, _limits_of(workspace.get("limits")), _limits_of(workspace.get("key_limits")))
             oauth = workspace.get("oauth")
             self._put_oauth(session, ws, None if oauth is None else OAuthPolicy.model_validate(oauth))
+            credentials = workspace.get("credentials")
+            ws.credentials = {scheme: SchemeCredential.model_validate(given).model_dump(mode="json", exclude_none=True)
+                              for scheme, given in (credentials or {}).items()} or None  # fmt: skip
             for name, spec in operations.items():
                 self._put_row(session, Operation, ws, {"name": name}, spec)
             for draft in agents:
@@ -406,7 +410,8 @@ class Registry:
             ws = self._workspace(session, workspace)
             bindings = [{"operation": name} for name in names]
             agent = Agent(id="", workspace_id=ws.id, slug="import", spec={"bindings": bindings})
-            return self._runtime_view(session, ws, agent, compact=compact)
+            # Sizes need no credentials: none is attached, so no reference is checked where nothing is called.
+            return self._runtime_view(session, ws, agent, compact=compact, credentials=False)
 
     def _publish(
         self,
@@ -533,6 +538,24 @@ class Registry:
             ws.oauth = stored
             self._bump(session)
 
+    def set_workspace_credential(self, workspace: str, scheme: str, credential: SchemeCredential | None) -> None:
+        """Give the workspace a credential for a security scheme (None: take it away). Agents pick it up at their
+        next publish (`crank publish`, or `crank operation republish` for every agent of an operation)."""
+        with Session(self._writer) as session, session.begin():
+            ws = self._workspace(session, workspace)
+            credentials = dict(ws.credentials or {})
+            if credential is None:
+                credentials.pop(scheme, None)
+            else:
+                credentials[scheme] = credential.model_dump(mode="json", exclude_none=True)
+            ws.credentials = credentials or None
+
+    def workspace_credentials(self, workspace: str) -> dict[str, SchemeCredential]:
+        """The workspace's credentials by scheme (references, never values)."""
+        with Session(self.engine) as session:
+            stored = self._workspace(session, workspace).credentials or {}
+        return {scheme: SchemeCredential.model_validate(given) for scheme, given in stored.items()}
+
     def workspace_oauth_policy(self, workspace: str) -> OAuthPolicy | None:
         with Session(self.engine) as session:
             stored = self._workspace(session, workspace).oauth
@@ -577,7 +600,9 @@ class Registry:
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def _runtime_view(self, session: Session, ws: Workspace, agent: Agent, *, compact: bool = True) -> RuntimeView:
+    def _runtime_view(
+        self, session: Session, ws: Workspace, agent: Agent, *, compact: bool = True, credentials: bool = True
+    ) -> RuntimeView:
         tools = []
         for index, binding in enumerate(agent.spec.get("bindings", [])):
             where = f"agent {ws.slug}/{agent.slug}, binding {index}"
@@ -585,7 +610,7 @@ class Registry:
             operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=operation_name))
             if operation is None:
                 raise RegistryError(f"{where}: no operation {operation_name!r} in workspace {ws.slug!r}")
-            tools.append(_tool(ws, agent, operation, binding, compact=compact))
+            tools.append(_tool(ws, agent, operation, binding, compact=compact, credentials=credentials))
         names = [tool.tool_name for tool in tools]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -643,7 +668,9 @@ class Registry:
             self.announce(session.info.pop("crank_announce"))
 
 
-def _tool(ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject, *, compact: bool) -> RuntimeTool:
+def _tool(
+    ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject, *, compact: bool, credentials: bool = True
+) -> RuntimeTool:
     """The binding over its operation's draft, in the flat form `tool_from_spec` reads, compacted by the
     `compact` settings of the workspace, the agent and the operation (the most specific wins)."""
     spec = operation.spec
@@ -665,9 +692,29 @@ def _tool(ws: Workspace, agent: Agent, operation: Operation, binding: JSONObject
     try:
         if compact:
             _compacted(flat, policy_of(ws.compact, agent.spec.get("compact"), spec.get("compact"), where=where))
-        return tool_from_spec(flat, where=where)
+        tool = tool_from_spec(flat, where=where)
+        return _with_credential(tool, ws.credentials) if credentials else tool
     except ConfigurationError as exc:
         raise RegistryError(str(exc)) from None
+
+
+def _with_credential(tool: RuntimeTool, credentials: JSONObject | None) -> RuntimeTool:
+    """The tool with the workspace's credential for the scheme its description requires, when it has no `auth`
+    of its own and the workspace gives one (without one it is published as it is, and reported)."""
+    config = tool.execution_config
+    if config.auth is not None or not config.requires or not credentials:
+        return tool
+    for requirement in config.requires:
+        given = credentials.get(requirement.scheme)
+        if given is not None:
+            try:
+                auth = requirement.credential(SchemeCredential.model_validate(given))
+            except ValidationError as exc:
+                raise ConfigurationError(
+                    f"tool {tool.tool_name!r}: the credential for {requirement.scheme}: {exc.errors()[0]['msg']}"
+                ) from None
+            return tool.model_copy(update={"execution_config": config.model_copy(update={"auth": auth})})
+    return tool
 
 
 def _compacted(flat: JSONObject, policy: Any) -> None:

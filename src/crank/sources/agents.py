@@ -38,7 +38,7 @@ from crank.gateway.egress import EgressPolicy
 from crank.gateway.limits import CallLimits, Limiter
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
-from crank.gateway.secrets import MissingSecret, missing_secrets
+from crank.gateway.secrets import MissingCredential, MissingSecret, missing_credentials, missing_secrets
 from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
@@ -320,6 +320,7 @@ class AgentSource:
         """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
         self._secret_views: dict[tuple[str, str], RuntimeView] = {}  # served views whose tools use secrets
         self._refused: dict[tuple[str, str], list[RefusedTarget]] = {}  # served tools whose upstream egress refuses
+        self._gaps: dict[tuple[str, str], list[MissingCredential]] = {}  # schemes served tools lack a credential for
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False  # both the watcher and (if any) the listener run
@@ -327,7 +328,9 @@ class AgentSource:
     def reload(self) -> None:
         """Rebuild the catalogs whose published version changed; keep the rest as they are."""
         generation = self.registry.generation()
-        current, current_views, current_refused = self._catalogs, self._secret_views, self._refused
+        current, current_views, current_refused, current_gaps = (self._catalogs, self._secret_views, self._refused,
+                                                                 self._gaps)  # fmt: skip
+        gaps: dict[tuple[str, str], list[MissingCredential]] = {}
         fresh: dict[tuple[str, str], tuple[tuple[int, OAuthPolicy | None], Catalog]] = {}
         views: dict[tuple[str, str], RuntimeView] = {}
         refused: dict[tuple[str, str], list[RefusedTarget]] = {}
@@ -346,6 +349,8 @@ class AgentSource:
                     views[key] = current_views[key]
                 if key in current_refused:
                     refused[key] = current_refused[key]
+                if key in current_gaps:
+                    gaps[key] = current_gaps[key]
                 continue
             try:
                 fresh[key] = (stamp, self._build(published, policy))
@@ -359,6 +364,10 @@ class AgentSource:
             if any(tool.execution_config.auth is not None for tool in published.runtime.tools):
                 views[key] = published.runtime
                 _warn_missing(missing_secrets(published.runtime))
+            missing = missing_credentials(published.workspace, ((t.tool_name, t.execution_config)
+                                                                for t in published.runtime.tools))  # fmt: skip
+            if missing:
+                gaps[key] = missing
             targets = refused_targets(published.runtime, self.client.egress)
             if targets:  # a publish made by a CLI with other egress settings: said once here, and in /readyz
                 refused[key] = targets
@@ -366,6 +375,7 @@ class AgentSource:
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
         self._secret_views = views
         self._refused = refused
+        self._gaps = gaps
         self._keys = self.registry.api_keys()
         self.oauth = oauth
         self._generation = generation
@@ -382,6 +392,11 @@ class AgentSource:
     def serves(self, workspace: str, agent: str) -> bool:
         """Whether `workspace` has `agent` published here."""
         return (workspace, agent) in self._catalogs
+
+    def missing_credentials(self) -> list[MissingCredential]:
+        """The security schemes served tools require with no credential given (their calls get the upstream's
+        401): `/readyz` names each with its tools and how to give it."""
+        return [missing for gaps in self._gaps.values() for missing in gaps]
 
     def refused_targets(self) -> list[RefusedTarget]:
         """The served tools whose target address this server's egress policy refuses (their calls would fail as
