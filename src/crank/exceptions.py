@@ -302,7 +302,8 @@ class DependencyUnavailableError(CrankError):
 
 
 class CatalogNotFoundError(CrankError, LookupError):
-    """Raised by a `CatalogProvider` when no endpoint exists at the requested path (404)."""
+    """Raised by a `CatalogProvider` when no endpoint exists at the requested path (404); its message, when it has
+    one, is what the client is told (it must name nothing the credentials may not know)."""
 
 
 class CatalogUnauthorizedError(CrankError, PermissionError):

@@ -298,7 +298,8 @@ class GatewayService:
         elif path == "/readyz" and scope["type"] == "http":
             response = await self.readiness()
         else:
-            response = JSONResponse({"error": {"code": "not_found", "message": "no MCP endpoint here"}}, 404)
+            message = "No MCP endpoint here: MCP endpoints are at /mcp/v1/{workspace}/{agent}"
+            response = JSONResponse({"error": {"code": "not_found", "message": message}}, 404)
         await response(scope, receive, send)
 
     def _resource_metadata(self, path: str, method: str) -> Response:

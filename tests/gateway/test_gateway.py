@@ -410,3 +410,21 @@ async def test_the_format_example_of_the_docs_applies_and_serves(
         compact = await client.call_tool("list_users_compact", {})
     assert [block.text for block in table.content] == [render(rows, "markdown"), note]  # type: ignore[union-attr]
     assert [block.text for block in compact.content] == [render(rows, "toon"), note]  # type: ignore[union-attr]
+
+
+async def test_a_wrong_mcp_path_says_the_url_form_and_what_is_unknown_where_the_key_may_know(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    base = serve(upstream.app)
+    publish_demo(registry, base)
+    everything, limited = registry.create_api_key("acme"), registry.create_api_key("acme", agents=["support"])
+    root = serve(GatewayService(registry, poll_interval=0.05))
+    form = "/mcp/v1/{workspace}/{agent}"
+    async with httpx.AsyncClient() as http:
+        elsewhere = await http.get(root + "/mcp/acme")
+        assert elsewhere.status_code == 404 and form in elsewhere.json()["error"]["message"]
+        ghost = await http.get(root + "/mcp/v1/acme/ghost/tools", headers={"Authorization": f"Bearer {everything}"})
+        message = ghost.json()["error"]["message"]
+        assert ghost.status_code == 404 and "no published agent 'ghost'" in message and form in message
+        hidden = await http.get(root + "/mcp/v1/acme/ghost/tools", headers={"Authorization": f"Bearer {limited}"})
+        assert hidden.json()["error"]["message"] == f"No MCP endpoint at this path (MCP endpoints are at {form})"

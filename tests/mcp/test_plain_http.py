@@ -154,7 +154,7 @@ async def test_every_refusal_of_the_pair_has_its_error_shape(serve: Callable[...
                                       headers={**key, "Origin": "http://evil.example"})  # fmt: skip
         too_large = await client.request(right, f"{base}/agent{route}", json={"x": "y" * 200}, headers=key)
     assert "API key" in plain_error(unauthorized, 401, -32600) and "www-authenticate" in unauthorized.headers
-    assert plain_error(missing, 404, -32600) == "No MCP endpoint at this path"
+    assert plain_error(missing, 404, -32600) == "no such agent"  # the provider's own sentence
     assert plain_error(not_allowed, 405, -32600) == f"Method not allowed: use {right}"
     assert not_allowed.headers["allow"] == right
     assert "Host" in plain_error(host, 421, -32600)

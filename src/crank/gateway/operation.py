@@ -11,6 +11,7 @@ from crank.gateway.adapters.base import Adapter
 from crank.gateway.adapters.http import HTTPAdapter
 from crank.gateway.adapters.jsonrpc import JSONRPCAdapter
 from crank.gateway.client import UpstreamClient
+from crank.gateway.credentials import TokenCache
 from crank.gateway.mapping import InputMapping, OutputMapping, RequestParts
 from crank.gateway.safety import Confirmation, Idempotency, fingerprint
 from crank.registry.runtime import RuntimeTool
@@ -43,22 +44,29 @@ class RemoteOperation:
         *,
         state: StateStore | None = None,
         placement: Placement | None = None,
+        tokens: TokenCache | None = None,
     ) -> None:
+        """`tokens`: the process's OAuth client-credentials tokens, shared by the operations that use the same
+        token (crank.gateway.credentials); a fresh cache when None."""
         where = f"tool {tool.tool_name!r}"
         config = tool.execution_config
         placement = placement or Placement("", "", 0)
         workspace = placement.workspace  # whose secrets and share of the upstream's connections its calls use
+        tokens = tokens if tokens is not None else TokenCache()
         if tool.protocol == "http":
-            self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where, workspace=workspace)
+            self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where, workspace=workspace,
+                                                tokens=tokens)  # fmt: skip
         else:  # every argument goes to `params` unless the mapping says otherwise
-            self.adapter = JSONRPCAdapter(client, tool.target, config, where=where, workspace=workspace)
+            self.adapter = JSONRPCAdapter(client, tool.target, config, where=where, workspace=workspace, tokens=tokens)
         method = tool.http_method
         operation = f"{placement.workspace}/{tool.operation_id or tool.tool_name}"
         self.state = state or MemoryStore()
         self.idempotency = Idempotency.compile(config.idempotency, tool.input_schema or {}, operation, where=where)
         definition = fingerprint(placement.agent, placement.version, operation, tool.to_json())
         self.confirmation = Confirmation.compile(config.confirmation, method, definition)
-        self.in_flight_ttl = self.adapter.timeout * (self.adapter.retries + 1) + 10
+        # oauth2: a token request, and after a 401 a renewal and the one request sent again, may come on top.
+        attempts = self.adapter.retries + 1 + (3 if config.auth is not None and config.auth.type == "oauth2" else 0)
+        self.in_flight_ttl = self.adapter.timeout * attempts + 10
         url = tool.target.url if tool.protocol == "http" else ""
         unplaced = frozenset({self.idempotency.argument}) if self.idempotency else frozenset()
         self.input = InputMapping.compile(tool.input_mapping, method, url, where=where, unplaced=unplaced)

@@ -219,8 +219,8 @@ class MCPEndpoint:
                 exchange = await self._plain_call(scope, receive, headers) if method == "POST" else _not_allowed("POST")
             else:
                 exchange = Exchange(404, _json.dumps({"error": "Not found"}))
-        except CatalogNotFoundError:
-            exchange = Exchange(404, _refusal(scope, 404, "No MCP endpoint at this path"))
+        except CatalogNotFoundError as missing:  # the provider's sentence for the client, or the plain one
+            exchange = Exchange(404, _refusal(scope, 404, str(missing) or "No MCP endpoint at this path"))
         except CatalogUnauthorizedError:
             exchange = self._challenge(scope, AuthChallengeError(UNAUTHORIZED_MESSAGE))
         except AuthChallengeError as refused:  # a call that needs a token, or scopes the token lacks

@@ -34,6 +34,7 @@ from crank.exceptions import (
     StateStoreUnavailableError,
 )
 from crank.gateway.client import UpstreamClient
+from crank.gateway.credentials import TokenCache
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.limits import CallLimits, Limiter
 from crank.gateway.operation import Placement, RemoteOperation
@@ -88,6 +89,7 @@ def build_catalog(
     state: StateStore | None = None,
     limiter: Limiter | None = None,
     oauth: OAuthPolicy | None = None,
+    tokens: TokenCache | None = None,
 ) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong.
     With a `limiter`, each call is held to the agent's limits and the calling key's first. With its workspace's
@@ -97,13 +99,14 @@ def build_catalog(
     operations compiled exactly as a direct agent's tools.
 
     Without a `client` (a publish check, the linter) each build gets its own, which opens nothing until a
-    call is made through it."""
+    call is made through it. `tokens`: the process's OAuth client-credentials tokens (crank.gateway.credentials);
+    without it the build's operations share a cache of their own."""
     client = client or UpstreamClient()
     labels = {"workspace": runtime.workspace.slug, "agent": runtime.agent.slug}
     placement = Placement(labels["workspace"], labels["agent"], version)
     observer = metrics.observer(**labels) if metrics is not None else None
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
-    tools, layer = _tools(runtime, client, placement, state, limits, oauth)
+    tools, layer = _tools(runtime, client, placement, state, limits, oauth, tokens or TokenCache())
     translations = Translations(layer, default_language=runtime.workspace.default_language)
     operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer)
     if runtime.agent.mode != "discovery":
@@ -132,6 +135,7 @@ def _tools(
     state: StateStore | None,
     limits: CallLimits | None = None,
     oauth: OAuthPolicy | None = None,
+    tokens: TokenCache | None = None,
 ) -> tuple[list[Tool], dict[str, dict[str, dict[str, str]]]]:
     """Each published tool compiled (its remote operation, schemas, hints) and the translation layer."""
     layer: dict[str, dict[str, dict[str, str]]] = {}
@@ -142,7 +146,7 @@ def _tools(
             layer.setdefault(language, {})[name] = dict(texts)
         # `omit`: a loose upstream's tool promises no output schema, so no answer of it can break a client.
         output = spec.output_schema if spec.execution_config.output_schema == "publish" else None
-        operation = RemoteOperation(spec, client, state=state, placement=placement)
+        operation = RemoteOperation(spec, client, state=state, placement=placement, tokens=tokens)
         input_schema = spec.input_schema or {"type": "object", "additionalProperties": False}
         description = spec.tool_description
         if operation.confirmation is not None:
@@ -311,6 +315,7 @@ class AgentSource:
         self.state = state or MemoryStore()
         self.limiter = Limiter(self.state, metrics)
         self.client = client
+        self.tokens = TokenCache()  # OAuth client-credentials tokens to the upstreams, shared by every build
         self.poll_interval = poll_interval
         self.require_keys = require_keys
         self._keys: dict[str, KeyScope] = {}
@@ -386,7 +391,7 @@ class AgentSource:
     def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(
             published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state,
-            limiter=self.limiter, oauth=oauth,
+            limiter=self.limiter, oauth=oauth, tokens=self.tokens,
         )  # fmt: skip
 
     def serves(self, workspace: str, agent: str) -> bool:
@@ -509,8 +514,18 @@ class AgentSource:
         # An agent the key may not use is answered as one that does not exist: a key limited to some agents
         # cannot learn which others its workspace has.
         if entry is None or (key_scope is not None and not key_scope.allows(workspace, agent)):
-            raise CatalogNotFoundError(scope["path"])
+            raise CatalogNotFoundError(self._not_found(workspace, agent, key_scope))
         return entry[1]
+
+    def _not_found(self, workspace: str, agent: str, key_scope: KeyScope | None) -> str:
+        """What a request to no agent is told: the URL form, and which part is unknown where the credentials may
+        know it (a key of all the workspace's agents, or none needed), never for a key limited to some agents."""
+        form = "MCP endpoints are at /mcp/v1/{workspace}/{agent}"
+        if key_scope is not None and key_scope.agents is not None:
+            return f"No MCP endpoint at this path ({form})"
+        if key_scope is None and not any(known == workspace for known, _ in self._catalogs):
+            return f"No workspace {workspace!r} serves agents here ({form})"
+        return f"Workspace {workspace!r} has no published agent {agent!r} ({form})"
 
     def admit(self, scope: Scope, key_scope: KeyScope) -> Awaitable[None] | None:
         """Every request with a key, before its body is read: its workspace's limits (`crank.gateway.limits`).

@@ -2,7 +2,9 @@
 
 Path parameters are percent-encoded; header values with line breaks are refused (header injection);
 retries only for idempotent operations, only on connection failures, timeouts and 502/503/504; TLS
-verification is the client's (on by default). Upstream failures become structured errors whose
+verification is the client's (on by default). Credentials are the operation's `Credential`
+(crank.gateway.credentials): an oauth2 token that meets a 401 is renewed once and an idempotent call sent again
+once. Upstream failures become structured errors whose
 messages a model can act on; raw upstream bodies are never passed through beyond a short excerpt.
 """
 
@@ -19,6 +21,7 @@ from crank.exceptions import (
     ExternalServiceError,
     MappingError,
     ToolConfigurationError,
+    ToolError,
     UpstreamBusyError,
     UpstreamConnectionError,
     UpstreamRefusedError,
@@ -28,9 +31,9 @@ from crank.exceptions import (
 )
 from crank.gateway.adapters.base import Adapter
 from crank.gateway.client import MAX_REQUEST_HEAD_BYTES, UpstreamClient, UpstreamResponse, parse_upstream_url
+from crank.gateway.credentials import Sent, TokenCache, compile_credential
 from crank.gateway.mapping import RequestParts
-from crank.gateway.secrets import resolve_secret
-from crank.registry.runtime import DEFAULT_ACCEPT, DEFAULT_HTTP_METHOD, AuthConfig, ExecutionConfig, Target
+from crank.registry.runtime import DEFAULT_ACCEPT, DEFAULT_HTTP_METHOD, ExecutionConfig, Target
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
 __all__ = ["HTTPAdapter", "trimmed"]
@@ -46,10 +49,12 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 
 class HTTPAdapter(Adapter):
     def __init__(
-        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, workspace: str = ""
-    ) -> None:
+        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, workspace: str = "",
+        tokens: TokenCache | None = None,
+    ) -> None:  # fmt: skip
         """`workspace`: the operation's, whose secrets it may name (crank.gateway.secrets) and whose share of
-        the upstream's connections its calls use."""
+        the upstream's connections its calls use. `tokens`: the process's OAuth client-credentials tokens (a
+        fresh cache when None)."""
         self.client = client
         self.method = (target.method or DEFAULT_HTTP_METHOD).upper()
         if not is_token(self.method):
@@ -60,42 +65,33 @@ class HTTPAdapter(Adapter):
         self._refusal = client.egress.target_refusal(self.url)
         self.timeout = config.timeout
         idempotent = config.idempotent if config.idempotent is not None else self.method in IDEMPOTENT_METHODS
+        self.idempotent = idempotent
         self.retries = config.retries if idempotent else 0
         self._workspace = workspace
-        self._auth = _auth(config.auth)
-        self._auth_cache: dict[str, str] | None = None
+        self._credential = compile_credential(config.auth, client, workspace=workspace, where=where,
+                                              timeout=config.timeout, tokens=tokens)  # fmt: skip
         self._where = where
         # The client already sends `Accept: application/json`; another value goes as a header of its own.
         self._accept = {"Accept": config.accept} if config.accept != DEFAULT_ACCEPT else None
         self._origin = _origin(self.url)
 
-    def auth_headers(self) -> dict[str, str]:
-        """The upstream credentials, read from their references on first use (on the serving process: a
-        publish or a lint elsewhere never needs them), then kept for this published version."""
-        if self._auth_cache is None:
-            if self._auth is None:
-                self._auth_cache = {}
-            else:
-                kind, name, reference = self._auth
-                try:
-                    secret = resolve_secret(reference, workspace=self._workspace, where=self._where)
-                except ConfigurationError as exc:  # the operator's to fix: a warning without a traceback
-                    logger.warning("%s", exc, extra={"secret_reference": reference})
-                    raise ToolConfigurationError(
-                        "The tool cannot call its upstream: a credential it needs is not configured on this server."
-                    ) from None
-                self._auth_cache = {"Authorization": f"Bearer {secret}"} if kind == "bearer" else {name: secret}
-        return self._auth_cache
-
     async def call(self, parts: RequestParts) -> Any:
         if self._refusal is not None:
             raise self._refused(self._refusal)
-        url, headers, query, body = self._request(parts)
+        url, mapped_headers, mapped_query, body = self._request(parts)
+        credential = self._credential
+        sent = credential.ready()  # the common case: known at once, no coroutine
+        if sent is None:
+            sent = await credential.obtain()  # an oauth2 token to fetch (or to wait for another call's fetch)
+        headers, query = _credentialed(mapped_headers, mapped_query, sent)
         # Whether an earlier attempt may have acted upstream (sent, then timed out, dropped or answered 5xx): a
         # later attempt that was never sent does not undo it, so the error says so and the key stays claimed.
         maybe_applied = False
-        for attempt in range(self.retries + 1):
+        renewed = False  # an oauth2 token renewed after a 401: at most once per call
+        attempt = 0
+        while True:
             last = attempt == self.retries
+            attempt += 1
             try:
                 response = await self.client.request(self.method, url, params=query, headers=headers, body=body,
                                                      timeout=self.timeout, tenant=self._workspace)  # fmt: skip
@@ -124,6 +120,18 @@ class HTTPAdapter(Adapter):
                 raise AdapterError("The upstream's answer is too large to pass on.", error_code="upstream_bad_response",
                                    suggested_action="Narrow the request (filters, a smaller page) and try again.",
                                    ) from None  # fmt: skip
+            if response.status == 401 and credential.renewable and not renewed:
+                if self.idempotent:  # a token revoked or rotated early: renewed once (for every call), sent again once
+                    renewed = True
+                    attempt -= 1  # not one of the operation's retries
+                    try:
+                        sent = await credential.renew(sent)
+                    except ToolError as exc:
+                        exc.may_have_taken_effect = exc.may_have_taken_effect or maybe_applied
+                        raise
+                    headers, query = _credentialed(mapped_headers, mapped_query, sent)
+                    continue
+                credential.drop(sent)  # not sent again; the next call fetches a fresh token
             if response.status in _RETRY_STATUSES and not last:
                 maybe_applied = maybe_applied or response.status != 503  # a 503 says it did not act
                 continue
@@ -133,9 +141,8 @@ class HTTPAdapter(Adapter):
                 exc.may_have_taken_effect = exc.may_have_taken_effect or maybe_applied
                 error = self._logged(exc, f"http_{response.status}")
                 if response.status in (401, 403) and error.log_context is not None:  # whose credentials, never them
-                    error.log_context["scheme"] = self._auth[0] if self._auth is not None else "none"
+                    error.log_context["scheme"] = credential.scheme
                 raise error from None
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _busy(self, maybe_applied: bool) -> ExternalServiceError:
         """No connection within the timeout: this attempt was not sent, but an earlier one may have acted."""
@@ -175,7 +182,7 @@ class HTTPAdapter(Adapter):
             missing = url[url.index("{") + 1 : url.index("}")] if "}" in url else url
             raise MappingError(f"no value for path parameter {missing!r}", recoverable=True,
                                suggested_action=f"Pass {missing!r}.")  # fmt: skip
-        headers = {**parts.headers, **self.auth_headers()}
+        headers = parts.headers
         if self._accept is not None and not any(name.lower() == "accept" for name in headers):
             headers = {**self._accept, **headers}  # a mapping's own Accept header wins
         for name, value in headers.items():
@@ -198,14 +205,20 @@ def _query_items(query: dict[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _auth(auth: AuthConfig | None) -> tuple[str, str, str] | None:
-    """(type, header name, secret reference), checked and resolved on first call. A publish refuses a
-    reference the workspace may not use (crank.admin.actions); a replica whose allowances differ from the
-    publisher's still serves the agent, and that tool's calls fail as configuration_error while `/readyz`
-    lists the reference (crank.gateway.secrets.missing_secrets)."""
-    if auth is None:
-        return None
-    return auth.type, auth.name, auth.secret
+def _credentialed(
+    headers: dict[str, str], query: list[tuple[str, str]], sent: Sent
+) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """The mapped request's headers and query with the credentials': theirs replace the mapping's of the same name
+    (a header whatever its case), so no argument can stand in for the operation's credentials."""
+    if sent.headers:
+        names = sent.header_names
+        headers = {name: value for name, value in headers.items() if name.lower() not in names}
+        headers.update(sent.headers)
+    if sent.query:
+        names = sent.query_names
+        query = [item for item in query if item[0] not in names]
+        query.extend(sent.query)
+    return headers, query
 
 
 def _checked_url(url: str, *, where: str) -> str:

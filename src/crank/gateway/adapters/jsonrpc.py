@@ -13,6 +13,7 @@ from typing import Any
 from crank.exceptions import AdapterError, ConfigurationError, ExternalServiceError
 from crank.gateway.adapters.http import HTTPAdapter, trimmed
 from crank.gateway.client import UpstreamClient
+from crank.gateway.credentials import TokenCache
 from crank.gateway.mapping import RequestParts
 from crank.registry.runtime import ExecutionConfig, Target
 from crank.wire.jsonrpc import is_response, request_message
@@ -24,11 +25,13 @@ _ids = itertools.count(1)
 
 class JSONRPCAdapter(HTTPAdapter):
     def __init__(
-        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, workspace: str = ""
-    ) -> None:
+        self, client: UpstreamClient, target: Target, config: ExecutionConfig, *, where: str, workspace: str = "",
+        tokens: TokenCache | None = None,
+    ) -> None:  # fmt: skip
         if target.method is None:
             raise ConfigurationError(f"{where}: a jsonrpc target needs a 'url' and the remote 'method' name")
-        super().__init__(client, Target(url=target.url, method="POST"), config, where=where, workspace=workspace)
+        super().__init__(client, Target(url=target.url, method="POST"), config, where=where, workspace=workspace,
+                         tokens=tokens)  # fmt: skip
         # A POST: the http adapter retries it only when the operation says `"idempotent": true`.
         self.remote_method = target.method
 
