@@ -98,3 +98,17 @@ def test_a_demo_key_the_registry_no_longer_knows_is_replaced(tmp_path: Path) -> 
     second = build_demo("127.0.0.1:8123", tmp_path)
     assert second.api_key != first.api_key and (tmp_path / "demo-api-key").read_text().strip() == second.api_key
     assert oct((tmp_path / "demo-api-key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_banner_names_the_crank_command_a_new_terminal_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make run` runs the virtualenv's `.venv/bin/crank`, which a new terminal's PATH may not find."""
+    from crank.demo import crank_command
+
+    crank = Path(sys.executable).parent / "crank"
+    root = crank.parent.parent.parent
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(sys, "argv", [str(crank), "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert crank_command() == str(crank.relative_to(root))  # .venv/bin/crank
+    monkeypatch.setenv("PATH", f"{crank.parent}:/usr/bin:/bin")
+    assert crank_command() == "crank"

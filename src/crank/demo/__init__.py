@@ -11,6 +11,8 @@ registry with `CRANK_DATA_DIR=<folder>`.
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +70,19 @@ def build_demo(listen: str, data_dir: Path) -> DemoServer:
     return DemoServer(app, server, f"{base}/mcp/v1/demo/bookshop", key)
 
 
+def crank_command() -> str:
+    """How to run this very `crank` from another terminal: `crank` when that name finds it on the PATH, else its
+    path (`make run` runs the project virtualenv's `.venv/bin/crank`, which a new terminal does not find)."""
+    running = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    found = shutil.which("crank")
+    if running is None or running.name != "crank" or (found is not None and Path(found).resolve() == running):
+        return "crank"
+    try:
+        return str(running.relative_to(Path.cwd()))
+    except ValueError:
+        return str(running)
+
+
 def demo_data_dir() -> Path:
     """The demo's own folder, beside (never inside) the one `crank serve` uses by default."""
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
@@ -91,6 +106,6 @@ def run_demo(listen: str, data_dir: Path | None = None) -> None:
     print("\nClient configuration (paste into your MCP client's settings):\n")
     print(demo.client_config())
     print(f"\nTry it:\n  curl -s {demo.mcp_url}/tools -H 'Authorization: Bearer {demo.api_key}'")
-    print(f"\nThe CLI on the demo's registry (another terminal):\n  CRANK_DATA_DIR={folder} crank agent list demo\n",
-          flush=True)  # fmt: skip
+    cli = f"CRANK_DATA_DIR={folder} {crank_command()} agent list demo"
+    print(f"\nThe CLI on the demo's registry (another terminal):\n  {cli}\n", flush=True)
     serve_on(demo.app, sock)
