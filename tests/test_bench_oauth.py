@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -39,7 +40,7 @@ def test_the_jwt_target_answers_a_call_made_with_its_token(
     assert token_file.read_text().strip() == token
     url = serve(gateway) + gateway_crank.PATH
 
-    def post(method: str, params: dict[str, object], auth: str | None) -> httpx.Response:
+    def post(method: str, params: dict[str, Any], auth: str | None) -> httpx.Response:
         headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
         if auth is not None:
             headers["authorization"] = f"Bearer {auth}"

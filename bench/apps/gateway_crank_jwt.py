@@ -1,0 +1,134 @@
+"""Gateway target `gateway-crank-jwt`: `gateway-crank` (API keys required) whose workspace also takes OAuth access
+tokens, called with a JWT instead of the API key (issue 20).
+
+It opens a copy of the registry `bench/run.py` built (`BENCH_GATEWAY_DB`, see `gateway_crank`) and gives the
+workspace an `OAuthPolicy`: one trusted issuer, API keys and tokens both accepted (the default), scope
+`tools:read` needed by every agent and by every read tool. The issuer is served by this process on a loopback
+port of its own, from a thread (stdlib `http.server`): RFC 8414 metadata at
+`/.well-known/oauth-authorization-server/bench-issuer` and the JWKS at `/bench-issuer/jwks`, with a fresh RSA
+2048 key. So the gateway's app is the same `GatewayService` object as `gateway-crank`'s, with nothing in front of
+it, and the issuer costs nothing while it is not asked (its thread waits in `select`, waking twice a second). The
+gateway fetches the metadata and the JWKS through its own upstream client (loopback egress, as for the upstream)
+on the first request with the token, checks the signature once and keeps the validated token until it expires.
+
+The app mints one RS256 token valid for 30 days whose audiences are the resources of agents `agent` and
+`discovery`, `PUBLIC_URL/mcp/v1/bench/{agent}` (the gateway's `public_url` is configuration, never the request's
+`Host`, so it need not be the port the bench listens on), and writes it to `BENCH_GATEWAY_TOKEN_FILE`;
+`bench/run.py` reads it once the port listens and sends it as wrk's `BENCH_AUTH` (`Authorization: Bearer
+<token>`), exactly where `gateway-crank` sends its API key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+from bench.apps.gateway_crank import AGENT, DISCOVERY_AGENT, LOOPBACK_EGRESS, WORKSPACE
+from crank.gateway.client import UpstreamClient
+from crank.registry import Registry, open_engine
+from crank.registry.runtime import OAuthPolicy
+from crank.server import GatewayService
+
+PUBLIC_URL = "http://gateway.bench.test"
+"""The gateway's public base URL (`CRANK_PUBLIC_URL`): the token's audience is this plus the agent's path."""
+ISSUER_PATH = "/bench-issuer"
+SCOPE = "tools:read"
+TOKEN_TTL = 30 * 24 * 3600.0
+KID = "bench-1"
+
+
+class Issuer:
+    """A minimal authorization server for the resource server's side: metadata and JWKS over HTTP on loopback (in
+    a daemon thread), and tokens minted in-process."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.requests: list[str] = []  # the paths asked, in order
+        jwk = json.loads(RSAAlgorithm.to_jwk(self.key.public_key()))
+        documents: dict[str, bytes] = {}
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as an issuer would
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                issuer.requests.append(self.path)
+                body = documents.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                body = body if body is not None else b'{"error":"not_found"}'
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+                pass
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_address[1]}{ISSUER_PATH}"
+        metadata = {"issuer": self.url, "jwks_uri": self.url + "/jwks", "token_endpoint": self.url + "/token",
+                    "authorization_endpoint": self.url + "/authorize"}  # fmt: skip
+        documents["/.well-known/oauth-authorization-server" + ISSUER_PATH] = json.dumps(metadata).encode()
+        documents[ISSUER_PATH + "/jwks"] = json.dumps(
+            {"keys": [{**jwk, "kid": KID, "use": "sig", "alg": "RS256"}]}
+        ).encode()
+        # The thread waits in select() and wakes for a connection or, to check for shutdown, twice a second.
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def token(self, audience: str | list[str], *, scope: str = SCOPE, ttl: float = TOKEN_TTL, **claims: Any) -> str:
+        """An RS256 access token for `audience`; `claims` add to (or replace) the usual ones."""
+        now = time.time()
+        payload = {"iss": self.url, "sub": "bench", "aud": audience, "scope": scope, "iat": int(now),
+                   "exp": int(now + ttl), "client_id": "bench-client", **claims}  # fmt: skip
+        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": KID, "typ": "at+jwt"})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def policy(issuer_url: str) -> OAuthPolicy:
+    """Tokens of one issuer, API keys still accepted; `tools:read` for every agent and every read tool."""
+    return OAuthPolicy(issuers=(issuer_url,), agent_scopes={"*": (SCOPE,)}, tool_scopes={"read": (SCOPE,)})
+
+
+def resource(agent: str = AGENT) -> str:
+    """The agent's resource, its tokens' audience."""
+    return f"{PUBLIC_URL}/mcp/v1/{WORKSPACE}/{agent}"
+
+
+def oauth_registry(db_path: str, issuer_url: str) -> str:
+    """A copy of the registry whose workspace takes this issuer's tokens (one per process: the import check of
+    `bench/run.py` makes one too)."""
+    copy = f"{db_path}.oauth-{os.getpid()}"
+    shutil.copyfile(db_path, copy)
+    engine = open_engine(f"sqlite:///{copy}")
+    Registry(engine).set_workspace_oauth(WORKSPACE, policy(issuer_url))
+    engine.dispose()
+    return copy
+
+
+def make_app(token_file: str | None = None) -> tuple[GatewayService, Issuer, str]:
+    """The gateway, its issuer and the token, written to `token_file` when given."""
+    issuer = Issuer()
+    registry = Registry(open_engine(f"sqlite:///{oauth_registry(os.environ['BENCH_GATEWAY_DB'], issuer.url)}"))
+    gateway = GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), public_url=PUBLIC_URL)
+    token = issuer.token([resource(AGENT), resource(DISCOVERY_AGENT)])
+    if token_file:
+        Path(token_file).write_text(token + "\n")
+    return gateway, issuer, token
+
+
+app = make_app(os.environ.get("BENCH_GATEWAY_TOKEN_FILE"))[0] if "BENCH_GATEWAY_DB" in os.environ else None
