@@ -196,9 +196,9 @@ class TokenVerifier:
     # -- JWT ---------------------------------------------------------------------------------------------
 
     async def _verify_jwt(self, token: str, issuers: tuple[str, ...]) -> TokenClaims:
-        try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
+        try:  # one unverified parse gives the header and the claims to choose the key by
+            complete = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
+            header, unverified = complete["header"], complete["payload"]
         except jwt.PyJWTError:
             raise _invalid("The access token is not a well-formed JWT") from None
         algorithm = header.get("alg")

@@ -49,8 +49,9 @@ __all__ = [
     "jsonrpc_refusal",
 ]
 
-_TOKEN_CACHE_SIZE = 4096
-_TOKEN_CACHE_VALUE_BYTES = 512  # longer `Authorization` values are parsed each time: the cache stays under 2 MiB
+_TOKEN_CACHE_SIZE = 2048
+_TOKEN_CACHE_VALUE_BYTES = 2048  # an access token (a JWT is 0.5-1.5 KB) is parsed once; longer values each time:
+# the cache (each value and its token) stays under 9 MiB
 
 AUTH_SCOPE_KEY = "crank.auth"
 """Where `BearerAuthMiddleware` leaves what `authenticate` returned for the request."""
