@@ -28,7 +28,19 @@ const issuer = `http://127.0.0.1:${port}`;
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: 'test-rs256', use: 'sig', alg: 'RS256' };
 
+// A confidential client registered up front, for Crank's own calls to an upstream API (the client credentials
+// grant: tests/gateway/test_credentials.py); its tokens are opaque, checked by introspection.
+const UPSTREAM_CLIENT = {
+  client_id: 'crank-upstream',
+  client_secret: 'upstream-secret',
+  grant_types: ['client_credentials'],
+  response_types: [],
+  redirect_uris: [],
+  token_endpoint_auth_method: 'client_secret_basic',
+};
+
 const configuration = {
+  clients: [UPSTREAM_CLIENT],
   jwks: { keys: [signingKey] },
   cookies: { keys: [randomBytes(32).toString('base64url')] },
   scopes: ['openid', 'offline_access', ...RESOURCE_SCOPES.split(' ')],

@@ -348,6 +348,7 @@ class _ClientCredentials(Credential):
 
     async def renew(self, refused: Sent) -> Sent:
         assert refused.token is not None
+        self._secret.value()  # its token may have come from another operation's request
         try:
             return self._parts(await self._tokens.renew(self._key, refused.token, self._fetch))
         except _TokenFailure as failure:

@@ -1,0 +1,651 @@
+"""Upstream credentials (issue 21): each kind reaches a real upstream on loopback as it should (bearer, header,
+query, cookie, basic), and OAuth 2 client credentials (oauth2): the token request, the token kept and shared, one
+token request for many concurrent calls, one renewal and one retry of an idempotent call after a 401, none for a
+POST, a token endpoint that fails; against a token endpoint of our own (which counts and can hold its answers) and
+against a real authorization server (oidc-provider, tests/oauth_server.mjs). Secrets never appear in logs or
+errors, and the caller's own credentials never reach the upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote_plus, unquote_plus
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from crank.exceptions import ConfigurationError, ExternalServiceError, ToolConfigurationError, ToolError
+from crank.gateway.client import UpstreamClient
+from crank.gateway.credentials import TOKEN_EXPIRY_MARGIN, TokenCache, TokenKey
+from crank.gateway.operation import Placement, RemoteOperation
+from crank.registry import Registry, migrate, open_engine, tool_from_spec
+from crank.server import GatewayService
+from crank.telemetry import JSONLogFormatter, Metrics
+from tests.oauth import authorization_server
+from tests.services import free_port
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "s3cr%t+/ü:x y"  # the value of env:SHOP_SECRET; characters that need encoding in a form or a query
+CLIENT_ID = "crank:upstream é"
+MISSING_SECRET = "The tool cannot call its upstream: a credential it needs is not configured on this server."
+UNUSED = UpstreamClient()  # builds operations; never sends
+
+
+# -- a token endpoint and an upstream of our own ------------------------------------------------------------------
+
+
+class TokenEndpoint:
+    """An authorization server's token endpoint: records each request, answers `token-1`, `token-2`, ... (or
+    what `answer` says), after `gate` opens when there is one."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.expires_in: Any = 3600
+        self.answer: Callable[[], Response] | None = None
+        self.gate: threading.Event | None = None
+
+    async def handle(self, request: Request) -> Response:
+        body = (await request.body()).decode()
+        self.requests.append({"authorization": request.headers.get("authorization", ""), "form": dict(parse_qsl(body)),
+                              "content_type": request.headers.get("content-type", "")})  # fmt: skip
+        if self.gate is not None:
+            await run_in_threadpool(self.gate.wait, 10)
+        if self.answer is not None:
+            return self.answer()
+        answer = {"access_token": f"token-{len(self.requests)}", "token_type": "Bearer"}
+        if self.expires_in is not None:
+            answer["expires_in"] = self.expires_in
+        return JSONResponse(answer)
+
+
+class Upstream:
+    """An API that records every request and answers 401 for a bearer token in `refused`."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.refused: set[str] = set()
+
+    async def handle(self, request: Request) -> Response:
+        raw_query = request.scope["query_string"].decode()
+        self.seen.append({"method": request.method, "query": request.query_params.multi_items(),
+                          "raw_query": raw_query, "headers": dict(request.headers)})  # fmt: skip
+        if request.headers.get("authorization", "").removeprefix("Bearer ") in self.refused:
+            return JSONResponse({"error": "invalid_token"}, status_code=401)
+        if request.url.path.endswith("/rpc"):
+            message = await request.json()
+            return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": {"ok": True}})
+        return JSONResponse({"ok": True})
+
+    def tokens(self) -> list[str]:
+        return [seen["headers"].get("authorization", "").removeprefix("Bearer ") for seen in self.seen]
+
+
+class Site:
+    def __init__(self, base: str, token: TokenEndpoint, api: Upstream) -> None:
+        self.base, self.token, self.api = base, token, api
+        self.token_url = base + "/token"
+
+
+@pytest.fixture
+def site(serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> Site:
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "shop:SHOP_SECRET")
+    monkeypatch.setenv("SHOP_SECRET", SECRET)
+    token, api = TokenEndpoint(), Upstream()
+    app = Starlette(routes=[Route("/token", token.handle, methods=["POST"]),
+                            Route("/api/{rest:path}", api.handle, methods=["GET", "POST"])])  # fmt: skip
+    return Site(serve(app), token, api)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[UpstreamClient]:
+    upstream_client = UpstreamClient()
+    yield upstream_client
+    await upstream_client.aclose()
+
+
+def operation(
+    client: UpstreamClient, url: str, auth: dict[str, Any] | None, *, method: str = "GET",
+    tokens: TokenCache | None = None, protocol: str = "http", **more: Any,
+) -> RemoteOperation:  # fmt: skip
+    config = {"auth": auth, **more.pop("execution_config", {})}
+    target = {"method": method, "url": url} if protocol == "http" else {"method": "Things.get", "url": url}
+    spec = {"tool_name": "t", "protocol": protocol, "target": target, "execution_config": config, **more}
+    return RemoteOperation(tool_from_spec(spec), client, placement=Placement("shop", "desk", 1), tokens=tokens)
+
+
+def oauth2(site: Site, **auth: Any) -> dict[str, Any]:
+    return {"type": "oauth2", "client_id": CLIENT_ID, "secret": "env:SHOP_SECRET", "token_url": site.token_url,
+            **auth}  # fmt: skip
+
+
+def assert_never_logged(caplog: pytest.LogCaptureFixture, *secrets: str) -> None:
+    """No log record, with its extras, carries any of `secrets`."""
+    formatter = JSONLogFormatter()
+    for record in caplog.records:
+        line = formatter.format(record)
+        for secret in secrets:
+            assert secret not in line and json.dumps(secret)[1:-1] not in line, line
+
+
+def call_line(caplog: pytest.LogCaptureFixture, error: ToolError) -> dict[str, Any]:
+    """The operator's log line of a failed call (crank.calls), as JSON."""
+    caplog.clear()
+    Metrics().observer("shop", "desk")("t", error, 0.01, "req-1")
+    (record,) = [record for record in caplog.records if record.name == "crank.calls"]
+    line: dict[str, Any] = json.loads(JSONLogFormatter().format(record))
+    return line
+
+
+# -- the static kinds -------------------------------------------------------------------------------------------
+
+
+def _basic(value: str) -> str:
+    return "Basic " + base64.b64encode(value.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("auth", "secret", "expected"),
+    [
+        ({"type": "bearer"}, "b-secret", {"authorization": "Bearer b-secret"}),
+        ({"type": "header", "name": "X-Key"}, "h-secret", {"x-key": "h-secret"}),
+        ({"type": "cookie", "name": "session"}, "c-secret.=", {"cookie": "session=c-secret.="}),
+        ({"type": "basic"}, "alice:pa ss:wörd", {"authorization": _basic("alice:pa ss:wörd")}),
+        ({"type": "query", "name": "api_key"}, "q s&=é/+#%", {}),
+    ],
+    ids=["bearer", "header", "cookie", "basic", "query"],
+)
+async def test_each_kind_reaches_the_upstream_as_it_should(
+    site: Site, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    auth: dict[str, Any], secret: str, expected: dict[str, str],
+) -> None:  # fmt: skip
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("SHOP_SECRET", secret)
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    called = operation(client, site.base + "/api/items", {**auth, "secret": "env:SHOP_SECRET"},
+                       input_schema=schema, execution_config={"forward_headers": ["X-Trace"]})  # fmt: skip
+    # The caller's own credentials for Crank come with the MCP request; only X-Trace may go on.
+    caller = {"authorization": "Bearer callers-crank-key", "cookie": "crank=callers-cookie", "x-trace": "t-1"}
+    assert (await called.call({"q": "shoes"}, caller)).value == {"ok": True}
+    (seen,) = site.api.seen
+    for name, value in expected.items():
+        assert seen["headers"][name] == value
+    if auth["type"] == "query":  # percent-encoded by the client, decoded by the upstream as it was
+        assert seen["query"] == [("q", "shoes"), ("api_key", secret)]
+        assert " " not in seen["raw_query"] and "#" not in seen["raw_query"]
+    else:
+        assert seen["query"] == [("q", "shoes")]
+    assert seen["headers"]["x-trace"] == "t-1"
+    assert "callers-crank-key" not in json.dumps(seen) and "callers-cookie" not in json.dumps(seen)
+    assert_never_logged(caplog, secret)
+
+
+@pytest.mark.parametrize(
+    ("auth", "rule", "where"),
+    [
+        ({"type": "bearer"}, {"from": "forged", "to": "header.authorization"}, "headers"),
+        ({"type": "cookie", "name": "session"}, {"from": "forged", "to": "header.COOKIE"}, "headers"),
+        ({"type": "query", "name": "api_key"}, {"from": "forged", "to": "query.api_key"}, "query"),
+    ],
+    ids=["bearer", "cookie", "query"],
+)
+async def test_an_argument_cannot_stand_in_for_the_credential(
+    site: Site, client: UpstreamClient, auth: dict[str, Any], rule: dict[str, str], where: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # A mapping that puts an argument where the credential goes: the credential's value replaces it.
+    if auth["type"] == "cookie":
+        monkeypatch.setenv("SHOP_SECRET", "cookie-secret")  # a cookie value has no spaces
+    schema = {"type": "object", "properties": {"forged": {"type": "string"}}}
+    called = operation(client, site.base + "/api/items", {**auth, "secret": "env:SHOP_SECRET"},
+                       input_schema=schema, input_mapping=[rule])  # fmt: skip
+    await called.call({"forged": "model-chosen"})
+    (seen,) = site.api.seen
+    assert "model-chosen" not in json.dumps(seen, ensure_ascii=False)
+    if where == "query":
+        assert seen["query"] == [("api_key", SECRET)]
+
+
+@pytest.mark.parametrize(
+    ("auth", "value", "problem"),
+    [
+        ({"type": "basic"}, "no-colon", "is not 'user:password'"),
+        ({"type": "cookie", "name": "session"}, "a;admin=1", "cannot be a cookie value"),
+        ({"type": "header", "name": "X-Key"}, "line\r\nX-Admin: 1", "contains a line break"),
+        ({"type": "bearer"}, None, "is not set"),
+        ({"type": "oauth2", "client_id": "c", "token_url": "http://127.0.0.1:9/token"}, None, "is not set"),
+    ],
+    ids=["basic", "cookie", "header", "unset", "oauth2-unset"],
+)
+async def test_a_secret_that_cannot_be_sent_is_a_configuration_error_said_once_in_the_log(
+    site: Site, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    auth: dict[str, Any], value: str | None, problem: str,
+) -> None:  # fmt: skip
+    caplog.set_level(logging.DEBUG)
+    if value is None:
+        monkeypatch.delenv("SHOP_SECRET")
+    else:
+        monkeypatch.setenv("SHOP_SECRET", value)
+    called = operation(client, site.base + "/api/items", {**auth, "secret": "env:SHOP_SECRET"})
+    with pytest.raises(ToolConfigurationError) as failed:
+        await called.call({})
+    assert failed.value.message == MISSING_SECRET and failed.value.error_code == "configuration_error"
+    assert site.api.seen == [] and site.token.requests == []  # nothing was sent
+    (warning,) = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert problem in warning.getMessage() and "SHOP_SECRET" in warning.getMessage()
+    assert warning.exc_info is None  # the operator's to fix: no traceback
+    if value is not None:
+        assert_never_logged(caplog, value)
+        assert value not in json.dumps(failed.value.to_payload("req-1"))
+
+
+@pytest.mark.parametrize(
+    ("auth", "message"),
+    [
+        ({"type": "header", "name": "X Key"}, "cannot name a header"),
+        ({"type": "header", "name": "Content-Length"}, "cannot name a header"),
+        ({"type": "cookie", "name": "a;b"}, "cannot name a cookie"),
+    ],
+)
+def test_a_name_that_cannot_carry_a_credential_fails_the_build(auth: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        operation(UNUSED, "http://127.0.0.1:9/api", {**auth, "secret": "env:SHOP_SECRET"})
+
+
+async def test_the_log_of_a_401_names_the_scheme_of_the_api_description_else_the_type(
+    site: Site, client: UpstreamClient, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="crank.calls")
+    monkeypatch.setenv("SHOP_SECRET", "expired-key")
+    site.api.refused.add("expired-key")
+    for auth, scheme in (({"type": "bearer", "scheme": "ApiKeyAuth"}, "ApiKeyAuth"), ({"type": "bearer"}, "bearer")):
+        with pytest.raises(ExternalServiceError) as failed:
+            await operation(client, site.base + "/api/x", {**auth, "secret": "env:SHOP_SECRET"}).call({})
+        assert failed.value.error_code == "upstream_unauthorized"
+        assert call_line(caplog, failed.value)["scheme"] == scheme
+
+
+# -- oauth2 against a token endpoint of our own ---------------------------------------------------------------------
+
+
+async def test_the_token_request_is_the_client_credentials_grant_and_its_token_is_shared(
+    site: Site, client: UpstreamClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tokens = TokenCache()
+    auth = oauth2(site, scopes=["write", "read", "read"])
+    listing = operation(client, site.base + "/api/items", auth, tokens=tokens)
+    creating = operation(client, site.base + "/api/items", {**auth, "scopes": ["read", "write"]}, method="POST",
+                         tokens=tokens)  # fmt: skip
+    for called in (listing, creating, listing):
+        await called.call({}, {"authorization": "Bearer callers-crank-key"})
+    assert len(site.token.requests) == 1  # one token for both operations (same client, secret, scopes, workspace)
+    (request,) = site.token.requests
+    assert request["form"] == {"grant_type": "client_credentials", "scope": "read write"}
+    assert request["content_type"] == "application/x-www-form-urlencoded"
+    scheme, _, credentials = request["authorization"].partition(" ")
+    user, _, password = base64.b64decode(credentials).decode().partition(":")  # form-urlencoded first (2.3.1)
+    assert scheme == "Basic" and user == quote_plus(CLIENT_ID) and password == quote_plus(SECRET)
+    assert (unquote_plus(user), unquote_plus(password)) == (CLIENT_ID, SECRET)
+    assert site.api.tokens() == ["token-1"] * 3  # the caller's key never goes upstream
+    # Other scopes, or none: another token; no `scope` without scopes.
+    await operation(client, site.base + "/api/items", oauth2(site), tokens=tokens).call({})
+    assert site.token.requests[-1]["form"] == {"grant_type": "client_credentials"}
+    assert site.api.tokens()[-1] == "token-2"
+    assert_never_logged(caplog, SECRET, quote_plus(SECRET), credentials)
+
+
+@pytest.mark.parametrize(("expires_in", "kept"), [(100, 100 - TOKEN_EXPIRY_MARGIN), ("100", 70.0), (None, 300.0)])
+async def test_a_token_is_kept_until_shortly_before_it_expires(
+    site: Site, client: UpstreamClient, expires_in: Any, kept: float
+) -> None:
+    now = [1000.0]
+    tokens = TokenCache(clock=lambda: now[0])
+    site.token.expires_in = expires_in
+    called = operation(client, site.base + "/api/items", oauth2(site), tokens=tokens)
+    await called.call({})
+    now[0] += kept - 0.5
+    await called.call({})
+    assert len(site.token.requests) == 1
+    now[0] += 0.5  # `kept` seconds after the token request: fetched again
+    await called.call({})
+    assert len(site.token.requests) == 2 and site.api.tokens() == ["token-1", "token-1", "token-2"]
+
+
+async def test_a_token_about_to_expire_serves_the_calls_that_waited_for_it_and_is_not_kept(
+    site: Site, client: UpstreamClient
+) -> None:
+    site.token.expires_in = 20  # less than the margin
+    called = operation(client, site.base + "/api/items", oauth2(site))
+    await called.call({})
+    await called.call({})
+    assert site.api.tokens() == ["token-1", "token-2"]
+
+
+async def test_concurrent_calls_without_a_token_make_one_token_request(site: Site, client: UpstreamClient) -> None:
+    now = [0.0]
+    tokens = TokenCache(clock=lambda: now[0])
+    called = [operation(client, site.base + f"/api/items/{n}", oauth2(site), tokens=tokens) for n in range(4)]
+    site.token.gate = threading.Event()  # the token endpoint answers once every call waits for the token
+
+    async def twenty() -> list[Any]:
+        before = len(site.token.requests)
+        calls = [asyncio.create_task(called[n % 4].call({})) for n in range(20)]
+        for _ in range(50):  # bounded: every call runs up to its wait for the token
+            await asyncio.sleep(0)
+        assert len(site.token.requests) <= before + 1 and not any(call.done() for call in calls)
+        site.token.gate.set()  # type: ignore[union-attr]
+        return [outcome.value for outcome in await asyncio.gather(*calls)]
+
+    assert await twenty() == [{"ok": True}] * 20
+    assert len(site.token.requests) == 1 and site.api.tokens() == ["token-1"] * 20
+    # The token expired: twenty calls at once renew it with one request again.
+    now[0] += 3600
+    site.token.gate = threading.Event()
+    assert await twenty() == [{"ok": True}] * 20
+    assert len(site.token.requests) == 2 and site.api.tokens()[20:] == ["token-2"] * 20
+
+
+async def test_a_401_renews_the_token_once_and_sends_an_idempotent_call_again_once(
+    site: Site, client: UpstreamClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tokens = TokenCache()
+    reading = operation(client, site.base + "/api/items", oauth2(site), tokens=tokens)
+    await reading.call({})
+    site.api.refused.add("token-1")  # revoked, or the keys rotated: the upstream no longer takes it
+    assert (await reading.call({})).value == {"ok": True}
+    assert site.api.tokens() == ["token-1", "token-1", "token-2"] and len(site.token.requests) == 2
+    # Twenty calls at once meet the 401: one renewal for them all, each sent again once.
+    site.api.refused.add("token-2")
+    site.token.gate = threading.Event()
+    calls = [asyncio.create_task(reading.call({})) for _ in range(20)]
+    for _ in range(500):  # bounded: until every call met its 401 and the renewal is asked for (else sooner)
+        if len(site.api.seen) == 3 + 20 and len(site.token.requests) == 3:
+            break
+        await asyncio.sleep(0.01)
+    site.token.gate.set()
+    assert [outcome.value for outcome in await asyncio.gather(*calls)] == [{"ok": True}] * 20
+    assert len(site.token.requests) == 3
+    assert sorted(site.api.tokens()[3:]) == ["token-2"] * 20 + ["token-3"] * 20
+    # A POST the operation says is idempotent is sent again too; the renewal is not one of its `retries`.
+    site.api.refused.add("token-3")
+    posting = operation(client, site.base + "/api/items", oauth2(site), method="POST", tokens=tokens,
+                        execution_config={"idempotent": True})  # fmt: skip
+    assert (await posting.call({})).value == {"ok": True}
+    assert site.api.tokens()[-2:] == ["token-3", "token-4"]
+    # A token that is refused again after its renewal: the call fails, sent twice in all.
+    site.api.refused.update({"token-4", "token-5"})
+    with pytest.raises(ExternalServiceError) as failed:
+        await reading.call({})
+    assert failed.value.error_code == "upstream_unauthorized" and site.api.tokens()[-2:] == ["token-4", "token-5"]
+    assert_never_logged(caplog, SECRET)
+
+
+async def test_a_post_is_not_sent_again_after_a_401_and_its_token_is_dropped(
+    site: Site, client: UpstreamClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tokens = TokenCache()
+    creating = operation(client, site.base + "/api/items", oauth2(site, scheme="upstream_oauth"), method="POST",
+                         tokens=tokens, execution_config={"retries": 3})  # fmt: skip
+    await creating.call({})
+    site.api.refused.add("token-1")
+    with pytest.raises(ExternalServiceError) as failed:
+        await creating.call({})
+    payload = failed.value.to_payload("req-1")
+    assert payload["error_code"] == "upstream_unauthorized" and payload["recoverable"] is False
+    assert "Do not retry with other arguments" in payload["suggested_action"]
+    assert failed.value.may_have_taken_effect is False
+    assert site.api.tokens() == ["token-1", "token-1"] and len(site.token.requests) == 1  # not sent again
+    line = call_line(caplog, failed.value)
+    assert line["scheme"] == "upstream_oauth" and line["origin"] == site.base
+    # The next call fetches a fresh token rather than meet the same 401.
+    assert (await creating.call({})).value == {"ok": True}
+    assert site.api.tokens()[-1] == "token-2" and len(site.token.requests) == 2
+    assert_never_logged(caplog, SECRET)
+    assert SECRET not in json.dumps(payload)
+
+
+async def test_a_jsonrpc_operation_sends_the_token_and_is_not_sent_again_after_a_401(
+    site: Site, client: UpstreamClient
+) -> None:
+    called = operation(client, site.base + "/api/rpc", oauth2(site), protocol="jsonrpc")
+    assert (await called.call({})).value == {"ok": True}
+    site.api.refused.add("token-1")
+    with pytest.raises(ExternalServiceError, match="HTTP 401"):
+        await called.call({})
+    assert site.api.tokens() == ["token-1", "token-1"]
+
+
+async def test_a_late_401_uses_the_token_another_call_renewed_and_a_caller_that_gives_up_ends_no_fetch() -> None:
+    fetched: list[str] = []
+    gate = asyncio.Event()
+
+    async def fetch() -> tuple[str, float]:
+        await gate.wait()
+        fetched.append(f"t{len(fetched) + 1}")
+        return fetched[-1], 60.0
+
+    cache = TokenCache()
+    key = TokenKey("http://127.0.0.1:9/token", "c", "env:SHOP_SECRET", (), "shop")
+    gate.set()
+    assert await cache.get(key, fetch) == "t1"
+    assert await cache.renew(key, "t1", fetch) == "t2"
+    assert await cache.renew(key, "t1", fetch) == "t2"  # a 401 of t1 that came back after the renewal
+    cache.drop(key, "t1")  # a POST's 401 of t1: t2 stays
+    assert await cache.get(key, fetch) == "t2" and fetched == ["t1", "t2"]
+    cache.drop(key, "t2")
+    gate.clear()
+    first, second = asyncio.create_task(cache.get(key, fetch)), asyncio.create_task(cache.get(key, fetch))
+    await asyncio.sleep(0)
+    first.cancel()  # its caller gave up: the other still gets the token of the one request
+    gate.set()
+    assert await second == "t3" and fetched == ["t1", "t2", "t3"]
+    with pytest.raises(asyncio.CancelledError):
+        await first
+
+
+def _answer(status: int, body: Any, content_type: str = "application/json") -> Callable[[], Response]:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return lambda: Response(content, status_code=status, media_type=content_type)
+
+
+@pytest.mark.parametrize(
+    ("answer", "cause", "detail"),
+    [
+        (_answer(401, {"error": "invalid_client", "error_description": "client authentication failed"}), "http_401",
+         "invalid_client"),
+        (_answer(500, b"<html>oops</html>", "text/html"), "http_500", None),
+        (_answer(200, {"token_type": "Bearer", "expires_in": 60}), "no_access_token", None),
+        (_answer(200, b"access_token=abc", "application/x-www-form-urlencoded"), "not_json", None),
+        (_answer(200, {"access_token": "abc", "token_type": "DPoP"}), "token_type", "DPoP"),
+        (_answer(200, {"access_token": "a b\r\nX-Admin: 1", "token_type": "Bearer"}), "bad_access_token", None),
+        (_answer(200, {"access_token": "abc", "padding": "x" * 70_000}), "too_large", None),
+        (None, "refused", None),
+    ],
+    ids=["invalid_client", "http_500", "no_access_token", "not_json", "dpop", "bad_token", "too_large", "refused"],
+)  # fmt: skip
+async def test_a_token_endpoint_that_gives_no_usable_token_fails_the_call_as_token_unavailable(
+    site: Site, client: UpstreamClient, caplog: pytest.LogCaptureFixture,
+    answer: Callable[[], Response] | None, cause: str, detail: str | None,
+) -> None:  # fmt: skip
+    caplog.set_level(logging.DEBUG)
+    site.token.answer = answer
+    token_url = site.token_url if answer is not None else f"http://127.0.0.1:{free_port()}/token"
+    called = operation(client, site.base + "/api/items", {**oauth2(site), "token_url": token_url})
+    with pytest.raises(ExternalServiceError) as failed:
+        await called.call({})
+    payload = failed.value.to_payload("req-1")
+    assert payload["error_code"] == "upstream_token_unavailable" and payload["error_class"] == "external_service"
+    assert payload["recoverable"] is False and failed.value.may_have_taken_effect is False
+    assert "Do not retry with other arguments" in payload["suggested_action"]
+    assert "credentials need attention" in payload["suggested_action"]
+    assert site.api.seen == []  # the API was never called
+    origin = token_url.rsplit("/", 1)[0]
+    assert origin not in json.dumps(payload)  # the operator's, not the client's
+    (warning,) = [record for record in caplog.records if "no OAuth access token" in record.getMessage()]
+    assert warning.levelno == logging.WARNING and f"from {origin} ({cause}" in warning.getMessage()
+    line = call_line(caplog, failed.value)
+    assert line["cause"] == cause and line["origin"] == origin and line.get("detail") == detail
+    assert_never_logged(caplog, SECRET, quote_plus(SECRET))
+    assert SECRET not in json.dumps(payload)
+    # Nothing is kept of a failure: the next call asks again.
+    site.token.answer = None
+    if answer is not None:
+        assert (await called.call({})).value == {"ok": True}
+
+
+async def test_a_token_url_the_egress_policy_refuses_is_a_configuration_error(
+    serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("CRANK_EGRESS_ALLOW", "127.0.0.0/8")  # not ::1
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "shop:SHOP_SECRET")
+    monkeypatch.setenv("SHOP_SECRET", SECRET)
+    token, api = TokenEndpoint(), Upstream()
+    base = serve(Starlette(routes=[Route("/api/{rest:path}", api.handle)]))
+    client = UpstreamClient()
+    auth = {
+        "type": "oauth2",
+        "client_id": "c",
+        "secret": "env:SHOP_SECRET",
+        "token_url": f"http://[::1]:{free_port()}/t",
+    }
+    with pytest.raises(ToolConfigurationError, match="egress policy") as failed:
+        await operation(client, base + "/api/items", auth).call({})
+    assert failed.value.error_code == "configuration_error" and api.seen == [] and token.requests == []
+    assert_never_logged(caplog, SECRET)
+    await client.aclose()
+
+
+# -- oauth2 against a real authorization server -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[dict[str, Any]]:
+    """tests/oauth_server.mjs, whose pre-registered client `crank-upstream` may use the client credentials grant."""
+    with authorization_server() as issuer:
+        yield httpx.get(issuer + "/.well-known/openid-configuration", timeout=10).raise_for_status().json()
+
+
+class CountingProxy:
+    """In front of the provider's token endpoint: counts the token requests that reach it."""
+
+    def __init__(self, token_endpoint: str) -> None:
+        self.token_endpoint = token_endpoint
+        self.requests = 0
+
+    async def handle(self, request: Request) -> Response:
+        self.requests += 1
+        headers = {name: request.headers[name] for name in ("authorization", "content-type") if name in request.headers}
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.post(self.token_endpoint, content=await request.body(), headers=headers)
+        return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+
+
+class IntrospectingAPI:
+    """An API that takes a bearer token only if the provider's introspection says it is active and for our client."""
+
+    def __init__(self, provider: dict[str, Any]) -> None:
+        self.introspection = provider["introspection_endpoint"]
+        self.seen: list[tuple[str, str, dict[str, Any]]] = []  # (method, token, introspection)
+
+    async def handle(self, request: Request) -> Response:
+        token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.post(self.introspection, data={"token": token},
+                                     auth=("crank-upstream", "upstream-secret"))  # fmt: skip
+        introspected = answer.json() if answer.status_code == 200 else {}
+        self.seen.append((request.method, token, introspected))
+        if not introspected.get("active") or introspected.get("client_id") != "crank-upstream":
+            return JSONResponse({"error": "invalid_token"}, status_code=401)
+        return JSONResponse({"scope": introspected.get("scope")})
+
+
+async def test_client_credentials_from_a_real_authorization_server(
+    provider: dict[str, Any], serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, client: UpstreamClient,
+) -> None:  # fmt: skip
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "shop:SHOP_OAUTH_SECRET")
+    monkeypatch.setenv("SHOP_OAUTH_SECRET", "upstream-secret")
+    proxy, api = CountingProxy(provider["token_endpoint"]), IntrospectingAPI(provider)
+    base = serve(Starlette(routes=[Route("/token", proxy.handle, methods=["POST"]),
+                                   Route("/api/{rest:path}", api.handle, methods=["GET", "POST"])]))  # fmt: skip
+    auth = {"type": "oauth2", "client_id": "crank-upstream", "secret": "env:SHOP_OAUTH_SECRET",
+            "token_url": base + "/token", "scopes": ["tools:read"], "scheme": "provider_oauth"}  # fmt: skip
+    tokens = TokenCache()
+    reading = operation(client, base + "/api/items", auth, tokens=tokens)
+    creating = operation(client, base + "/api/items", auth, method="POST", tokens=tokens)
+    for called in (reading, creating, reading):
+        assert (await called.call({}, {"authorization": "Bearer callers-crank-key"})).value == {"scope": "tools:read"}
+    assert proxy.requests == 1 and len({token for _, token, _ in api.seen}) == 1  # fetched once, then kept
+    first = api.seen[0][1]
+    assert first != "callers-crank-key"
+
+    async def revoke(token: str) -> None:
+        async with httpx.AsyncClient(timeout=10) as http:
+            revoked = await http.post(provider["revocation_endpoint"], data={"token": token},
+                                      auth=("crank-upstream", "upstream-secret"))  # fmt: skip
+        assert revoked.status_code == 200
+
+    # Revoked at the provider: the GET meets a 401, renews the token once and is sent again once.
+    await revoke(first)
+    assert (await reading.call({})).value == {"scope": "tools:read"}
+    assert proxy.requests == 2 and api.seen[-2][1] == first and api.seen[-1][1] != first
+    # Revoked again: the POST is not sent again; the next call fetches a fresh token.
+    second = api.seen[-1][1]
+    await revoke(second)
+    with pytest.raises(ExternalServiceError) as failed:
+        await creating.call({})
+    assert failed.value.error_code == "upstream_unauthorized" and proxy.requests == 2
+    assert [method for method, _, _ in api.seen[-1:]] == ["POST"] and api.seen[-1][1] == second
+    assert call_line(caplog, failed.value)["scheme"] == "provider_oauth"
+    assert (await creating.call({})).value == {"scope": "tools:read"} and proxy.requests == 3
+    # Twenty calls at once, no token kept (another process's cache): one token request.
+    fresh = TokenCache()
+    concurrent = [operation(client, base + "/api/items", auth, tokens=fresh) for _ in range(20)]
+    outcomes = await asyncio.gather(*(called.call({}) for called in concurrent))
+    assert [outcome.value for outcome in outcomes] == [{"scope": "tools:read"}] * 20
+    assert proxy.requests == 4 and len({token for _, token, _ in api.seen[-20:]}) == 1
+    assert_never_logged(caplog, "upstream-secret")
+
+
+# -- through the gateway ------------------------------------------------------------------------------------------
+
+
+async def test_the_gateway_shares_one_token_between_agents_and_never_sends_the_callers_key(
+    site: Site, serve: Callable[..., str], tmp_path: Path
+) -> None:
+    engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)
+    migrate(engine)
+    registry = Registry(engine)
+    registry.create_workspace("shop", "Shop")
+    config = {"auth": oauth2(site, scopes=["read"])}
+    spec = {"protocol": "http", "target": {"method": "GET", "url": site.base + "/api/items"},
+            "input_schema": {"type": "object"}, "execution_config": config}  # fmt: skip
+    registry.put_operation("shop", "list_items", spec)
+    for agent in ("desk", "till"):
+        registry.put_agent("shop", agent, {"bindings": [{"operation": "list_items"}]})
+        registry.publish("shop", agent)
+    key = registry.create_api_key("shop")
+    root = serve(GatewayService(registry, poll_interval=0.05))
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=10) as http:
+        for agent in ("desk", "till", "desk"):
+            answer = await http.post(f"{root}/mcp/v1/shop/{agent}/call", json={"name": "list_items", "arguments": {}})
+            assert answer.status_code == 200 and "token_unavailable" not in answer.text, answer.text
+    assert len(site.token.requests) == 1  # one token for every agent the gateway serves
+    assert site.api.tokens() == ["token-1"] * 3 and key not in json.dumps(site.api.seen)
+    engine.dispose()
