@@ -262,3 +262,15 @@ async def test_a_workspace_oauth_policy_is_set_shown_and_removed(admin: Admin) -
     await admin("PUT", "/workspaces/acme/oauth", {"issuers": []}, status=422)  # at least one issuer
     await admin("DELETE", "/workspaces/acme/oauth", status=204)
     assert await admin("GET", "/workspaces/acme/oauth") == {"oauth": None}
+
+
+async def test_a_workspace_credential_per_scheme_is_set_listed_and_removed(admin: Admin) -> None:
+    await admin("PUT", "/workspaces/acme", {"name": "Acme"})
+    assert await admin("GET", "/workspaces/acme/credentials") == {"credentials": {}}
+    given = {"secret": "env:ACME_CLIENT_SECRET", "client_id": "crank"}
+    assert await admin("PUT", "/workspaces/acme/credentials/OAuth2", given) == {"scheme": "OAuth2", **given}
+    listed = await admin("GET", "/workspaces/acme/credentials")
+    assert listed == {"credentials": {"OAuth2": given}}  # references only: nothing secret is stored
+    await admin("PUT", "/workspaces/acme/credentials/ApiKey", {"secret": "s3cr3t"}, status=422)  # a value, refused
+    await admin("DELETE", "/workspaces/acme/credentials/OAuth2", status=204)
+    assert await admin("GET", "/workspaces/acme/credentials") == {"credentials": {}}

@@ -130,3 +130,19 @@ def test_a_catalog_file_gives_its_workspace_an_oauth_policy(registry: Registry, 
     file.write_text(CATALOG.read_text())  # the file is the truth: without the section, API keys only again
     apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path)
     assert registry.workspace_oauth_policy("demo") is None
+
+
+def test_a_catalog_file_gives_its_workspace_credentials_per_scheme(registry: Registry, tmp_path: Path) -> None:
+    (tmp_path / "openapi.yaml").write_text((CATALOG.parent / "openapi.yaml").read_text())
+    text = CATALOG.read_text().replace(
+        "workspace:\n", "workspace:\n  credentials: {ApiKey: {secret: 'env:DEMO_KEY'}}\n", 1
+    )
+    file = tmp_path / "catalog.yaml"
+    file.write_text(text)
+    apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path)
+    assert {scheme: given.secret for scheme, given in registry.workspace_credentials("demo").items()} == {
+        "ApiKey": "env:DEMO_KEY"
+    }
+    file.write_text(CATALOG.read_text())  # the file is the truth
+    apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path)
+    assert registry.workspace_credentials("demo") == {}
