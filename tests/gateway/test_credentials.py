@@ -323,14 +323,35 @@ async def test_a_token_is_kept_until_shortly_before_it_expires(
     assert len(site.token.requests) == 2 and site.api.tokens() == ["token-1", "token-1", "token-2"]
 
 
-async def test_a_token_about_to_expire_serves_the_calls_that_waited_for_it_and_is_not_kept(
+async def test_a_short_lived_token_is_kept_half_its_life_and_a_long_one_at_most_an_hour(
     site: Site, client: UpstreamClient
 ) -> None:
-    site.token.expires_in = 20  # less than the margin
-    called = operation(client, site.base + "/api/items", oauth2(site))
+    now = [0.0]
+    tokens = TokenCache(clock=lambda: now[0])
+    site.token.expires_in = 20  # less than the margin: kept half its life, not fetched again for every call
+    called = operation(client, site.base + "/api/items", oauth2(site), tokens=tokens)
     await called.call({})
+    now[0] += 9
     await called.call({})
-    assert site.api.tokens() == ["token-1", "token-2"]
+    now[0] += 2
+    await called.call({})
+    assert site.api.tokens() == ["token-1", "token-1", "token-2"]
+    site.token.expires_in = 10**12  # a huge lifetime: used an hour at most (less the margin)
+    now[0] += 3600
+    await called.call({})
+    now[0] += 3560
+    await called.call({})
+    now[0] += 20
+    await called.call({})
+    assert site.api.tokens()[-3:] == ["token-3", "token-3", "token-4"]
+    site.token.expires_in = "9" * 400  # a number too long to be one (it once overflowed): the default, 300 s
+    now[0] += 3600
+    await called.call({})
+    now[0] += 290
+    await called.call({})
+    now[0] += 20
+    await called.call({})
+    assert site.api.tokens()[-3:] == ["token-5", "token-5", "token-6"]
 
 
 async def test_concurrent_calls_without_a_token_make_one_token_request(site: Site, client: UpstreamClient) -> None:

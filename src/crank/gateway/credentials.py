@@ -442,14 +442,20 @@ class _ClientCredentials(Credential):
         return error
 
 
+MAX_TOKEN_LIFETIME = 3600.0
+"""Seconds a client-credentials token is used at most, whatever its `expires_in` says."""
+
+
 def _lifetime(expires_in: object) -> float:
     """Seconds a token may be used: its `expires_in` less the margin (none left: used by the calls that waited for
     it, then fetched again), or the default when the answer gives none that is a number."""
-    if isinstance(expires_in, str) and expires_in.isascii() and expires_in.isdigit():
+    if isinstance(expires_in, str) and expires_in.isascii() and expires_in.isdigit() and len(expires_in) <= 9:
         expires_in = int(expires_in)  # some servers send it as a string
     if isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or not math.isfinite(expires_in):
         return DEFAULT_TOKEN_LIFETIME
-    return float(expires_in) - TOKEN_EXPIRY_MARGIN
+    seconds = min(float(expires_in), MAX_TOKEN_LIFETIME)  # a token kept at most an hour: the cache turns over
+    # The margin, but never more than half the lifetime: a short-lived token still serves a few calls.
+    return max(seconds - TOKEN_EXPIRY_MARGIN, seconds / 2)
 
 
 def compile_credential(
