@@ -286,20 +286,19 @@ def _upstream_auth(bearer: str | None, header: str | None) -> dict[str, str] | N
     return None
 
 
-def _scheme_credentials(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """`--auth-scheme SCHEME=REF` (or `SCHEME=CLIENT_ID:REF`) as the workspace credentials they give."""
-    from crank.registry.runtime import SchemeCredential
-
-    credentials = {}
+def _scheme_credentials(pairs: tuple[str, ...]) -> dict[str, tuple[str, str | None]]:
+    """`--auth-scheme SCHEME=REF` (or `SCHEME=CLIENT_ID:REF`): each scheme's secret reference and client id, bound
+    to origins once the import says which operations require the scheme (`give_scheme_credentials`)."""
+    credentials: dict[str, tuple[str, str | None]] = {}
     for pair in pairs:
         scheme, equals, value = pair.partition("=")
         client_id = None
         if not value.startswith(("env:", "file:")):
             client_id, _, value = value.partition(":")
-        if not equals or not scheme or not value.startswith(("env:", "file:")):
+        if not equals or not scheme or not value.startswith(("env:", "file:")) or value in ("env:", "file:"):
             raise click.BadParameter(f"{pair!r}: expected SCHEME=env:NAME or SCHEME=CLIENT_ID:env:NAME",
                                      param_hint="--auth-scheme")  # fmt: skip
-        credentials[scheme] = _validated(SchemeCredential, {"secret": value, "client_id": client_id or None})
+        credentials[scheme] = (value, client_id or None)
     return credentials
 
 
@@ -462,10 +461,14 @@ def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, c
 @click.option(
     "--client-id", default=None, help="OAuth 2 client credentials: the client's id (the secret is REFERENCE)."
 )
+@click.option("--origin", "origins", multiple=True, metavar="URL",
+              help="Where the credential may be sent: the API's origin (https://api.example.com), and for OAuth 2 "
+              "the token URL's too (repeatable; at least one).")  # fmt: skip
 @click.option("--remove", is_flag=True, help="Take the scheme's credential away.")
 def workspace_credential(
-    slug: str, scheme: str | None, reference: str | None, client_id: str | None, remove: bool
-) -> None:
+    slug: str, scheme: str | None, reference: str | None, client_id: str | None, origins: tuple[str, ...],
+    remove: bool,
+) -> None:  # fmt: skip
     """Give the workspace a credential for a security scheme of its API descriptions, by reference (env:NAME or
     file:/path: a token, an API key, user:password for basic, an OAuth 2 client secret). Every operation that
     requires the scheme and has no credential of its own takes it at its agents' next publish. Without SCHEME,
@@ -484,7 +487,7 @@ def workspace_credential(
             return
         if reference is None:
             raise click.UsageError("give the credential's REFERENCE (env:NAME or file:/path), or --remove")
-        credential = _validated(SchemeCredential, {"secret": reference, "client_id": client_id})
+        credential = _validated(SchemeCredential, {"secret": reference, "client_id": client_id, "origins": origins})
         registry.set_workspace_credential(slug, scheme, credential)
     click.echo(f"workspace {slug}: {scheme} uses {reference} (publish its agents to apply it)")
 
@@ -592,7 +595,8 @@ def import_() -> None:
 
 
 def _import(kind: str, spec: str, workspace: str, base_url: str | None, include: tuple[str, ...],
-            republish: bool = True, dry_run: bool = False, auth: dict[str, str] | None = None) -> None:  # fmt: skip
+            republish: bool = True, dry_run: bool = False, auth: dict[str, str] | None = None,
+            credentials: dict[str, tuple[str, str | None]] | None = None) -> None:  # fmt: skip
     from crank.admin.changes import reimport
 
     registry = _registry()
@@ -615,11 +619,16 @@ def _import(kind: str, spec: str, workspace: str, base_url: str | None, include:
     if report.breaking:
         click.echo(f"warning: {len(report.breaking)} bound tool(s) broken by this change", err=True)
     if not dry_run:
-        from crank.admin.actions import credential_gaps, imported_sizes, set_operations_auth
+        from crank.admin.actions import credential_gaps, give_scheme_credentials, imported_sizes, set_operations_auth
 
         with _clear_errors():
             if auth is not None:
                 set_operations_auth(registry, workspace, report.names, auth)
+            if credentials:
+                give_scheme_credentials(registry, workspace, report.names, credentials)
+            if auth is not None or credentials:
+                click.echo(f"credentials given: publish the agents that bind these operations to apply them "
+                           f"(crank publish {workspace} AGENT)")  # fmt: skip
             _echo_sizes(imported_sizes(registry, workspace, [*report.added, *(c.operation for c in report.changed)]))
             for gap in credential_gaps(registry, workspace, report.names):
                 click.echo(f"credentials: {gap.scheme} ({gap.type}) is required by {len(gap.tools)} operation(s) "
@@ -684,13 +693,7 @@ def import_openapi(
     bound tools, and republishes the agents concerned, in one transaction. The document's security schemes are
     read: each operation records what it requires, and a scheme without a credential is said before any call."""
     auth = _upstream_auth(auth_bearer, auth_header)
-    credentials = _scheme_credentials(auth_schemes)
-    if credentials and not dry_run:
-        registry = _registry()
-        with _clear_errors():
-            for scheme, credential in credentials.items():
-                registry.set_workspace_credential(workspace, scheme, credential)
-    _import("openapi", spec, workspace, base_url, include, republish, dry_run, auth)
+    _import("openapi", spec, workspace, base_url, include, republish, dry_run, auth, _scheme_credentials(auth_schemes))
 
 
 @import_.command("openrpc")

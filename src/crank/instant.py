@@ -23,7 +23,13 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from crank import _json
-from crank.admin.actions import CheckAndLint, credential_gaps, kept_api_key, set_operations_auth
+from crank.admin.actions import (
+    CheckAndLint,
+    credential_gaps,
+    give_scheme_credentials,
+    kept_api_key,
+    set_operations_auth,
+)
 from crank.admin.changes import ImportReport, reimport
 from crank.admin.documents import is_url, load_document
 from crank.admin.lint import CatalogReport, catalog_report
@@ -33,7 +39,6 @@ from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import ENV_ALLOW_VARIABLE, MissingCredential
 from crank.registry import Registry
-from crank.registry.runtime import SchemeCredential
 from crank.server import CrankServer
 from crank.settings import Settings
 from crank.sources.agents import build_catalog
@@ -101,7 +106,7 @@ def build_instant(
     base_url: str | None = None,
     include: Sequence[str] | None = None,
     auth: JSONObject | None = None,
-    credentials: Mapping[str, SchemeCredential] | None = None,
+    credentials: Mapping[str, tuple[str, str | None]] | None = None,
     workspace: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> InstantServer:
@@ -124,7 +129,10 @@ def build_instant(
         raise ConfigurationError(f"--workspace {workspace!r}: use lower-case letters, digits, '-' and '_' (at most 64)")
     slug = workspace or workspace_slug(title)
     # Before the server loads what an earlier run published: its secrets resolve at once.
-    for reference in [str(auth.get("secret", "")) if auth else "", *(c.secret for c in (credentials or {}).values())]:
+    for reference in [
+        str(auth.get("secret", "")) if auth else "",
+        *(secret for secret, _ in (credentials or {}).values()),
+    ]:
         _give_variable(slug, reference)
     server = CrankServer(settings, egress=egress)
     registry = server.registry
@@ -135,8 +143,8 @@ def build_instant(
                        republish=False, egress=egress)  # fmt: skip
     if auth is not None:
         set_operations_auth(registry, slug, changes.names, auth)
-    for scheme, credential in (credentials or {}).items():
-        registry.set_workspace_credential(slug, scheme, credential)
+    if credentials:
+        give_scheme_credentials(registry, slug, changes.names, dict(credentials))
     gaps = credential_gaps(registry, slug, changes.names)
     description = f"The operations of {title}, as its OpenAPI document describes them."
     draft: JSONObject = {"description": description, "bindings": [{"operation": name} for name in changes.names]}

@@ -328,12 +328,14 @@ class GatewayService:
         if unavailable:
             return JSONResponse({"status": "not_ready", "unavailable": unavailable}, 503)
         missing, refused = self.source.missing_secrets(), self.source.refused_targets()
-        credentials = self.source.missing_credentials()
-        if not missing and not refused and not credentials:
-            return JSONResponse({"status": "ready"})
+        # A tenant's operations without a credential are its own to fix, not this replica's: listed, never a 503
+        # (one tenant's import must not take every replica out of its load balancer).
+        gaps = [gap.to_json() for gap in self.source.missing_credentials()]
+        if not missing and not refused:
+            return JSONResponse({"status": "ready", "missing_credentials": gaps} if gaps else {"status": "ready"})
         body: JSONObject = {"status": "not_ready"}
-        if credentials:
-            body["missing_credentials"] = [gap.to_json() for gap in credentials]
+        if gaps:
+            body["missing_credentials"] = gaps
         if missing:
             names = await run_in_threadpool(self.source.registry.operation_names)
             body["missing_secrets"] = [entry.to_json(names.get(entry.operation_id)) for entry in missing]

@@ -267,10 +267,12 @@ async def test_a_workspace_oauth_policy_is_set_shown_and_removed(admin: Admin) -
 async def test_a_workspace_credential_per_scheme_is_set_listed_and_removed(admin: Admin) -> None:
     await admin("PUT", "/workspaces/acme", {"name": "Acme"})
     assert await admin("GET", "/workspaces/acme/credentials") == {"credentials": {}}
-    given = {"secret": "env:ACME_CLIENT_SECRET", "client_id": "crank"}
+    given = {"secret": "env:ACME_CLIENT_SECRET", "client_id": "crank", "origins": ["https://api.example.com"]}
     assert await admin("PUT", "/workspaces/acme/credentials/OAuth2", given) == {"scheme": "OAuth2", **given}
     listed = await admin("GET", "/workspaces/acme/credentials")
     assert listed == {"credentials": {"OAuth2": given}}  # references only: nothing secret is stored
-    await admin("PUT", "/workspaces/acme/credentials/ApiKey", {"secret": "s3cr3t"}, status=422)  # a value, refused
+    await admin("PUT", "/workspaces/acme/credentials/ApiKey", {"secret": "s3cr3t", "origins": ["https://a.example"]},
+                status=422)  # a value, refused  # fmt: skip
+    await admin("PUT", "/workspaces/acme/credentials/ApiKey", {"secret": "env:K"}, status=422)  # bound to nothing
     await admin("DELETE", "/workspaces/acme/credentials/OAuth2", status=204)
     assert await admin("GET", "/workspaces/acme/credentials") == {"credentials": {}}

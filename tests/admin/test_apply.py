@@ -135,7 +135,9 @@ def test_a_catalog_file_gives_its_workspace_an_oauth_policy(registry: Registry, 
 def test_a_catalog_file_gives_its_workspace_credentials_per_scheme(registry: Registry, tmp_path: Path) -> None:
     (tmp_path / "openapi.yaml").write_text((CATALOG.parent / "openapi.yaml").read_text())
     text = CATALOG.read_text().replace(
-        "workspace:\n", "workspace:\n  credentials: {ApiKey: {secret: 'env:DEMO_KEY'}}\n", 1
+        "workspace:\n",
+        "workspace:\n  credentials: {ApiKey: {secret: 'env:DEMO_KEY', origins: ['https://a.example']}}\n",
+        1,
     )
     file = tmp_path / "catalog.yaml"
     file.write_text(text)

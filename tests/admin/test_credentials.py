@@ -70,10 +70,13 @@ def test_a_scheme_without_a_credential_is_said_before_the_first_call_and_fails_c
     assert {finding.message.split(" ")[3] for finding in missing} == {s for s, _ in OPERATIONS.values()}
     gateway = serve(GatewayService(sqlite_registry, require_api_keys=False))
     ready = httpx.get(gateway + "/readyz", timeout=10)
-    assert ready.status_code == 503
+    assert ready.status_code == 200  # a tenant's gap, listed: never a replica out of its load balancer
     listed = {entry["scheme"]: entry for entry in ready.json()["missing_credentials"]}
+    assert listed["apiKey_header"]["origins"] == [upstream]
     assert listed["apiKey_header"]["tools"] == ["put_anything_api_key"]
-    assert "crank workspace credential sec apiKey_header" in listed["apiKey_header"]["how"]
+    assert (
+        f"crank workspace credential sec apiKey_header env:NAME --origin {upstream}" in listed["apiKey_header"]["how"]
+    )
     result = _call(gateway, "put_anything_api_key")  # Prism: 401, the declared key is missing
     assert result["error_code"] == "upstream_unauthorized" and result["recoverable"] is False
 
@@ -88,7 +91,8 @@ def test_the_workspaces_credential_per_scheme_reaches_the_upstream(
     _imported(sqlite_registry, upstream)
     for scheme, reference in (("apiKey_header", "env:SEC_KEY"), ("apiKey_query", "env:SEC_KEY"),
                               ("bearer", "env:SEC_TOKEN"), ("basic", "env:SEC_BASIC")):  # fmt: skip
-        sqlite_registry.set_workspace_credential("sec", scheme, SchemeCredential(secret=reference))
+        credential = SchemeCredential(secret=reference, origins=(upstream,))
+        sqlite_registry.set_workspace_credential("sec", scheme, credential)
     report = publish_agent(sqlite_registry, "sec", "desk")
     assert not [finding for finding in report.findings if finding.rule == "missing-credential"]
     view = sqlite_registry.published()[0].runtime
@@ -96,7 +100,7 @@ def test_the_workspaces_credential_per_scheme_reaches_the_upstream(
     assert auth["post_anything_basic"] is not None and auth["post_anything_basic"].type == "basic"
     assert auth["put_anything_api_key"] is not None and auth["put_anything_api_key"].name == "X-API-KEY"
     gateway = serve(GatewayService(sqlite_registry, require_api_keys=False))
-    assert httpx.get(gateway + "/readyz", timeout=10).status_code == 200
+    assert httpx.get(gateway + "/readyz", timeout=10).json() == {"status": "ready"}
     for name in OPERATIONS:  # Prism checks that each declared scheme is satisfied: 401 otherwise
         assert "error_code" not in _call(gateway, name), name
 
@@ -114,11 +118,16 @@ def test_credentials_from_the_cli_and_the_import_options(
     assert imported.exit_code == 0, imported.output
     assert "credentials: apiKey_header (header) is required by 2 operation(s)" in imported.output
     assert "credentials: bearer (" not in imported.output  # given on the command line
+    assert "credentials given: publish the agents that bind these operations" in imported.output
     listed = json.loads(runner.invoke(main, ["workspace", "credential", "sec"]).output)
-    client = {"secret": "env:SEC_CLIENT", "client_id": "crank-client"}
-    assert listed == {"bearer": {"secret": "env:SEC_TOKEN"}, "oauth2": client}
-    assert runner.invoke(main, ["workspace", "credential", "sec", "apiKey_header", "env:SEC_KEY"]).exit_code == 0
-    refused = runner.invoke(main, ["workspace", "credential", "sec", "basic", "hunter2"])
+    bound = [upstream.lower()]  # the origin the operations that require each scheme call
+    client = {"secret": "env:SEC_CLIENT", "client_id": "crank-client", "origins": bound}
+    assert listed == {"bearer": {"secret": "env:SEC_TOKEN", "origins": bound}, "oauth2": client}
+    given = ["workspace", "credential", "sec", "apiKey_header", "env:SEC_KEY", "--origin", upstream]
+    assert runner.invoke(main, given).exit_code == 0
+    unbound = runner.invoke(main, ["workspace", "credential", "sec", "apiKey_query", "env:SEC_KEY"])
+    assert unbound.exit_code != 0 and "origins" in unbound.output  # where it may go must be said
+    refused = runner.invoke(main, ["workspace", "credential", "sec", "basic", "hunter2", "--origin", upstream])
     assert refused.exit_code != 0 and "never the value itself" in refused.output
     assert runner.invoke(main, ["workspace", "credential", "sec", "bearer", "--remove"]).exit_code == 0
     assert set(json.loads(runner.invoke(main, ["workspace", "credential", "sec"]).output)) == {
@@ -141,7 +150,7 @@ def test_serve_openapi_says_which_scheme_the_train_travel_api_needs(
         assert "Credentials:    OAuth2 (bearer) is required by" in built.banner()
         assert "add --auth-scheme OAuth2=env:NAME" in built.banner()
         monkeypatch.setenv("TRAIN_TOKEN", "a-token-the-operator-got")
-        given = {"OAuth2": SchemeCredential(secret="env:TRAIN_TOKEN")}
+        given: dict[str, tuple[str, str | None]] = {"OAuth2": ("env:TRAIN_TOKEN", None)}
         again = build_instant(settings, str(TRAIN_TRAVEL), base_url=upstream, credentials=given)
         assert "Credentials:" not in again.banner()
         tools = {tool.tool_name: tool for tool in again.server.registry.published()[0].runtime.tools}
@@ -173,3 +182,26 @@ def test_a_client_credentials_flow_at_an_https_token_url_is_fetched_by_the_gatew
     (requirement,) = ExecutionConfig.model_validate(operation.spec["execution_config"]).requires
     assert requirement.type == "oauth2" and requirement.token_url == "https://id.example.com/oauth/token"
     assert requirement.scopes == ("write:things",)
+
+
+def test_a_credential_never_reaches_another_api_that_names_its_scheme_the_same(
+    sqlite_registry: Registry, upstream: str
+) -> None:
+    """Two documents in one workspace, both with a scheme called `bearer`: the credential bound to the first API's
+    origin is not attached to the second's operations, which are reported as missing instead."""
+    _imported(sqlite_registry, upstream)
+    other = document(SECURITY)
+    other["components"]["securitySchemes"]["bearer"] = {"type": "apiKey", "in": "query", "name": "token"}
+    reimport(sqlite_registry, "sec", "openapi", other, base_url="https://elsewhere.example", include=["*bearer*"],
+             republish=False)  # fmt: skip
+    ops = sqlite_registry.operations("sec")
+    assert ops["post_anything_bearer"]["target"]["url"].startswith("https://elsewhere.example")
+    sqlite_registry.set_workspace_credential("sec", "bearer", SchemeCredential(secret="env:T", origins=(upstream,)))
+    sqlite_registry.put_agent("sec", "desk", {"bindings": [{"operation": "post_anything_bearer"}]})
+    view = sqlite_registry.draft_runtime("sec", "desk")
+    assert view.tools[0].execution_config.auth is None  # never sent to elsewhere.example
+    (gap,) = credential_gaps(sqlite_registry, "sec", ["post_anything_bearer"])
+    assert gap.scheme == "bearer" and gap.origins == ("https://elsewhere.example",)
+    client = SchemeCredential(secret="env:T", client_id="c", origins=("https://elsewhere.example",))
+    sqlite_registry.set_workspace_credential("sec", "bearer", client)  # a client id, for a scheme not OAuth 2
+    assert sqlite_registry.draft_runtime("sec", "desk").tools[0].execution_config.auth is None

@@ -17,12 +17,12 @@ from typing import Literal
 from crank.admin.lint import CatalogReport, Finding, ToolSize, catalog_report, lint_runtime, tool_sizes
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
-from crank.exceptions import RegistryNotFoundError
+from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import MissingCredential, check_secret_references, missing_credentials, missing_secrets
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
-from crank.registry.runtime import ExecutionConfig
+from crank.registry.runtime import ExecutionConfig, SchemeCredential, origin_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -134,21 +134,45 @@ def set_operations_auth(registry: Registry, workspace: str, names: Sequence[str]
 
 def credential_gaps(registry: Registry, workspace: str, names: Sequence[str]) -> list[MissingCredential]:
     """The security schemes the named operation drafts require with no credential: none of their own, and none
-    of the workspace's for any scheme they accept. Said by the import, before anything is called."""
+    of the workspace's that may serve any scheme they accept at their target. Said by the import, before any
+    call."""
     given = registry.workspace_credentials(workspace)
     specs = registry.operations(workspace)
     tools = []
     for name in names:
-        config = ExecutionConfig.model_validate((specs.get(name) or {}).get("execution_config") or {})
-        if not any(requirement.scheme in given for requirement in config.requires):
-            tools.append((name, config))
+        spec = specs.get(name) or {}
+        target = str((spec.get("target") or {}).get("url", ""))
+        config = ExecutionConfig.model_validate(spec.get("execution_config") or {})
+        if not any(r.scheme in given and given[r.scheme].opens(r, target) for r in config.requires):
+            tools.append((name, target, config))
     return missing_credentials(workspace, tools)
+
+
+def give_scheme_credentials(
+    registry: Registry, workspace: str, names: Sequence[str], given: dict[str, tuple[str, str | None]]
+) -> None:
+    """`--auth-scheme SCHEME=REF`: each scheme's credential, bound to the origins the named operations that
+    require it call (and their token URLs'). A scheme none of them requires is a `ConfigurationError`."""
+    specs = registry.operations(workspace)
+    for scheme, (secret, client_id) in given.items():
+        origins: set[str] = set()
+        for name in names:
+            spec = specs.get(name) or {}
+            config = ExecutionConfig.model_validate(spec.get("execution_config") or {})
+            for requirement in config.requires:
+                if requirement.scheme == scheme:
+                    target = str((spec.get("target") or {}).get("url", ""))
+                    origins.update(origin_of(url) for url in (target, requirement.token_url) if url)
+        if not origins:
+            raise ConfigurationError(f"--auth-scheme {scheme}: no imported operation requires that scheme")
+        credential = SchemeCredential(secret=secret, client_id=client_id, origins=tuple(sorted(origins)))
+        registry.set_workspace_credential(workspace, scheme, credential)
 
 
 def credential_findings(runtime: RuntimeView) -> list[Finding]:
     """A warning per security scheme the agent's operations require with no credential given: their calls would
     get the upstream's 401 (`upstream_unauthorized`); said before the first call, with how to give it."""
-    tools = [(tool.tool_name, tool.execution_config) for tool in runtime.tools]
+    tools = [(tool.tool_name, tool.target.url, tool.execution_config) for tool in runtime.tools]
     return [
         Finding(
             missing.tools[0],

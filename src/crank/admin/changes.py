@@ -145,7 +145,9 @@ def merge_draft(old: JSONObject | None, new: JSONObject) -> JSONObject:
         return new
     merged = {key: value for key, value in old.items() if key not in IMPORTED_FIELDS and key != "execution_config"}
     merged.update(new)
-    execution = {**(old.get("execution_config") or {}), **(new.get("execution_config") or {})}
+    # What the document requires is the document's: a scheme it no longer names is no longer required.
+    kept = {key: value for key, value in (old.get("execution_config") or {}).items() if key != "requires"}
+    execution = {**kept, **(new.get("execution_config") or {})}
     if execution:
         merged["execution_config"] = execution
     return merged

@@ -67,7 +67,7 @@ from crank.admin.documents import (
     where,
 )
 from crank.exceptions import SpecError
-from crank.registry.runtime import is_secure_url
+from crank.registry.runtime import SCHEME_NAME, is_secure_url
 from crank.types import JSONObject
 
 __all__ = ["import_openapi"]
@@ -293,8 +293,8 @@ def _requirement(name: str, scheme: Any, scopes: Any) -> JSONObject | None:
     None for one Crank cannot send (mutual TLS, an http scheme other than bearer and basic). OAuth 2 with a
     client-credentials flow at an https token URL is fetched by the gateway; any other OAuth 2 flow, and OpenID
     Connect, need a token the operator obtains: a bearer credential."""
-    if not isinstance(scheme, dict):
-        return None
+    if not isinstance(scheme, dict) or re.fullmatch(SCHEME_NAME, name) is None:
+        return None  # a name Crank would have to print quoted in every report: left out, like an unknown kind
     kind = scheme.get("type")
     if kind == "apiKey" and scheme.get("in") in ("header", "query", "cookie") and isinstance(scheme.get("name"), str):
         return {"scheme": name, "type": scheme["in"], "name": scheme["name"]}

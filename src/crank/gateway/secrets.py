@@ -20,12 +20,13 @@ the references that do not resolve here, for a publish's warnings and `/readyz`.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from crank.exceptions import ConfigurationError
-from crank.registry.runtime import ExecutionConfig, RuntimeView
+from crank.registry.runtime import ExecutionConfig, RuntimeView, origin_of
 from crank.types import JSONObject
 
 __all__ = [
@@ -181,26 +182,36 @@ class MissingCredential:
     scheme: str
     type: str
     tools: tuple[str, ...]
+    origins: tuple[str, ...] = ()
+    """Where the tools' calls (and an OAuth 2 token request) go: what the credential must be bound to."""
 
     def how(self) -> str:
         """The exact setting that gives it: the workspace's credential for the scheme, then a publish."""
         oauth2 = self.type == "oauth2"
-        given = f"{self.scheme} env:NAME" + (" --client-id CLIENT_ID" if oauth2 else "")
-        option = f"{self.scheme}=" + ("CLIENT_ID:env:NAME" if oauth2 else "env:NAME")
-        return (f"crank workspace credential {self.workspace} {given}, then publish (or --auth-scheme {option} on "
-                "crank import openapi or crank serve --openapi)")  # fmt: skip
+        scheme = shlex.quote(self.scheme)
+        where = "".join(f" --origin {shlex.quote(origin)}" for origin in self.origins)
+        given = f"{scheme} env:NAME" + (" --client-id CLIENT_ID" if oauth2 else "") + where
+        option = f"{scheme}=" + ("CLIENT_ID:env:NAME" if oauth2 else "env:NAME")
+        return (f"crank workspace credential {shlex.quote(self.workspace)} {given}, then publish (or --auth-scheme "
+                f"{option} on crank import openapi or crank serve --openapi)")  # fmt: skip
 
     def to_json(self) -> JSONObject:
         return {"workspace": self.workspace, "scheme": self.scheme, "type": self.type, "tools": list(self.tools),
-                "how": self.how()}  # fmt: skip
+                "origins": list(self.origins), "how": self.how()}  # fmt: skip
 
 
-def missing_credentials(workspace: str, tools: Iterable[tuple[str, ExecutionConfig]]) -> list[MissingCredential]:
-    """The schemes that (tool name, execution config) pairs require and have no credential for: a tool with no
-    `auth` whose description requires credentials (its first alternative names the scheme to give)."""
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for name, config in tools:
+def missing_credentials(workspace: str, tools: Iterable[tuple[str, str, ExecutionConfig]]) -> list[MissingCredential]:
+    """The schemes that (tool name, target URL, execution config) triples require and have no credential for: a
+    tool with no `auth` whose description requires credentials (its first alternative names the scheme to give),
+    unless the header it would carry is one the tool forwards from its client."""
+    grouped: dict[tuple[str, str], tuple[list[str], set[str]]] = {}
+    for name, target, config in tools:
         if config.auth is None and config.requires:
             first = config.requires[0]
-            grouped.setdefault((first.scheme, first.type), []).append(name)
-    return [MissingCredential(workspace, scheme, kind, tuple(names)) for (scheme, kind), names in grouped.items()]
+            if first.type == "header" and first.name.lower() in {header.lower() for header in config.forward_headers}:
+                continue  # the client sends the key itself
+            names, origins = grouped.setdefault((first.scheme, first.type), ([], set()))
+            names.append(name)
+            origins.update(origin_of(url) for url in (target, first.token_url) if url)
+    return [MissingCredential(workspace, scheme, kind, tuple(names), tuple(sorted(origins)))
+            for (scheme, kind), (names, origins) in grouped.items()]  # fmt: skip

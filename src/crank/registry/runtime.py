@@ -57,6 +57,7 @@ __all__ = [
     "ArgumentRule",
     "AuthConfig",
     "AuthType",
+    "SCHEME_NAME",
     "SchemeCredential",
     "SecurityRequirement",
     "ConfirmationConfig",
@@ -78,6 +79,7 @@ __all__ = [
     "ToolHints",
     "WorkspaceInfo",
     "is_secure_url",
+    "origin_of",
     "load_runtime",
     "tool_from_spec",
 ]
@@ -279,13 +281,46 @@ class AuthConfig(_Model):
         return self
 
 
+SCHEME_NAME = r"^[A-Za-z0-9._-]{1,128}$"
+"""A security scheme's name as Crank keeps it (OpenAPI 3.1's own rule for component names)."""
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host[:port]` of a URL, lower-cased: what a credential is bound to."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
 class SchemeCredential(_Model):
     """A workspace's credential for one security scheme of its API descriptions: the secret by reference (a
     token, an API key, `user:password` for basic, an OAuth 2 client secret) and, for OAuth 2, the client id.
-    Every operation that requires the scheme and has no `auth` of its own is published with it."""
+    Every operation that requires the scheme, has no `auth` of its own, and calls one of `origins` (for OAuth 2,
+    with its token URL there too) is published with it: a scheme name another document of the workspace reuses
+    for another API never sends this secret there."""
 
     secret: str = Field(min_length=1, max_length=1024)
     client_id: str | None = Field(default=None, max_length=256)
+    origins: tuple[str, ...] = Field(min_length=1, max_length=16)
+    """The upstream origins (`https://api.example.com`) the credential may be sent to."""
+
+    @field_validator("origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        origins = []
+        for url in value:
+            parts = urlsplit(url)
+            if parts.scheme not in ("https", "http") or not parts.hostname or len(url) > 512:
+                raise ValueError(f"{url!r} is not an origin (https://host[:port])")
+            origins.append(origin_of(url))
+        return tuple(origins)
+
+    def opens(self, requirement: SecurityRequirement, target: str) -> bool:
+        """Whether this credential may serve `requirement` for a call to `target`: the kind fits (a client id only
+        for OAuth 2) and every address it would go to is one of its origins."""
+        if (self.client_id is not None) != (requirement.type == "oauth2"):
+            return False
+        addresses = [target, *([requirement.token_url] if requirement.token_url else [])]
+        return all(origin_of(address) in self.origins for address in addresses)
 
     @field_validator("secret")
     @classmethod
@@ -298,7 +333,7 @@ class SchemeCredential(_Model):
 class SecurityRequirement(_Model):
     """One scheme an operation's description requires, with how it is sent (`AuthConfig` without the secret)."""
 
-    scheme: str = Field(min_length=1, max_length=128)
+    scheme: str = Field(pattern=SCHEME_NAME)
     type: AuthType
     name: str = DEFAULT_AUTH_HEADER
     token_url: str | None = None

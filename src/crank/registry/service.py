@@ -705,10 +705,11 @@ def _with_credential(tool: RuntimeTool, credentials: JSONObject | None) -> Runti
     if config.auth is not None or not config.requires or not credentials:
         return tool
     for requirement in config.requires:
-        given = credentials.get(requirement.scheme)
-        if given is not None:
+        stored = credentials.get(requirement.scheme)
+        given = SchemeCredential.model_validate(stored) if stored is not None else None
+        if given is not None and given.opens(requirement, tool.target.url):
             try:
-                auth = requirement.credential(SchemeCredential.model_validate(given))
+                auth = requirement.credential(given)
             except ValidationError as exc:
                 raise ConfigurationError(
                     f"tool {tool.tool_name!r}: the credential for {requirement.scheme}: {exc.errors()[0]['msg']}"

@@ -369,7 +369,7 @@ class AgentSource:
             if any(tool.execution_config.auth is not None for tool in published.runtime.tools):
                 views[key] = published.runtime
                 _warn_missing(missing_secrets(published.runtime))
-            missing = missing_credentials(published.workspace, ((t.tool_name, t.execution_config)
+            missing = missing_credentials(published.workspace, ((t.tool_name, t.target.url, t.execution_config)
                                                                 for t in published.runtime.tools))  # fmt: skip
             if missing:
                 gaps[key] = missing
