@@ -276,3 +276,14 @@ async def test_a_workspace_credential_per_scheme_is_set_listed_and_removed(admin
     await admin("PUT", "/workspaces/acme/credentials/ApiKey", {"secret": "env:K"}, status=422)  # bound to nothing
     await admin("DELETE", "/workspaces/acme/credentials/OAuth2", status=204)
     assert await admin("GET", "/workspaces/acme/credentials") == {"credentials": {}}
+
+
+async def test_an_import_through_the_api_names_the_credentials_its_operations_need(admin: Admin) -> None:
+    from tests.realapis import SECURITY, document
+
+    await admin("PUT", "/workspaces/sec", {"name": "Security"})
+    body = {"format": "openapi", "document": document(SECURITY), "base_url": "https://api.example.com"}
+    report = await admin("POST", "/workspaces/sec/imports", body)
+    missing = {gap["scheme"]: gap for gap in report["missing_credentials"]}
+    assert missing["apiKey_header"]["origins"] == ["https://api.example.com"]
+    assert missing["apiKey_header"]["tools"] == ["put_anything_api_key", "post_status_401"]

@@ -85,8 +85,11 @@ class CheckAndLint:
 
     def __call__(self, runtime: RuntimeView) -> None:
         egress = self.egress if self.egress is not None else EgressPolicy.from_environment()
-        for tool in runtime.tools:  # a target address the policy refuses is never published
+        for tool in runtime.tools:  # a target address the policy refuses is never published, nor a token URL's
             egress.check_target(tool.target.url, where=f"tool {tool.tool_name!r}")
+            auth = tool.execution_config.auth
+            if auth is not None and auth.token_url is not None:
+                egress.check_target(auth.token_url, where=f"tool {tool.tool_name!r}: token_url")
         check_secret_references(runtime)
         catalog = build_catalog(
             runtime, UpstreamClient(egress=egress)

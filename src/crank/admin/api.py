@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crank import __version__, _json, _yaml
-from crank.admin.actions import bind_tool, publish_agent, unbind_tool
+from crank.admin.actions import bind_tool, credential_gaps, publish_agent, unbind_tool
 from crank.admin.apply import apply_catalog
 from crank.admin.changes import reimport, republish_operation
 from crank.admin.documents import is_url
@@ -264,7 +264,11 @@ def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
     report = reimport(api.registry, _path(request, "workspace"), body.format, source, base_url=body.base_url,
                       include=body.include, republish=body.republish, dry_run=body.dry_run,
                       egress=api.egress)  # fmt: skip
-    return report.to_json()
+    answer: JSONObject = report.to_json()
+    if not body.dry_run:  # the schemes its operations require with no credential, said before any call
+        gaps = credential_gaps(api.registry, _path(request, "workspace"), report.names)
+        answer["missing_credentials"] = [gap.to_json() for gap in gaps]
+    return answer
 
 
 def list_agents(api: AdminAPI, request: Request, body: None) -> Any:
