@@ -60,6 +60,22 @@ def asgi_post(app: Any, scope: dict[str, Any], body: bytes, answers: list[bytes]
     return coroutine
 
 
+def count_requests(app: Any, scope: dict[str, Any], body: bytes, answers: list[bytes], requests: int) -> None:
+    """`requests` requests, each driven to its end without the event loop (one that waits for I/O is an error),
+    inside `math.fsum`: what callgrind's `--toggle-collect=math_fsum` counts, and nothing else."""
+
+    def step(_: int) -> float:
+        coroutine = asgi_post(app, scope, body, answers)
+        try:
+            while True:
+                if coroutine.send(None) is not None:
+                    raise RuntimeError("a request waited for I/O: the count would include the event loop")
+        except StopIteration:
+            return 0.0
+
+    math.fsum(step(i) for i in range(requests))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=("call", "list"))
@@ -87,17 +103,7 @@ async def run(kind: str, requests: int) -> None:
         await asyncio.sleep(0.05)
         print(answers[0][:160], file=sys.stderr)
         gc.collect()
-
-        def step(_: int) -> float:
-            coroutine = asgi_post(app, scope, body, answers)
-            try:
-                while True:
-                    if coroutine.send(None) is not None:
-                        raise RuntimeError("a request waited for I/O: the count would include the event loop")
-            except StopIteration:
-                return 0.0
-
-        math.fsum(step(i) for i in range(requests))
+        count_requests(app, scope, body, answers, requests)
 
 
 if __name__ == "__main__":

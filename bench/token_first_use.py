@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import base64
 import gc
-import math
 import os
 import statistics
 import sys
@@ -175,7 +174,7 @@ async def per_call(calls: int, rounds: int, era: str) -> dict[str, list[float]]:
 async def count(credential: str, requests: int, era: str) -> None:
     """`requests` calls with one credential, each request's coroutine stepped by hand inside `math.fsum`, as
     `bench/count_gateway.py` does, so that callgrind's `--toggle-collect=math_fsum` counts those requests alone."""
-    from bench.count_gateway import asgi_post
+    from bench.count_gateway import asgi_post, count_requests
 
     with tempfile.TemporaryDirectory() as tmp:
         apps, body, issuer = await gateways(tmp, era)
@@ -192,17 +191,7 @@ async def count(credential: str, requests: int, era: str) -> None:
         print(answers[0][:160], file=sys.stderr)
         app.source.reload()
         gc.collect()
-
-        def step(_: int) -> float:
-            coroutine = asgi_post(app, scope, body, answers)
-            try:
-                while True:
-                    if coroutine.send(None) is not None:
-                        raise RuntimeError("a request waited for I/O: the count would include the event loop")
-            except StopIteration:
-                return 0.0
-
-        math.fsum(step(i) for i in range(requests))
+        count_requests(app, scope, body, answers, requests)
 
 
 def main() -> None:
