@@ -368,3 +368,14 @@ def test_an_issuer_that_does_not_answer_holds_no_request_past_the_fetch_timeout(
     response = httpx.post(oauth.url, json=body, headers=headers, timeout=12)  # one bounded fetch is 5 s
     assert response.status_code == 503 and "retry-after" in response.headers
     assert upstream.seen == []
+
+
+def test_a_batch_is_authorized_whole_before_any_of_its_calls_runs(oauth: Setup) -> None:
+    reader = oauth.issuer.token(oauth.url, scope=READ)
+    calls = [("get_user", {"id": 2}), ("create_user", {"name": "a"})]
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+             for n, (name, arguments) in enumerate(calls)]  # fmt: skip
+    headers = {"authorization": f"Bearer {reader}", "mcp-protocol-version": "2025-03-26"}
+    refused = httpx.post(oauth.url, json=batch, headers=headers, timeout=15)
+    assert refused.status_code == 403 and 'error="insufficient_scope"' in _challenge(refused)
+    assert upstream.seen == []  # not even the call it may make: the batch is refused before anything runs
