@@ -178,6 +178,8 @@ def test_tokens_that_prove_nothing_here_are_401_and_reach_no_upstream(oauth: Set
         assert response.status_code == 401, (kind, response.text)
         assert 'error="invalid_token"' in _challenge(response)
         assert "resource_metadata=" in _challenge(response)
+    if kind in ("expired", "untrusted_iss", "alg_none", "garbled", "unknown_kid"):  # refused by the verifier
+        assert f'scope="{READ}"' in _challenge(response)  # what to ask for with a new token
     assert upstream.seen == []
 
 

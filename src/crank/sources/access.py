@@ -83,7 +83,11 @@ class GatewayAuthenticator:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
             return key
         policy = oauth.policy
-        claims = await self.verifier.verify(token, policy.issuers, policy.introspection, workspace=workspace)
+        try:
+            claims = await self.verifier.verify(token, policy.issuers, policy.introspection, workspace=workspace)
+        except AuthChallengeError as refused:  # the scopes to ask for with a new token (MCP: SHOULD)
+            refused.scopes = refused.scopes or tuple(sorted(policy.agent_needs(agent)))
+            raise
         return self._principal(claims, workspace, agent, oauth, token)
 
     # -- resources and their metadata ----------------------------------------------------------------------
