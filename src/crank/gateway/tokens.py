@@ -38,6 +38,7 @@ from crank.exceptions import AuthChallengeError, ConfigurationError, DependencyU
 from crank.gateway.client import UpstreamClient
 from crank.gateway.secrets import resolve_secret
 from crank.registry.runtime import IntrospectionClient
+from crank.wire.notices import ThrottledLog
 
 __all__ = [
     "ALLOWED_ALGORITHMS",
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("crank.gateway.tokens")
+_notices = ThrottledLog(logger)
 
 ALLOWED_ALGORITHMS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
                                        "ES512", "EdDSA"})  # fmt: skip
@@ -64,6 +66,9 @@ MIN_REFETCH: Final = 10.0
 FAILURE_MEMORY: Final = 5.0
 """Seconds an issuer that failed to answer is not asked again: a flood of new tokens costs it one fetch."""
 MAX_CACHED_TOKENS: Final = 10_000
+SIGNATURE_CHECKS_PER_SECOND: Final = 500.0
+"""New JWTs whose signature a verifier checks a second at most (about 0.2 ms of CPU each, so a tenth of a core at
+most); a token checked before costs a look-up and never counts. Past it a new token gets 503 (retry)."""
 INTROSPECTIONS_PER_SECOND: Final = 20.0
 """Introspection calls a verifier makes a second at most; past it a new opaque token is 503 (retry)."""
 INTROSPECTION_MAX_AGE: Final = 60.0
@@ -146,9 +151,12 @@ class _Issuer:
 class TokenVerifier:
     """Checks access tokens for every workspace of a server (issuers are shared: one JWKS per issuer)."""
 
-    def __init__(self, client: UpstreamClient, *, leeway: float = LEEWAY) -> None:
+    def __init__(
+        self, client: UpstreamClient, *, leeway: float = LEEWAY, checks_per_second: float = SIGNATURE_CHECKS_PER_SECOND
+    ) -> None:
         self.client = client
         self.leeway = leeway
+        self._checks = _Budget(checks_per_second)
         self._issuers: dict[str, _Issuer] = {}
         # A JWT's claims are the token's own (its issuer signed them): one entry serves every workspace, each of
         # which checks the issuer, audience and scopes itself. An introspection answer is what one endpoint said
@@ -212,6 +220,12 @@ class TokenVerifier:
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
         kid = header.get("kid")
         key = await self._key(self._issuer(trusted), kid if isinstance(kid, str) else None, algorithm)
+        if not self._checks.take():  # a flood of made-up tokens costs this much CPU a second at most
+            _notices.warning("signature-budget", "more than %g new access tokens a second to check: refused with "
+                             "503 until the budget refills", self._checks.rate)  # fmt: skip
+            raise DependencyUnavailableError(
+                "issuer", "This server checks too many new access tokens right now; retry in a second.", retry_after=1
+            )
         try:
             claims = jwt.decode(
                 token, key.key, algorithms=[algorithm], leeway=self.leeway,
