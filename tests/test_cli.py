@@ -175,8 +175,10 @@ def test_lint_gates_ci_and_catalog_shows_the_budget(runner: CliRunner, tmp_path:
     runner.invoke(main, ["agent", "bind", "demo", "bookshop", "call_api"])
     failing = runner.invoke(main, ["lint", "demo", "bookshop"])
     assert failing.exit_code == 1 and "call_api  generic-name" in failing.output and "error(s)" in failing.output
-    tight = runner.invoke(main, ["lint", "demo", "--budget", "100"])
-    assert "over-budget" in tight.output and tight.exit_code == 1
+    over = runner.invoke(main, ["lint", "demo", "bookshop", "--budget", "100"])
+    assert "warning  (agent)  over-budget" in over.output  # seed 004: a warning, which alone never fails
+    strict = runner.invoke(main, ["lint", "demo", "bookshop", "--budget", "100", "--strict"])
+    assert strict.exit_code == 1 and "finding(s)" in strict.output
     published = runner.invoke(main, ["publish", "demo", "bookshop"])  # findings are shown, never blocking
     assert published.exit_code == 0 and "version 2" in published.output and "generic-name" in published.output
 

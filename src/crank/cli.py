@@ -963,11 +963,15 @@ def apply(file: str) -> None:
 @click.option("--app", default=None, help="Lint an in-process app's MCP tools instead (module:attribute).")
 @click.option("--app-dir", default=".", show_default=True, help="Directory added to the import path for --app.")
 @click.option("--budget", type=click.IntRange(min=1), default=None, help="Token budget (default: configured, 4096).")
-def lint(workspace: str | None, agents: tuple[str, ...], app: str | None, app_dir: str, budget: int | None) -> None:
+@click.option("--strict", is_flag=True, help="Exit with 1 on warnings too (an agent over its budget, say).")
+def lint(
+    workspace: str | None, agents: tuple[str, ...], app: str | None, app_dir: str, budget: int | None, strict: bool
+) -> None:
     """Check agents (their drafts: what a publish would serve) against seed 004's checklist.
 
-    Exits with 1 when any finding is an error, so it can gate a team's CI. A draft that cannot be built
-    at all is one finding of its agent; the other agents are still linted."""
+    Exits with 1 when any finding is an error (with --strict: any finding at all), so it can gate a team's CI.
+    Going over the token budget is a warning, as seed 004 says. A draft that cannot be built at all is one
+    finding of its agent; the other agents are still linted."""
     from crank.admin.lint import lint_draft
 
     if app is not None:
@@ -981,12 +985,12 @@ def lint(workspace: str | None, agents: tuple[str, ...], app: str | None, app_di
             results = {slug: lint_draft(registry, workspace, slug, budget=budget) for slug in slugs}
     errors = 0
     for name, findings in results.items():
-        errors += sum(finding.severity == "error" for finding in findings)
+        errors += sum(strict or finding.severity == "error" for finding in findings)
         click.echo(f"{name}: {len(findings)} finding(s)")
         for finding in findings:
             click.echo(f"  {finding}")
     if errors:
-        raise click.ClickException(f"{errors} error(s)")
+        raise click.ClickException(f"{errors} {'finding' if strict else 'error'}(s)")
 
 
 def _lint_app(app: str, app_dir: str, budget: int | None) -> dict[str, Any]:
