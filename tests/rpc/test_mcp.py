@@ -378,3 +378,77 @@ async def test_plain_listing_names_the_roles_a_caller_needs(serve: Callable[...,
     async with Client(url) as client:
         tools = (await client.list_tools()).tools
     assert tools and all("roles" not in (tool.model_extra or {}) for tool in tools)
+
+
+class Tag(BaseModel):
+    name: str
+
+
+class Item(BaseModel):
+    id: int
+    tags: list[Tag]
+
+
+def _dereferenced(schema: Any, definitions: dict[str, Any], prefix: str, depth: int = 0) -> Any:
+    """`schema` with every `$ref` under `prefix` replaced by its definition (models here are not recursive)."""
+    assert depth < 20
+    if isinstance(schema, list):
+        return [_dereferenced(item, definitions, prefix, depth) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith(prefix):
+        return _dereferenced(definitions[ref[len(prefix) :]], definitions, prefix, depth + 1)
+    return {key: _dereferenced(value, definitions, prefix, depth) for key, value in schema.items() if key != "$defs"}
+
+
+async def test_openrpc_and_mcp_describe_model_results_alike_once_their_references_are_followed(
+    serve: Callable[..., str],
+) -> None:
+    """What docs/rpc.md says is the same: OpenRPC names a model `#/components/schemas/Item` of its document,
+    MCP `#/$defs/Item` of the tool's own schema (self-contained) and wraps it as `{"result": ...}`; followed,
+    the two schemas are equal."""
+    from crank.rpc import MCP, RPCApp
+    from crank.server import MCPConfig, RPCService
+
+    rpc = RPCApp(title="Items")
+
+    @rpc.method("item.get", groups=["mcp"], mcp=MCP())
+    def get_item(id: int) -> Item:
+        return Item(id=id, tags=[Tag(name="new")])
+
+    @rpc.method("item.list", groups=["mcp"], mcp=MCP())
+    def list_items() -> list[Item]:
+        return []
+
+    url = serve(RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True)}))
+    async with httpx.AsyncClient() as client:
+        document = (await client.get(url + "/rpc")).json()
+        tools = {tool["name"]: tool for tool in (await client.get(url + "/mcp/tools")).json()["tools"]}
+    components = document["components"]["schemas"]
+    for method in document["methods"]:
+        openrpc = _dereferenced(method["result"]["schema"], components, "#/components/schemas/")
+        output = tools[method["name"]]["outputSchema"]
+        mcp = _dereferenced(output["properties"]["result"], output.get("$defs", {}), "#/$defs/")
+        assert openrpc == mcp, method["name"]
+        assert "$ref" in json.dumps(method["result"]["schema"]) or "$ref" in json.dumps(output)  # models, referenced
+
+
+async def test_an_in_process_answer_that_fails_its_output_schema_is_output_schema_mismatch(
+    serve: Callable[..., str],
+) -> None:
+    """As on the gateway: `structuredContent` that fails the published outputSchema never reaches a client."""
+    from crank.rpc import MCP, RPCApp
+    from crank.server import MCPConfig, RPCService
+
+    rpc = RPCApp(title="Cards")
+
+    @rpc.method("card.get", groups=["mcp"], mcp=MCP(output_schema=Tag, transformer=lambda result: {"name": 1}))
+    def get_card(id: int) -> dict[str, Any]:
+        return {"id": id}
+
+    url = serve(RPCService(rpc, mcp={"/mcp": MCPConfig(enabled=True)}))
+    async with httpx.AsyncClient() as client:
+        answer = (await client.post(url + "/mcp/call", json={"name": "card.get", "arguments": {"id": 1}})).json()
+    assert answer["isError"] is True and "structuredContent" not in answer
+    assert answer["error"]["error_code"] == "output_schema_mismatch"
