@@ -22,6 +22,7 @@ import shutil
 import sys
 import uuid
 
+from bench.apps import serve_gateway
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, N_TOOLS, OUTPUT_SCHEMA, tool_name, tool_path
 from crank.admin.actions import check_runtime
 from crank.gateway.client import UpstreamClient
@@ -30,7 +31,6 @@ from crank.registry import Registry, migrate, open_engine
 from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
 from crank.state import RedisStore, StateStore
-from crank.wire.listen import ConnectionLimits, bind_listener, serve_on
 
 WORKSPACE, AGENT, DISCOVERY_AGENT = "bench", "agent", "discovery"
 PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
@@ -96,14 +96,7 @@ def make_app() -> GatewayService:
 def serve(host: str, port: int) -> None:
     """Serve the app as `crank serve` does: its HTTP protocol with the default connection limits (send timeout,
     refused bodies drained, the connection cap) and the gateway's early answers, uvloop, no access log."""
-    gateway = app or make_app()
-    serve_on(
-        gateway,
-        bind_listener(host, port),
-        ConnectionLimits(),
-        answer_early=gateway.answer_early,
-        answers_early_now=gateway.answers_early_now,
-    )
+    serve_gateway(app or make_app(), host, port)
 
 
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None

@@ -16,12 +16,12 @@ import json
 import os
 import sys
 
+from bench.apps import serve_gateway
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA, tool_name, tool_path
 from crank.admin.actions import check_runtime
 from crank.registry import Registry, migrate, open_engine
 from crank.registry.runtime import Limits, RateLimit
 from crank.server import GatewayService
-from crank.wire.listen import ConnectionLimits, bind_listener, serve_on
 
 WORKSPACES = ("honest", "hostile")
 AGENT = "agent"
@@ -62,14 +62,7 @@ def make_app() -> GatewayService:
 def serve(host: str, port: int) -> None:
     """Serve the app as `crank serve` does: its HTTP protocol (uvicorn's httptools protocol with the connection
     limits and the gateway's early answers, `crank.wire.protocol`), uvloop, no access log."""
-    gateway = app or make_app()
-    serve_on(
-        gateway,
-        bind_listener(host, port),
-        ConnectionLimits(),
-        answer_early=gateway.answer_early,
-        answers_early_now=gateway.answers_early_now,
-    )
+    serve_gateway(app or make_app(), host, port)
 
 
 app = make_app() if "BENCH_GATEWAY_DB" in os.environ else None

@@ -49,6 +49,7 @@ __all__ = [
     "MIN_REFETCH",
     "TokenClaims",
     "TokenVerifier",
+    "same_issuer",
 ]
 
 logger = logging.getLogger("crank.gateway.tokens")
@@ -120,7 +121,8 @@ def _audiences(claims: dict[str, Any]) -> tuple[str, ...]:
     return ()
 
 
-def _same_issuer(one: str, other: str) -> bool:
+def same_issuer(one: str, other: str) -> bool:
+    """Whether two issuer identifiers are one, with or without a trailing slash."""
     return one.rstrip("/") == other.rstrip("/")
 
 
@@ -215,7 +217,7 @@ class TokenVerifier:
         if any(claim in unverified for claim in _ID_TOKEN_CLAIMS) or header.get("typ") == "id_token+jwt":
             raise _invalid("An ID token is not an access token")
         issuer = unverified.get("iss")
-        trusted = next((known for known in issuers if isinstance(issuer, str) and _same_issuer(known, issuer)), None)
+        trusted = next((known for known in issuers if isinstance(issuer, str) and same_issuer(known, issuer)), None)
         if trusted is None:
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
         kid = header.get("kid")
@@ -307,7 +309,7 @@ class TokenVerifier:
                 document = await self._fetch_json(issuer, "GET", url, remember=False)
             except DependencyUnavailableError:
                 continue  # many issuers publish only one of the two
-            if isinstance(document, dict) and _same_issuer(str(document.get("issuer", "")), issuer.issuer):
+            if isinstance(document, dict) and same_issuer(str(document.get("issuer", "")), issuer.issuer):
                 issuer.metadata = document
                 return document
         issuer.failed_until = time.monotonic() + FAILURE_MEMORY
@@ -378,7 +380,7 @@ class TokenVerifier:
         if isinstance(expires, int | float) and expires + self.leeway < now:
             raise _invalid("The access token has expired")
         reported = answer.get("iss")
-        if isinstance(reported, str) and not _same_issuer(reported, issuer_url):
+        if isinstance(reported, str) and not same_issuer(reported, issuer_url):
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
         limit = now + INTROSPECTION_MAX_AGE
         return _claims(issuer_url, answer, min(float(expires), limit) if isinstance(expires, int | float) else limit,

@@ -11,6 +11,7 @@ import binascii
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from crank import _json
 from crank.exceptions import ConfigurationError, InvalidCursorError, UnknownFormatError
@@ -20,6 +21,7 @@ from crank.mcp.tools import TOOL_NAME_PATTERN, CallObserver, Tool
 from crank.mcp.translations import Translations
 from crank.mcp.validation import ArgumentValidator, OutputValidator
 from crank.types import JSONObject
+from crank.wire.auth import Principal
 
 __all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "estimate_tokens"]
 
@@ -92,13 +94,14 @@ class Catalog:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def for_scopes(self, granted: frozenset[str] | None) -> Catalog:
-        """The catalog as a principal granted `granted` sees it: the tools whose `required_scopes` it lacks
-        left out of `tools/list` (still known, so that their call is answered 403, not "unknown tool"). Itself
-        when `granted` is None (not scope-limited) or no tool requires a scope; built once per distinct set."""
-        if granted is None or not self._scopes:
+    def listed_for(self, caller: Any) -> Catalog:
+        """The catalog as `caller` sees it: for a scope-limited `Principal`, the tools whose `required_scopes` it
+        lacks left out of `tools/list` (still known, so that their call is answered 403, not "unknown tool").
+        Itself for anyone else (an API key, an anonymous caller before sign-in, no authentication) or when no
+        tool requires a scope; built once per distinct set of scopes."""
+        if not self._scopes or not isinstance(caller, Principal) or caller.scopes is None or caller.anonymous:
             return self
-        key = granted & self._scopes
+        key = caller.scopes & self._scopes
         if key == self._scopes:
             return self
         view = self._views.get(key)

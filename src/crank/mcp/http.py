@@ -55,7 +55,7 @@ from crank.wire.asgi import (
     send_response,
     serve_lifespan,
 )
-from crank.wire.auth import Authenticator, Principal, challenge_header
+from crank.wire.auth import Authenticator, challenge_header
 from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
     DEFAULT_MAX_BATCH_ANSWER_BYTES,
@@ -360,9 +360,7 @@ class MCPEndpoint:
 
     async def _plain_tools(self, scope: Scope, headers: dict[str, str]) -> Exchange:
         catalog = self._catalog if self._catalog is not None else await self._provider(scope)
-        caller = scope.get(AUTH_SCOPE_KEY)
-        if isinstance(caller, Principal) and caller.scopes is not None and not caller.anonymous:
-            catalog = catalog.for_scopes(caller.scopes)  # as `tools/list`: a tool it cannot call is never listed
+        catalog = catalog.listed_for(scope.get(AUTH_SCOPE_KEY))  # as `tools/list`: never a tool it cannot call
         language = negotiate_language(headers.get("accept-language"), catalog.languages, catalog.default_language)
         return Exchange(
             200, catalog.listing(language), [(b"content-language", language.encode()), (b"vary", b"Accept-Language")]

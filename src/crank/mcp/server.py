@@ -47,7 +47,6 @@ from crank.mcp.protocol import (
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject
-from crank.wire.auth import Principal
 from crank.wire.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -254,9 +253,7 @@ class MCPServer:
         cursor = params.get("cursor")
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidParamsError("tools/list: params.cursor must be a string")
-        caller = info.caller
-        if isinstance(caller, Principal) and caller.scopes is not None and not caller.anonymous:
-            catalog = catalog.for_scopes(caller.scopes)  # a tool it cannot call is never listed
+        catalog = catalog.listed_for(info.caller)  # a tool it cannot call is never listed
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
         try:
             index = catalog.page_index(cursor)

@@ -236,6 +236,10 @@ class OAuthPolicy(_Model):
     def agent_needs(self, agent: str) -> frozenset[str]:
         return frozenset(self.agent_scopes.get(agent, self.agent_scopes.get("*", ())))
 
+    def scopes_supported(self, agent: str) -> list[str]:
+        """What an agent's protected resource metadata lists: its own scopes and every tool's (sorted)."""
+        return sorted({*self.agent_needs(agent), *(scope for group in self.tool_scopes.values() for scope in group)})
+
     def tool_needs(self, agent: str, tool: str, *, read_only: bool, destructive: bool) -> frozenset[str]:
         """Every scope a call of `tool` of `agent` needs: the agent's, and the tool's own or its class's."""
         own = self.tool_scopes.get(tool)

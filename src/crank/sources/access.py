@@ -16,12 +16,12 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from crank.exceptions import AuthChallengeError, DependencyUnavailableError
-from crank.gateway.tokens import LEEWAY, TokenClaims, TokenVerifier
+from crank.gateway.tokens import LEEWAY, TokenClaims, TokenVerifier, same_issuer
 from crank.registry import API_KEY_PREFIX, KeyScope, WorkspaceOAuth
 from crank.registry.runtime import Limits, OAuthPolicy
 from crank.sources.agents import AgentSource
 from crank.types import JSONObject, Scope
-from crank.wire.auth import Principal, metadata_path, protected_resource_metadata, same_resource
+from crank.wire.auth import ANONYMOUS, Principal, metadata_path, protected_resource_metadata, same_resource
 from crank.wire.notices import ThrottledLog
 
 __all__ = [
@@ -120,8 +120,8 @@ class GatewayAuthenticator:
                              "CRANK_PUBLIC_URL is set: its agents cannot name their resource", workspace)  # fmt: skip
             return None
         policy = oauth.policy
-        scopes = sorted({*policy.agent_needs(agent), *(s for group in policy.tool_scopes.values() for s in group)})
-        return protected_resource_metadata(resource, policy.issuers, scopes, resource_name=f"{workspace}/{agent}")
+        return protected_resource_metadata(resource, policy.issuers, policy.scopes_supported(agent),
+                                           resource_name=f"{workspace}/{agent}")  # fmt: skip
 
     # -- principals ------------------------------------------------------------------------------------------
 
@@ -156,7 +156,7 @@ def token_principal(
 ) -> KeyScope:
     """The principal of a valid token at `resource`, or the challenge that refuses it there: an issuer the policy
     does not trust or another audience (401 `invalid_token`), or a scope of `needed` missing (403)."""
-    if not any(claims.issuer.rstrip("/") == issuer.rstrip("/") for issuer in policy.issuers):
+    if not any(same_issuer(claims.issuer, issuer) for issuer in policy.issuers):
         raise AuthChallengeError("The access token was issued by an issuer this resource does not trust",
                                  error="invalid_token")  # fmt: skip
     if not any(same_resource(audience, resource) for audience in claims.audiences):
@@ -197,7 +197,7 @@ class ResourceAuthenticator:
     def authenticate(self, scope: Scope, token: str | None) -> Principal | None:
         if token is None:
             if self.policy.sign_in == "calls":
-                return KeyScope(None, method="anonymous", id="anonymous")
+                return ANONYMOUS
             raise AuthChallengeError(UNAUTHORIZED_TOKEN_MESSAGE, scopes=sorted(self.policy.agent_needs("*")))
         known = self._principals.get(token)
         if known is not None and _fresh(known):
@@ -220,11 +220,7 @@ class ResourceAuthenticator:
         return metadata_url(self.resource)
 
     def metadata(self) -> JSONObject:
-        policy = self.policy
-        scopes = sorted(
-            {*policy.agent_needs("*"), *(scope for group in policy.tool_scopes.values() for scope in group)}
-        )
-        return protected_resource_metadata(self.resource, policy.issuers, scopes)
+        return protected_resource_metadata(self.resource, self.policy.issuers, self.policy.scopes_supported("*"))
 
 
 def metadata_url(resource: str) -> str:

@@ -17,7 +17,7 @@ import gc
 import logging
 import math
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -54,7 +54,7 @@ from crank.registry import (
     key_digest,
 )
 from crank.registry.changes import ChangeListener
-from crank.registry.runtime import Limits, OAuthPolicy, RuntimeView, ToolHints
+from crank.registry.runtime import Limits, OAuthPolicy, RuntimeView, ToolHints, origin_of
 from crank.schema import wrap_output
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.search import IndexedOperation
@@ -208,6 +208,19 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
+class _Served:
+    """One published agent as this replica serves it, with what `/readyz` says of it."""
+
+    stamp: tuple[int, OAuthPolicy | None]
+    """Its published version and its workspace's OAuth policy: what the catalog was built from."""
+    catalog: Catalog
+    secrets: RuntimeView | None
+    """Its view when its tools use secrets (checked on each `/readyz`: a file mounted later counts at once)."""
+    refused: tuple[RefusedTarget, ...]
+    gaps: tuple[MissingCredential, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RefusedTarget:
     """A published tool whose upstream address this server's egress policy refuses."""
 
@@ -231,18 +244,24 @@ def refused_targets(runtime: RuntimeView, egress: EgressPolicy) -> list[RefusedT
             continue
         reason = egress.target_refusal(tool.target.url)
         if reason is not None:
-            parts = urlsplit(tool.target.url)
-            origin = f"{parts.scheme}://{parts.netloc}"
+            origin = origin_of(tool.target.url)
             refused.append(RefusedTarget(runtime.workspace.slug, runtime.agent.slug, tool.tool_name, origin, reason))
     return refused
 
 
+def _tools_by(entries: Iterable[Any], *fields: str) -> dict[tuple[str, ...], list[str]]:
+    """The `tool` of each entry, grouped by the values of `fields`: one log line per group, not one per tool."""
+    grouped: dict[tuple[str, ...], list[str]] = {}
+    for entry in entries:
+        grouped.setdefault(tuple(getattr(entry, field) for field in fields), []).append(entry.tool)
+    return grouped
+
+
 def _warn_refused(targets: list[RefusedTarget]) -> None:
     """One warning per agent and upstream this server may not reach, naming its tools."""
-    grouped: dict[tuple[str, str, str, str], list[str]] = {}
-    for target in targets:
-        grouped.setdefault((target.workspace, target.agent, target.origin, target.reason), []).append(target.tool)
-    for (workspace, agent, origin, reason), tools in grouped.items():
+    for (workspace, agent, origin, reason), tools in _tools_by(
+        targets, "workspace", "agent", "origin", "reason"
+    ).items():
         logger.warning("agent %s/%s: this server's egress policy refuses %s: %s; its calls fail as "
                        "configuration_error until CRANK_EGRESS_ALLOW allows it (tools: %s)", workspace, agent, origin,
                        reason, ", ".join(tools))  # fmt: skip
@@ -250,10 +269,9 @@ def _warn_refused(targets: list[RefusedTarget]) -> None:
 
 def _warn_missing(missing: list[MissingSecret]) -> None:
     """One warning per agent and secret that does not resolve here, naming its tools (not one per tool)."""
-    grouped: dict[tuple[str, str, str, str], list[str]] = {}
-    for entry in missing:
-        grouped.setdefault((entry.workspace, entry.agent, entry.reference, entry.problem), []).append(entry.tool)
-    for (workspace, agent, reference, problem), tools in grouped.items():
+    for (workspace, agent, reference, problem), tools in _tools_by(
+        missing, "workspace", "agent", "reference", "problem"
+    ).items():
         logger.warning("agent %s/%s: secret %s does not resolve: %s (tools: %s)", workspace, agent, reference,
                        problem, ", ".join(tools))  # fmt: skip
 
@@ -320,25 +338,18 @@ class AgentSource:
         self.require_keys = require_keys
         self._keys: dict[str, KeyScope] = {}
         self._digests: dict[str, str] = {}  # key -> its digest, so a call hashes no key it has seen
-        self._catalogs: dict[tuple[str, str], tuple[tuple[int, OAuthPolicy | None], Catalog]] = {}
+        self._catalogs: dict[tuple[str, str], _Served] = {}
         self.oauth: dict[str, WorkspaceOAuth] = {}
         """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
-        self._secret_views: dict[tuple[str, str], RuntimeView] = {}  # served views whose tools use secrets
-        self._refused: dict[tuple[str, str], list[RefusedTarget]] = {}  # served tools whose upstream egress refuses
-        self._gaps: dict[tuple[str, str], list[MissingCredential]] = {}  # schemes served tools lack a credential for
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False  # both the watcher and (if any) the listener run
 
     def reload(self) -> None:
-        """Rebuild the catalogs whose published version changed; keep the rest as they are."""
+        """Rebuild the catalogs whose published version (or workspace OAuth policy) changed; keep the rest."""
         generation = self.registry.generation()
-        current, current_views, current_refused, current_gaps = (self._catalogs, self._secret_views, self._refused,
-                                                                 self._gaps)  # fmt: skip
-        gaps: dict[tuple[str, str], list[MissingCredential]] = {}
-        fresh: dict[tuple[str, str], tuple[tuple[int, OAuthPolicy | None], Catalog]] = {}
-        views: dict[tuple[str, str], RuntimeView] = {}
-        refused: dict[tuple[str, str], list[RefusedTarget]] = {}
+        current = self._catalogs
+        fresh: dict[tuple[str, str], _Served] = {}
         # A policy that takes keys only is no policy at all here: no token is checked, no metadata served.
         oauth = {
             slug: held for slug, held in self.registry.workspace_oauth().items() if held.policy.credentials != "keys"
@@ -348,45 +359,38 @@ class AgentSource:
             known = current.get(key)
             policy = oauth[published.workspace].policy if published.workspace in oauth else None
             stamp = (published.version, policy)  # a new policy gives the tools other scopes: built again
-            if known is not None and known[0] == stamp:
+            if known is not None and known.stamp == stamp:
                 fresh[key] = known
-                if key in current_views:
-                    views[key] = current_views[key]
-                if key in current_refused:
-                    refused[key] = current_refused[key]
-                if key in current_gaps:
-                    gaps[key] = current_gaps[key]
                 continue
             try:
-                fresh[key] = (stamp, self._build(published, policy))
+                fresh[key] = self._serve(published, stamp, policy)
             except Exception:
                 logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
                 if known is not None:
                     fresh[key] = known
-                    if key in current_views:
-                        views[key] = current_views[key]
-                continue
-            if any(tool.execution_config.auth is not None for tool in published.runtime.tools):
-                views[key] = published.runtime
-                _warn_missing(missing_secrets(published.runtime))
-            missing = missing_credentials(published.workspace, ((t.tool_name, t.target.url, t.execution_config)
-                                                                for t in published.runtime.tools))  # fmt: skip
-            if missing:
-                gaps[key] = missing
-            targets = refused_targets(published.runtime, self.client.egress)
-            if targets:  # a publish made by a CLI with other egress settings: said once here, and in /readyz
-                refused[key] = targets
-                _warn_refused(targets)
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
-        self._secret_views = views
-        self._refused = refused
-        self._gaps = gaps
         self._keys = self.registry.api_keys()
         self.oauth = oauth
         self._generation = generation
         self._confirm_keys()
         if self.freeze_heap:
             _settle_heap()
+
+    def _serve(
+        self, published: PublishedAgent, stamp: tuple[int, OAuthPolicy | None], policy: OAuthPolicy | None
+    ) -> _Served:
+        """A published version built, with what `/readyz` says of it; its problems logged once, here."""
+        catalog = self._build(published, policy)
+        runtime = published.runtime
+        secrets = runtime if any(tool.execution_config.auth is not None for tool in runtime.tools) else None
+        if secrets is not None:
+            _warn_missing(missing_secrets(secrets))
+        # A publish made by a CLI with other egress settings: said once here, and in /readyz.
+        refused = refused_targets(runtime, self.client.egress)
+        _warn_refused(refused)
+        tools = ((tool.tool_name, tool.target.url, tool.execution_config) for tool in runtime.tools)
+        gaps = missing_credentials(published.workspace, tools)
+        return _Served(stamp, catalog, secrets, tuple(refused), tuple(gaps))
 
     def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(
@@ -401,17 +405,18 @@ class AgentSource:
     def missing_credentials(self) -> list[MissingCredential]:
         """The security schemes served tools require with no credential given (their calls get the upstream's
         401): `/readyz` names each with its tools and how to give it."""
-        return [missing for gaps in self._gaps.values() for missing in gaps]
+        return [missing for served in self._catalogs.values() for missing in served.gaps]
 
     def refused_targets(self) -> list[RefusedTarget]:
         """The served tools whose target address this server's egress policy refuses (their calls would fail as
         `configuration_error`): a publish checked under another process's settings."""
-        return [target for targets in self._refused.values() for target in targets]
+        return [target for served in self._catalogs.values() for target in served.refused]
 
     def missing_secrets(self) -> list[MissingSecret]:
         """The secret references of served tools that do not resolve on this host now (checked on each
         call: a secret file mounted later counts as soon as it is there)."""
-        return [missing for view in self._secret_views.values() for missing in missing_secrets(view)]
+        views = (served.secrets for served in self._catalogs.values() if served.secrets is not None)
+        return [missing for view in views for missing in missing_secrets(view)]
 
     async def watch(self) -> None:
         """Poll the registry's generation; reload on a change. Each successful read confirms the key list
@@ -515,7 +520,7 @@ class AgentSource:
         # cannot learn which others its workspace has.
         if entry is None or (key_scope is not None and not key_scope.allows(workspace, agent)):
             raise CatalogNotFoundError(self._not_found(workspace, agent, key_scope))
-        return entry[1]
+        return entry.catalog
 
     def _not_found(self, workspace: str, agent: str, key_scope: KeyScope | None) -> str:
         """What a request to no agent is told: the URL form, and which part is unknown where the credentials may
