@@ -2,13 +2,18 @@
 
     uvicorn examples.conformance_app:app --port 3001     # MCP endpoint at http://127.0.0.1:3001/mcp
 
-Tool names and contents are the ones the suite's scenarios call (tools-call-*, json-schema-2020-12,
-http-header-validation, http-custom-header-server-validation, server-stateless). The first tool takes
+Tool, resource and prompt names and contents are the ones the suite's scenarios ask for (tools-call-*,
+resources-*, prompts-*, completion-complete, logging, elicitation-*, json-schema-2020-12, http-header-validation,
+http-custom-header-server-validation, server-stateless, input-required-result-*, caching). The first tool takes
 no arguments because http-header-validation calls the first listed tool with `{}`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -18,6 +23,11 @@ from crank.mcp import (
     Catalog,
     InputRequired,
     MCPEndpoint,
+    Prompt,
+    PromptArgument,
+    PromptMessage,
+    Resource,
+    ResourceTemplate,
     ServerInfo,
     Tool,
     ToolResult,
@@ -143,6 +153,92 @@ async def ask_what_is_declared(arguments: dict[str, Any], context: CallContext) 
     return InputRequired(requests)
 
 
+async def with_progress(arguments: dict[str, Any], context: CallContext) -> Any:
+    for step in (0, 50, 100):
+        await context.progress(step, 100)
+        if step < 100:
+            await asyncio.sleep(0.05)
+    return ToolResult([text("Progress reported: 0, 50 and 100 of 100")])
+
+
+async def with_logging(arguments: dict[str, Any], context: CallContext) -> Any:
+    for line in ("Tool execution started", "Tool processing data", "Tool execution completed"):
+        await context.log("info", line)
+        await asyncio.sleep(0.05)
+    return ToolResult([text("Logged three messages")])
+
+
+async def ask_model(arguments: dict[str, Any], context: CallContext) -> Any:
+    answer = await context.sample(arguments["prompt"], max_tokens=100)
+    return ToolResult([text(f"LLM response: {answer.get('content', {}).get('text', '')}")])
+
+
+async def ask_user(arguments: dict[str, Any], context: CallContext) -> Any:
+    schema = {
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    }
+    answer = await context.elicit(arguments["message"], schema)
+    return ToolResult([text(f"User response: {json.dumps(answer)}")])
+
+
+def form_tool(schema: dict[str, Any]) -> Any:
+    """A tool that asks the user to fill in `schema` and reports what came back."""
+
+    async def invoke(arguments: dict[str, Any], context: CallContext) -> ToolResult:
+        answer = await context.elicit("Please review and update the form fields", schema)
+        completed = f"action={answer.get('action')}, content={json.dumps(answer.get('content', {}))}"
+        return ToolResult([text(f"Elicitation completed: {completed}")])
+
+    return invoke
+
+
+DEFAULTS_FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "default": "John Doe"},
+        "age": {"type": "integer", "default": 30},
+        "score": {"type": "number", "default": 95.5},
+        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+        "verified": {"type": "boolean", "default": True},
+    },
+}
+ENUMS_FORM = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        "titledSingle": {
+            "type": "string",
+            "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ],
+        },
+        "legacyEnum": {
+            "type": "string",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+        "titledMulti": {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {"const": "value1", "title": "First Choice"},
+                    {"const": "value2", "title": "Second Choice"},
+                    {"const": "value3", "title": "Third Choice"},
+                ]
+            },
+        },
+    },
+}
+
+
 JSON_SCHEMA_2020_12 = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -218,7 +314,23 @@ tools = [
         required_client_capabilities={"sampling": {}},
     ),
     tool("test_streaming_elicitation", "Asks for input inside its result, never by a request", streaming_elicitation),
-    tool("test_logging_tool", "Runs without sending log messages", fixed(text("done"))),
+    tool("test_logging_tool", "Logs only when the request asks for a level", with_logging),
+    tool("test_tool_with_progress", "Reports progress 0, 50 and 100 of 100", with_progress),
+    tool("test_tool_with_logging", "Sends three info log messages", with_logging),
+    tool(
+        "test_sampling",
+        "Asks the client's model",
+        ask_model,
+        {"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]},
+    ),
+    tool(
+        "test_elicitation",
+        "Asks the user for a name and an email",
+        ask_user,
+        {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+    ),
+    tool("test_elicitation_sep1034_defaults", "A form with defaults of every primitive type", form_tool(DEFAULTS_FORM)),
+    tool("test_elicitation_sep1330_enums", "A form with every kind of enum", form_tool(ENUMS_FORM)),
     # input_required results (SEP-2322)
     tool("test_input_required_result_elicitation", "Asks the user's name", ask_name),
     tool("test_input_required_result_sampling", "Asks the client's model a question", ask_capital),
@@ -230,5 +342,84 @@ tools = [
     tool("test_input_required_result_capabilities", "Asks only through declared capabilities", ask_what_is_declared),
 ]
 
-endpoint = MCPEndpoint(Catalog(tools), server_info=ServerInfo(name="crank-conformance", version="1.0.0"))
+
+def static(value: str | bytes) -> Any:
+    async def read(context: CallContext) -> str | bytes:
+        return value
+
+    return read
+
+
+async def template_data(uri: str, variables: Mapping[str, str], context: CallContext) -> str:
+    item = variables["id"]
+    return json.dumps({"id": item, "templateTest": True, "data": f"Data for ID: {item}"}, separators=(",", ":"))
+
+
+resources = [
+    Resource("test://static-text", "static-text", static("This is the content of the static text resource."),
+             description="A fixed text document", mime_type="text/plain"),
+    Resource("test://static-binary", "static-binary", static(base64.b64decode(PNG)),
+             description="A one-pixel PNG", mime_type="image/png"),
+    Resource("test://watched-resource", "watched-resource", static("A resource clients subscribe to."),
+             description="The resource the subscription scenarios watch", mime_type="text/plain"),
+]  # fmt: skip
+templates = [
+    ResourceTemplate("test://template/{id}/data", "template-data", template_data,
+                     description="Data for one id", mime_type="application/json",
+                     completions={"id": ["123", "456", "789"]}),
+]  # fmt: skip
+
+
+def say(message: str) -> Any:
+    async def render(arguments: Mapping[str, str], context: CallContext) -> str:
+        return message.format(**arguments)
+
+    return render
+
+
+async def embedded(arguments: Mapping[str, str], context: CallContext) -> list[PromptMessage]:
+    body = {"uri": arguments["resourceUri"], "mimeType": "text/plain", "text": "Embedded resource content for testing."}
+    return [
+        PromptMessage("user", {"type": "resource", "resource": body}),
+        PromptMessage.text("Please process the embedded resource above."),
+    ]
+
+
+async def with_image(arguments: Mapping[str, str], context: CallContext) -> list[PromptMessage]:
+    return [PromptMessage("user", image()), PromptMessage.text("Please analyze the image above.")]
+
+
+async def ask_for_context(arguments: Mapping[str, str], context: CallContext) -> Any:
+    got = accepted(context, "user_context")
+    if got is None:
+        question = elicitation("What context should the prompt use?", {"context": {"type": "string"}}, ["context"])
+        return InputRequired({"user_context": question})
+    return f"Use this context: {got.get('context')}"
+
+
+CITIES = ["paris", "park", "party", "test"]
+
+prompts = [
+    Prompt("test_simple_prompt", say("This is a simple prompt for testing."), description="A prompt without arguments"),
+    Prompt(
+        "test_prompt_with_arguments",
+        say("Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"),
+        description="A prompt with two required arguments",
+        arguments=(
+            PromptArgument("arg1", "First test argument", required=True, completions=CITIES),
+            PromptArgument("arg2", "Second test argument", required=True),
+        ),
+    ),
+    Prompt(
+        "test_prompt_with_embedded_resource",
+        embedded,
+        description="A prompt that embeds a resource",
+        arguments=(PromptArgument("resourceUri", "URI of the resource to embed", required=True),),
+    ),
+    Prompt("test_prompt_with_image", with_image, description="A prompt with an image"),
+    Prompt("test_input_required_result_prompt", ask_for_context, description="A prompt that asks the user first"),
+]
+
+catalog = Catalog(tools, resources=resources, resource_templates=templates, prompts=prompts, logging=True)
+endpoint = MCPEndpoint(catalog, server_info=ServerInfo(name="crank-conformance", version="1.0.0"))
 app = Starlette(routes=[mount("/mcp", endpoint)])

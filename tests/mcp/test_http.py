@@ -182,7 +182,7 @@ async def test_discover_describes_the_server(url: str) -> None:
     assert response.status_code == 200
     result = response.json()["result"]
     assert result["supportedVersions"] == [MODERN]
-    assert result["capabilities"] == {"tools": {}}
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
     assert result["resultType"] == "complete"
     assert result["cacheScope"] == "public" and result["ttlMs"] == 0
     assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "crank"

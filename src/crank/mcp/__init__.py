@@ -1,4 +1,4 @@
-"""The MCP layer: tools, catalogs and the Streamable HTTP endpoint that every tool source plugs into."""
+"""The MCP layer: tools, resources, prompts, catalogs and the Streamable HTTP endpoint every source plugs into."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from crank.mcp.catalog import Catalog, estimate_tokens
 from crank.mcp.formats import FORMATS
 from crank.mcp.http import CatalogProvider, MCPEndpoint
 from crank.mcp.input_required import InputRequired, elicitation, roots_listing, sampling
+from crank.mcp.prompts import Prompt, PromptArgument, PromptMessage, PromptResult
+from crank.mcp.resources import Resource, ResourceContents, ResourceTemplate
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
 from crank.mcp.tools import CallContext, Icon, Invoker, NotedResult, Tool, ToolAnnotations, ToolResult
@@ -27,6 +29,13 @@ __all__ = [
     "Invoker",
     "MCPEndpoint",
     "NotedResult",
+    "Prompt",
+    "PromptArgument",
+    "PromptMessage",
+    "PromptResult",
+    "Resource",
+    "ResourceContents",
+    "ResourceTemplate",
     "ServerInfo",
     "Tool",
     "ToolAnnotations",

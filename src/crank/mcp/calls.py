@@ -26,7 +26,7 @@ from crank.exceptions import (
 )
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
-from crank.mcp.input_required import InputRequired
+from crank.mcp.input_required import InputRequired, NeedsInput
 from crank.mcp.tools import CallContext, CallObserver, NotedResult, Tool, ToolResult
 from crank.mcp.validation import OutputValidator
 from crank.types import JSONObject
@@ -90,6 +90,9 @@ async def call_tool(
     else:
         try:
             value = await tool.invoker(arguments, context)
+        except NeedsInput as need:  # `context.elicit` in the 2026-07-28 era: the answer comes with the next call
+            result, error = _shaped(need.value, tool.name, tool.wrap_result, result_format, context, arguments,
+                                    on_input_required)  # fmt: skip
         except ToolError as exc:
             result, error = error_result(exc, context.request_id), exc
         except ArgumentsRejectedError as exc:  # the invoker's own validation: the same answer as the catalog's

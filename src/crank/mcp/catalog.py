@@ -1,7 +1,9 @@
-"""A catalog: the tools of one endpoint at one version, with everything a request needs precomputed.
+"""A catalog: what one endpoint offers at one version (its surface), with everything a request needs precomputed.
 
-Built once per catalog version: names are checked, argument validators compiled, and the
-serialized `tools/list` pages made for every language. A request then only looks things up.
+The tools, resources, resource templates and prompts of an endpoint, in one typed container whatever source
+filled it. Built once per catalog version: names are checked, argument validators and URI templates compiled,
+and the serialized list pages made for every language. A request then only looks things up. `features` says
+which parts of MCP it offers; the server derives its capabilities from them (`crank.mcp.server`).
 """
 
 from __future__ import annotations
@@ -9,21 +11,24 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from crank import _json
 from crank.exceptions import ConfigurationError, InvalidCursorError, UnknownFormatError
 from crank.mcp.formats import check_format
 from crank.mcp.headers import HeaderParam, find_header_params
+from crank.mcp.prompts import Prompt
+from crank.mcp.resources import MAX_URI_LENGTH, Resource, ResourceTemplate, match_variables
 from crank.mcp.tools import TOOL_NAME_PATTERN, CallObserver, Tool
 from crank.mcp.translations import Translations
 from crank.mcp.validation import ArgumentValidator, OutputValidator
 from crank.types import JSONObject
 from crank.wire.auth import Principal
 
-__all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "estimate_tokens"]
+__all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "ListKind", "TemplateEntry", "estimate_tokens"]
 
 DEFAULT_PAGE_SIZE = 100
 _MAX_VIEWS = 64  # scope views kept per catalog
@@ -38,6 +43,17 @@ class CatalogEntry:
     header_params: tuple[HeaderParam, ...]
     output_validator: OutputValidator | None = None
     """Compiled from the tool's outputSchema (None when it has none): every answer is checked with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateEntry:
+    template: ResourceTemplate
+    pattern: re.Pattern[str]
+    variables: tuple[str, ...]
+
+
+ListKind = Literal["resources", "resourceTemplates", "prompts"]
+"""The lists beside `tools`, named by the key of their answer."""
 
 
 def estimate_tokens(entries: list[JSONObject]) -> int:
@@ -57,6 +73,10 @@ class Catalog:
         page_size: int = DEFAULT_PAGE_SIZE,
         labels: Mapping[str, str] | None = None,
         observer: CallObserver | None = None,
+        resources: Iterable[Resource] = (),
+        resource_templates: Iterable[ResourceTemplate] = (),
+        prompts: Iterable[Prompt] = (),
+        logging: bool = False,
     ) -> None:
         if page_size < 1:
             raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
@@ -70,7 +90,12 @@ class Catalog:
         self.languages = self.translations.languages
         tools = list(tools)
         self._entries = _build_entries(tools)
-        self._settings = (tools, version, translations, page_size, labels, observer)
+        surface = _Surface.build(resources, resource_templates, prompts)
+        self._surface = surface
+        self._settings = (tools, version, translations, page_size, labels, observer, surface, logging)
+        self.features = surface.features(logging)
+        """The parts of MCP this catalog offers: `tools` always, `resources`, `prompts`, `completions` and
+        `logging` when it has something for them. The server's capabilities come from these."""
         self._scopes = frozenset(scope for tool in tools for scope in tool.required_scopes)
         """Every scope some tool requires: what a principal's granted scopes are cut to, to key its view."""
         self._views: dict[frozenset[str], Catalog] = {}
@@ -86,6 +111,7 @@ class Catalog:
             self._listing[language] = _json.dumps({"tools": plain})
         self._page_count = len(self._pages[self.default_language])
         self._next_cursors = [_encode_cursor(version, index) for index in range(1, self._page_count)] + [None]
+        self._lists = {kind: _paged(entries, version, page_size) for kind, entries in self._surface_entries().items()}
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
         self.derived: dict[Hashable, bytes] = {}
         """Bytes an endpoint derives from this catalog (a whole `tools/list` answer but its id, say), kept as
@@ -106,12 +132,15 @@ class Catalog:
             return self
         view = self._views.get(key)
         if view is None:
-            tools, version, translations, page_size, labels, observer = self._settings
+            tools, version, translations, page_size, labels, observer, surface, logging = self._settings
             cut = [tool if tool.required_scopes <= key else replace(tool, listed=False) for tool in tools]
             if len(self._views) >= _MAX_VIEWS:  # bounded: the key is a subset of a few known scopes
                 self._views.clear()
-            view = self._views[key] = Catalog(cut, version=version, translations=translations,
-                                              page_size=page_size, labels=labels, observer=observer)  # fmt: skip
+            view = self._views[key] = Catalog(
+                cut, version=version, translations=translations, page_size=page_size, labels=labels,
+                observer=observer, resources=surface.resources.values(), resource_templates=surface.templates_given,
+                prompts=surface.prompts.values(), logging=logging,
+            )  # fmt: skip
         return view
 
     def get(self, name: str) -> CatalogEntry | None:
@@ -140,6 +169,51 @@ class Catalog:
     def page_at(self, language: str, index: int) -> tuple[bytes, str | None]:
         return self._pages[language][index], self._next_cursors[index]
 
+    # -- resources, resource templates, prompts -----------------------------------------------------
+
+    def list_page(self, kind: ListKind, language: str, cursor: str | None) -> tuple[bytes, str | None]:
+        """The serialized array of one page of a list beside `tools`, and the next page's cursor; raises
+        `InvalidCursorError` for a cursor not issued for this version."""
+        pages, cursors = self._lists[kind]
+        index = 0 if cursor is None else _decode_cursor(cursor, self.version, len(cursors))
+        return pages[language][index], cursors[index]
+
+    def resource(self, uri: str) -> Resource | None:
+        return self._surface.resources.get(uri)
+
+    def match_template(self, uri: str) -> tuple[ResourceTemplate, dict[str, str]] | None:
+        """The first template `uri` matches, and its decoded variables; None for none (or a URI too long)."""
+        if len(uri) > MAX_URI_LENGTH:
+            return None
+        for entry in self._surface.templates:
+            variables = match_variables(entry.pattern, entry.variables, uri)
+            if variables is not None:
+                return entry.template, variables
+        return None
+
+    def template(self, uri_template: str) -> ResourceTemplate | None:
+        entry = self._surface.templates_by_uri.get(uri_template)
+        return entry.template if entry is not None else None
+
+    def prompt(self, name: str) -> Prompt | None:
+        return self._surface.prompts.get(name)
+
+    def _surface_entries(self) -> dict[ListKind, dict[str, list[JSONObject]]]:
+        """Every language's entries of the three lists, with titles and descriptions along the translation
+        chain (a resource's and a template's texts are keyed by their `name`, as a tool's)."""
+        texts, surface = self.translations, self._surface
+        lists: dict[ListKind, dict[str, list[JSONObject]]] = {"resources": {}, "resourceTemplates": {}, "prompts": {}}
+        for language in self.languages:
+
+            def say(name: str, language: str = language) -> tuple[str | None, str | None]:
+                return texts.text(name, "title", language), texts.text(name, "description", language)
+
+            lists["resources"][language] = [item.listing(*say(item.name)) for item in surface.resources.values()]
+            lists["resourceTemplates"][language] = [entry.template.listing(*say(entry.template.name))
+                                                    for entry in surface.templates]  # fmt: skip
+            lists["prompts"][language] = [item.listing(*say(item.name)) for item in surface.prompts.values()]
+        return lists
+
     def _wire_entry(self, tool: Tool, language: str) -> JSONObject:
         texts = self.translations
         title = texts.text(tool.name, "title", language) or tool.title or tool.name
@@ -158,6 +232,75 @@ class Catalog:
         if tool.meta:
             wire["_meta"] = tool.meta
         return wire
+
+
+@dataclass(frozen=True, slots=True)
+class _Surface:
+    """A catalog's resources, templates and prompts, checked and indexed."""
+
+    resources: dict[str, Resource]
+    templates: tuple[TemplateEntry, ...]
+    templates_by_uri: dict[str, TemplateEntry]
+    prompts: dict[str, Prompt]
+
+    @property
+    def templates_given(self) -> list[ResourceTemplate]:
+        return [entry.template for entry in self.templates]
+
+    @classmethod
+    def build(
+        cls, resources: Iterable[Resource], templates: Iterable[ResourceTemplate], prompts: Iterable[Prompt]
+    ) -> _Surface:
+        by_uri: dict[str, Resource] = {}
+        for resource in resources:
+            if not resource.uri or ":" not in resource.uri or len(resource.uri) > MAX_URI_LENGTH:
+                raise ConfigurationError(f"resource {resource.name!r}: {resource.uri!r} is not a URI")
+            if resource.uri in by_uri:
+                raise ConfigurationError(f"resource {resource.uri!r} is offered twice")
+            by_uri[resource.uri] = resource
+        compiled: dict[str, TemplateEntry] = {}
+        for template in templates:
+            if template.uri_template in compiled:
+                raise ConfigurationError(f"resource template {template.uri_template!r} is offered twice")
+            compiled[template.uri_template] = TemplateEntry(template, template.compile(), template.variables)
+        by_name: dict[str, Prompt] = {}
+        for prompt in prompts:
+            if not TOOL_NAME_PATTERN.match(prompt.name):
+                raise ConfigurationError(f"prompt {prompt.name!r}: name must be 1 to 128 of A-Z, a-z, 0-9, _ - .")
+            if prompt.name in by_name:
+                raise ConfigurationError(f"prompt {prompt.name!r}: name is used by more than one prompt")
+            names = [argument.name for argument in prompt.arguments]
+            if len(set(names)) != len(names):
+                raise ConfigurationError(f"prompt {prompt.name!r}: an argument is declared twice")
+            by_name[prompt.name] = prompt
+        return cls(by_uri, tuple(compiled.values()), compiled, by_name)
+
+    def features(self, logging: bool) -> frozenset[str]:
+        found = {"tools"}
+        if self.resources or self.templates:
+            found.add("resources")
+        if self.prompts:
+            found.add("prompts")
+        completable = any(entry.template.completions for entry in self.templates) or any(
+            argument.completions is not None for prompt in self.prompts.values() for argument in prompt.arguments
+        )
+        if completable:
+            found.add("completions")
+        if logging:
+            found.add("logging")
+        return frozenset(found)
+
+
+def _paged(
+    entries: dict[str, list[JSONObject]], version: str, page_size: int
+) -> tuple[dict[str, list[bytes]], list[str | None]]:
+    """Pages of serialized entries per language, and each page's next cursor (None after the last)."""
+    pages = {
+        language: [_json.dumps(wire[start : start + page_size]) for start in range(0, max(len(wire), 1), page_size)]
+        for language, wire in entries.items()
+    }
+    count = len(next(iter(pages.values())))
+    return pages, [_encode_cursor(version, index) for index in range(1, count)] + [None]
 
 
 _WIRE_KEYS = frozenset({"name", "title", "description", "inputSchema", "outputSchema", "annotations", "icons", "_meta"})

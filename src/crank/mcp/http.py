@@ -2,8 +2,9 @@
 
 Routes, relative to where the endpoint is mounted:
 
-- `POST /`       MCP JSON-RPC (both eras; batches only for 2025-03-26); GET and DELETE are 405 because
-                 no server-to-client stream is offered (the server is stateless and answers JSON).
+- `POST /`       MCP JSON-RPC (both eras; batches only for 2025-03-26), answered as JSON, or as an SSE stream
+                 when the handler sends the client something first (`crank.mcp.streams`); GET and DELETE are
+                 405: no stream outlives its request and no session is stored.
 - `GET /tools`   the plain pair's listing: `{"tools": [...]}`
 - `POST /call`   the plain pair's call: `{"name": ..., "arguments": {...}}` -> a CallToolResult
 
@@ -12,6 +13,7 @@ The hot path touches raw ASGI only: no framework request objects, no per-request
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -92,6 +94,8 @@ UNAUTHORIZED_MESSAGE = "A valid API key is required: Authorization: Bearer <key>
 _ROUTING_HEADERS = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PLAIN_ROUTES = ("/tools", "/call")
 _ID_TYPES = (str, int)
+_STREAMED = Exchange(0, None)
+"""What `_mcp_post` returns once the answer went out on an SSE stream: nothing more to send."""
 
 
 class _NotJSONError(Exception):
@@ -212,7 +216,9 @@ class MCPEndpoint:
                 if method != "POST":
                     await send_response(send, 405, b"", [(b"allow", b"POST")], content_type=None)
                     return
-                exchange = await self._mcp_post(scope, receive, headers, duplicated)
+                exchange = await self._mcp_post(scope, receive, send, headers, duplicated)
+                if exchange is _STREAMED:
+                    return
             elif self.plain_http and route == "/tools":
                 exchange = await self._plain_tools(scope, headers) if method == "GET" else _not_allowed("GET")
             elif self.plain_http and route == "/call":
@@ -252,7 +258,7 @@ class MCPEndpoint:
     # -- MCP ---------------------------------------------------------------------------------------
 
     async def _mcp_post(
-        self, scope: Scope, receive: Receive, headers: dict[str, str], duplicated: str | None
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], duplicated: str | None
     ) -> Exchange:
         if not accepts_json(headers.get("accept")):
             return _protocol_error(406, INVALID_REQUEST, "Accept must allow application/json")
@@ -279,15 +285,35 @@ class MCPEndpoint:
         if not isinstance(message, dict):
             return _protocol_error(400, INVALID_REQUEST, "Invalid request: the body must be a JSON-RPC object")
         if _is_plain_request(message):  # the common case, checked in one expression
-            return await self.server.handle(message, catalog, info)
+            info.send, info.receive, info.settings = send, receive, self.server.streams
+            return await self._answer(message, catalog, info)
         exchange = await self._single(message, catalog, info)
         return exchange or Exchange(202, None)
+
+    async def _answer(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange:
+        """One request that may be answered as a stream: its answer ends the stream when a handler opened one."""
+        try:
+            exchange = await self.server.handle(message, catalog, info)
+        except asyncio.CancelledError:
+            stream = info.stream
+            task = asyncio.current_task()
+            if stream is None or not stream.closed_by_client or task is None:
+                raise
+            task.uncancel()  # 2026-07-28: the client closed the stream, which cancels the call; nothing to send
+            logger.info("call cancelled: the client closed its stream (method %s)", message.get("method"))
+            return _STREAMED
+        if info.stream is None:
+            return exchange
+        await info.stream.finish(exchange.body)
+        return _STREAMED
 
     async def _single(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange | None:
         """One message; None when it needs no answer (a notification or a client's response: 202)."""
         if "method" not in message and "id" in message and ("result" in message or "error" in message):
             if info.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS:
                 return _protocol_error(400, INVALID_REQUEST, "Clients must not send responses in 2026-07-28")
+            if not self.server.streams.requests.answer(message):  # the answer to a question of a tool on a stream
+                logger.debug("a client's response to no waiting request (id %r)", message.get("id"))
             return None
         invalid = request_envelope_error(message)
         if invalid is not None:

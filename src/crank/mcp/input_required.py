@@ -29,6 +29,7 @@ from crank.types import JSONObject
 __all__ = [
     "CAPABILITY_OF_METHOD",
     "InputRequired",
+    "NeedsInput",
     "RequestStateSigner",
     "elicitation",
     "roots_listing",
@@ -51,6 +52,14 @@ class InputRequired:
 
     input_requests: Mapping[str, JSONObject] = field(default_factory=dict)
     state: Any = None
+
+
+class NeedsInput(Exception):  # noqa: N818 - a signal, not an error: the call ends with its `InputRequired`
+    """Raised by `CallContext.elicit` and `sample` in the 2026-07-28 era: the call answers `input_required`."""
+
+    def __init__(self, value: InputRequired) -> None:
+        super().__init__("input required")
+        self.value = value
 
 
 def elicitation(message: str, properties: JSONObject, required: list[str] | None = None) -> JSONObject:

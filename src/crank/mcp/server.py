@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from crank import __version__, _json
@@ -24,14 +24,17 @@ from crank.exceptions import (
     InvalidRequestStateError,
     MethodNotFoundError,
     RPCError,
+    ToolError,
     UnknownFormatError,
 )
 from crank.ids import new_request_id
 from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool
-from crank.mcp.catalog import Catalog, CatalogEntry
+from crank.mcp.catalog import Catalog, CatalogEntry, ListKind
+from crank.mcp.completions import complete
 from crank.mcp.formats import DEFAULT_FORMAT, check_format
 from crank.mcp.headers import decode_header_value, param_header_mismatch
-from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, RequestStateSigner
+from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, NeedsInput, RequestStateSigner
+from crank.mcp.prompts import check_prompt_arguments, messages_wire
 from crank.mcp.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
@@ -44,10 +47,14 @@ from crank.mcp.protocol import (
     SERVER_INFO_META_KEY,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
+from crank.mcp.resources import contents_wire
+from crank.mcp.sessions import SessionIds, log_level_rank
+from crank.mcp.streams import RequestInfo, StreamSettings
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject
 from crank.wire.jsonrpc import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -57,13 +64,12 @@ from crank.wire.jsonrpc import (
     encode_result,
 )
 
-__all__ = ["Exchange", "MCPServer", "RequestInfo", "ServerInfo"]
+__all__ = ["Era", "Exchange", "Handler", "MCPServer", "RequestInfo", "Route", "ServerInfo"]
 
 logger = logging.getLogger("crank.mcp")
 
-_ALL_VERSIONS = [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS]
-_MODERN_METHODS = frozenset({"server/discover", "tools/list", "tools/call"})
-_LEGACY_METHODS = frozenset({"initialize", "ping", "tools/list", "tools/call"})
+RESOURCE_NOT_FOUND = -32002
+"""2025-11-25's code for `resources/read` of an unknown URI (2026-07-28 uses -32602, SEP-2164)."""
 # 2026-07-28 transports: the HTTP status of each protocol error code; anything else is 200.
 _MODERN_STATUS = {
     PARSE_ERROR: 400,
@@ -92,16 +98,6 @@ class ServerInfo:
 
 
 @dataclass(slots=True)
-class RequestInfo:
-    """What the transport learned from the HTTP request, beyond the JSON-RPC body."""
-
-    headers: Mapping[str, str] = field(default_factory=dict)
-    format_query: str | None = None
-    caller: Any = None
-    """Who calls (`authenticate`'s answer, `scope["crank.auth"]`); passed on to each call's `CallContext`."""
-
-
-@dataclass(slots=True)
 class Exchange:
     """The answer to one message: HTTP status, body (None for 202) and extra response headers."""
 
@@ -110,8 +106,27 @@ class Exchange:
     headers: Sequence[tuple[bytes, bytes]] = ()
 
 
+Era = Literal["legacy", "modern"]
+"""The handshake era (2024-11-05 .. 2025-11-25) or the stateless one (2026-07-28)."""
+Handler = Callable[[RequestId, JSONObject, str, "Catalog", RequestInfo], Awaitable["JSONObject | Exchange"]]
+"""`(request id, params, protocol version, catalog, request info)`: a result object (wrapped in the envelope
+here) or a whole `Exchange` (a list answer built from bytes kept with the catalog)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    handler: Handler
+    feature: str | None
+    """The catalog feature the method needs (`Catalog.features`); None for the lifecycle methods."""
+
+
 class MCPServer:
-    """Answers MCP JSON-RPC messages for one catalog."""
+    """Answers MCP JSON-RPC messages for one catalog, through a table of handlers keyed by method.
+
+    Each era has its own table (`register`); a method is found only when the catalog offers the feature its
+    handler needs (`Catalog.features`), and the capabilities of `initialize` and `server/discover` are derived
+    from the same table: what is registered and offered is declared, nothing else.
+    """
 
     def __init__(
         self,
@@ -133,10 +148,64 @@ class MCPServer:
         self.ttl_ms = ttl_ms
         self.debug = debug
         self.signer = RequestStateSigner(request_state_secret)
+        self.streams = StreamSettings(sessions=SessionIds(request_state_secret))
         self._server_info_wire = server_info.to_wire()
         self._stamp = {SERVER_INFO_META_KEY: self._server_info_wire}
         # What this server adds to a 2026-07-28 `tools/list` page: part of the key of the answers it keeps.
         self._modern_list_tail = _json.dumps([ttl_ms, cache_scope, self._stamp])
+        self._routes: dict[Era, dict[str, Route]] = {"legacy": {}, "modern": {}}
+        self._declared: list[tuple[Era, str, str, JSONObject]] = []
+        self._register_protocol()
+
+    def register(
+        self,
+        method: str,
+        handler: Handler,
+        *,
+        feature: str | None = None,
+        eras: tuple[Era, ...] = ("legacy", "modern"),
+        capability: tuple[str, JSONObject] | None = None,
+    ) -> None:
+        """Serve `method` with `handler` in `eras`, for catalogs that offer `feature` (None: every catalog); a
+        `capability` is declared to clients of a catalog that offers the feature."""
+        for era in eras:
+            self._routes[era][method] = Route(handler, feature)
+            if capability is not None:
+                self.declare(feature or "tools", *capability, eras=(era,))
+
+    def declare(self, feature: str, name: str, fragment: JSONObject, *, eras: tuple[Era, ...]) -> None:
+        """Declare a capability no method answers for (a kind of message the server may send, as `logging`)."""
+        self._declared.extend((era, feature, name, fragment) for era in eras)
+
+    def _register_protocol(self) -> None:
+        legacy: tuple[Era, ...] = ("legacy",)
+        modern: tuple[Era, ...] = ("modern",)
+        self.register("initialize", self._initialize, eras=legacy)
+        self.register("ping", self._ping, eras=legacy)
+        self.register("server/discover", self._discover, eras=modern)
+        self.register("tools/list", self._list_tools, feature="tools", capability=("tools", {"listChanged": False}))
+        self.register("tools/call", self._call_tool, feature="tools")
+        listing = ("resources", {"listChanged": False})
+        self.register("resources/list", self._list_resources, feature="resources", capability=listing)
+        self.register("resources/templates/list", self._list_templates, feature="resources")
+        self.register("resources/read", self._read_resource, feature="resources")
+        # Accepted and never notified: a resource changes only with a new catalog version (no `subscribe`).
+        self.register("resources/subscribe", self._accept, feature="resources", eras=legacy)
+        self.register("resources/unsubscribe", self._accept, feature="resources", eras=legacy)
+        prompts = ("prompts", {"listChanged": False})
+        self.register("prompts/list", self._list_prompts, feature="prompts", capability=prompts)
+        self.register("prompts/get", self._get_prompt, feature="prompts")
+        self.register("completion/complete", self._complete, feature="completions", capability=("completions", {}))
+        self.register("logging/setLevel", self._set_level, feature="logging", eras=legacy)
+        self.declare("logging", "logging", {}, eras=("legacy", "modern"))
+
+    def capabilities(self, catalog: Catalog, era: Era) -> JSONObject:
+        """What a client of `catalog` is told the server offers in `era`, derived from the registered table."""
+        found: JSONObject = {}
+        for declared_era, feature, name, fragment in self._declared:
+            if declared_era == era and feature in catalog.features:
+                found.setdefault(name, {}).update(fragment)
+        return found
 
     async def handle(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange:
         """Answer one request (a dict with an `id`) whose envelope is already known to be valid."""
@@ -146,28 +215,12 @@ class MCPServer:
         try:
             version = self._era(method, params, info.headers)
             modern = version in MODERN_PROTOCOL_VERSIONS
-            if method not in (_MODERN_METHODS if modern else _LEGACY_METHODS):
+            route = self._routes["modern" if modern else "legacy"].get(method)
+            if route is None or (route.feature is not None and route.feature not in catalog.features):
                 raise MethodNotFoundError(f"Method not found: {method}")
-            if method == "tools/call":
-                # The call is awaited here, not in a helper coroutine: one await level less per call.
-                entry, arguments, context, result_format = self._prepare_call(params, version, catalog, info)
-                try:
-                    result = await call_tool(
-                        entry,
-                        arguments,
-                        context,
-                        result_format=result_format,
-                        invalid_arguments=self.invalid_arguments,
-                        debug=self.debug,
-                        on_input_required=self._input_required if modern else None,
-                        observer=catalog.observer,
-                    )
-                except ArgumentsRejectedError as exc:
-                    raise exc.as_invalid_params() from None
-            elif method == "tools/list":
-                return self._list(request_id, params, modern, catalog, info)
-            else:
-                result = self._lifecycle(method, params)
+            result = await route.handler(request_id, params, version, catalog, info)
+            if isinstance(result, Exchange):
+                return result
             if modern:
                 result.setdefault("resultType", "complete")
                 result["_meta"] = self._stamp
@@ -220,19 +273,11 @@ class MCPServer:
             )
         return header_version or LATEST_HANDSHAKE_VERSION
 
-    def _lifecycle(self, method: str, params: JSONObject) -> JSONObject:
-        """`initialize`, `server/discover` and `ping`."""
-        if method == "initialize":
-            return self._initialize(params)
-        if method == "server/discover":
-            result: JSONObject = {"supportedVersions": list(MODERN_PROTOCOL_VERSIONS), "capabilities": {"tools": {}}}
-            if self.instructions:
-                result["instructions"] = self.instructions
-            result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
-            return result
-        return {}  # ping
+    # -- lifecycle ----------------------------------------------------------------------------------
 
-    def _initialize(self, params: JSONObject) -> JSONObject:
+    async def _initialize(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> Exchange:
         requested = params.get("protocolVersion")
         if not isinstance(requested, str):
             raise InvalidParamsError("initialize: params.protocolVersion must be a string")
@@ -240,19 +285,50 @@ class MCPServer:
         version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
         result: JSONObject = {
             "protocolVersion": version,
-            "capabilities": {"tools": {"listChanged": False}},
+            "capabilities": self.capabilities(catalog, "legacy"),
             "serverInfo": self._server_info_wire,
         }
         if self.instructions:
             result["instructions"] = self.instructions
+        if "logging" not in catalog.features:  # a session holds nothing but a log level (crank.mcp.sessions)
+            return Exchange(200, encode_result(request_id, result))
+        session = self.streams.sessions.issue().encode()
+        return Exchange(200, encode_result(request_id, result), [(b"mcp-session-id", session)])
+
+    async def _ping(self, *_: Any) -> JSONObject:
+        return {}
+
+    async def _accept(self, *_: Any) -> JSONObject:
+        return {}
+
+    async def _discover(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> JSONObject:
+        result: JSONObject = {
+            "supportedVersions": list(MODERN_PROTOCOL_VERSIONS),
+            "capabilities": self.capabilities(catalog, "modern"),
+        }
+        if self.instructions:
+            result["instructions"] = self.instructions
+        result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
         return result
 
-    def _list(
-        self, request_id: RequestId, params: JSONObject, modern: bool, catalog: Catalog, info: RequestInfo
+    async def _set_level(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> JSONObject:
+        rank = log_level_rank(params.get("level"), "logging/setLevel: params.level")
+        session = self.streams.sessions.verified(info.headers.get("mcp-session-id"))
+        if session is not None:  # without a session there is no one to remember it for: the default stays
+            self.streams.log_levels.set(session, rank)
+        return {}
+
+    # -- tools ---------------------------------------------------------------------------------------
+
+    async def _list_tools(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> Exchange:
-        cursor = params.get("cursor")
-        if cursor is not None and not isinstance(cursor, str):
-            raise InvalidParamsError("tools/list: params.cursor must be a string")
+        modern = version in MODERN_PROTOCOL_VERSIONS
+        cursor = _cursor(params, "tools/list")
         catalog = catalog.listed_for(info.caller)  # a tool it cannot call is never listed
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
         try:
@@ -265,17 +341,167 @@ class MCPServer:
         rest = catalog.derived.get(key)
         if rest is None:
             page, next_cursor = catalog.page_at(language, index)
-            tail: JSONObject = {}
-            if next_cursor is not None:
-                tail["nextCursor"] = next_cursor
-            if modern:
-                tail.update(resultType="complete", ttlMs=self.ttl_ms, cacheScope=self.cache_scope, _meta=self._stamp)
-            rest = catalog.derived[key] = b"".join((page, b"," + _json.dumps(tail)[1:] if tail else b"}", b"}"))
+            rest = catalog.derived[key] = self._list_rest(page, next_cursor, modern)
         body = b"".join((b'{"jsonrpc":"2.0","id":', _json.dumps(request_id), b',"result":{"tools":', rest))
         return Exchange(200, body, [(b"content-language", language.encode()), (b"vary", b"Accept-Language")])
 
+    def _list_rest(self, page: bytes, next_cursor: str | None, modern: bool) -> bytes:
+        """A list answer after its array: the next cursor, the era's hints and the closing braces."""
+        tail: JSONObject = {}
+        if next_cursor is not None:
+            tail["nextCursor"] = next_cursor
+        if modern:
+            tail.update(resultType="complete", ttlMs=self.ttl_ms, cacheScope=self.cache_scope, _meta=self._stamp)
+        return b"".join((page, b"," + _json.dumps(tail)[1:] if tail else b"}", b"}"))
+
+    async def _call_tool(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> JSONObject:
+        entry, arguments, context, result_format = self._prepare_call(request_id, params, version, catalog, info)
+        try:
+            return await call_tool(
+                entry,
+                arguments,
+                context,
+                result_format=result_format,
+                invalid_arguments=self.invalid_arguments,
+                debug=self.debug,
+                on_input_required=self._input_required if context.modern else None,
+                observer=catalog.observer,
+            )
+        except ArgumentsRejectedError as exc:
+            raise exc.as_invalid_params() from None
+
+    # -- resources and prompts ----------------------------------------------------------------------
+
+    async def _list_resources(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
+                              info: RequestInfo) -> Exchange:  # fmt: skip
+        return self._surface_list("resources", "resources/list", request_id, params, version, catalog, info)
+
+    async def _list_templates(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
+                              info: RequestInfo) -> Exchange:  # fmt: skip
+        return self._surface_list("resourceTemplates", "resources/templates/list", request_id, params, version,
+                                  catalog, info)  # fmt: skip
+
+    async def _list_prompts(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
+                            info: RequestInfo) -> Exchange:  # fmt: skip
+        return self._surface_list("prompts", "prompts/list", request_id, params, version, catalog, info)
+
+    def _surface_list(self, kind: ListKind, method: str, request_id: RequestId, params: JSONObject, version: str,
+                      catalog: Catalog, info: RequestInfo) -> Exchange:  # fmt: skip
+        cursor = _cursor(params, method)
+        language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
+        try:
+            page, next_cursor = catalog.list_page(kind, language, cursor)
+        except InvalidCursorError as exc:
+            raise InvalidParamsError(f"{method}: {exc}") from None
+        rest = self._list_rest(page, next_cursor, version in MODERN_PROTOCOL_VERSIONS)
+        head = b'{"jsonrpc":"2.0","id":%s,"result":{"%s":' % (_json.dumps(request_id), kind.encode())
+        body = head + rest
+        return Exchange(200, body, [(b"content-language", language.encode()), (b"vary", b"Accept-Language")])
+
+    async def _read_resource(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> JSONObject:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            raise InvalidParamsError("resources/read: params.uri must be a string")
+        modern = version in MODERN_PROTOCOL_VERSIONS
+        context = self._context(uri, request_id, params, version, catalog, info)
+        resource = catalog.resource(uri)
+        if resource is not None:
+            contents = contents_wire(uri, await self._guarded(resource.reader(context), uri), resource.mime_type)
+        else:
+            matched = catalog.match_template(uri)
+            if matched is None:
+                # 2026-07-28 (SEP-2164): -32602 naming the uri; before it, the resource-not-found code -32002.
+                code = INVALID_PARAMS if modern else RESOURCE_NOT_FOUND
+                raise RPCError(f"Resource not found: {uri[:200]}", code=code, data={"uri": uri})
+            template, variables = matched
+            value = await self._guarded(template.reader(uri, variables, context), uri)
+            contents = contents_wire(uri, value, template.mime_type)
+        result: JSONObject = {"contents": contents}
+        if modern:
+            result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
+        return result
+
+    async def _get_prompt(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> JSONObject:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise InvalidParamsError("prompts/get: params.name must be a string")
+        prompt = catalog.prompt(name)
+        if prompt is None:
+            raise InvalidParamsError(f"Unknown prompt: {name[:200]}")
+        arguments = check_prompt_arguments(prompt, params.get("arguments"))
+        context = self._context(name, request_id, params, version, catalog, info)
+        if context.modern:
+            self._input_state(f"prompt:{name}", params, arguments, context)
+        try:
+            value = await self._guarded(prompt.renderer(arguments, context), name)
+        except NeedsInput as need:
+            value = need.value
+        if isinstance(value, InputRequired):
+            if not context.modern:
+                raise InternalError(f"Prompt {name!r} needs input from the client, which this protocol version "
+                                    "cannot carry in a prompt")  # fmt: skip
+            return self._input_required(value, context, arguments, signed_for=f"prompt:{name}")
+        return messages_wire(value)
+
+    async def _complete(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> JSONObject:
+        ref, argument = params.get("ref"), params.get("argument")
+        if not isinstance(ref, dict) or not isinstance(argument, dict):
+            raise InvalidParamsError("completion/complete: params.ref and params.argument must be objects")
+        name, value = argument.get("name"), argument.get("value", "")
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidParamsError("completion/complete: argument.name and argument.value must be strings")
+        given = params.get("context")
+        given = given.get("arguments") if isinstance(given, dict) else None
+        known = {key: text for key, text in given.items() if isinstance(text, str)} if isinstance(given, dict) else {}
+        completer = None
+        if ref.get("type") == "ref/prompt":
+            prompt = catalog.prompt(str(ref.get("name")))
+            if prompt is None:
+                raise InvalidParamsError(f"Unknown prompt: {str(ref.get('name'))[:200]}")
+            declared = prompt.argument(name)
+            completer = declared.completions if declared is not None else None
+        elif ref.get("type") == "ref/resource":
+            template = catalog.template(str(ref.get("uri")))
+            if template is None:
+                raise InvalidParamsError(f"Unknown resource template: {str(ref.get('uri'))[:200]}")
+            completer = template.completions.get(name)
+        else:
+            raise InvalidParamsError("completion/complete: ref.type must be ref/prompt or ref/resource")
+        return {"completion": await complete(completer, value, known)}
+
+    def _context(self, name: str, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
+                 info: RequestInfo) -> CallContext:  # fmt: skip
+        """The context a resource reader or a prompt renderer gets, as a tool's invoker does."""
+        context = CallContext(name, version, info.headers, labels=catalog.labels, caller=info.caller,
+                              stream_from=(info, request_id, params, "logging" in catalog.features))  # fmt: skip
+        if context.modern:
+            meta = params.get("_meta") or {}
+            declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
+            context.client_capabilities = declared if isinstance(declared, dict) else {}
+            context.client_info = meta.get(CLIENT_INFO_META_KEY)
+        return context
+
+    async def _guarded(self, pending: Awaitable[Any], name: str) -> Any:
+        """A reader's or renderer's answer; its `ToolError` becomes a JSON-RPC error with the structured error
+        as data (these requests have no `isError` result), anything else an internal error."""
+        try:
+            return await pending
+        except (NeedsInput, RPCError, AuthChallengeError):
+            raise
+        except ToolError as failed:
+            data = failed.to_payload(new_request_id())
+            raise RPCError(failed.message, code=INTERNAL_ERROR, data=data) from None
+
     def _prepare_call(
-        self, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> tuple[CatalogEntry, JSONObject, CallContext, str]:
         """What `tools/call` runs: the entry, its arguments, the call's context and the result format."""
         name = params.get("name")
@@ -296,8 +522,9 @@ class MCPServer:
         except UnknownFormatError as exc:
             raise InvalidParamsError(str(exc)) from None
         result_format = requested or entry.tool.format or self.default_format
+        streams = (info, request_id, params, "logging" in catalog.features)
         context = CallContext(name, version, info.headers, labels=catalog.labels, requested_format=requested,
-                              caller=info.caller)  # fmt: skip
+                              caller=info.caller, stream_from=streams)  # fmt: skip
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
         return entry, arguments, context, result_format
@@ -316,26 +543,32 @@ class MCPServer:
         context.client_info = meta.get(CLIENT_INFO_META_KEY)
         if entry.tool.required_client_capabilities:
             _require_capabilities(entry.tool.name, entry.tool.required_client_capabilities, declared)
+        self._input_state(entry.tool.name, params, arguments, context)
+
+    def _input_state(self, signed_for: str, params: JSONObject, arguments: JSONObject, context: CallContext) -> None:
+        """The client's answers to an earlier `input_required` and its verified `requestState`, into `context`."""
         responses = params.get("inputResponses")
         if responses is not None and not isinstance(responses, dict):
-            raise InvalidParamsError("tools/call: params.inputResponses must be an object")
+            raise InvalidParamsError("params.inputResponses must be an object")
         context.input_responses = responses
         token = params.get("requestState")
         if token is not None:
             try:
                 if not isinstance(token, str):
                     raise InvalidRequestStateError("not a string")
-                context.request_state = self.signer.verify(token, entry.tool.name, arguments)
+                context.request_state = self.signer.verify(token, signed_for, arguments)
             except InvalidRequestStateError as exc:
-                logger.warning("requestState refused for tool %s: %s", entry.tool.name, exc)
+                logger.warning("requestState refused for %s: %s", signed_for, exc)
                 raise InvalidParamsError("Invalid or expired requestState") from None
 
-    def _input_required(self, value: InputRequired, context: CallContext, arguments: JSONObject) -> JSONObject:
+    def _input_required(
+        self, value: InputRequired, context: CallContext, arguments: JSONObject, signed_for: str | None = None
+    ) -> JSONObject:
         needed = {CAPABILITY_OF_METHOD.get(request.get("method", ""), "") for request in value.input_requests.values()}
         _require_capabilities(context.tool_name, {name: {} for name in needed if name}, context.client_capabilities)
         result: JSONObject = {"resultType": "input_required", "inputRequests": dict(value.input_requests)}
         if value.state is not None:
-            result["requestState"] = self.signer.sign(value.state, context.tool_name, arguments)
+            result["requestState"] = self.signer.sign(value.state, signed_for or context.tool_name, arguments)
         return result
 
     def result_format(self, info: RequestInfo, tool_format: str | None) -> str:
@@ -351,6 +584,13 @@ class MCPServer:
         if info.format_query:
             return check_format(info.format_query, "the format query parameter")
         return None
+
+
+def _cursor(params: JSONObject, method: str) -> str | None:
+    cursor = params.get("cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise InvalidParamsError(f"{method}: params.cursor must be a string")
+    return cursor
 
 
 def _check_modern_envelope(method: str, params: JSONObject, headers: Mapping[str, str]) -> str:

@@ -13,6 +13,9 @@ from typing import Any, Literal, Protocol
 
 from crank.exceptions import ToolError
 from crank.ids import new_request_id
+from crank.mcp.input_required import InputRequired, NeedsInput
+from crank.mcp.protocol import MODERN_PROTOCOL_VERSIONS
+from crank.mcp.streams import Channel, RequestInfo
 from crank.types import JSONObject
 
 __all__ = [
@@ -98,7 +101,12 @@ class CallContext:
     none. A tool that runs another tool (discovery's `call_operation`) passes it on."""
     caller: Any = None
     """Who calls, as the endpoint's `authenticate` said (the gateway's API key scope); None without it."""
+    stream_from: tuple[RequestInfo, Any, JSONObject, bool] | None = None
+    """What a `Channel` to the client is made from, on first use: the request, its JSON-RPC id and params, and
+    whether the endpoint may send log messages. None where nothing can reach the client (the plain pair)."""
     _request_id: str | None = None
+    _channel: Channel | None = None
+    _asked: int = 0
 
     @property
     def request_id(self) -> str:
@@ -106,6 +114,62 @@ class CallContext:
         if self._request_id is None:
             self._request_id = new_request_id()
         return self._request_id
+
+    @property
+    def modern(self) -> bool:
+        return self.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress, when the request asked for it (`_meta.progressToken`); otherwise nothing is sent."""
+        channel = self._open_channel()
+        if channel is not None:
+            await channel.progress(progress, total, message)
+
+    async def log(self, level: str, data: Any, logger: str | None = None) -> None:
+        """Send the client a log message (`notifications/message`), when its level is at or above the one the
+        client asked for (2025-11-25: the session's, `info` by default; 2026-07-28: the request's, none by
+        default) and the endpoint sends log messages at all."""
+        channel = self._open_channel()
+        if channel is not None:
+            await channel.log(level, data, logger)
+
+    async def elicit(self, message: str, schema: JSONObject) -> JSONObject:
+        """Ask the user to fill in a form; returns the client's `ElicitResult` (`action`, and `content` on accept).
+
+        2025-11-25: an `elicitation/create` request on the response stream, answered by the client's next POST.
+        2026-07-28: the call ends with an `input_required` result; the client asks again with the answer, the
+        invoker runs again from the start, and this time `elicit` returns it (so code before it must be safe to
+        run twice: ask first, act after)."""
+        params = {"mode": "form", "message": message, "requestedSchema": schema}
+        return await self._ask("elicitation/create", params)
+
+    async def sample(self, prompt: str, max_tokens: int = 1000, **options: Any) -> JSONObject:
+        """Ask the client's model (`sampling/createMessage`) about `prompt`; returns its `CreateMessageResult`.
+        Works as `elicit` does in each era."""
+        message = {"role": "user", "content": {"type": "text", "text": prompt}}
+        return await self._ask("sampling/createMessage", {"messages": [message], "maxTokens": max_tokens, **options})
+
+    async def _ask(self, method: str, params: JSONObject) -> JSONObject:
+        if not self.modern:
+            channel = self._open_channel()
+            if channel is None:
+                raise ToolError(f"This endpoint cannot send {method} to the client.",
+                                error_code="client_request_unavailable")  # fmt: skip
+            return await channel.request(method, params)
+        key = f"crank-input-{self._asked}"
+        self._asked += 1
+        state = self.request_state if isinstance(self.request_state, dict) else {}
+        answers = {**state.get("crank-answers", {}), **(self.input_responses or {})}
+        answer = answers.get(key)
+        if isinstance(answer, dict):
+            return answer
+        raise NeedsInput(InputRequired({key: {"method": method, "params": params}}, {"crank-answers": answers}))
+
+    def _open_channel(self) -> Channel | None:
+        if self._channel is None and self.stream_from is not None:
+            info, request_id, params, logging = self.stream_from
+            self._channel = Channel(info, request_id, params, modern=self.modern, logging=logging)
+        return self._channel
 
 
 class Invoker(Protocol):
