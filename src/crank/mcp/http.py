@@ -46,6 +46,7 @@ from crank.mcp.protocol import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
+from crank.mcp.streams import DEFAULT_CLIENT_REQUEST_TIMEOUT, DEFAULT_MAX_PENDING_REQUESTS
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
@@ -117,8 +118,12 @@ class MCPEndpoint:
         dns_rebinding_protection: True, False, or None (on when the server socket is loopback).
         allowed_hosts / allowed_origins: accepted besides the loopback names and same-origin requests.
         cache_scope / ttl_ms: the 2026-07-28 caching hints on `tools/list` and `server/discover`.
-        request_state_secret: signs the `requestState` of `InputRequired` results; give every replica the
-            same one (default: a random secret per process).
+        request_state_secret: signs the `requestState` of `InputRequired` results and the legacy session ids;
+            give every replica the same one (default: a random secret per process).
+        client_request_timeout: seconds a 2025-11-25 server request (`CallContext.elicit`, `sample`) waits for
+            the client's answer POST before the call fails with `client_request_timeout`.
+        max_pending_requests: server requests one process waits on at once; past it a question fails at once
+            (`client_requests_busy`).
         plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
         authenticator: when given, every request's bearer token goes through it (`crank.wire.auth`): a
             `Principal`, or 401/403 with a `WWW-Authenticate: Bearer` challenge (`BearerAuth`). The provider
@@ -151,6 +156,8 @@ class MCPEndpoint:
         cache_scope: Literal["public", "private"] = "public",
         ttl_ms: int = 0,
         request_state_secret: str | bytes | None = None,
+        client_request_timeout: float = DEFAULT_CLIENT_REQUEST_TIMEOUT,
+        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
         plain_http: bool = True,
         authenticator: Authenticator | None = None,
         metadata_url: Callable[[Scope], str | None] | None = None,
@@ -169,6 +176,8 @@ class MCPEndpoint:
             cache_scope=cache_scope,
             ttl_ms=ttl_ms,
             request_state_secret=request_state_secret,
+            client_request_timeout=client_request_timeout,
+            max_pending_requests=max_pending_requests,
             debug=debug,
         )
         self.max_body_size = max_body_size

@@ -49,7 +49,14 @@ from crank.mcp.protocol import (
 )
 from crank.mcp.resources import contents_wire
 from crank.mcp.sessions import SessionIds, log_level_rank
-from crank.mcp.streams import RequestInfo, StreamSettings
+from crank.mcp.streams import (
+    DEFAULT_CLIENT_REQUEST_TIMEOUT,
+    DEFAULT_MAX_PENDING_REQUESTS,
+    LOG_LEVEL_META_KEY,
+    RequestInfo,
+    ServerRequests,
+    StreamSettings,
+)
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject
@@ -138,6 +145,8 @@ class MCPServer:
         cache_scope: Literal["public", "private"] = "public",
         ttl_ms: int = 0,
         request_state_secret: str | bytes | None = None,
+        client_request_timeout: float = DEFAULT_CLIENT_REQUEST_TIMEOUT,
+        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
         debug: bool = False,
     ) -> None:
         self.server_info = server_info
@@ -148,7 +157,8 @@ class MCPServer:
         self.ttl_ms = ttl_ms
         self.debug = debug
         self.signer = RequestStateSigner(request_state_secret)
-        self.streams = StreamSettings(sessions=SessionIds(request_state_secret))
+        self.streams = StreamSettings(SessionIds(request_state_secret), requests=ServerRequests(max_pending_requests),
+                                      client_request_timeout=client_request_timeout)  # fmt: skip
         self._server_info_wire = server_info.to_wire()
         self._stamp = {SERVER_INFO_META_KEY: self._server_info_wire}
         # What this server adds to a 2026-07-28 `tools/list` page: part of the key of the answers it keeps.
@@ -484,6 +494,8 @@ class MCPServer:
                               stream_from=(info, request_id, params, "logging" in catalog.features))  # fmt: skip
         if context.modern:
             meta = params.get("_meta") or {}
+            if LOG_LEVEL_META_KEY in meta:
+                log_level_rank(meta[LOG_LEVEL_META_KEY], f"_meta.{LOG_LEVEL_META_KEY}")
             declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
             context.client_capabilities = declared if isinstance(declared, dict) else {}
             context.client_info = meta.get(CLIENT_INFO_META_KEY)
@@ -538,6 +550,8 @@ class MCPServer:
             if mismatch is not None:
                 raise RPCError(mismatch, code=HEADER_MISMATCH)
         meta = params["_meta"]  # present: the modern envelope was checked before dispatch
+        if LOG_LEVEL_META_KEY in meta:  # refused before the call runs, not at its first log message
+            log_level_rank(meta[LOG_LEVEL_META_KEY], f"_meta.{LOG_LEVEL_META_KEY}")
         declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
         context.client_capabilities = declared if isinstance(declared, dict) else {}
         context.client_info = meta.get(CLIENT_INFO_META_KEY)
