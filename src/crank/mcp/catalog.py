@@ -98,6 +98,8 @@ class Catalog:
         `logging` when it has something for them. The server's capabilities come from these."""
         self._scopes = frozenset(scope for tool in tools for scope in tool.required_scopes)
         """Every scope some tool requires: what a principal's granted scopes are cut to, to key its view."""
+        self.scoped = bool(self._scopes)
+        """Whether some tool requires a scope: only then may a caller's listing differ (`listed_for`)."""
         self._views: dict[frozenset[str], Catalog] = {}
         self._pages: dict[str, list[bytes]] = {}
         self._listing: dict[str, bytes] = {}

@@ -8,6 +8,7 @@ The server keeps no session: any replica can answer any request.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -115,9 +116,11 @@ class Exchange:
 
 Era = Literal["legacy", "modern"]
 """The handshake era (2024-11-05 .. 2025-11-25) or the stateless one (2026-07-28)."""
-Handler = Callable[[RequestId, JSONObject, str, "Catalog", RequestInfo], Awaitable["JSONObject | Exchange"]]
+Handler = Callable[[RequestId, JSONObject, str, "Catalog", RequestInfo], Any]
 """`(request id, params, protocol version, catalog, request info)`: a result object (wrapped in the envelope
-here) or a whole `Exchange` (a list answer built from bytes kept with the catalog)."""
+here) or a whole `Exchange` (a list answer built from bytes kept with the catalog), or an awaitable of one.
+A handler that answers at once is a plain function, and `tools/call`'s returns the call's own coroutine: the
+hot paths pay for no coroutine of the table's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,10 @@ class Route:
     handler: Handler
     feature: str | None
     """The catalog feature the method needs (`Catalog.features`); None for the lifecycle methods."""
+    awaits: bool
+    """Whether the handler returns an awaitable (an `async def`, or a function returning a coroutine)."""
+    whole: bool
+    """Whether the handler answers a whole `Exchange` (the lists, built from bytes kept with the catalog)."""
 
 
 class MCPServer:
@@ -163,7 +170,9 @@ class MCPServer:
         self._stamp = {SERVER_INFO_META_KEY: self._server_info_wire}
         # What this server adds to a 2026-07-28 `tools/list` page: part of the key of the answers it keeps.
         self._modern_list_tail = _json.dumps([ttl_ms, cache_scope, self._stamp])
-        self._routes: dict[Era, dict[str, Route]] = {"legacy": {}, "modern": {}}
+        self._legacy_routes: dict[str, Route] = {}
+        self._modern_routes: dict[str, Route] = {}
+        self._routes: dict[Era, dict[str, Route]] = {"legacy": self._legacy_routes, "modern": self._modern_routes}
         self._declared: list[tuple[Era, str, str, JSONObject]] = []
         self._register_protocol()
 
@@ -175,11 +184,15 @@ class MCPServer:
         feature: str | None = None,
         eras: tuple[Era, ...] = ("legacy", "modern"),
         capability: tuple[str, JSONObject] | None = None,
+        awaits: bool | None = None,
+        whole: bool = False,
     ) -> None:
         """Serve `method` with `handler` in `eras`, for catalogs that offer `feature` (None: every catalog); a
-        `capability` is declared to clients of a catalog that offers the feature."""
+        `capability` is declared to clients of a catalog that offers the feature. `awaits` says whether the
+        handler's answer is awaited (default: whether it is an `async def`), `whole` that it is an `Exchange`."""
+        route = Route(handler, feature, inspect.iscoroutinefunction(handler) if awaits is None else awaits, whole)
         for era in eras:
-            self._routes[era][method] = Route(handler, feature)
+            self._routes[era][method] = route
             if capability is not None:
                 self.declare(feature or "tools", *capability, eras=(era,))
 
@@ -190,20 +203,21 @@ class MCPServer:
     def _register_protocol(self) -> None:
         legacy: tuple[Era, ...] = ("legacy",)
         modern: tuple[Era, ...] = ("modern",)
-        self.register("initialize", self._initialize, eras=legacy)
+        self.register("initialize", self._initialize, eras=legacy, whole=True)
         self.register("ping", self._ping, eras=legacy)
         self.register("server/discover", self._discover, eras=modern)
-        self.register("tools/list", self._list_tools, feature="tools", capability=("tools", {"listChanged": False}))
-        self.register("tools/call", self._call_tool, feature="tools")
+        # Every catalog offers tools: their routes need no feature, which spares the hot paths the check.
+        self.register("tools/list", self._list_tools, capability=("tools", {"listChanged": False}), whole=True)
+        self.register("tools/call", self._call_tool, awaits=True)
         listing = ("resources", {"listChanged": False})
-        self.register("resources/list", self._list_resources, feature="resources", capability=listing)
-        self.register("resources/templates/list", self._list_templates, feature="resources")
+        self.register("resources/list", self._list_resources, feature="resources", capability=listing, whole=True)
+        self.register("resources/templates/list", self._list_templates, feature="resources", whole=True)
         self.register("resources/read", self._read_resource, feature="resources")
         # Accepted and never notified: a resource changes only with a new catalog version (no `subscribe`).
         self.register("resources/subscribe", self._accept, feature="resources", eras=legacy)
         self.register("resources/unsubscribe", self._accept, feature="resources", eras=legacy)
         prompts = ("prompts", {"listChanged": False})
-        self.register("prompts/list", self._list_prompts, feature="prompts", capability=prompts)
+        self.register("prompts/list", self._list_prompts, feature="prompts", capability=prompts, whole=True)
         self.register("prompts/get", self._get_prompt, feature="prompts")
         self.register("completion/complete", self._complete, feature="completions", capability=("completions", {}))
         self.register("logging/setLevel", self._set_level, feature="logging", eras=legacy)
@@ -225,12 +239,14 @@ class MCPServer:
         try:
             version = self._era(method, params, info.headers)
             modern = version in MODERN_PROTOCOL_VERSIONS
-            route = self._routes["modern" if modern else "legacy"].get(method)
+            route = (self._modern_routes if modern else self._legacy_routes).get(method)
             if route is None or (route.feature is not None and route.feature not in catalog.features):
                 raise MethodNotFoundError(f"Method not found: {method}")
-            result = await route.handler(request_id, params, version, catalog, info)
-            if isinstance(result, Exchange):
-                return result
+            result = route.handler(request_id, params, version, catalog, info)
+            if route.awaits:
+                result = await result
+            if route.whole:
+                return result  # type: ignore[no-any-return]
             if modern:
                 result.setdefault("resultType", "complete")
                 result["_meta"] = self._stamp
@@ -238,12 +254,17 @@ class MCPServer:
         except AuthChallengeError:
             raise  # an HTTP status on the request itself (401/403), never an in-band error: the endpoint's
         except RPCError as error:
-            status = error.http_status
-            if status is None:
-                status = _MODERN_STATUS.get(error.code, 200) if self._is_modern(params, info.headers) else 200
-            return Exchange(status, encode_error(request_id, error))
+            return self._refused(request_id, error, params, info)
+        except ArgumentsRejectedError as rejected:  # `invalid_arguments="error"`: -32602
+            return self._refused(request_id, rejected.as_invalid_params(), params, info)
         except Exception as exc:
             return Exchange(200, encode_error(request_id, self.internal_error(exc)))
+
+    def _refused(self, request_id: RequestId, error: RPCError, params: JSONObject, info: RequestInfo) -> Exchange:
+        status = error.http_status
+        if status is None:
+            status = _MODERN_STATUS.get(error.code, 200) if self._is_modern(params, info.headers) else 200
+        return Exchange(status, encode_error(request_id, error))
 
     def internal_error(self, exc: BaseException) -> RPCError:
         """-32603 with a request id that is in the log; details only in debug mode."""
@@ -285,7 +306,7 @@ class MCPServer:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    async def _initialize(
+    def _initialize(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> Exchange:
         requested = params.get("protocolVersion")
@@ -305,13 +326,13 @@ class MCPServer:
         session = self.streams.sessions.issue().encode()
         return Exchange(200, encode_result(request_id, result), [(b"mcp-session-id", session)])
 
-    async def _ping(self, *_: Any) -> JSONObject:
+    def _ping(self, *_: Any) -> JSONObject:
         return {}
 
-    async def _accept(self, *_: Any) -> JSONObject:
+    def _accept(self, *_: Any) -> JSONObject:
         return {}
 
-    async def _discover(
+    def _discover(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> JSONObject:
         result: JSONObject = {
@@ -323,7 +344,7 @@ class MCPServer:
         result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
         return result
 
-    async def _set_level(
+    def _set_level(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> JSONObject:
         rank = log_level_rank(params.get("level"), "logging/setLevel: params.level")
@@ -334,12 +355,15 @@ class MCPServer:
 
     # -- tools ---------------------------------------------------------------------------------------
 
-    async def _list_tools(
+    def _list_tools(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> Exchange:
         modern = version in MODERN_PROTOCOL_VERSIONS
-        cursor = _cursor(params, "tools/list")
-        catalog = catalog.listed_for(info.caller)  # a tool it cannot call is never listed
+        cursor = params.get("cursor")  # `_cursor`, inline on the hot path
+        if cursor is not None and not isinstance(cursor, str):
+            raise InvalidParamsError("tools/list: params.cursor must be a string")
+        if catalog.scoped:  # a tool it cannot call is never listed
+            catalog = catalog.listed_for(info.caller)
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
         try:
             index = catalog.page_index(cursor)
@@ -364,36 +388,56 @@ class MCPServer:
             tail.update(resultType="complete", ttlMs=self.ttl_ms, cacheScope=self.cache_scope, _meta=self._stamp)
         return b"".join((page, b"," + _json.dumps(tail)[1:] if tail else b"}", b"}"))
 
-    async def _call_tool(
+    def _call_tool(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
-    ) -> JSONObject:
-        entry, arguments, context, result_format = self._prepare_call(request_id, params, version, catalog, info)
+    ) -> Awaitable[JSONObject]:
+        """The call's own coroutine, awaited by `handle` (which answers an `ArgumentsRejectedError`): the entry,
+        its arguments, the call's context and the result format, found here in one frame."""
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise InvalidParamsError("tools/call: params.name must be a string")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        elif not isinstance(arguments, dict):
+            raise InvalidParamsError("tools/call: params.arguments must be an object")
+        entry = catalog.get(name)
+        if entry is None:
+            raise InvalidParamsError(f"Unknown tool: {name}")
+        if info.caller is not None:
+            authorize_call(entry.tool, info.caller)
         try:
-            return await call_tool(
-                entry,
-                arguments,
-                context,
-                result_format=result_format,
-                invalid_arguments=self.invalid_arguments,
-                debug=self.debug,
-                on_input_required=self._input_required if context.modern else None,
-                observer=catalog.observer,
-            )
-        except ArgumentsRejectedError as exc:
-            raise exc.as_invalid_params() from None
+            requested = self.requested_format(info)
+        except UnknownFormatError as exc:
+            raise InvalidParamsError(str(exc)) from None
+        result_format = requested or entry.tool.format or self.default_format
+        context = CallContext(name, version, info.headers, labels=catalog.labels, requested_format=requested,
+                              caller=info.caller, channel=(info, params, "logging" in catalog.features))  # fmt: skip
+        if version in MODERN_PROTOCOL_VERSIONS:
+            self._modern_call_context(entry, params, arguments, context)
+        return call_tool(
+            entry,
+            arguments,
+            context,
+            result_format=result_format,
+            invalid_arguments=self.invalid_arguments,
+            debug=self.debug,
+            on_input_required=self._input_required if version in MODERN_PROTOCOL_VERSIONS else None,
+            observer=catalog.observer,
+        )
 
     # -- resources and prompts ----------------------------------------------------------------------
 
-    async def _list_resources(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
+    def _list_resources(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
                               info: RequestInfo) -> Exchange:  # fmt: skip
         return self._surface_list("resources", "resources/list", request_id, params, version, catalog, info)
 
-    async def _list_templates(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
+    def _list_templates(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
                               info: RequestInfo) -> Exchange:  # fmt: skip
         return self._surface_list("resourceTemplates", "resources/templates/list", request_id, params, version,
                                   catalog, info)  # fmt: skip
 
-    async def _list_prompts(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
+    def _list_prompts(self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog,
                             info: RequestInfo) -> Exchange:  # fmt: skip
         return self._surface_list("prompts", "prompts/list", request_id, params, version, catalog, info)
 
@@ -491,7 +535,7 @@ class MCPServer:
                  info: RequestInfo) -> CallContext:  # fmt: skip
         """The context a resource reader or a prompt renderer gets, as a tool's invoker does."""
         context = CallContext(name, version, info.headers, labels=catalog.labels, caller=info.caller,
-                              stream_from=(info, request_id, params, "logging" in catalog.features))  # fmt: skip
+                              channel=(info, params, "logging" in catalog.features))  # fmt: skip
         if context.modern:
             meta = params.get("_meta") or {}
             if LOG_LEVEL_META_KEY in meta:
@@ -511,35 +555,6 @@ class MCPServer:
         except ToolError as failed:
             data = failed.to_payload(new_request_id())
             raise RPCError(failed.message, code=INTERNAL_ERROR, data=data) from None
-
-    def _prepare_call(
-        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
-    ) -> tuple[CatalogEntry, JSONObject, CallContext, str]:
-        """What `tools/call` runs: the entry, its arguments, the call's context and the result format."""
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise InvalidParamsError("tools/call: params.name must be a string")
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
-        elif not isinstance(arguments, dict):
-            raise InvalidParamsError("tools/call: params.arguments must be an object")
-        entry = catalog.get(name)
-        if entry is None:
-            raise InvalidParamsError(f"Unknown tool: {name}")
-        if info.caller is not None:
-            authorize_call(entry.tool, info.caller)
-        try:
-            requested = self.requested_format(info)
-        except UnknownFormatError as exc:
-            raise InvalidParamsError(str(exc)) from None
-        result_format = requested or entry.tool.format or self.default_format
-        streams = (info, request_id, params, "logging" in catalog.features)
-        context = CallContext(name, version, info.headers, labels=catalog.labels, requested_format=requested,
-                              caller=info.caller, stream_from=streams)  # fmt: skip
-        if version in MODERN_PROTOCOL_VERSIONS:
-            self._modern_call_context(entry, params, arguments, context)
-        return entry, arguments, context, result_format
 
     def _modern_call_context(
         self, entry: CatalogEntry, params: JSONObject, arguments: JSONObject, context: CallContext

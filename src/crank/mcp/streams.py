@@ -28,7 +28,6 @@ from crank import _json
 from crank.exceptions import ToolError
 from crank.mcp.sessions import LogLevels, SessionIds, log_level_rank
 from crank.types import JSONObject, Receive, Send
-from crank.wire.jsonrpc import RequestId
 
 __all__ = [
     "DEFAULT_CLIENT_REQUEST_TIMEOUT",
@@ -173,19 +172,16 @@ class ResponseStream:
 class Channel:
     """What one request's handler may send its client: made on first use by `CallContext`."""
 
-    __slots__ = ("_info", "_request_id", "_modern", "_progress_token", "_log_rank", "_logging")
+    __slots__ = ("_info", "_modern", "_progress_token", "_log_rank", "_asked")
 
-    def __init__(
-        self, info: RequestInfo, request_id: RequestId | None, params: JSONObject, *, modern: bool, logging: bool
-    ) -> None:
+    def __init__(self, info: RequestInfo, params: JSONObject, *, modern: bool, logging: bool) -> None:
         self._info = info
-        self._request_id = request_id
         self._modern = modern
+        self._asked = 0
         meta = params.get("_meta")
         meta = meta if isinstance(meta, dict) else {}
         token = meta.get("progressToken")
         self._progress_token = token if isinstance(token, str | int) and not isinstance(token, bool) else None
-        self._logging = logging
         self._log_rank: int | None = None
         if not logging:
             pass
@@ -199,6 +195,11 @@ class Channel:
     @property
     def progress_token(self) -> str | int | None:
         return self._progress_token
+
+    def asked(self) -> int:
+        """How many questions the call asked before this one (2026-07-28 answers are keyed by it)."""
+        self._asked += 1
+        return self._asked - 1
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self._progress_token is None:

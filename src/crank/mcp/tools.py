@@ -101,12 +101,11 @@ class CallContext:
     none. A tool that runs another tool (discovery's `call_operation`) passes it on."""
     caller: Any = None
     """Who calls, as the endpoint's `authenticate` said (the gateway's API key scope); None without it."""
-    stream_from: tuple[RequestInfo, Any, JSONObject, bool] | None = None
-    """What a `Channel` to the client is made from, on first use: the request, its JSON-RPC id and params, and
-    whether the endpoint may send log messages. None where nothing can reach the client (the plain pair)."""
+    channel: Channel | tuple[RequestInfo, JSONObject, bool] | None = None
+    """The call's way to its client (`progress`, `log`, `elicit`, `sample`): given as what a `Channel` is made
+    from (the request, its params, and whether the endpoint sends log messages), made on first use, so that a
+    call that sends nothing pays nothing. None where nothing can reach the client (the plain pair)."""
     _request_id: str | None = None
-    _channel: Channel | None = None
-    _asked: int = 0
 
     @property
     def request_id(self) -> str:
@@ -156,8 +155,8 @@ class CallContext:
                 raise ToolError(f"This endpoint cannot send {method} to the client.",
                                 error_code="client_request_unavailable")  # fmt: skip
             return await channel.request(method, params)
-        key = f"crank-input-{self._asked}"
-        self._asked += 1
+        channel = self._open_channel()
+        key = f"crank-input-{channel.asked() if channel is not None else 0}"
         state = self.request_state if isinstance(self.request_state, dict) else {}
         answers = {**state.get("crank-answers", {}), **(self.input_responses or {})}
         answer = answers.get(key)
@@ -166,10 +165,11 @@ class CallContext:
         raise NeedsInput(InputRequired({key: {"method": method, "params": params}}, {"crank-answers": answers}))
 
     def _open_channel(self) -> Channel | None:
-        if self._channel is None and self.stream_from is not None:
-            info, request_id, params, logging = self.stream_from
-            self._channel = Channel(info, request_id, params, modern=self.modern, logging=logging)
-        return self._channel
+        channel = self.channel
+        if type(channel) is tuple:
+            info, params, logging = channel
+            channel = self.channel = Channel(info, params, modern=self.modern, logging=logging)
+        return channel  # type: ignore[return-value]
 
 
 class Invoker(Protocol):
