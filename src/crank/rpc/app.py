@@ -40,6 +40,7 @@ from crank.rpc.endpoint import JSONRPCEndpoint
 from crank.rpc.events import EventName, Events, Handler
 from crank.rpc.executor import Executor
 from crank.rpc.method import MCP, Method, RateLimit
+from crank.rpc.offerings import PromptSpec, ResourceSpec, prompt_spec, resource_spec
 from crank.rpc.openrpc import build_openrpc
 from crank.schema import DatetimeFormat, describe_method
 from crank.state.coordination import (
@@ -135,6 +136,10 @@ class RPCApp:
         self.logger = logging.getLogger("crank.rpc")
         self._roles = BearerTokenRoles(roles) if isinstance(roles, Mapping) else roles
         self._methods: dict[str, dict[str, Method]] = {version: {} for version in self.versions}
+        self.resources: list[ResourceSpec] = []
+        """Documents offered beside the methods (`resource`), for the MCP endpoints of their groups."""
+        self.prompts: list[PromptSpec] = []
+        """Prompts offered beside the methods (`prompt`), for the MCP endpoints of their groups."""
         self._openrpc: dict[str, JSONObject] = {}
         self._asgi: Starlette | None = None
 
@@ -193,6 +198,58 @@ class RPCApp:
                 raise ConfigurationError(f"method {name!r} is registered twice in version {version!r}")
             self._methods[version][name] = method
         return method
+
+    def resource(
+        self,
+        uri: str,
+        *,
+        name: str | None = None,
+        groups: Iterable[str] = (),
+        title: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+        completions: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> Callable[[F], F]:
+        """Offer a document at `uri` (a URI template when it has `{variables}`: the function's parameters) to
+        the MCP endpoints of `groups`. The function (sync or async) returns text or bytes (`crank.rpc.offerings`)."""
+
+        def register(func: F) -> F:
+            self._check_open(f"resource {uri!r}")
+            spec = resource_spec(uri, func, name=name, groups=tuple(groups), title=title, description=description,
+                                 mime_type=mime_type, completions=completions or {})  # fmt: skip
+            if any(known.uri == uri for known in self.resources):
+                raise ConfigurationError(f"resource {uri!r} is registered twice")
+            self.resources.append(spec)
+            return func
+
+        return register
+
+    def prompt(
+        self,
+        name: str | None = None,
+        *,
+        groups: Iterable[str] = (),
+        title: str | None = None,
+        description: str | None = None,
+        completions: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> Callable[[F], F]:
+        """Offer a prompt to the MCP endpoints of `groups`: the function's parameters are its arguments, it
+        returns the text of one user message or a list of messages (`crank.rpc.offerings`)."""
+
+        def register(func: F) -> F:
+            self._check_open(f"prompt {name or func.__name__!r}")
+            spec = prompt_spec(func, name=name, groups=tuple(groups), title=title, description=description,
+                               completions=completions or {})  # fmt: skip
+            if any(known.name == spec.name for known in self.prompts):
+                raise ConfigurationError(f"prompt {spec.name!r} is registered twice")
+            self.prompts.append(spec)
+            return func
+
+        return register
+
+    def _check_open(self, what: str) -> None:
+        if self._asgi is not None:
+            raise ConfigurationError(f"{what}: register it before the app serves requests")
 
     def on(self, event: EventName) -> Callable[[Handler], Handler]:
         """Decorator: `@app.on("post_response")` (events: request, response, error, post_response)."""

@@ -13,22 +13,25 @@ refusal (`invalid_arguments`, every violation with its path, or -32602 per the e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crank.exceptions import ArgumentsRejectedError, ParamsValidationError, RPCError, RPCToolError
+from crank.exceptions import ArgumentsRejectedError, InvalidParamsError, ParamsValidationError, RPCError, RPCToolError
 from crank.mcp.after_response import call_after_response
 from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
+from crank.mcp.prompts import Prompt, PromptArgument
+from crank.mcp.resources import Resource, ResourceTemplate
 from crank.mcp.tools import CallContext, Tool, ToolAnnotations
 from crank.mcp.translations import Translations, load_yaml_translations
 from crank.registry.runtime import OAuthPolicy
 from crank.rpc.app import RPCApp
 from crank.rpc.executor import Call, error_wire
 from crank.rpc.method import Method
+from crank.rpc.offerings import Argument, PromptSpec, ResourceSpec, call
 from crank.schema import describe_output, tool_local, wrap_output
 from crank.types import JSONObject, Scope
 from crank.wire.auth import Principal
@@ -101,6 +104,10 @@ class RPCSource:
         else:
             self.translations = Translations(default_language=config.default_language)
         self._outputs = {method.name: self._mcp_output(method) for method in self.methods}
+        offered = [spec for spec in app.resources if config.group in spec.groups]
+        self.resources = [_resource(spec) for spec in offered if not spec.is_template]
+        self.templates = [_template(spec) for spec in offered if spec.is_template]
+        self.prompts = [_prompt(spec) for spec in app.prompts if config.group in spec.groups]
         self._catalogs: dict[frozenset[str], Catalog] = {}
         self.catalog_for(frozenset())  # build now: a bad definition fails at start, not at the first request
 
@@ -121,7 +128,10 @@ class RPCSource:
             if len(self._catalogs) >= _MAX_CATALOGS:  # bounded: a token's scopes are its roles, any set of them
                 self._catalogs = {frozenset(): self._catalogs[frozenset()]} if frozenset() in self._catalogs else {}
             tools = [self._tool(method, roles) for method in self.methods]
-            catalog = self._catalogs[roles] = Catalog(tools, version=self.version, translations=self.translations)
+            catalog = self._catalogs[roles] = Catalog(
+                tools, version=self.version, translations=self.translations, resources=self.resources,
+                resource_templates=self.templates, prompts=self.prompts,
+            )  # fmt: skip
         return catalog
 
     def _tool(self, method: Method, roles: frozenset[str]) -> Tool:
@@ -181,6 +191,44 @@ class RPCSource:
             return result
 
         return invoke
+
+
+def _resource(spec: ResourceSpec) -> Resource:
+    async def read(context: CallContext) -> Any:
+        return await call(spec.func, {})
+
+    return Resource(spec.uri, spec.name, read, title=spec.title, description=spec.description, mime_type=spec.mime_type)
+
+
+def _template(spec: ResourceSpec) -> ResourceTemplate:
+    async def read(uri: str, variables: Mapping[str, str], context: CallContext) -> Any:
+        return await call(spec.func, _allowed(spec.arguments, variables, f"resource {uri!r}"))
+
+    completions = {argument.name: _completer(argument) for argument in spec.arguments if _completer(argument)}
+    return ResourceTemplate(spec.uri, spec.name, read, title=spec.title, description=spec.description,
+                            mime_type=spec.mime_type, completions=completions)  # fmt: skip
+
+
+def _prompt(spec: PromptSpec) -> Prompt:
+    async def render(arguments: Mapping[str, str], context: CallContext) -> Any:
+        return await call(spec.func, _allowed(spec.arguments, arguments, f"prompt {spec.name!r}"))
+
+    arguments = tuple(PromptArgument(argument.name, argument.description, argument.required,
+                                     completions=_completer(argument)) for argument in spec.arguments)  # fmt: skip
+    return Prompt(spec.name, render, title=spec.title, description=spec.description, arguments=arguments)
+
+
+def _completer(argument: Argument) -> Any:
+    return argument.complete if argument.complete is not None else argument.values
+
+
+def _allowed(arguments: tuple[Argument, ...], given: Mapping[str, str], what: str) -> dict[str, str]:
+    """The function's arguments, each within its `Literal` values when it has them."""
+    for argument in arguments:
+        value = given.get(argument.name)
+        if argument.values is not None and value is not None and value not in argument.values:
+            raise InvalidParamsError(f"{what}: {argument.name} must be one of {', '.join(argument.values)}")
+    return dict(given)
 
 
 def _annotations(method: Method) -> ToolAnnotations | None:
