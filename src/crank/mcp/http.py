@@ -46,7 +46,7 @@ from crank.mcp.protocol import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
-from crank.mcp.streams import DEFAULT_CLIENT_REQUEST_TIMEOUT, DEFAULT_MAX_PENDING_REQUESTS
+from crank.mcp.streams import DEFAULT_CLIENT_REQUEST_TIMEOUT, DEFAULT_MAX_PENDING_REQUESTS, Relay
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
@@ -124,6 +124,9 @@ class MCPEndpoint:
             the client's answer POST before the call fails with `client_request_timeout`.
         max_pending_requests: server requests one process waits on at once; past it a question fails at once
             (`client_requests_busy`).
+        relay: carries a client's answer POST that reaches this replica to the one that asked and waits for it
+            (`crank.state.relay.RedisRelay` for replicas that share a Redis); without one, answers must come
+            back to the process that asked.
         plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
         authenticator: when given, every request's bearer token goes through it (`crank.wire.auth`): a
             `Principal`, or 401/403 with a `WWW-Authenticate: Bearer` challenge (`BearerAuth`). The provider
@@ -158,6 +161,7 @@ class MCPEndpoint:
         request_state_secret: str | bytes | None = None,
         client_request_timeout: float = DEFAULT_CLIENT_REQUEST_TIMEOUT,
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        relay: Relay | None = None,
         plain_http: bool = True,
         authenticator: Authenticator | None = None,
         metadata_url: Callable[[Scope], str | None] | None = None,
@@ -178,6 +182,7 @@ class MCPEndpoint:
             request_state_secret=request_state_secret,
             client_request_timeout=client_request_timeout,
             max_pending_requests=max_pending_requests,
+            relay=relay,
             debug=debug,
         )
         self._streams = self.server.streams
@@ -211,7 +216,12 @@ class MCPEndpoint:
         if kind == "http":
             await self.http_app(scope, receive, send)
         elif kind == "lifespan":
-            await serve_lifespan(receive, send)
+            await serve_lifespan(receive, send, shutdown=self.aclose)
+
+    async def aclose(self) -> None:
+        """Release what the endpoint holds open (the answer relay's connections); an app that mounts the
+        endpoint calls it at its own shutdown."""
+        await self.server.streams.requests.aclose()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         after = start_after_response()
@@ -318,7 +328,7 @@ class MCPEndpoint:
         if "method" not in message and "id" in message and ("result" in message or "error" in message):
             if info.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS:
                 return _protocol_error(400, INVALID_REQUEST, "Clients must not send responses in 2026-07-28")
-            if not self.server.streams.requests.answer(message):  # the answer to a question of a tool on a stream
+            if not await self.server.streams.requests.answer(message):  # the answer to a question of a tool on a stream
                 logger.debug("a client's response to no waiting request (id %r)", message.get("id"))
             return None
         invalid = request_envelope_error(message)

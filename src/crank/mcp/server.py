@@ -54,6 +54,7 @@ from crank.mcp.streams import (
     DEFAULT_CLIENT_REQUEST_TIMEOUT,
     DEFAULT_MAX_PENDING_REQUESTS,
     LOG_LEVEL_META_KEY,
+    Relay,
     RequestInfo,
     ServerRequests,
     StreamSettings,
@@ -154,6 +155,7 @@ class MCPServer:
         request_state_secret: str | bytes | None = None,
         client_request_timeout: float = DEFAULT_CLIENT_REQUEST_TIMEOUT,
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        relay: Relay | None = None,
         debug: bool = False,
     ) -> None:
         self.server_info = server_info
@@ -164,7 +166,8 @@ class MCPServer:
         self.ttl_ms = ttl_ms
         self.debug = debug
         self.signer = RequestStateSigner(request_state_secret)
-        self.streams = StreamSettings(SessionIds(request_state_secret), requests=ServerRequests(max_pending_requests),
+        questions = ServerRequests(max_pending_requests, relay)
+        self.streams = StreamSettings(SessionIds(request_state_secret), requests=questions,
                                       client_request_timeout=client_request_timeout)  # fmt: skip
         self._server_info_wire = server_info.to_wire()
         self._stamp = {SERVER_INFO_META_KEY: self._server_info_wire}

@@ -8,8 +8,8 @@ Nothing is paid by a request that emits nothing: its `Channel` is made on first 
 - **2025-11-25**: progress for a request that sent a `progressToken`, log messages at or above the session's
   level (`logging/setLevel`, `crank.mcp.sessions`), and server requests (`elicitation/create`,
   `sampling/createMessage`) related to the request. The client answers a server request with a new POST; the
-  process that holds the stream waits for it in `ServerRequests` (ids are unique per process and say which). A
-  closed stream is no cancel.
+  process that holds the stream waits for it in `ServerRequests` (ids are unique per process and say which;
+  with a `Relay`, an answer POST that reaches another replica is carried there). A closed stream is no cancel.
 - **2026-07-28**: only that request's notifications, then its answer; log messages only when the request's
   `_meta` carries a level; no server requests (a handler that asks gets `input_required` instead,
   `crank.mcp.tools.CallContext.elicit`). Closing the stream cancels the call.
@@ -18,11 +18,12 @@ Nothing is paid by a request that emits nothing: its `Channel` is made on first 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from crank import _json
 from crank.exceptions import ToolError
@@ -35,6 +36,7 @@ __all__ = [
     "LOG_LEVEL_META_KEY",
     "SSE_RETRY_MS",
     "Channel",
+    "Relay",
     "RequestInfo",
     "ResponseStream",
     "ServerRequests",
@@ -51,18 +53,35 @@ DEFAULT_MAX_PENDING_REQUESTS: Final = 1000
 """Server requests one process waits on at once; past it a handler's question is refused at once."""
 LOG_LEVEL_META_KEY: Final = "io.modelcontextprotocol/logLevel"
 _EVENT_STREAM = b"text/event-stream"
+_RELAY_READY_TIMEOUT = 2.0
+
+
+class Relay(Protocol):
+    """Carries a client's answer to the process that asked, when another one got it (`crank.state.relay`)."""
+
+    async def forward(self, process: str, payload: bytes) -> bool: ...
+
+    async def listen(self, process: str, deliver: Callable[[bytes], None], ready: asyncio.Event) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class ServerRequests:
-    """Requests this process sent to clients on response streams, each waiting for the POST that answers it."""
+    """Requests this process sent to clients on response streams, each waiting for the POST that answers it.
 
-    def __init__(self, max_pending: int = DEFAULT_MAX_PENDING_REQUESTS) -> None:
+    An id names the process that asked (`crank-<process>-<n>`): with a `relay`, an answer that reaches
+    another process is carried to this one."""
+
+    def __init__(self, max_pending: int = DEFAULT_MAX_PENDING_REQUESTS, relay: Relay | None = None) -> None:
         self.max_pending = max_pending
-        self._prefix = f"crank-{secrets.token_hex(6)}-"
+        self.relay = relay
+        self.process = secrets.token_hex(6)
         self._count = 0
         self._pending: dict[str, asyncio.Future[JSONObject]] = {}
+        self._listening: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
 
-    def open(self) -> tuple[str, asyncio.Future[JSONObject]]:
+    async def open(self) -> tuple[str, asyncio.Future[JSONObject]]:
         if len(self._pending) >= self.max_pending:
             raise ToolError(
                 "Too many questions are waiting for clients' answers on this server.",
@@ -70,8 +89,10 @@ class ServerRequests:
                 recoverable=True,
                 suggested_action="Retry the call in a moment.",
             )
+        if self.relay is not None:
+            await self._listen(self.relay)
         self._count += 1
-        request_id = f"{self._prefix}{self._count}"
+        request_id = f"crank-{self.process}-{self._count}"
         future: asyncio.Future[JSONObject] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         return request_id, future
@@ -79,15 +100,51 @@ class ServerRequests:
     def close(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
 
-    def answer(self, message: Mapping[str, Any]) -> bool:
-        """Hand a client's response to the request waiting for it; False when none here is (an unknown id, one
-        answered or given up already)."""
+    async def aclose(self) -> None:
+        """Stop listening and close the relay's connections (at the server's shutdown)."""
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
+            self._listening = None
+        if self.relay is not None:
+            await self.relay.aclose()
+
+    async def answer(self, message: Mapping[str, Any]) -> bool:
+        """Hand a client's response to the request waiting for it, here or (with a relay) in the process that
+        asked; False when none is (an unknown id, one answered or given up already)."""
+        if self._resolve(message):
+            return True
+        request_id = message.get("id")
+        if self.relay is None or not isinstance(request_id, str) or not request_id.startswith("crank-"):
+            return False
+        process = request_id[len("crank-") :].partition("-")[0]
+        return process != self.process and await self.relay.forward(process, _json.dumps(dict(message)))
+
+    def _resolve(self, message: Mapping[str, Any]) -> bool:
         request_id = message.get("id")
         future = self._pending.pop(request_id, None) if isinstance(request_id, str) else None
         if future is None or future.done():
             return False
         future.set_result(dict(message))
         return True
+
+    def _deliver(self, payload: bytes) -> None:
+        try:
+            message = _json.loads_bounded(payload)
+        except (_json.JSONDecodeError, _json.JSONDepthError):
+            return
+        if isinstance(message, dict):
+            self._resolve(message)
+
+    async def _listen(self, relay: Relay) -> None:
+        """Listen on this process's channel from its first question on; wait (a little) until subscribed."""
+        if self._listening is None or self._listening.done():
+            self._ready.clear()
+            self._listening = asyncio.create_task(relay.listen(self.process, self._deliver, self._ready))
+        if not self._ready.is_set():
+            with contextlib.suppress(TimeoutError):  # Redis away: answers that reach this process still count
+                await asyncio.wait_for(self._ready.wait(), _RELAY_READY_TIMEOUT)
 
 
 @dataclass(slots=True)
@@ -235,7 +292,7 @@ class Channel:
                 error_code="client_request_unavailable",
                 suggested_action="Call from a client that accepts text/event-stream answers.",
             )
-        request_id, future = settings.requests.open()
+        request_id, future = await settings.requests.open()
         try:
             await stream.message(_json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
             answer = await asyncio.wait_for(future, settings.client_request_timeout)
