@@ -68,22 +68,32 @@ class RemoteOperation:
         attempts = self.adapter.retries + 1 + (3 if config.auth is not None and config.auth.type == "oauth2" else 0)
         self.in_flight_ttl = self.adapter.timeout * attempts + 10
         url = tool.target.url if tool.protocol == "http" else ""
+        self.target = f"{method} {url}" if url else f"the JSON-RPC method {tool.target.method} at {tool.target.url}"
+        """What the call reaches, in plain words (the question a person is asked to confirm names it)."""
         unplaced = frozenset({self.idempotency.argument}) if self.idempotency else frozenset()
         self.input = InputMapping.compile(tool.input_mapping, method, url, where=where, unplaced=unplaced)
         self.output = OutputMapping.compile(tool.output_mapping, where=where)
         self.forward_headers = _forward_headers(config.forward_headers, where=where)
 
     async def call(
-        self, arguments: dict[str, Any], client_headers: Mapping[str, str] | None = None, who: str = ""
+        self,
+        arguments: dict[str, Any],
+        client_headers: Mapping[str, str] | None = None,
+        who: str = "",
+        *,
+        confirmed: bool = False,
     ) -> Outcome:
         """Confirmation (destructive operations), then idempotency, then the request.
 
         `client_headers` (lower-case names) are the MCP request's; only `forward_headers` of them go on (never
         its credentials). `who` is the caller's identity, which confirmation tokens and idempotency keys are
-        bound to.
+        bound to. `confirmed`: the user confirmed this very call through the client (no token is asked for).
         """
         if self.confirmation is not None:
-            arguments = await self.confirmation.check(self.state, arguments, who)
+            if confirmed:
+                arguments = self.confirmation.without_token(arguments)
+            else:
+                arguments = await self.confirmation.check(self.state, arguments, who)
         if self.idempotency is None:  # the common case, awaited here: one coroutine level less per call
             value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers)))
             return Outcome(value, omitted)

@@ -44,7 +44,14 @@ from crank.state import StateStore
 from crank.types import JSONObject
 from crank.wire.notices import ThrottledLog
 
-__all__ = ["CONFIRMATION_ARGUMENT", "IDEMPOTENCY_LEASE", "Confirmation", "Idempotency", "fingerprint"]
+__all__ = [
+    "CONFIRMATION_ARGUMENT",
+    "HUMAN_CONFIRMATION_SENTENCE",
+    "IDEMPOTENCY_LEASE",
+    "Confirmation",
+    "Idempotency",
+    "fingerprint",
+]
 
 logger = logging.getLogger("crank.gateway")
 _renewal_failures = ThrottledLog(logger)  # while the store is down, every call in flight fails each heartbeat
@@ -59,6 +66,8 @@ CONFIRMATION_SENTENCE = (
     "Destructive: the first call only returns a confirmation token; repeat the same call with the same "
     f"arguments plus {CONFIRMATION_ARGUMENT} to run it."
 )
+
+HUMAN_CONFIRMATION_SENTENCE = "Destructive: the user is asked to confirm each call before it runs."
 
 
 def fingerprint(*parts: Any) -> str:
@@ -210,11 +219,18 @@ async def _settle(state: StateStore, key: str, claim: str, value: JSONObject | N
 class Confirmation:
     ttl: float
     binding: str  # workspace, agent, operation and its version: what a token is valid for
+    human: bool = False
+    """Only a person may confirm (through a client that can ask its user): no token is ever issued."""
 
     @classmethod
     def compile(cls, config: ConfirmationConfig, http_method: str, binding: str) -> Confirmation | None:
         required = config.required if config.required is not None else http_method == "DELETE"
-        return cls(config.ttl, binding) if required else None
+        return cls(config.ttl, binding, config.human) if required else None
+
+    @staticmethod
+    def without_token(arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments of a call the user confirmed: a token the model added means nothing then."""
+        return {name: value for name, value in arguments.items() if name != CONFIRMATION_ARGUMENT}
 
     async def check(self, state: StateStore, arguments: dict[str, Any], who: str = "") -> dict[str, Any]:
         """The arguments without the token, when it confirms them; else a `ConfirmationError`. A token is bound
@@ -222,6 +238,12 @@ class Confirmation:
         token = arguments.get(CONFIRMATION_ARGUMENT)
         rest = {name: value for name, value in arguments.items() if name != CONFIRMATION_ARGUMENT}
         expected = fingerprint(self.binding, who, rest) if who else fingerprint(self.binding, rest)
+        if self.human:
+            raise ConfirmationError(
+                "This call must be confirmed by a person, and this client cannot ask its user. Nothing was changed.",
+                error_code="confirmation_unavailable", recoverable=False,
+                suggested_action="Call it from a client that supports elicitation (it asks the user to confirm).",
+            )  # fmt: skip
         if token is None:
             await self._issue(state, expected)
         record = await state.take("confirm:" + hashlib.sha256(str(token).encode()).hexdigest())

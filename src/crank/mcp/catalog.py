@@ -77,6 +77,7 @@ class Catalog:
         resource_templates: Iterable[ResourceTemplate] = (),
         prompts: Iterable[Prompt] = (),
         logging: bool = False,
+        asks: bool = False,
     ) -> None:
         if page_size < 1:
             raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
@@ -92,10 +93,11 @@ class Catalog:
         self._entries = _build_entries(tools)
         surface = _Surface.build(resources, resource_templates, prompts)
         self._surface = surface
-        self._settings = (tools, version, translations, page_size, labels, observer, surface, logging)
-        self.features = surface.features(logging)
+        self._settings = (tools, version, translations, page_size, labels, observer, surface, logging, asks)
+        self.features = surface.features(logging) | ({"asks"} if asks else set())
         """The parts of MCP this catalog offers: `tools` always, `resources`, `prompts`, `completions` and
-        `logging` when it has something for them. The server's capabilities come from these."""
+        `logging` when it has something for them. The server's capabilities come from these. `asks`: a tool may
+        ask the user (a confirmation), so 2025-11-25 clients get a session id that carries their capabilities."""
         self._scopes = frozenset(scope for tool in tools for scope in tool.required_scopes)
         """Every scope some tool requires: what a principal's granted scopes are cut to, to key its view."""
         self.scoped = bool(self._scopes)
@@ -134,14 +136,14 @@ class Catalog:
             return self
         view = self._views.get(key)
         if view is None:
-            tools, version, translations, page_size, labels, observer, surface, logging = self._settings
+            tools, version, translations, page_size, labels, observer, surface, logging, asks = self._settings
             cut = [tool if tool.required_scopes <= key else replace(tool, listed=False) for tool in tools]
             if len(self._views) >= _MAX_VIEWS:  # bounded: the key is a subset of a few known scopes
                 self._views.clear()
             view = self._views[key] = Catalog(
                 cut, version=version, translations=translations, page_size=page_size, labels=labels,
                 observer=observer, resources=surface.resources.values(), resource_templates=surface.templates_given,
-                prompts=surface.prompts.values(), logging=logging,
+                prompts=surface.prompts.values(), logging=logging, asks=asks,
             )  # fmt: skip
         return view
 

@@ -324,9 +324,10 @@ class MCPServer:
         }
         if self.instructions:
             result["instructions"] = self.instructions
-        if "logging" not in catalog.features:  # a session holds nothing but a log level (crank.mcp.sessions)
+        features = catalog.features  # a session holds a log level and what the client can answer (sessions.py)
+        if "logging" not in features and "asks" not in features:
             return Exchange(200, encode_result(request_id, result))
-        session = self.streams.sessions.issue().encode()
+        session = self.streams.sessions.issue(params.get("capabilities")).encode()
         return Exchange(200, encode_result(request_id, result), [(b"mcp-session-id", session)])
 
     def _ping(self, *_: Any) -> JSONObject:

@@ -26,6 +26,7 @@ LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", 
 DEFAULT_LOG_LEVEL: Final = "info"
 _RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 _MAX_ID = 200
+_CARRIED = ("elicitation", "sampling", "roots")
 
 
 def log_level_rank(level: object, where: str) -> int:
@@ -37,22 +38,35 @@ def log_level_rank(level: object, where: str) -> int:
 
 
 class SessionIds:
-    """Issues and checks `Mcp-Session-Id` values: `<random>.<hmac>`, visible ASCII as the transport requires."""
+    """Issues and checks `Mcp-Session-Id` values: `<random>.<capabilities>.<hmac>`, visible ASCII as the
+    transport requires. The capabilities the client declared at `initialize` that a server may ask through
+    (`elicitation`, `sampling`, `roots`) ride in the id, signed: a later request says what its client can
+    answer without any store."""
 
     def __init__(self, secret: str | bytes | None = None) -> None:
         key = secret.encode() if isinstance(secret, str) else secret
         self._key = key or secrets.token_bytes(32)
 
-    def issue(self) -> str:
-        token = secrets.token_urlsafe(16)
-        return f"{token}.{self._sign(token)}"
+    def issue(self, capabilities: object = None) -> str:
+        declared = capabilities if isinstance(capabilities, dict) else {}
+        said = "+".join(name for name in _CARRIED if name in declared)
+        body = f"{secrets.token_urlsafe(16)}.{said}"
+        return f"{body}.{self._sign(body)}"
 
     def verified(self, session_id: str | None) -> str | None:
         """The id when this server (or a replica sharing its secret) issued it; None otherwise."""
         if not session_id or len(session_id) > _MAX_ID:
             return None
-        token, _, signature = session_id.partition(".")
-        return session_id if signature and hmac.compare_digest(signature, self._sign(token)) else None
+        body, _, signature = session_id.rpartition(".")
+        return session_id if body and hmac.compare_digest(signature, self._sign(body)) else None
+
+    def capabilities(self, session_id: str | None) -> frozenset[str]:
+        """The capabilities a session's client declared (of `elicitation`, `sampling`, `roots`); none for an
+        id this server did not sign."""
+        if self.verified(session_id) is None:
+            return frozenset()
+        said = session_id.split(".")[1] if session_id is not None else ""  # verified: `<random>.<said>.<hmac>`
+        return frozenset(name for name in said.split("+") if name in _CARRIED)
 
     def _sign(self, token: str) -> str:
         return hmac.new(self._key, token.encode(), hashlib.sha256).hexdigest()[:32]

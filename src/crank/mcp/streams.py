@@ -253,6 +253,11 @@ class Channel:
     def progress_token(self) -> str | int | None:
         return self._progress_token
 
+    def session_capabilities(self) -> frozenset[str]:
+        """2025-11-25: what the client declared at `initialize`, from its signed session id."""
+        settings = self._info.settings
+        return settings.sessions.capabilities(self._info.headers.get("mcp-session-id")) if settings else frozenset()
+
     def asked(self) -> int:
         """How many questions the call asked before this one (2026-07-28 answers are keyed by it)."""
         self._asked += 1
@@ -282,7 +287,7 @@ class Channel:
         if stream is not None:
             await stream.message(_json.dumps({"jsonrpc": "2.0", "method": method, "params": params}))
 
-    async def request(self, method: str, params: JSONObject) -> JSONObject:
+    async def request(self, method: str, params: JSONObject, timeout: float | None = None) -> JSONObject:
         """Send a server request on the stream and wait for the client's answer (2025-11-25 only)."""
         settings = self._info.settings
         stream = await self._stream()
@@ -293,12 +298,13 @@ class Channel:
                 suggested_action="Call from a client that accepts text/event-stream answers.",
             )
         request_id, future = await settings.requests.open()
+        timeout = settings.client_request_timeout if timeout is None else timeout
         try:
             await stream.message(_json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
-            answer = await asyncio.wait_for(future, settings.client_request_timeout)
+            answer = await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise ToolError(
-                f"The client did not answer {method} within {settings.client_request_timeout:g} s.",
+                f"The client did not answer {method} within {timeout:g} s.",
                 error_code="client_request_timeout",
                 recoverable=True,
             ) from None

@@ -7,6 +7,7 @@ builds `Tool` objects; the MCP layer neither knows nor cares what the invoker ca
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -132,7 +133,24 @@ class CallContext:
         if channel is not None:
             await channel.log(level, data, logger)
 
-    async def elicit(self, message: str, schema: JSONObject) -> JSONObject:
+    def can_ask(self, capability: str) -> bool:
+        """Whether the client declared `capability` (`elicitation`, `sampling`, `roots`): 2026-07-28 in the
+        request's `_meta`; 2025-11-25 at `initialize`, carried in its signed session id; and it can take
+        questions here (not on the plain pair, nor in a batch)."""
+        if self.modern:
+            return isinstance(self.client_capabilities, Mapping) and capability in self.client_capabilities
+        channel = self._open_channel()
+        return channel is not None and capability in channel.session_capabilities()
+
+    def answer_id(self) -> str | None:
+        """2026-07-28: an id of the questions this call was answered (the same when the client sends the same
+        answers again), for a tool that must act once per answer; None in the other era, where an answer is
+        given once on the live stream."""
+        state = self.request_state if isinstance(self.request_state, dict) else {}
+        nonce = state.get("crank-nonce")
+        return nonce if isinstance(nonce, str) else None
+
+    async def elicit(self, message: str, schema: JSONObject, *, timeout: float | None = None) -> JSONObject:
         """Ask the user to fill in a form; returns the client's `ElicitResult` (`action`, and `content` on accept).
 
         2025-11-25: an `elicitation/create` request on the response stream, answered by the client's next POST.
@@ -140,7 +158,7 @@ class CallContext:
         invoker runs again from the start, and this time `elicit` returns it (so code before it must be safe to
         run twice: ask first, act after)."""
         params = {"mode": "form", "message": message, "requestedSchema": schema}
-        return await self._ask("elicitation/create", params)
+        return await self._ask("elicitation/create", params, timeout)
 
     async def sample(self, prompt: str, max_tokens: int = 1000, **options: Any) -> JSONObject:
         """Ask the client's model (`sampling/createMessage`) about `prompt`; returns its `CreateMessageResult`.
@@ -148,13 +166,13 @@ class CallContext:
         message = {"role": "user", "content": {"type": "text", "text": prompt}}
         return await self._ask("sampling/createMessage", {"messages": [message], "maxTokens": max_tokens, **options})
 
-    async def _ask(self, method: str, params: JSONObject) -> JSONObject:
+    async def _ask(self, method: str, params: JSONObject, timeout: float | None = None) -> JSONObject:
         if not self.modern:
             channel = self._open_channel()
             if channel is None:
                 raise ToolError(f"This endpoint cannot send {method} to the client.",
                                 error_code="client_request_unavailable")  # fmt: skip
-            return await channel.request(method, params)
+            return await channel.request(method, params, timeout)
         channel = self._open_channel()
         key = f"crank-input-{channel.asked() if channel is not None else 0}"
         state = self.request_state if isinstance(self.request_state, dict) else {}
@@ -162,7 +180,9 @@ class CallContext:
         answer = answers.get(key)
         if isinstance(answer, dict):
             return answer
-        raise NeedsInput(InputRequired({key: {"method": method, "params": params}}, {"crank-answers": answers}))
+        nonce = state.get("crank-nonce") or secrets.token_urlsafe(16)  # one per call's rounds: `answer_id`
+        asked = {key: {"method": method, "params": params}}
+        raise NeedsInput(InputRequired(asked, {"crank-answers": answers, "crank-nonce": nonce}))
 
     def _open_channel(self) -> Channel | None:
         channel = self.channel

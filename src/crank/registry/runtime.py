@@ -358,10 +358,13 @@ class IdempotencyConfig(_Model):
 
 
 class ConfirmationConfig(_Model):
-    """The two-step confirmation: `required` None means as the HTTP method says (DELETE asks)."""
+    """The confirmation of a destructive call: `required` None means as the HTTP method says (DELETE asks).
+    It asks the user through the client when the client can (elicitation), else it is seed 004's two-step
+    token; `human` (written `confirmation: human`) refuses clients that cannot ask their user instead."""
 
     required: bool | None = Field(default=None, strict=True)
     ttl: float = Field(default=DEFAULT_CONFIRMATION_TTL, gt=0)
+    human: bool = Field(default=False, strict=True)
 
 
 class ExecutionConfig(_Model):
@@ -628,7 +631,9 @@ def _flat_execution(config: Any) -> Any:
     retries = data.get("retries")
     if isinstance(retries, float) and retries >= 0:  # the adapter always took the whole part of a number
         data["retries"] = int(retries)
-    confirmation = {"required": config.get("confirmation"), "ttl": config.get("confirmation_ttl")}
+    required = config.get("confirmation")
+    human = required == "human" or None  # `confirmation: human`: asked of the user, never a token
+    confirmation = {"required": True if human else required, "ttl": config.get("confirmation_ttl"), "human": human}
     data["confirmation"] = {key: value for key, value in confirmation.items() if value is not None}
     return data
 

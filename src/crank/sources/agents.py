@@ -24,21 +24,24 @@ from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 
+from crank import _json
 from crank.exceptions import (
     CatalogNotFoundError,
     CatalogUnauthorizedError,
+    ConfirmationError,
     DependencyUnavailableError,
     LimitReachedError,
     RateLimitedError,
     StateStoreFullError,
     StateStoreUnavailableError,
+    ToolError,
 )
 from crank.gateway.client import UpstreamClient
 from crank.gateway.credentials import TokenCache
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.limits import CallLimits, Limiter
 from crank.gateway.operation import Placement, RemoteOperation
-from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE
+from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, HUMAN_CONFIRMATION_SENTENCE
 from crank.gateway.secrets import MissingCredential, MissingSecret, missing_credentials, missing_secrets
 from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
@@ -106,9 +109,12 @@ def build_catalog(
     placement = Placement(labels["workspace"], labels["agent"], version)
     observer = metrics.observer(**labels) if metrics is not None else None
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
-    tools, layer = _tools(runtime, client, placement, state, limits, oauth, tokens or TokenCache())
+    tools, layer, confirmed = _tools(runtime, client, placement, state, limits, oauth, tokens or TokenCache())
     translations = Translations(layer, default_language=runtime.workspace.default_language)
-    operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer)
+    asks = any(tool.name in confirmed for tool in tools)
+    # `asks`: a tool may ask the user to confirm, so legacy clients get a session that says whether they can
+    operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer,
+                         asks=asks)  # fmt: skip
     if runtime.agent.mode != "discovery":
         return operations
     # Discovery mode: the same compiled operations, unlisted, behind three fixed tools (crank.sources.discovery).
@@ -125,7 +131,8 @@ def build_catalog(
     fixed = discovery.tools()
     if oauth is not None:  # the three fixed tools need the agent's scopes; each operation its own (call_operation)
         fixed = [replace(tool, required_scopes=oauth.agent_needs(placement.agent)) for tool in fixed]
-    return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer))
+    return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer),
+                   asks="asks" in operations.features)  # fmt: skip
 
 
 def _tools(
@@ -136,10 +143,12 @@ def _tools(
     limits: CallLimits | None = None,
     oauth: OAuthPolicy | None = None,
     tokens: TokenCache | None = None,
-) -> tuple[list[Tool], dict[str, dict[str, dict[str, str]]]]:
-    """Each published tool compiled (its remote operation, schemas, hints) and the translation layer."""
+) -> tuple[list[Tool], dict[str, dict[str, dict[str, str]]], set[str]]:
+    """Each published tool compiled (its remote operation, schemas, hints), the translation layer, and the
+    names of the tools whose calls are confirmed."""
     layer: dict[str, dict[str, dict[str, str]]] = {}
     tools = []
+    confirmed: set[str] = set()
     for spec in runtime.tools:
         name = spec.tool_name
         for language, texts in spec.translations.items():
@@ -150,7 +159,8 @@ def _tools(
         input_schema = spec.input_schema or {"type": "object", "additionalProperties": False}
         description = spec.tool_description
         if operation.confirmation is not None:
-            input_schema, description = _with_confirmation(input_schema, description)
+            input_schema, description = _with_confirmation(input_schema, description, operation.confirmation.human)
+            confirmed.add(name)
         scopes: frozenset[str] = frozenset()
         if oauth is not None:
             destructive = spec.annotations.destructive_hint is True or operation.confirmation is not None
@@ -170,12 +180,15 @@ def _tools(
                 required_scopes=scopes,
             )
         )
-    return tools, layer
+    return tools, layer, confirmed
 
 
-def _with_confirmation(schema: JSONObject, description: str | None) -> tuple[JSONObject, str]:
+def _with_confirmation(schema: JSONObject, description: str | None, human: bool) -> tuple[JSONObject, str]:
     """The published schema accepts the token and the description tells the model about the second step
-    (so that sentence counts in the catalog's token estimate)."""
+    (so that sentence counts in the catalog's token estimate); a tool only a person confirms takes no token."""
+    if human:
+        text = f"{description} {HUMAN_CONFIRMATION_SENTENCE}" if description else HUMAN_CONFIRMATION_SENTENCE
+        return schema, text
     properties = {**(schema.get("properties") or {}), CONFIRMATION_ARGUMENT: {
         "type": "string", "description": "Only on the second call: the token the first call returned."}}  # fmt: skip
     text = f"{description} {CONFIRMATION_SENTENCE}" if description else CONFIRMATION_SENTENCE
@@ -198,13 +211,55 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
         if limits is not None and limits.applies(context.caller) and not limits.admit_now(context.caller):
             await limits.admit(context.caller)  # LimitReachedError: nothing is sent
         caller = context.caller
-        outcome = await operation.call(arguments, context.headers, caller.id if caller is not None else "")
+        who = caller.id if caller is not None else ""
+        confirmed = operation.confirmation is not None and await ask_user(operation, arguments, context, who)
+        outcome = await operation.call(arguments, context.headers, who, confirmed=confirmed)
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.
         return NotedResult(outcome.value, f"{outcome.omitted} more items were left out; narrow the query to see them.")
 
     return invoke
+
+
+async def ask_user(operation: RemoteOperation, arguments: dict[str, Any], context: CallContext, who: str) -> bool:
+    """Ask the user, through a client that declared elicitation, to confirm a destructive call: True once they
+    accepted (the call then runs without a token), False for a client that cannot ask (seed 004's token then,
+    or `confirmation_unavailable` for `confirmation: human`). A decline or cancel is `confirmation_declined`,
+    no answer in time `confirmation_timeout`: nothing is sent upstream either way."""
+    confirmation = operation.confirmation
+    if confirmation is None or not context.can_ask("elicitation"):
+        return False
+    shown = {name: value for name, value in arguments.items() if name != CONFIRMATION_ARGUMENT}
+    said = ", ".join(f"{name} = {_json.dumps(value).decode()[:200]}" for name, value in shown.items()) or "none"
+    message = (f"Allow {context.tool_name} to run? It sends {operation.target} (it changes or deletes data). "
+               f"Arguments: {said}.")  # fmt: skip
+    schema = {"type": "object", "properties": {"confirm": {"type": "boolean", "title": "Run it",
+              "description": f"Yes: run {context.tool_name} now."}}, "required": ["confirm"]}  # fmt: skip
+    try:
+        answer = await context.elicit(message, schema, timeout=confirmation.ttl)
+    except ToolError as failed:
+        if failed.error_code != "client_request_timeout":
+            raise
+        raise ConfirmationError(
+            f"Nobody answered the confirmation of {context.tool_name} within {confirmation.ttl:g} s. Nothing was "
+            "changed.", error_code="confirmation_timeout", recoverable=True,
+            suggested_action="Call the tool again when the user is there to confirm it.",
+        ) from None  # fmt: skip
+    content = answer.get("content")
+    if answer.get("action") != "accept" or not isinstance(content, dict) or content.get("confirm") is not True:
+        raise ConfirmationError(
+            f"The user did not confirm {context.tool_name}. Nothing was changed.",
+            error_code="confirmation_declined", recoverable=False,
+            suggested_action="Do not repeat the call unless the user asks for it.",
+        )  # fmt: skip
+    once = context.answer_id()
+    if once is not None and not await operation.state.add(f"confirm-user:{once}", {"by": who}, confirmation.ttl):
+        raise ConfirmationError(  # a 2026-07-28 answer sent again: each confirmation runs one call
+            "This confirmation was used already. Nothing was changed.", error_code="confirmation_invalid",
+            recoverable=True, suggested_action="Call the tool again; the user is asked again.",
+        )  # fmt: skip
+    return True
 
 
 @dataclass(frozen=True, slots=True)

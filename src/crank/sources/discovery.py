@@ -23,6 +23,7 @@ from crank.exceptions import UnknownOperationError
 from crank.mcp.calls import authorize_call, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
+from crank.mcp.input_required import InputRequired, NeedsInput
 from crank.mcp.tools import CallContext, CallObserver, Tool, ToolAnnotations, ToolResult
 from crank.sources.search import IndexedOperation, OperationIndex
 from crank.types import JSONObject
@@ -173,14 +174,24 @@ class Discovery:
             labels=context.labels,
             requested_format=context.requested_format,
             caller=context.caller,
+            channel=context.channel,  # an operation that asks the user asks through the same request
+            input_responses=context.input_responses,
+            request_state=context.request_state,
         )
         result_format = context.requested_format or entry.tool.format or DEFAULT_FORMAT
         # The operation's own pipeline: its validator, invoker, result shaping and observer (its metrics label).
+        # A question it asks (2026-07-28) ends call_operation's own call with `input_required`: `_ask_outside`.
         result = await call_tool(entry, arguments.get("arguments") or {}, inner, result_format=result_format,
-                                 observer=self.operations.observer)  # fmt: skip
+                                 observer=self.operations.observer, on_input_required=_ask_outside)  # fmt: skip
         if "structuredContent" in result:
             return ToolResult(result["content"], result["structuredContent"], is_error=result["isError"])
         return ToolResult(result["content"], is_error=result["isError"])
+
+
+def _ask_outside(value: InputRequired, context: CallContext, arguments: dict[str, Any]) -> JSONObject:
+    """An operation's question goes out as `call_operation`'s own `input_required` (signed for its arguments,
+    which hold the operation's): the client's answer comes back with the same `call_operation` call."""
+    raise NeedsInput(value)
 
 
 def observer_for(observer: CallObserver | None) -> CallObserver | None:
