@@ -37,6 +37,7 @@ from crank.gateway.tokens import MAX_DOCUMENT_BYTES, TokenVerifier
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
+from crank.mcp.streams import Relay
 from crank.registry import Registry, migrate, open_engine
 from crank.registry.changes import ChangeListener, change_announcer, change_listener
 from crank.registry.runtime import OAuthPolicy
@@ -46,6 +47,7 @@ from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE, AgentSource
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
+from crank.state.relay import RedisRelay
 from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, EarlyAnswer, serve_lifespan
@@ -191,13 +193,17 @@ class GatewayService:
         listener: ChangeListener | None = None,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         public_url: str | None = None,
+        request_state_secret: str | bytes | None = None,
+        relay: Relay | None = None,
     ) -> None:
         """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
         the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
         registry changes at once (`crank.registry.changes`); it polls every `poll_interval` seconds besides
         (without one, only that). `max_body_size`: larger request bodies get 413, unread. `public_url`: the
         server's public base URL, which names each agent's resource for OAuth (a workspace's own audience wins);
-        never taken from a request's `Host`."""
+        never taken from a request's `Host`. `request_state_secret` and `relay`: what lets replicas finish each
+        other's questions to users (a confirmation): the same secret on every replica, and the answer relay
+        (`crank.state.relay`) over their Redis."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         self.source = AgentSource(
@@ -230,6 +236,8 @@ class GatewayService:
             admit=self.source.admit if require_api_keys else None,
             refused_now=self.source.refused_now if require_api_keys else None,
             max_body_size=max_body_size,
+            request_state_secret=request_state_secret,
+            relay=relay,
         )
         self.endpoint = endpoint
         self._routes: dict[str, tuple[str, dict[str, str]]] = {}  # agent paths seen lately (`_agent_route`)
@@ -248,6 +256,7 @@ class GatewayService:
                 await self._durability_check
         await self.source.aclose()
         await self.auth.verifier.client.aclose()
+        await self.endpoint.aclose()
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """`crank.wire.asgi.EarlyAnswers` for `crank serve`'s HTTP protocol: the 429 of a request to an agent
@@ -393,6 +402,8 @@ class CrankServer:
                 listener=change_listener(settings.registry_url, settings.redis_url) if settings.registry_push else None,
                 max_body_size=settings.max_body_bytes,
                 public_url=settings.public_url,
+                request_state_secret=settings.signing_secret(),
+                relay=RedisRelay(settings.redis_url) if settings.redis_url else None,
             )
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:

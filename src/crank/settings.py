@@ -10,6 +10,8 @@ value with the variable that carries it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 from contextvars import ContextVar
@@ -53,7 +55,7 @@ Role = Literal["admin", "mcp", "all"]
 ENV_PREFIX = "CRANK_"
 _DATABASES = ("sqlite", "postgresql")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-_UNSHOWN = ("admin_token", "database_url", "redis_url")  # may carry credentials
+_UNSHOWN = ("admin_token", "database_url", "redis_url", "state_secret")  # may carry credentials
 _settings_file: ContextVar[Path | None] = ContextVar("crank_settings_file", default=None)
 _given_only: ContextVar[bool] = ContextVar("crank_settings_given_only", default=False)
 
@@ -72,6 +74,10 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="sqlite:///path or postgresql+psycopg://...; default: SQLite.")
     redis_url: str | None = Field(None, description="redis://host:port/db for shared state and notifications.")
     admin_token: SecretStr | None = Field(None, description="Bearer token of the admin API (generated if unset).")
+    state_secret: SecretStr | None = Field(
+        None, description="Signs MCP request states and session ids (every replica the same; default: from the "
+        "admin token)."
+    )  # fmt: skip
     listen: str = Field(DEFAULT_LISTEN, description="host:port to listen on ([::1]:8000 for IPv6).")
     role: Role = Field("all", description="admin, mcp or all.")
     workers: int = Field(
@@ -269,6 +275,14 @@ class Settings(BaseSettings):
             return self.database_url
         self.data_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{self.data_dir / 'registry.sqlite3'}"
+
+    def signing_secret(self) -> bytes:
+        """What signs 2026-07-28 request states and legacy session ids: `CRANK_STATE_SECRET`, else derived from
+        the admin token (never the token itself), so that replicas and workers that share either honour each
+        other's: a confirmation answered through one replica completes on another."""
+        if self.state_secret is not None:
+            return self.state_secret.get_secret_value().encode()
+        return hmac.new(self.admin_secret().encode(), b"crank.state-secret", hashlib.sha256).digest()
 
     def admin_secret(self) -> str:
         """The admin token; when none is set, one is generated once and kept in the data folder (mode 0600)."""

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool
+from crank.mcp.streams import ServerRequests
 from tests.mcp.wire import JSON_HEADERS, legacy_headers, legacy_request, modern_headers, modern_request
 
 pytestmark = pytest.mark.anyio
@@ -215,3 +216,17 @@ async def test_only_endpoints_that_log_hand_out_session_ids(serve: Callable[...,
     assert answered.json()["result"]["capabilities"]["logging"] == {}
     session = answered.headers["mcp-session-id"]
     assert session.isascii() and session.isprintable() and "." in session
+
+
+async def test_only_the_caller_a_question_was_asked_of_can_answer_it() -> None:
+    requests = ServerRequests()
+    request_id, future = await requests.open(owner="key-a")
+    process, count, secret = request_id.removeprefix("crank-").split("-", 2)
+    assert count == "1" and len(secret) >= 20  # unguessable: a counter alone would let anyone try the next id
+    answer = {"jsonrpc": "2.0", "id": request_id, "result": {"action": "accept"}}
+    assert await requests.answer(answer, owner="key-b") is False and not future.done()
+    guessed = {**answer, "id": f"crank-{process}-1"}
+    assert await requests.answer(guessed, owner="key-a") is False and not future.done()
+    assert await requests.answer(answer, owner="key-a") is True
+    assert future.result()["result"] == {"action": "accept"}
+    assert await requests.answer(answer, owner="key-a") is False  # answered once

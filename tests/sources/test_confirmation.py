@@ -154,3 +154,23 @@ async def test_a_2026_answer_sent_again_runs_nothing_more(gateway: str, upstream
     assert answers[0]["isError"] is False
     assert json.loads(answers[1]["content"][0]["text"])["error_code"] == "confirmation_invalid"
     assert upstream.deleted == ["5"]
+
+
+async def test_made_up_2026_answers_without_the_signed_state_run_nothing(gateway: str, upstream: Upstream) -> None:
+    """An accept the client makes up (no requestState, or another call's) is asked again, never obeyed."""
+    import httpx
+
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    }
+    headers = {"Accept": "application/json", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"}
+    accept = {"crank-input-0": {"action": "accept", "content": {"confirm": True}}}
+    async with httpx.AsyncClient() as client:
+        for tool in ("delete_record", "purge_record"):
+            params = {"name": tool, "arguments": {"id": "6"}, "_meta": meta, "inputResponses": accept}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+            answer = await client.post(gateway + "desk", json=body, headers={**headers, "Mcp-Name": tool})
+            assert answer.json()["result"]["resultType"] == "input_required"  # asked again
+    assert upstream.deleted == []

@@ -46,7 +46,7 @@ from crank.mcp.protocol import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
-from crank.mcp.streams import DEFAULT_CLIENT_REQUEST_TIMEOUT, DEFAULT_MAX_PENDING_REQUESTS, Relay
+from crank.mcp.streams import DEFAULT_CLIENT_REQUEST_TIMEOUT, DEFAULT_MAX_PENDING_REQUESTS, Relay, owner_of
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
@@ -328,7 +328,8 @@ class MCPEndpoint:
         if "method" not in message and "id" in message and ("result" in message or "error" in message):
             if info.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS:
                 return _protocol_error(400, INVALID_REQUEST, "Clients must not send responses in 2026-07-28")
-            if not await self.server.streams.requests.answer(message):  # the answer to a question of a tool on a stream
+            # The answer to a question a tool asked on a stream: it counts only from the caller it was asked of.
+            if not await self.server.streams.requests.answer(message, owner_of(info.caller)):
                 logger.debug("a client's response to no waiting request (id %r)", message.get("id"))
             return None
         invalid = request_envelope_error(message)

@@ -28,6 +28,7 @@ from crank.types import JSONObject
 
 __all__ = [
     "CAPABILITY_OF_METHOD",
+    "DEFAULT_STATE_MAX_AGE",
     "InputRequired",
     "NeedsInput",
     "RequestStateSigner",

@@ -37,7 +37,11 @@ __all__ = [
 MAX_URI_LENGTH = 2048
 """The longest URI `resources/read` accepts: a longer one is refused before any template is tried."""
 _VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]{0,63})\}")
-_SEGMENT = r"([A-Za-z0-9\-._~!$&'()*+,;=:@%]{1,512})"
+_SEGMENT_CLASS = r"A-Za-z0-9\-._~!$&'()*+,;=:@%"
+"""What a variable's value may hold, raw: unreserved and sub-delims characters, `:`, `@` and percent-escapes."""
+_SEGMENT_CHARS = frozenset("-._~!$&'()*+,;=:@%") | frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+)
 _FORBIDDEN = ("/", "\\", "\x00")
 
 
@@ -128,7 +132,21 @@ class ResourceTemplate:
                 f"resource template {self.name!r}: {self.uri_template!r} must be a URI with simple {{name}} variables"
             )
         pieces = _VARIABLE.split(self.uri_template)  # literal, name, literal, name, ... literal
-        pattern = "".join(_SEGMENT if index % 2 else re.escape(piece) for index, piece in enumerate(pieces))
+        parts = []
+        for index, piece in enumerate(pieces):
+            if index % 2 == 0:
+                parts.append(re.escape(piece))
+                continue
+            follower = pieces[index + 1]
+            if index + 2 < len(pieces) and not follower:
+                raise ConfigurationError(f"resource template {self.name!r}: two variables need a literal between them")
+            # A value never holds the character that ends it: each variable matches in one pass, never by trying
+            # every split of a long run (`{a}.{b}.{c}` against a URI of dots would backtrack exponentially).
+            excluded = re.escape(follower[0]) if follower and follower[0] in _SEGMENT_CHARS else ""
+            parts.append(
+                f"((?:(?!{excluded})[{_SEGMENT_CLASS}]){{1,512}})" if excluded else f"([{_SEGMENT_CLASS}]{{1,512}})"
+            )
+        pattern = "".join(parts)
         unknown = set(self.completions) - set(names)
         if unknown:
             raise ConfigurationError(f"resource template {self.name!r}: completions for unknown {sorted(unknown)}")

@@ -466,22 +466,32 @@ class MCPServer:
             raise InvalidParamsError("resources/read: params.uri must be a string")
         modern = version in MODERN_PROTOCOL_VERSIONS
         context = self._context(uri, request_id, params, version, catalog, info)
-        resource = catalog.resource(uri)
-        if resource is not None:
-            contents = contents_wire(uri, await self._guarded(resource.reader(context), uri), resource.mime_type)
-        else:
-            matched = catalog.match_template(uri)
-            if matched is None:
-                # 2026-07-28 (SEP-2164): -32602 naming the uri; before it, the resource-not-found code -32002.
-                code = INVALID_PARAMS if modern else RESOURCE_NOT_FOUND
-                raise RPCError(f"Resource not found: {uri[:200]}", code=code, data={"uri": uri})
-            template, variables = matched
-            value = await self._guarded(template.reader(uri, variables, context), uri)
-            contents = contents_wire(uri, value, template.mime_type)
+        if modern:
+            self._input_state(f"resource:{uri}", params, {}, context)
+        try:
+            contents = await self._contents(uri, catalog, context)
+        except NeedsInput as need:  # a reader that asked the client (2026-07-28): the answer comes with a new read
+            if not modern:
+                raise InternalError(f"Resource {uri[:200]!r} needs input from the client") from None
+            return self._input_required(need.value, context, {}, signed_for=f"resource:{uri}")
         result: JSONObject = {"contents": contents}
         if modern:
             result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
         return result
+
+    async def _contents(self, uri: str, catalog: Catalog, context: CallContext) -> list[JSONObject]:
+        resource = catalog.resource(uri)
+        if resource is not None:
+            return contents_wire(uri, await self._guarded(resource.reader(context), uri), resource.mime_type)
+        else:
+            matched = catalog.match_template(uri)
+            if matched is None:
+                # 2026-07-28 (SEP-2164): -32602 naming the uri; before it, the resource-not-found code -32002.
+                code = INVALID_PARAMS if context.modern else RESOURCE_NOT_FOUND
+                raise RPCError(f"Resource not found: {uri[:200]}", code=code, data={"uri": uri})
+            template, variables = matched
+            value = await self._guarded(template.reader(uri, variables, context), uri)
+            return contents_wire(uri, value, template.mime_type)
 
     async def _get_prompt(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_CLIENT_REQUEST_TIMEOUT",
     "DEFAULT_MAX_PENDING_REQUESTS",
     "LOG_LEVEL_META_KEY",
+    "MAX_PENDING_PER_CALLER",
     "SSE_RETRY_MS",
     "Channel",
     "Relay",
@@ -41,6 +42,7 @@ __all__ = [
     "ResponseStream",
     "ServerRequests",
     "StreamSettings",
+    "owner_of",
 ]
 
 logger = logging.getLogger("crank.mcp")
@@ -51,6 +53,8 @@ DEFAULT_CLIENT_REQUEST_TIMEOUT: Final = 300.0
 """Seconds a server request (a question to the user, a sampling request) waits for the client's answer."""
 DEFAULT_MAX_PENDING_REQUESTS: Final = 1000
 """Server requests one process waits on at once; past it a handler's question is refused at once."""
+MAX_PENDING_PER_CALLER: Final = 16
+"""Questions one authenticated caller may have waiting at once: one caller cannot take every slot."""
 LOG_LEVEL_META_KEY: Final = "io.modelcontextprotocol/logLevel"
 _EVENT_STREAM = b"text/event-stream"
 _RELAY_READY_TIMEOUT = 2.0
@@ -69,20 +73,23 @@ class Relay(Protocol):
 class ServerRequests:
     """Requests this process sent to clients on response streams, each waiting for the POST that answers it.
 
-    An id names the process that asked (`crank-<process>-<n>`): with a `relay`, an answer that reaches
-    another process is carried to this one."""
+    An id names the process that asked (`crank-<process>-<n>-<random>`): with a `relay`, an answer that
+    reaches another process is carried to this one. The random part makes an id unguessable, and an answer
+    counts only from the caller the question was asked of (`owner`, its `Principal.id`): nobody else can answer
+    someone's question (accept someone's confirmation, say)."""
 
     def __init__(self, max_pending: int = DEFAULT_MAX_PENDING_REQUESTS, relay: Relay | None = None) -> None:
         self.max_pending = max_pending
         self.relay = relay
         self.process = secrets.token_hex(6)
         self._count = 0
-        self._pending: dict[str, asyncio.Future[JSONObject]] = {}
+        self._pending: dict[str, tuple[asyncio.Future[JSONObject], str]] = {}
         self._listening: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
-    async def open(self) -> tuple[str, asyncio.Future[JSONObject]]:
-        if len(self._pending) >= self.max_pending:
+    async def open(self, owner: str = "") -> tuple[str, asyncio.Future[JSONObject]]:
+        mine = sum(1 for _, asker in self._pending.values() if asker == owner) if owner else 0
+        if len(self._pending) >= self.max_pending or mine >= MAX_PENDING_PER_CALLER:
             raise ToolError(
                 "Too many questions are waiting for clients' answers on this server.",
                 error_code="client_requests_busy",
@@ -92,9 +99,9 @@ class ServerRequests:
         if self.relay is not None:
             await self._listen(self.relay)
         self._count += 1
-        request_id = f"crank-{self.process}-{self._count}"
+        request_id = f"crank-{self.process}-{self._count}-{secrets.token_urlsafe(16)}"
         future: asyncio.Future[JSONObject] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        self._pending[request_id] = (future, owner)
         return request_id, future
 
     def close(self, request_id: str) -> None:
@@ -110,32 +117,36 @@ class ServerRequests:
         if self.relay is not None:
             await self.relay.aclose()
 
-    async def answer(self, message: Mapping[str, Any]) -> bool:
-        """Hand a client's response to the request waiting for it, here or (with a relay) in the process that
-        asked; False when none is (an unknown id, one answered or given up already)."""
-        if self._resolve(message):
+    async def answer(self, message: Mapping[str, Any], owner: str = "") -> bool:
+        """Hand a client's response (from the caller `owner`) to the request waiting for it, here or (with a
+        relay) in the process that asked; False when none is (an unknown id, one answered or given up already,
+        another caller's)."""
+        if self._resolve(message, owner):
             return True
         request_id = message.get("id")
         if self.relay is None or not isinstance(request_id, str) or not request_id.startswith("crank-"):
             return False
         process = request_id[len("crank-") :].partition("-")[0]
-        return process != self.process and await self.relay.forward(process, _json.dumps(dict(message)))
-
-    def _resolve(self, message: Mapping[str, Any]) -> bool:
-        request_id = message.get("id")
-        future = self._pending.pop(request_id, None) if isinstance(request_id, str) else None
-        if future is None or future.done():
+        if process == self.process:
             return False
-        future.set_result(dict(message))
+        return await self.relay.forward(process, _json.dumps({"message": dict(message), "owner": owner}))
+
+    def _resolve(self, message: Mapping[str, Any], owner: str) -> bool:
+        request_id = message.get("id")
+        waiting = self._pending.get(request_id) if isinstance(request_id, str) else None
+        if waiting is None or waiting[0].done() or not secrets.compare_digest(waiting[1], owner):
+            return False
+        del self._pending[request_id]  # type: ignore[arg-type]
+        waiting[0].set_result(dict(message))
         return True
 
     def _deliver(self, payload: bytes) -> None:
         try:
-            message = _json.loads_bounded(payload)
+            relayed = _json.loads_bounded(payload)
         except (_json.JSONDecodeError, _json.JSONDepthError):
             return
-        if isinstance(message, dict):
-            self._resolve(message)
+        if isinstance(relayed, dict) and isinstance(relayed.get("message"), dict):
+            self._resolve(relayed["message"], str(relayed.get("owner", "")))
 
     async def _listen(self, relay: Relay) -> None:
         """Listen on this process's channel from its first question on; wait (a little) until subscribed."""
@@ -226,6 +237,12 @@ class ResponseStream:
                 return
 
 
+def owner_of(caller: Any) -> str:
+    """Whose question it is: the caller's `Principal.id` (every authenticated request has one), else ""."""
+    owner = getattr(caller, "id", "")
+    return owner if isinstance(owner, str) else ""
+
+
 class Channel:
     """What one request's handler may send its client: made on first use by `CallContext`."""
 
@@ -253,10 +270,16 @@ class Channel:
     def progress_token(self) -> str | int | None:
         return self._progress_token
 
-    def session_capabilities(self) -> frozenset[str]:
-        """2025-11-25: what the client declared at `initialize`, from its signed session id."""
-        settings = self._info.settings
-        return settings.sessions.capabilities(self._info.headers.get("mcp-session-id")) if settings else frozenset()
+    def session_capabilities(self) -> frozenset[str] | None:
+        """2025-11-25: what the client declared at `initialize`, from its signed session id; None without one
+        (a catalog that hands out none, or an id this server did not sign): then nobody knows."""
+        settings, session = self._info.settings, self._info.headers.get("mcp-session-id")
+        if settings is None or settings.sessions.verified(session) is None:
+            return None
+        return settings.sessions.capabilities(session)
+
+    def can_stream(self) -> bool:
+        return self._info.accepts_stream()
 
     def asked(self) -> int:
         """How many questions the call asked before this one (2026-07-28 answers are keyed by it)."""
@@ -297,7 +320,7 @@ class Channel:
                 error_code="client_request_unavailable",
                 suggested_action="Call from a client that accepts text/event-stream answers.",
             )
-        request_id, future = await settings.requests.open()
+        request_id, future = await settings.requests.open(owner_of(self._info.caller))
         timeout = settings.client_request_timeout if timeout is None else timeout
         try:
             await stream.message(_json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))

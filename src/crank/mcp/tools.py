@@ -14,9 +14,9 @@ from typing import Any, Literal, Protocol
 
 from crank.exceptions import ToolError
 from crank.ids import new_request_id
-from crank.mcp.input_required import InputRequired, NeedsInput
+from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, NeedsInput
 from crank.mcp.protocol import MODERN_PROTOCOL_VERSIONS
-from crank.mcp.streams import Channel, RequestInfo
+from crank.mcp.streams import Channel, RequestInfo, owner_of
 from crank.types import JSONObject
 
 __all__ = [
@@ -140,14 +140,14 @@ class CallContext:
         if self.modern:
             return isinstance(self.client_capabilities, Mapping) and capability in self.client_capabilities
         channel = self._open_channel()
-        return channel is not None and capability in channel.session_capabilities()
+        return channel is not None and channel.can_stream() and capability in (channel.session_capabilities() or ())
 
     def answer_id(self) -> str | None:
         """2026-07-28: an id of the questions this call was answered (the same when the client sends the same
         answers again), for a tool that must act once per answer; None in the other era, where an answer is
         given once on the live stream."""
         state = self.request_state if isinstance(self.request_state, dict) else {}
-        nonce = state.get("crank-nonce")
+        nonce = state.get("crank-nonce") if state.get("crank-owner") == owner_of(self.caller) else None
         return nonce if isinstance(nonce, str) else None
 
     async def elicit(self, message: str, schema: JSONObject, *, timeout: float | None = None) -> JSONObject:
@@ -169,20 +169,28 @@ class CallContext:
     async def _ask(self, method: str, params: JSONObject, timeout: float | None = None) -> JSONObject:
         if not self.modern:
             channel = self._open_channel()
-            if channel is None:
-                raise ToolError(f"This endpoint cannot send {method} to the client.",
+            declared = channel.session_capabilities() if channel is not None else None
+            if channel is None or (declared is not None and CAPABILITY_OF_METHOD[method] not in declared):
+                raise ToolError(f"This client cannot be sent {method}: it did not declare the capability.",
                                 error_code="client_request_unavailable")  # fmt: skip
             return await channel.request(method, params, timeout)
         channel = self._open_channel()
         key = f"crank-input-{channel.asked() if channel is not None else 0}"
+        # Answers count only when they come with the signed state of the round that asked for them, issued to
+        # this same caller: answers made up by a client, or another caller's state, are asked for again.
         state = self.request_state if isinstance(self.request_state, dict) else {}
-        answers = {**state.get("crank-answers", {}), **(self.input_responses or {})}
+        owner = owner_of(self.caller)
+        own = state.get("crank-owner") == owner
+        earlier: dict[str, Any] = state.get("crank-answers", {}) if own else {}
+        asked: list[str] = state.get("crank-asked", []) if own else []  # signed by this server: its own shapes
+        given = self.input_responses or {}
+        answers = {**earlier, **{name: given[name] for name in asked if name in given}}
         answer = answers.get(key)
         if isinstance(answer, dict):
             return answer
-        nonce = state.get("crank-nonce") or secrets.token_urlsafe(16)  # one per call's rounds: `answer_id`
-        asked = {key: {"method": method, "params": params}}
-        raise NeedsInput(InputRequired(asked, {"crank-answers": answers, "crank-nonce": nonce}))
+        nonce = (state.get("crank-nonce") if own else None) or secrets.token_urlsafe(16)  # `answer_id`
+        remembered = {"crank-answers": answers, "crank-asked": [key], "crank-nonce": nonce, "crank-owner": owner}
+        raise NeedsInput(InputRequired({key: {"method": method, "params": params}}, remembered))
 
     def _open_channel(self) -> Channel | None:
         channel = self.channel

@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from starlette.concurrency import run_in_threadpool
+
 from crank.exceptions import ConfigurationError
 
 __all__ = ["Argument", "PromptSpec", "ResourceSpec"]
@@ -99,11 +101,12 @@ def prompt_spec(func: Callable[..., Any], *, name: str | None, groups: tuple[str
 
 
 async def call(func: Callable[..., Any], arguments: Mapping[str, str]) -> Any:
-    """Run a resource's or a prompt's function (sync or async) with its string arguments."""
-    value = func(**arguments)
-    if inspect.isawaitable(value):
-        value = await value
-    return value
+    """Run a resource's or a prompt's function with its string arguments: a sync one in the thread pool, as the
+    executor runs a sync method, so that it never holds up the event loop."""
+    if inspect.iscoroutinefunction(func):
+        return await func(**arguments)
+    value = await run_in_threadpool(func, **arguments)
+    return await value if inspect.isawaitable(value) else value
 
 
 def _arguments(

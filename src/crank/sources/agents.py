@@ -45,6 +45,7 @@ from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, H
 from crank.gateway.secrets import MissingCredential, MissingSecret, missing_credentials, missing_secrets
 from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
+from crank.mcp.input_required import DEFAULT_STATE_MAX_AGE
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
 from crank.registry import (
@@ -254,7 +255,12 @@ async def ask_user(operation: RemoteOperation, arguments: dict[str, Any], contex
             suggested_action="Do not repeat the call unless the user asks for it.",
         )  # fmt: skip
     once = context.answer_id()
-    if once is not None and not await operation.state.add(f"confirm-user:{once}", {"by": who}, confirmation.ttl):
+    # 2026-07-28: each answer runs one call. Its claim outlives the signed state that carries it (whichever is
+    # longer), so the same answer can never be sent again once the claim is gone.
+    claimed = once is not None and await operation.state.add(
+        f"confirm-user:{once}", {"by": who}, max(confirmation.ttl, DEFAULT_STATE_MAX_AGE)
+    )
+    if context.modern and not claimed:
         raise ConfirmationError(  # a 2026-07-28 answer sent again: each confirmation runs one call
             "This confirmation was used already. Nothing was changed.", error_code="confirmation_invalid",
             recoverable=True, suggested_action="Call the tool again; the user is asked again.",
