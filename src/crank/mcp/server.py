@@ -408,8 +408,9 @@ class MCPServer:
         entry = catalog.get(name)
         if entry is None:
             raise InvalidParamsError(f"Unknown tool: {name}")
-        if info.caller is not None:
-            authorize_call(entry.tool, info.caller)
+        caller = info.caller  # a `Principal` (`crank.wire.auth`) whenever the endpoint authenticates
+        if caller is not None and (entry.tool.required_scopes or caller.method == "anonymous"):
+            authorize_call(entry.tool, caller)  # only a scoped tool, or an anonymous caller, can be refused
         try:
             requested = self.requested_format(info)
         except UnknownFormatError as exc:

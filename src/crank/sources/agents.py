@@ -212,9 +212,12 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
         if limits is not None and limits.applies(context.caller) and not limits.admit_now(context.caller):
             await limits.admit(context.caller)  # LimitReachedError: nothing is sent
         caller = context.caller
-        who = caller.id if caller is not None else ""
-        confirmed = operation.confirmation is not None and await ask_user(operation, arguments, context, who)
-        outcome = await operation.call(arguments, context.headers, who, confirmed=confirmed)
+        if operation.confirmation is None:  # the common case, as short as before confirmations could ask
+            outcome = await operation.call(arguments, context.headers, caller.id if caller is not None else "")
+        else:
+            who = caller.id if caller is not None else ""
+            confirmed = await ask_user(operation, arguments, context, who)
+            outcome = await operation.call(arguments, context.headers, who, confirmed=confirmed)
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.
