@@ -5,7 +5,6 @@ answer POST that lands on the other replica still completes the call."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool
 from crank.state.relay import RedisRelay
 from tests import services
 from tests.cluster import Nginx
-from tests.mcp.wire import legacy_headers, legacy_request
+from tests.mcp.wire import legacy_headers, legacy_request, next_message, rest_messages
 
 pytestmark = pytest.mark.anyio
 release = asyncio.Event()
@@ -69,12 +68,10 @@ async def test_nginx_passes_a_stream_on_event_by_event(serve: Callable[..., str]
         ) as response:
             assert response.headers["content-type"] == "text/event-stream"
             lines = response.aiter_lines()
-            async for line in lines:  # the progress event arrives while the tool still waits for `release`
-                if line.startswith("data: {"):
-                    assert json.loads(line[6:])["method"] == "notifications/progress"
-                    break
+            # The progress event arrives while the tool still waits for `release`: nginx did not hold it back.
+            assert (await next_message(lines))["method"] == "notifications/progress"
             release.set()
-            answers = [json.loads(line[6:]) async for line in lines if line.startswith("data: {")]
+            answers = await rest_messages(lines)
     assert answers[-1]["result"]["structuredContent"] == {"done": True}
 
 
@@ -91,18 +88,14 @@ async def test_an_answer_that_lands_on_the_other_replica_completes_the_call(
         call = legacy_request("tools/call", {"name": "asks", "arguments": {}})
         async with client.stream("POST", base + "/", json=call, headers=legacy_headers()) as response:
             lines = response.aiter_lines()
-            question = None
-            async for line in lines:
-                if line.startswith("data: {"):
-                    question = json.loads(line[6:])
-                    break
-            assert question is not None and question["method"] == "elicitation/create"
+            question = await next_message(lines)
+            assert question["method"] == "elicitation/create"
             answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"ok": True}}}
             # Straight to each replica in turn: one of them is the one that asked, the other relays.
             for url in replicas:
                 posted = await client.post(url + "/", json=answer, headers=legacy_headers())
                 assert posted.status_code == 202
-            final = [json.loads(line[6:]) async for line in lines if line.startswith("data: {")]
+            final = await rest_messages(lines)
     assert final[-1]["result"]["structuredContent"]["answer"]["content"] == {"ok": True}
 
 
@@ -115,13 +108,8 @@ async def test_the_other_replica_relays_the_answer(serve: Callable[..., str], re
         call = legacy_request("tools/call", {"name": "asks", "arguments": {}})
         async with client.stream("POST", asker, json=call, headers=legacy_headers()) as response:
             lines = response.aiter_lines()
-            question = None
-            async for line in lines:
-                if line.startswith("data: {"):
-                    question = json.loads(line[6:])
-                    break
-            assert question is not None
+            question = await next_message(lines)
             answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "decline"}}
             assert (await client.post(other, json=answer, headers=legacy_headers())).status_code == 202
-            final = [json.loads(line[6:]) async for line in lines if line.startswith("data: {")]
+            final = await rest_messages(lines)
     assert final[-1]["result"]["structuredContent"]["answer"] == {"action": "decline"}

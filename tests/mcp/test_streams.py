@@ -13,7 +13,15 @@ import pytest
 
 from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool
 from crank.mcp.streams import ServerRequests
-from tests.mcp.wire import JSON_HEADERS, legacy_headers, legacy_request, modern_headers, modern_request
+from tests.mcp.wire import (
+    JSON_HEADERS,
+    legacy_headers,
+    legacy_request,
+    modern_headers,
+    modern_request,
+    next_message,
+    rest_messages,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -154,21 +162,13 @@ async def test_a_legacy_question_waits_for_the_answer_post_and_a_stray_answer_is
             "POST", url, json=legacy_request("tools/call", {"name": "asks"}), headers=legacy_headers()
         ) as response:
             lines = response.aiter_lines()
-            question = None
-            async for line in lines:
-                if line.startswith("data: {"):
-                    question = json.loads(line[6:])
-                    break
-            assert question is not None and question["method"] == "elicitation/create"
+            question = await next_message(lines)
+            assert question["method"] == "elicitation/create"
             assert question["params"]["message"] == "Sure?"
             answer = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"ok": True}}}
             accepted = await client.post(url, json=answer, headers=legacy_headers())
             assert accepted.status_code == 202
-            final = None
-            async for line in lines:
-                if line.startswith("data: {"):
-                    final = json.loads(line[6:])
-    assert final is not None
+            final = (await rest_messages(lines))[-1]
     assert final["result"]["structuredContent"]["answer"] == {"action": "accept", "content": {"ok": True}}
 
 
@@ -178,9 +178,7 @@ async def test_questions_waiting_at_once_are_bounded(url: str) -> None:
         async with client.stream(
             "POST", url, json=legacy_request("tools/call", {"name": "asks"}), headers=legacy_headers()
         ) as first:
-            async for line in first.aiter_lines():
-                if line.startswith("data: {"):
-                    break
+            await next_message(first.aiter_lines())  # the first question waits
             second = await client.post(
                 url, json=legacy_request("tools/call", {"name": "asks"}, 2), headers=legacy_headers()
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 MODERN = "2026-07-28"
@@ -36,3 +38,17 @@ def legacy_request(method: str, params: dict[str, Any] | None = None, request_id
 
 def legacy_headers(version: str = "2025-11-25") -> dict[str, str]:
     return {**JSON_HEADERS, "MCP-Protocol-Version": version}
+
+
+async def next_message(lines: AsyncIterator[str]) -> dict[str, Any]:
+    """The next JSON-RPC message of an SSE stream read line by line (the priming event has no data)."""
+    async for line in lines:
+        if line.startswith("data: {"):
+            message: dict[str, Any] = json.loads(line[6:])
+            return message
+    raise AssertionError("the stream ended before another message")
+
+
+async def rest_messages(lines: AsyncIterator[str]) -> list[dict[str, Any]]:
+    """Every JSON-RPC message left on an SSE stream, until it ends."""
+    return [json.loads(line[6:]) async for line in lines if line.startswith("data: {")]
