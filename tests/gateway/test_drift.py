@@ -358,8 +358,10 @@ async def test_every_error_code_of_the_gateway_suggests_an_action(
     # tests/gateway/test_fairness.py and tests/state/test_store.py.
     # A used-up limit and a Redis that does not answer: tests/gateway/test_limits.py and test_safety.py; an
     # upstream's 401 and 403: tests/gateway/test_http_adapter.py; a token endpoint that gives no token:
-    # tests/gateway/test_credentials.py.
+    # tests/gateway/test_credentials.py. A confirmation the user declines, never answers, or cannot be asked
+    # for (`confirmation: human`): tests/sources/test_confirmation.py.
     elsewhere = {"idempotency_in_progress", "idempotency_outcome_unknown", "internal_error", "upstream_busy",
                  "state_store_full", "rate_limited", "state_unavailable", "upstream_unauthorized",
-                 "upstream_forbidden", "upstream_token_unavailable"}  # fmt: skip
+                 "upstream_forbidden", "upstream_token_unavailable", "confirmation_declined",
+                 "confirmation_timeout", "confirmation_unavailable"}  # fmt: skip
     assert set(codes) == documented - elsewhere
