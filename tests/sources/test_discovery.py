@@ -19,9 +19,11 @@ from starlette.routing import Route
 
 from crank.admin.actions import check_runtime, publish_agent
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
+from crank.mcp import MCPEndpoint
 from crank.registry import Registry
 from crank.registry.runtime import load_runtime
 from crank.server import GatewayService
+from crank.sources.agents import build_catalog
 from crank.sources.discovery import CALL_TOOL, SCHEMA_TOOL, SEARCH_TOOL
 from mcp import Client
 
@@ -215,3 +217,16 @@ def test_the_mode_is_an_agent_setting_of_the_draft_and_old_views_are_direct(regi
     assert stored["agent"]["mode"] == "discovery" and load_runtime(stored) == view
     del stored["agent"]["mode"]  # a view written before the setting existed
     assert load_runtime(stored).agent.mode == "direct"
+
+
+async def test_call_operation_answers_in_the_endpoints_default_format(
+    registry: Registry, serve: Callable[..., str], upstream: Upstream, gateway: str
+) -> None:
+    """The result format has one rule (`CallContext.result_format`): an operation run through discovery is
+    formatted as the endpoint's `default_format` says when neither the request nor the tool chooses."""
+    catalog = build_catalog(registry.draft_runtime("acme", "records"))
+    url = serve(MCPEndpoint(catalog, default_format="pretty_json"))
+    async with httpx.AsyncClient() as http:
+        call = {"name": CALL_TOOL, "arguments": {"name": "get_record", "arguments": {"id": "4"}}}
+        answer = await http.post(url + "/call", json=call)
+    assert answer.json()["content"][0]["text"] == json.dumps({"id": "4", "title": "Hello"}, indent=2)

@@ -432,11 +432,11 @@ class MCPEndpoint:
             requested = self.server.requested_format(RequestInfo(headers, _format_query(scope)))
         except UnknownFormatError as exc:
             return _plain_error(400, INVALID_PARAMS, str(exc))
-        result_format = requested or entry.tool.format or self.server.default_format
         context = CallContext(
             tool_name=entry.tool.name, protocol_version="plain", headers=headers, labels=catalog.labels,
-            requested_format=requested, caller=scope.get(AUTH_SCOPE_KEY),
+            requested_format=requested, default_format=self.server.default_format, caller=scope.get(AUTH_SCOPE_KEY),
         )  # fmt: skip
+        result_format = context.result_format(entry.tool.format)
         try:
             result = await call_tool(
                 entry,

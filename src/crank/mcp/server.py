@@ -415,9 +415,10 @@ class MCPServer:
             requested = self.requested_format(info)
         except UnknownFormatError as exc:
             raise InvalidParamsError(str(exc)) from None
-        result_format = requested or entry.tool.format or self.default_format
         context = CallContext(name, version, info.headers, labels=catalog.labels, requested_format=requested,
-                              caller=info.caller, channel=(info, params, "logging" in catalog.features))  # fmt: skip
+                              default_format=self.default_format, caller=info.caller,
+                              channel=(info, params, "logging" in catalog.features))  # fmt: skip
+        result_format = requested or entry.tool.format or self.default_format  # `CallContext.result_format`, inline
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
         return call_tool(
@@ -614,10 +615,6 @@ class MCPServer:
         if value.state is not None:
             result["requestState"] = self.signer.sign(value.state, signed_for or context.tool_name, arguments)
         return result
-
-    def result_format(self, info: RequestInfo, tool_format: str | None) -> str:
-        """Header, then query parameter, then the tool's own format, then the endpoint default."""
-        return self.requested_format(info) or tool_format or self.default_format
 
     @staticmethod
     def requested_format(info: RequestInfo) -> str | None:

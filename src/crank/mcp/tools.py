@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 from crank.exceptions import ToolError
 from crank.ids import new_request_id
+from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, NeedsInput
 from crank.mcp.protocol import MODERN_PROTOCOL_VERSIONS
 from crank.mcp.streams import Channel, RequestInfo, owner_of
@@ -100,6 +101,8 @@ class CallContext:
     requested_format: str | None = None
     """The result format the request asked for (`X-Mcp-Format`, `?format=`), checked; None when it asked for
     none. A tool that runs another tool (discovery's `call_operation`) passes it on."""
+    default_format: str = DEFAULT_FORMAT
+    """The endpoint's `default_format`: what `result_format` falls back to."""
     caller: Any = None
     """Who calls, as the endpoint's `authenticate` said (the gateway's API key scope); None without it."""
     channel: Channel | tuple[RequestInfo, JSONObject, bool] | None = None
@@ -114,6 +117,11 @@ class CallContext:
         if self._request_id is None:
             self._request_id = new_request_id()
         return self._request_id
+
+    def result_format(self, tool_format: str | None) -> str:
+        """The one rule for a result's format: the request's (header, then query parameter), then the tool's
+        own, then the endpoint's default. A tool that runs another (discovery) asks it for that tool."""
+        return self.requested_format or tool_format or self.default_format
 
     @property
     def modern(self) -> bool:

@@ -22,7 +22,6 @@ from typing import Any, Final
 from crank.exceptions import UnknownOperationError
 from crank.mcp.calls import authorize_call, call_tool
 from crank.mcp.catalog import Catalog
-from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.input_required import InputRequired, NeedsInput
 from crank.mcp.tools import CallContext, CallObserver, Tool, ToolAnnotations, ToolResult
 from crank.sources.search import IndexedOperation, OperationIndex
@@ -173,12 +172,13 @@ class Discovery:
             client_capabilities=context.client_capabilities,
             labels=context.labels,
             requested_format=context.requested_format,
+            default_format=context.default_format,
             caller=context.caller,
             channel=context.channel,  # an operation that asks the user asks through the same request
             input_responses=context.input_responses,
             request_state=context.request_state,
         )
-        result_format = context.requested_format or entry.tool.format or DEFAULT_FORMAT
+        result_format = context.result_format(entry.tool.format)  # the endpoint's default too
         # The operation's own pipeline: its validator, invoker, result shaping and observer (its metrics label).
         # A question it asks (2026-07-28) ends call_operation's own call with `input_required`: `_ask_outside`.
         result = await call_tool(entry, arguments.get("arguments") or {}, inner, result_format=result_format,
