@@ -113,3 +113,13 @@ async def test_the_other_replica_relays_the_answer(serve: Callable[..., str], re
             assert (await client.post(other, json=answer, headers=legacy_headers())).status_code == 202
             final = await rest_messages(lines)
     assert final[-1]["result"]["structuredContent"]["answer"] == {"action": "decline"}
+
+
+async def test_the_relay_says_when_an_answer_could_not_be_carried(redis_url: str) -> None:
+    away = RedisRelay(f"redis://127.0.0.1:{services.free_port()}/0", timeout=0.5)
+    assert await away.forward("someone", b"{}") is False  # Redis away: logged, never raised
+    await away.aclose()
+    relay = RedisRelay(redis_url, channel_prefix=f"test-relay-{uuid.uuid4().hex}:")
+    assert await relay.forward("nobody-listens", b"{}") is False
+    assert await relay.forward("someone", b"x" * (2 * 1024 * 1024)) is False  # larger than any answer
+    await relay.aclose()

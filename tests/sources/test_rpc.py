@@ -103,3 +103,40 @@ def test_a_template_whose_parameters_are_not_its_variables_is_refused() -> None:
         @app.resource("docs://sheets/{sku}")
         def sheet(code: str) -> str:
             return code
+
+
+def test_bad_offerings_are_refused_when_registered() -> None:
+    app = RPCApp()
+
+    @app.resource("docs://one")
+    def one() -> str:
+        return "1"
+
+    with pytest.raises(ConfigurationError, match="registered twice"):
+        app.resource("docs://one")(one)
+
+    @app.prompt()
+    def ask(topic: str) -> str:
+        return topic
+
+    with pytest.raises(ConfigurationError, match="registered twice"):
+        app.prompt("ask")(ask)
+    with pytest.raises(ConfigurationError, match="args and"):
+        app.prompt("spread")(lambda *parts: "")
+    with pytest.raises(ConfigurationError, match="must be a str or a Literal"):
+
+        @app.prompt()
+        def counted(times: int) -> str:
+            return str(times)
+
+    with pytest.raises(ConfigurationError, match="unknown arguments"):
+        app.prompt("other", completions={"nope": lambda value, known: []})(ask)
+    with pytest.raises(ConfigurationError, match="type hints"):
+
+        @app.prompt()
+        def unresolvable(topic: NoSuchType) -> str:  # type: ignore[name-defined]  # noqa: F821
+            return topic
+
+    app.build()
+    with pytest.raises(ConfigurationError, match="before the app serves"):
+        app.resource("docs://late")(one)
