@@ -212,3 +212,77 @@ def test_a_reader_returning_an_unknown_kind_is_refused_plainly() -> None:
         messages_wire(1)
     with pytest.raises(ConfigurationError, match="simple"):
         ResourceTemplate("{x}", "t", page).compile()
+
+
+async def refused_question(arguments: dict[str, Any], context: CallContext) -> Any:
+    try:
+        await context.elicit("Sure?", {"type": "object"})
+    except Exception as failed:  # noqa: BLE001 - the test reads the structured error the tool would send
+        return {"refused": getattr(failed, "error_code", type(failed).__name__)}
+    return {"refused": None}
+
+
+async def chatty(arguments: dict[str, Any], context: CallContext) -> Any:
+    await context.log("debug", "below the level")  # info by default: not sent
+    await context.log("warning", {"disk": "low"}, logger="store")
+    return {"logged": True}
+
+
+async def test_log_messages_carry_their_logger_and_respect_the_default_level(serve: Callable[..., str]) -> None:
+    url = serve(MCPEndpoint(Catalog([Tool(name="chatty", invoker=chatty)], logging=True))) + "/"
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            url, json=legacy_request("tools/call", {"name": "chatty"}), headers=legacy_headers()
+        )
+    messages = [line[6:] for line in response.text.splitlines() if line.startswith("data: {")]
+    assert len(messages) == 2  # the warning, then the answer
+    assert '"logger":"store"' in messages[0] and '"level":"warning"' in messages[0]
+
+
+async def test_a_client_whose_session_lacks_the_capability_is_never_asked(serve: Callable[..., str]) -> None:
+    """2025-11-25: the signed session id says what the client declared at initialize; a question it did not
+    declare is refused at once (the specification forbids sending it)."""
+    catalog = Catalog([Tool(name="asks", invoker=refused_question)], asks=True)
+    url = serve(MCPEndpoint(catalog)) + "/"
+    init = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"sampling": {}},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    async with httpx.AsyncClient() as client:
+        session = (await client.post(url, json=legacy_request("initialize", init), headers=legacy_headers())).headers[
+            "mcp-session-id"
+        ]
+        headers = {**legacy_headers(), "Mcp-Session-Id": session}
+        answer = await client.post(url, json=legacy_request("tools/call", {"name": "asks"}), headers=headers)
+    assert answer.json()["result"]["structuredContent"] == {"refused": "client_request_unavailable"}
+
+
+def test_the_log_level_map_forgets_the_least_recent_session_first() -> None:
+    from crank.mcp.sessions import LogLevels
+
+    levels = LogLevels(capacity=2)
+    for session, rank in (("a", 0), ("b", 5), ("c", 7)):
+        levels.set(session, rank)
+    assert (levels.rank("a"), levels.rank("b"), levels.rank("c")) == (1, 5, 7)  # "a" forgotten: the default
+
+
+async def test_a_relayed_answer_that_is_not_json_is_dropped() -> None:
+    from crank.mcp.streams import ServerRequests
+
+    requests = ServerRequests()
+    request_id, future = await requests.open()
+    requests._deliver(b"{not json")
+    requests._deliver(b'{"message": "not an object"}')
+    assert not future.done()
+    requests._deliver(b'{"message": {"id": "%s", "result": {}}, "owner": ""}' % request_id.encode())
+    assert future.done()
+
+
+def test_duplicate_surface_definitions_fail_when_the_catalog_is_built() -> None:
+    template = ResourceTemplate("a://p/{x}", "p", page)
+    prompt = Prompt("p", described)
+    with pytest.raises(ConfigurationError, match="offered twice"):
+        Catalog([], resource_templates=[template, template])
+    with pytest.raises(ConfigurationError, match="more than one prompt"):
+        Catalog([], prompts=[prompt, prompt])
