@@ -229,21 +229,21 @@ class Confirmation:
 
     @staticmethod
     def without_token(arguments: dict[str, Any]) -> dict[str, Any]:
-        """The arguments of a call the user confirmed: a token the model added means nothing then."""
+        """The call's own arguments, without the token (which a user's confirmation makes meaningless)."""
         return {name: value for name, value in arguments.items() if name != CONFIRMATION_ARGUMENT}
 
     async def check(self, state: StateStore, arguments: dict[str, Any], who: str = "") -> dict[str, Any]:
         """The arguments without the token, when it confirms them; else a `ConfirmationError`. A token is bound
         to the caller it was issued to (`who`, its `Principal.id`): nobody else can confirm that call."""
-        token = arguments.get(CONFIRMATION_ARGUMENT)
-        rest = {name: value for name, value in arguments.items() if name != CONFIRMATION_ARGUMENT}
-        expected = fingerprint(self.binding, who, rest) if who else fingerprint(self.binding, rest)
         if self.human:
             raise ConfirmationError(
                 "This call must be confirmed by a person, and this client cannot ask its user. Nothing was changed.",
                 error_code="confirmation_unavailable", recoverable=False,
                 suggested_action="Call it from a client that supports elicitation (it asks the user to confirm).",
             )  # fmt: skip
+        token = arguments.get(CONFIRMATION_ARGUMENT)
+        rest = self.without_token(arguments)
+        expected = fingerprint(self.binding, who, rest) if who else fingerprint(self.binding, rest)
         if token is None:
             await self._issue(state, expected)
         record = await state.take("confirm:" + hashlib.sha256(str(token).encode()).hexdigest())

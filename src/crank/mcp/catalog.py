@@ -103,18 +103,15 @@ class Catalog:
         self.scoped = bool(self._scopes)
         """Whether some tool requires a scope: only then may a caller's listing differ (`listed_for`)."""
         self._views: dict[frozenset[str], Catalog] = {}
-        self._pages: dict[str, list[bytes]] = {}
-        self._listing: dict[str, bytes] = {}
         listed = [entry.tool for entry in self._entries.values() if entry.tool.listed]
-        for language in self.languages:
-            wire = [self._wire_entry(tool, language) for tool in listed]
-            self._pages[language] = [
-                _json.dumps(wire[start : start + page_size]) for start in range(0, max(len(wire), 1), page_size)
-            ]
-            plain = [_plain_entry(entry, tool.plain_fields) for entry, tool in zip(wire, listed, strict=True)]
-            self._listing[language] = _json.dumps({"tools": plain})
-        self._page_count = len(self._pages[self.default_language])
-        self._next_cursors = [_encode_cursor(version, index) for index in range(1, self._page_count)] + [None]
+        wire = {language: [self._wire_entry(tool, language) for tool in listed] for language in self.languages}
+        self._listing = {
+            language: _json.dumps({"tools": [_plain_entry(item, tool.plain_fields)
+                                             for item, tool in zip(entries, listed, strict=True)]})
+            for language, entries in wire.items()
+        }  # fmt: skip
+        self._pages, self._next_cursors = _paged(wire, version, page_size)
+        self._page_count = len(self._next_cursors)
         self._lists = {kind: _paged(entries, version, page_size) for kind, entries in self._surface_entries().items()}
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
         self.derived: dict[Hashable, bytes] = {}

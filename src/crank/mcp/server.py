@@ -553,12 +553,7 @@ class MCPServer:
         context = CallContext(name, version, info.headers, labels=catalog.labels, caller=info.caller,
                               channel=(info, params, "logging" in catalog.features))  # fmt: skip
         if context.modern:
-            meta = params.get("_meta") or {}
-            if LOG_LEVEL_META_KEY in meta:
-                log_level_rank(meta[LOG_LEVEL_META_KEY], f"_meta.{LOG_LEVEL_META_KEY}")
-            declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
-            context.client_capabilities = declared if isinstance(declared, dict) else {}
-            context.client_info = meta.get(CLIENT_INFO_META_KEY)
+            _read_client_meta(params["_meta"], context)  # present: the modern envelope was checked before dispatch
         return context
 
     async def _guarded(self, pending: Awaitable[Any], name: str) -> Any:
@@ -580,12 +575,7 @@ class MCPServer:
             mismatch = param_header_mismatch(entry.header_params, arguments, context.headers)
             if mismatch is not None:
                 raise RPCError(mismatch, code=HEADER_MISMATCH)
-        meta = params["_meta"]  # present: the modern envelope was checked before dispatch
-        if LOG_LEVEL_META_KEY in meta:  # refused before the call runs, not at its first log message
-            log_level_rank(meta[LOG_LEVEL_META_KEY], f"_meta.{LOG_LEVEL_META_KEY}")
-        declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
-        context.client_capabilities = declared if isinstance(declared, dict) else {}
-        context.client_info = meta.get(CLIENT_INFO_META_KEY)
+        declared = _read_client_meta(params["_meta"], context)  # present: the envelope was checked before dispatch
         if entry.tool.required_client_capabilities:
             _require_capabilities(entry.tool.name, entry.tool.required_client_capabilities, declared)
         self._input_state(entry.tool.name, params, arguments, context)
@@ -625,6 +615,18 @@ class MCPServer:
         if info.format_query:
             return check_format(info.format_query, "the format query parameter")
         return None
+
+
+def _read_client_meta(meta: JSONObject, context: CallContext) -> Any:
+    """What a 2026-07-28 request's `_meta` tells a handler's context: the client's capabilities and info; a log
+    level is checked here, before anything runs, not at the first log message. Returns the declared
+    capabilities as sent."""
+    if LOG_LEVEL_META_KEY in meta:
+        log_level_rank(meta[LOG_LEVEL_META_KEY], f"_meta.{LOG_LEVEL_META_KEY}")
+    declared = meta.get(CLIENT_CAPABILITIES_META_KEY)
+    context.client_capabilities = declared if isinstance(declared, dict) else {}
+    context.client_info = meta.get(CLIENT_INFO_META_KEY)
+    return declared
 
 
 def _cursor(params: JSONObject, method: str) -> str | None:

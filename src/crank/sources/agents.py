@@ -234,7 +234,7 @@ async def ask_user(operation: RemoteOperation, arguments: dict[str, Any], contex
     confirmation = operation.confirmation
     if confirmation is None or not context.can_ask("elicitation"):
         return False
-    shown = {name: value for name, value in arguments.items() if name != CONFIRMATION_ARGUMENT}
+    shown = confirmation.without_token(arguments)
     said = ", ".join(f"{name} = {_json.dumps(value).decode()[:200]}" for name, value in shown.items()) or "none"
     message = (f"Allow {context.tool_name} to run? It sends {operation.target} (it changes or deletes data). "
                f"Arguments: {said}.")  # fmt: skip
