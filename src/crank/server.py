@@ -34,6 +34,7 @@ from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.tokens import MAX_DOCUMENT_BYTES, TokenVerifier
+from crank.mcp.changes import ListChanges
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
@@ -206,6 +207,7 @@ class GatewayService:
         (`crank.state.relay`) over their Redis."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
+        self.changes = ListChanges()  # a publish tells the clients of the agents whose lists it changed
         self.source = AgentSource(
             registry,
             client,
@@ -215,6 +217,7 @@ class GatewayService:
             state=state,
             key_list_max_age=key_list_max_age,
             listener=listener,
+            changes=self.changes,
         )
         # `/readyz` asks each dependency through a bounded, cached probe: the registry, and Redis when used.
         self.probes = [probe or registry_probe(registry)]
@@ -238,6 +241,7 @@ class GatewayService:
             max_body_size=max_body_size,
             request_state_secret=request_state_secret,
             relay=relay,
+            changes=self.changes,
         )
         self.endpoint = endpoint
         self._routes: dict[str, tuple[str, dict[str, str]]] = {}  # agent paths seen lately (`_agent_route`)

@@ -196,7 +196,7 @@ def test_a_publish_writes_format_3_for_an_agent_with_limits_and_format_2_otherwi
     plain, limited = (row[0] if isinstance(row[0], dict) else json.loads(row[0]) for row in rows)
     # Without limits, nothing of format 3 is used: the Crank before it (format 2) serves it in a rolling upgrade.
     assert plain["format_version"] == 2 and "limits" not in plain["agent"]
-    assert limited["format_version"] == FORMAT_VERSION == 3 and limited["agent"]["limits"]["rate"]["calls"] == 5
+    assert limited["format_version"] == 3 and limited["agent"]["limits"]["rate"]["calls"] == 5
     assert load_runtime(limited) == registry.published()[0].runtime == registry.draft_runtime("acme", "desk")
     assert "samples" not in json.dumps(plain) + json.dumps(limited)
 
@@ -246,7 +246,7 @@ def test_an_unchanged_draft_over_a_format_1_version_publishes_nothing(registry: 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"format_version": 4}, r"^agent acme/desk: format_version 4 is not one this Crank reads .* a newer Crank"),
+        ({"format_version": 5}, r"^agent acme/desk: format_version 5 is not one this Crank reads .* a newer Crank"),
         ({"tools": "none"}, r"^agent acme/desk: tools must be a list"),
         ({"agent": {"slug": "desk"}}, r"^agent acme/desk: agent\.id: Field required"),
     ],

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from crank.mcp.tools import TOOL_NAME_PATTERN
-from crank.registry.runtime import Limits, OAuthPolicy, SchemeCredential
+from crank.registry.runtime import AgentDocument, AgentPrompt, Limits, OAuthPolicy, ResourceBinding, SchemeCredential
 from crank.schema import problems_of
 from crank.schema.compact import CompactSettings
 
@@ -122,6 +122,11 @@ class BindingIn(_Model):
     annotations: dict[str, Any] | None = None
     translations: dict[str, dict[str, str]] | None = Field(None, description="language -> {title, description}.")
     format: str | None = Field(None, description=_FORMAT + " Overrides the operation's.")
+    resource: bool | ResourceBinding | None = Field(
+        None,
+        description="A GET operation offered as a resource template too: true for the defaults, or "
+        "{uri_template, mime_type} (docs/gateway.md, Resources and prompts).",
+    )
 
 
 class AgentIn(_Model):
@@ -136,6 +141,12 @@ class AgentIn(_Model):
     compact: CompactSettings | None = Field(None, description=_COMPACT)
     limits: Limits | None = Field(
         None, description=_LIMITS.format(what="the agent's tool calls, all keys together") + " Published with it."
+    )
+    documents: list[AgentDocument] = Field(
+        default_factory=list, description="Static documents offered as resources (the API's guide, say)."
+    )
+    prompts: list[AgentPrompt] = Field(
+        default_factory=list, description="Stored prompt templates, rendered by a sandboxed Jinja2."
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +61,8 @@ class InputMapping:
     def __init__(self, rules: list[_Rule], http_method: str, url: str, unplaced: frozenset[str] = frozenset()) -> None:
         self._rules = rules
         self._default_place = "query" if http_method in _QUERY_METHODS else "body"
-        self._placeholders = set(_PLACEHOLDER.findall(url))
+        self._placeholder_order = tuple(dict.fromkeys(_PLACEHOLDER.findall(url)))
+        self._placeholders = set(self._placeholder_order)
         self._mapped = {rule.source for rule in rules if rule.kind == "from"}
         self._unplaced = unplaced - self._mapped
 
@@ -79,6 +80,19 @@ class InputMapping:
         which travels in its own header), not to the default place."""
         compiled = [_compile_rule(rule, f"{where}: input_mapping[{index}]") for index, rule in enumerate(rules)]
         return cls(compiled, http_method.upper(), url, unplaced)
+
+    def path_arguments(self, declared: Iterable[str]) -> list[str]:
+        """The arguments that fill the URL's placeholders, in the URL's order: a rule's `from` for `path.<name>`,
+        else a `declared` argument named like the placeholder."""
+        by_rule = {rule.name: rule.source for rule in self._rules if rule.kind == "from" and rule.place == "path"}
+        known = set(declared) - self._mapped - self._unplaced
+        found = []
+        for placeholder in self._placeholder_order:
+            if placeholder in by_rule:
+                found.append(by_rule[placeholder])
+            elif placeholder in known:
+                found.append(placeholder)
+        return found
 
     def apply(self, arguments: dict[str, Any]) -> RequestParts:
         parts = RequestParts()

@@ -20,6 +20,7 @@ from crank.exceptions import (
     AuthChallengeError,
     InternalRuntimeError,
     OutputValidationError,
+    RPCError,
     SchemaValidationError,
     ToolError,
     Violation,
@@ -27,16 +28,19 @@ from crank.exceptions import (
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired, NeedsInput
+from crank.mcp.resources import ResourceContents, typed_variables
 from crank.mcp.tools import CallContext, CallObserver, NotedResult, Tool, ToolResult
 from crank.mcp.validation import OutputValidator
 from crank.types import JSONObject
 from crank.wire.auth import Principal
+from crank.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 __all__ = [
     "InvalidArgumentsMode",
     "authorize_call",
     "call_tool",
     "error_result",
+    "read_with_tool",
     "success_result",
 ]
 
@@ -118,6 +122,32 @@ async def call_tool(
         logger.info("tool %s failed: %s%s (request_id=%s)", tool.name, error.error_code, error.log_note(),
                     context.request_id, extra={**_labels(context), **(error.log_context or {})})  # fmt: skip
     return result
+
+
+async def read_with_tool(
+    entry: CatalogEntry,
+    uri: str,
+    variables: dict[str, str],
+    context: CallContext,
+    *,
+    mime_type: str = "application/json",
+    observer: CallObserver | None = None,
+    debug: bool = False,
+) -> list[ResourceContents]:
+    """`resources/read` of a URI a tool answers (a gateway's GET operation): the tool's whole call, with the URI's
+    variables as its arguments (typed by its input schema), scopes, validation, invoker, output check and observer
+    included, and its JSON text as the contents. A failed call is a JSON-RPC error whose data is the structured
+    error: -32602 for arguments the tool refuses, -32603 for anything else."""
+    authorize_call(entry.tool, context.caller)
+    arguments = typed_variables(variables, entry.tool.input_schema)
+    result = await call_tool(entry, arguments, context, result_format="json", debug=debug, observer=observer)
+    texts = [block["text"] for block in result["content"]]
+    if result["isError"]:
+        data = _json.loads(texts[0])
+        code = INVALID_PARAMS if data.get("error_code") == SchemaValidationError.default_code else INTERNAL_ERROR
+        raise RPCError(str(data.get("message")), code=code, data=data)
+    notes = [ResourceContents(uri, text=note, mime_type="text/plain") for note in texts[1:]]
+    return [ResourceContents(uri, text=texts[0], mime_type=mime_type), *notes]
 
 
 def _rejected(

@@ -114,6 +114,9 @@ class Catalog:
         self._page_count = len(self._next_cursors)
         self._lists = {kind: _paged(entries, version, page_size) for kind, entries in self._surface_entries().items()}
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
+        self.identity: Hashable = tuple(sorted(self.labels.items()))
+        """What stays the same across the catalog's versions (its labels: the gateway's workspace and agent): the
+        key of its clients' list-change listeners (`crank.mcp.changes`)."""
         self.derived: dict[Hashable, bytes] = {}
         """Bytes an endpoint derives from this catalog (a whole `tools/list` answer but its id, say), kept as
         long as the catalog: a new version starts empty. Keys must come from a bounded set."""
@@ -178,6 +181,16 @@ class Catalog:
         pages, cursors = self._lists[kind]
         index = 0 if cursor is None else _decode_cursor(cursor, self.version, len(cursors))
         return pages[language][index], cursors[index]
+
+    def offers(self) -> dict[str, int]:
+        """A fingerprint of each list a client sees (tools, resources, prompts), in every language: two versions
+        whose fingerprints differ for a kind changed that list."""
+        lists = {kind: pages for kind, (pages, _) in self._lists.items()}
+        return {
+            "tools": hash(tuple(sorted(self._listing.items()))),
+            "resources": hash((_fingerprint(lists["resources"]), _fingerprint(lists["resourceTemplates"]))),
+            "prompts": _fingerprint(lists["prompts"]),
+        }
 
     def resource(self, uri: str) -> Resource | None:
         return self._surface.resources.get(uri)
@@ -290,6 +303,10 @@ class _Surface:
         if logging:
             found.add("logging")
         return frozenset(found)
+
+
+def _fingerprint(pages: dict[str, list[bytes]]) -> int:
+    return hash(tuple((language, tuple(found)) for language, found in sorted(pages.items())))
 
 
 def _paged(

@@ -3,8 +3,9 @@
 Routes, relative to where the endpoint is mounted:
 
 - `POST /`       MCP JSON-RPC (both eras; batches only for 2025-03-26), answered as JSON, or as an SSE stream
-                 when the handler sends the client something first (`crank.mcp.streams`); GET and DELETE are
-                 405: no stream outlives its request and no session is stored.
+                 when the handler sends the client something first (`crank.mcp.streams`); DELETE is 405
+                 (no session is stored), and so is GET unless the endpoint tells of list changes
+                 (`changes`): then GET opens the 2025-11-25 stream that carries them.
 - `GET /tools`   the plain pair's listing: `{"tools": [...]}`
 - `POST /call`   the plain pair's call: `{"name": ..., "arguments": {...}}` -> a CallToolResult
 
@@ -37,6 +38,15 @@ from crank.exceptions import (
 from crank.mcp.after_response import run_after_response, start_after_response
 from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool
 from crank.mcp.catalog import Catalog
+from crank.mcp.changes import (
+    LIST_KINDS,
+    ListChanges,
+    TooManyListenersError,
+    changed_since,
+    list_changed_method,
+    offer_tag,
+    relay_changes,
+)
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.protocol import (
     BATCH_PROTOCOL_VERSIONS,
@@ -46,7 +56,13 @@ from crank.mcp.protocol import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
-from crank.mcp.streams import DEFAULT_CLIENT_REQUEST_TIMEOUT, DEFAULT_MAX_PENDING_REQUESTS, Relay, owner_of
+from crank.mcp.streams import (
+    DEFAULT_CLIENT_REQUEST_TIMEOUT,
+    DEFAULT_MAX_PENDING_REQUESTS,
+    Relay,
+    ResponseStream,
+    owner_of,
+)
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
@@ -127,6 +143,9 @@ class MCPEndpoint:
         relay: carries a client's answer POST that reaches this replica to the one that asked and waits for it
             (`crank.state.relay.RedisRelay` for replicas that share a Redis); without one, answers must come
             back to the process that asked.
+        changes: tell clients when what a catalog offers changes (`crank.mcp.changes`): `listChanged` is declared,
+            2025-11-25 clients get a GET stream and a session id, 2026-07-28 clients `subscriptions/listen`. The
+            source that replaces catalogs calls `changes.changed`.
         plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
         authenticator: when given, every request's bearer token goes through it (`crank.wire.auth`): a
             `Principal`, or 401/403 with a `WWW-Authenticate: Bearer` challenge (`BearerAuth`). The provider
@@ -162,6 +181,7 @@ class MCPEndpoint:
         client_request_timeout: float = DEFAULT_CLIENT_REQUEST_TIMEOUT,
         max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
         relay: Relay | None = None,
+        changes: ListChanges | None = None,
         plain_http: bool = True,
         authenticator: Authenticator | None = None,
         metadata_url: Callable[[Scope], str | None] | None = None,
@@ -186,6 +206,9 @@ class MCPEndpoint:
             debug=debug,
         )
         self._streams = self.server.streams
+        self._changes = changes
+        if changes is not None:
+            self.server.offer_list_changes(changes)
         self.max_body_size = max_body_size
         self._admit = admit if authenticator is not None else None
         self.max_batch_items = max_batch_items
@@ -219,8 +242,10 @@ class MCPEndpoint:
             await serve_lifespan(receive, send, shutdown=self.aclose)
 
     async def aclose(self) -> None:
-        """Release what the endpoint holds open (the answer relay's connections); an app that mounts the
-        endpoint calls it at its own shutdown."""
+        """Release what the endpoint holds open (listening streams, the answer relay's connections); an app that
+        mounts the endpoint calls it at its own shutdown."""
+        if self._changes is not None:
+            self._changes.close_all()
         await self.server.streams.requests.aclose()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -233,12 +258,18 @@ class MCPEndpoint:
         method = scope["method"]
         try:
             if route in ("", "/"):
-                if method != "POST":
-                    await send_response(send, 405, b"", [(b"allow", b"POST")], content_type=None)
+                if method == "GET" and self._changes is not None:
+                    exchange = await self._listen(scope, receive, send, headers)
+                    if exchange is _STREAMED:
+                        return
+                elif method != "POST":
+                    allow = b"GET, POST" if self._changes is not None else b"POST"
+                    await send_response(send, 405, b"", [(b"allow", allow)], content_type=None)
                     return
-                exchange = await self._mcp_post(scope, receive, send, headers, duplicated)
-                if exchange is _STREAMED:
-                    return
+                else:
+                    exchange = await self._mcp_post(scope, receive, send, headers, duplicated)
+                    if exchange is _STREAMED:
+                        return
             elif self.plain_http and route == "/tools":
                 exchange = await self._plain_tools(scope, headers) if method == "GET" else _not_allowed("GET")
             elif self.plain_http and route == "/call":
@@ -276,6 +307,43 @@ class MCPEndpoint:
                         [(b"www-authenticate", header)])  # fmt: skip
 
     # -- MCP ---------------------------------------------------------------------------------------
+
+    async def _listen(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> Exchange:
+        """2025-11-25's GET stream: the catalog's list changes (`crank.mcp.changes`), until the client leaves or the
+        server shuts down. Event ids carry the lists' fingerprints, so a client that reconnects (`Last-Event-ID`)
+        is told of exactly the lists that changed while it was away."""
+        changes = self._changes
+        assert changes is not None
+        if "text/event-stream" not in headers.get("accept", ""):
+            return _protocol_error(406, INVALID_REQUEST, "Accept must allow text/event-stream")
+        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        try:
+            listener = changes.listen(catalog.identity, owner_of(scope.get(AUTH_SCOPE_KEY)))
+        except TooManyListenersError as busy:
+            return Exchange(429, encode_error(None, busy), [(b"retry-after", b"30")])
+        kinds = frozenset(LIST_KINDS)
+        stream = ResponseStream(send, receive, cancel_on_close=True)
+        stream.prefix = offer_tag(catalog.offers())  # what a resuming client sends back: see `changed_since`
+        try:
+            await stream.open()
+
+            async def tell(kind: str) -> None:
+                latest = self._catalog if self._catalog is not None else await self._provider(scope)
+                stream.prefix = offer_tag(latest.offers())
+                await stream.message(_json.dumps({"jsonrpc": "2.0", "method": list_changed_method(kind)}))
+
+            resumed = headers.get("last-event-id")
+            if resumed:
+                for kind in changed_since(resumed[:200], catalog.offers()):
+                    await tell(kind)
+            await relay_changes(listener, kinds, tell, stream.comment, changes.heartbeat)
+            await stream.finish(None)
+        except asyncio.CancelledError:
+            if not stream.closed_by_client:
+                raise
+        finally:
+            changes.close(listener)
+        return _STREAMED
 
     async def _mcp_post(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], duplicated: str | None

@@ -32,6 +32,7 @@ __all__ = [
     "TemplateReader",
     "contents_wire",
     "match_variables",
+    "typed_variables",
 ]
 
 MAX_URI_LENGTH = 2048
@@ -43,6 +44,8 @@ _SEGMENT_CHARS = frozenset("-._~!$&'()*+,;=:@%") | frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 )
 _FORBIDDEN = ("/", "\\", "\x00")
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+_NUMBER = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,18})?([eE][-+]?[0-9]{1,2})?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,32 @@ def match_variables(pattern: re.Pattern[str], names: Sequence[str], uri: str) ->
             return None
         values[name] = value
     return values
+
+
+def typed_variables(variables: Mapping[str, str], schema: JSONObject | None) -> dict[str, Any]:
+    """A template's variables as a tool's arguments: a value its input schema types as an integer, a number or a
+    boolean is converted when it reads as one; anything else stays a string (for the tool's validation to judge)."""
+    properties = (schema or {}).get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    typed: dict[str, Any] = {}
+    for name, value in variables.items():
+        declared = properties.get(name)
+        kinds = declared.get("type") if isinstance(declared, dict) else None
+        kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+        typed[name] = _converted(value, kinds)
+    return typed
+
+
+def _converted(value: str, kinds: set[Any]) -> Any:
+    if "string" in kinds:
+        return value
+    if kinds & {"integer", "number"} and _INTEGER.fullmatch(value):
+        return int(value)
+    if "number" in kinds and _NUMBER.fullmatch(value):
+        return float(value)
+    if "boolean" in kinds and value in ("true", "false"):
+        return value == "true"
+    return value
 
 
 def contents_wire(uri: str, value: Any, mime_type: str | None) -> list[JSONObject]:

@@ -31,6 +31,7 @@ from crank.exceptions import (
 from crank.ids import new_request_id
 from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool
 from crank.mcp.catalog import Catalog, CatalogEntry, ListKind
+from crank.mcp.changes import LIST_KINDS, ListChanges, list_changed_method, relay_changes
 from crank.mcp.completions import complete
 from crank.mcp.formats import DEFAULT_FORMAT, check_format
 from crank.mcp.headers import decode_header_value, param_header_mismatch
@@ -56,8 +57,10 @@ from crank.mcp.streams import (
     LOG_LEVEL_META_KEY,
     Relay,
     RequestInfo,
+    ResponseStream,
     ServerRequests,
     StreamSettings,
+    owner_of,
 )
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
@@ -78,6 +81,8 @@ __all__ = ["Era", "Exchange", "Handler", "MCPServer", "RequestInfo", "Route", "S
 logger = logging.getLogger("crank.mcp")
 
 RESOURCE_NOT_FOUND = -32002
+SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
+_LISTEN_FILTER = {"toolsListChanged": "tools", "resourcesListChanged": "resources", "promptsListChanged": "prompts"}
 """2025-11-25's code for `resources/read` of an unknown URI (2026-07-28 uses -32602, SEP-2164)."""
 # 2026-07-28 transports: the HTTP status of each protocol error code; anything else is 200.
 _MODERN_STATUS = {
@@ -177,7 +182,17 @@ class MCPServer:
         self._modern_routes: dict[str, Route] = {}
         self._routes: dict[Era, dict[str, Route]] = {"legacy": self._legacy_routes, "modern": self._modern_routes}
         self._declared: list[tuple[Era, str, str, JSONObject]] = []
+        self.changes: ListChanges | None = None
         self._register_protocol()
+
+    def offer_list_changes(self, changes: ListChanges) -> None:
+        """Tell clients when a list changes (`crank.mcp.changes`): `listChanged` is declared for tools, resources
+        and prompts, 2026-07-28 clients may send `subscriptions/listen`, and 2025-11-25 clients get a session id,
+        which the official clients need before they open the GET stream that carries the notifications."""
+        self.changes = changes
+        self.register("subscriptions/listen", self._listen, eras=("modern",), awaits=True, whole=True)
+        for kind in LIST_KINDS:
+            self.declare(kind, kind, {"listChanged": True}, eras=("legacy", "modern"))
 
     def register(
         self,
@@ -325,7 +340,7 @@ class MCPServer:
         if self.instructions:
             result["instructions"] = self.instructions
         features = catalog.features  # a session holds a log level and what the client can answer (sessions.py)
-        if "logging" not in features and "asks" not in features:
+        if "logging" not in features and "asks" not in features and self.changes is None:
             return Exchange(200, encode_result(request_id, result))
         session = self.streams.sessions.issue(params.get("capabilities")).encode()
         return Exchange(200, encode_result(request_id, result), [(b"mcp-session-id", session)])
@@ -356,6 +371,36 @@ class MCPServer:
         if session is not None:  # without a session there is no one to remember it for: the default stays
             self.streams.log_levels.set(session, rank)
         return {}
+
+    async def _listen(
+        self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
+    ) -> Exchange:
+        """2026-07-28 `subscriptions/listen`: a stream that says which of the asked lists change, until the client
+        closes it (which cancels this) or the server shuts down (then the result ends it)."""
+        assert self.changes is not None  # registered by `offer_list_changes` only
+        asked = params.get("notifications")
+        if not isinstance(asked, dict):
+            raise InvalidParamsError("subscriptions/listen: params.notifications must be an object")
+        if info.send is None or not info.accepts_stream():
+            raise InvalidParamsError("subscriptions/listen: the client must accept text/event-stream")
+        # Every kind asked for is agreed to, offered now or not: a publish may add the first prompt.
+        kinds = frozenset(kind for key, kind in _LISTEN_FILTER.items() if asked.get(key) is True)
+        listener = self.changes.listen(catalog.identity, owner_of(info.caller))  # bounded: TooManyListenersError
+        tag = {SUBSCRIPTION_ID_META_KEY: request_id}
+        stream = info.stream = ResponseStream(info.send, info.receive, cancel_on_close=True)
+        try:
+            await stream.open()
+            agreed = {key: True for key, kind in _LISTEN_FILTER.items() if kind in kinds}
+            ack = {"notifications": agreed, "_meta": tag}  # not `resourceSubscriptions`: see docs/mcp.md
+            await stream.message(_notification("notifications/subscriptions/acknowledged", ack))
+
+            async def tell(kind: str) -> None:
+                await stream.message(_notification(list_changed_method(kind), {"_meta": tag}))
+
+            await relay_changes(listener, kinds, tell, stream.comment, self.changes.heartbeat)
+        finally:
+            self.changes.close(listener)
+        return Exchange(200, encode_result(request_id, {"resultType": "complete", "_meta": {**self._stamp, **tag}}))
 
     # -- tools ---------------------------------------------------------------------------------------
 
@@ -615,6 +660,10 @@ class MCPServer:
         if info.format_query:
             return check_format(info.format_query, "the format query parameter")
         return None
+
+
+def _notification(method: str, params: JSONObject) -> bytes:
+    return _json.dumps({"jsonrpc": "2.0", "method": method, "params": params})
 
 
 def _read_client_meta(meta: JSONObject, context: CallContext) -> Any:

@@ -194,7 +194,9 @@ class ResponseStream:
         self._send = send
         self._receive = receive
         self._cancel_on_close = cancel_on_close
-        self._prefix = secrets.token_hex(8)
+        self.prefix = secrets.token_hex(8)
+        """What each event id starts with (`{prefix}-{n}`): random, or what a stream wants a resuming client to
+        send back in `Last-Event-ID` (the list-change stream's fingerprints)."""
         self._count = 0
         self._watcher: asyncio.Task[None] | None = None
         self.closed_by_client = False
@@ -215,6 +217,10 @@ class ResponseStream:
         event = b"id: %s\ndata: %s\n\n" % (self._next_id(), body)
         await self._send({"type": "http.response.body", "body": event, "more_body": True})
 
+    async def comment(self) -> None:
+        """An SSE comment: keeps an idle stream alive through proxies, and finds a client that left."""
+        await self._send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+
     async def finish(self, body: bytes | None) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
@@ -224,7 +230,7 @@ class ResponseStream:
 
     def _next_id(self) -> bytes:
         self._count += 1
-        return f"{self._prefix}-{self._count}".encode()
+        return f"{self.prefix}-{self._count}".encode()
 
     async def _watch(self, receive: Receive, task: asyncio.Task[Any] | None) -> None:
         """2026-07-28: the client closing the stream cancels the call."""

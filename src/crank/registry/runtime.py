@@ -4,9 +4,12 @@ mappings; the linter and the CLI).
 
     RuntimeView                 format_version, workspace, agent, tools
     ├── WorkspaceInfo           id, slug, default_language
-    ├── AgentInfo               id, slug, description, token_budget, mode, limits (Limits)
+    ├── AgentInfo               id, slug, description, token_budget, mode, limits (Limits),
+    │                           documents (AgentDocument), prompts (AgentPrompt: PromptArgumentSpec,
+    │                           PromptMessageSpec)
     └── RuntimeTool             tool_name, title, tool_description, schemas, annotations (ToolHints),
-        │                       translations, protocol, target (Target), format, ids
+        │                       translations, protocol, target (Target), format, ids,
+        │                       resource (ResourceBinding)
         ├── input_mapping       InputRule: ArgumentRule | ConstantRule | TemplateRule
         ├── output_mapping      OutputSpec: select, rename, max_items
         └── execution_config    ExecutionConfig: timeout, retries, idempotent, forward_headers,
@@ -20,13 +23,16 @@ secret folders, JMESPath, which headers may be forwarded) are checked where the 
 (`FORMAT_VERSION`). Views written before it (format 1: no `format_version`, each tool the draft's
 fields copied as they were, `execution_config` a free object) are still served: `load_runtime` reads
 them through `tool_from_spec`, the same function that turns drafts into tools at publish, so an old
-version serves as it did. Format 2 is format 3 without the agent's `limits`, and is read as such. A number
-above `FORMAT_VERSION` (a newer Crank wrote it, say during a
-rolling upgrade) is refused with a message saying so rather than read in part.
+version serves as it did. Formats 2 and 3 are format 4 without what came later (2: the agent's `limits`;
+3: documents, prompts and resources) and are read as such; a publish writes the oldest format that holds the
+view. A number above `FORMAT_VERSION` (a newer Crank wrote it, say during a rolling upgrade) is refused with a
+message saying so rather than read in part.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -39,6 +45,14 @@ from crank.types import JSONObject, JSONValue
 
 __all__ = [
     "AGENT_MODES",
+    "MAX_DOCUMENT_SIZE",
+    "MAX_PROMPT_TEMPLATE",
+    "AgentDocument",
+    "AgentPrompt",
+    "PromptArgumentSpec",
+    "PromptImage",
+    "PromptMessageSpec",
+    "ResourceBinding",
     "DEFAULT_AGENT_MODE",
     "DEFAULT_ACCEPT",
     "DEFAULT_AUTH_HEADER",
@@ -84,9 +98,9 @@ __all__ = [
     "tool_from_spec",
 ]
 
-FORMAT_VERSION: Final = 3
+FORMAT_VERSION: Final = 4
 """The format a publish writes. 1: the plain dicts written before this module (no `format_version`);
-2: the typed view before agents had `limits`."""
+2: the typed view before agents had `limits`; 3: before agents had documents and prompts, and tools `resource`."""
 
 DEFAULT_LANGUAGE: Final = "en"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -451,6 +465,106 @@ class OutputSpec(_Model):
     max_items: int | None = Field(default=None, ge=1, strict=True)
 
 
+# -- resources and prompts (docs/gateway.md, Resources and prompts) -----------------------------------
+
+MAX_DOCUMENT_SIZE: Final = 256 * 1024
+"""The largest document an agent may hold (characters of text, or bytes once decoded)."""
+MAX_DOCUMENTS: Final = 64
+MAX_PROMPTS: Final = 64
+MAX_PROMPT_MESSAGES: Final = 16
+MAX_PROMPT_TEMPLATE: Final = 16 * 1024
+"""The longest template of one prompt message (characters)."""
+MAX_PROMPT_ARGUMENTS: Final = 32
+MAX_ENUM_VALUES: Final = 1000
+_TEXT_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+_ARGUMENT_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+_URI = r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$"
+_MIME_TYPE = r"^[A-Za-z0-9!#$&^_.+-]{1,64}/[A-Za-z0-9!#$&^_.+-]{1,64}$"
+
+Texts = dict[str, dict[str, str]]
+"""language -> {"title", "description"}: a tool's, a document's or a prompt's translations."""
+
+
+class AgentDocument(_Model):
+    """A static document of an agent (`resources/list`, `resources/read`): the API's own guide for the model,
+    say. Text, or bytes sent base64 (`blob`)."""
+
+    uri: str = Field(max_length=2048, pattern=_URI)
+    name: str = Field(pattern=_TEXT_NAME)
+    title: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=4096)
+    mime_type: str = Field(default="text/markdown", pattern=_MIME_TYPE)
+    text: str | None = Field(default=None, max_length=MAX_DOCUMENT_SIZE)
+    blob: str | None = Field(default=None, max_length=(MAX_DOCUMENT_SIZE * 4) // 3 + 4)
+    """Base64 of the bytes."""
+    translations: Texts = {}
+
+    @model_validator(mode="after")
+    def _one_body(self) -> AgentDocument:
+        if (self.text is None) == (self.blob is None):
+            raise ValueError("a document has either text or blob (base64)")
+        if self.blob is not None:
+            try:
+                base64.b64decode(self.blob, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("blob is not valid base64") from None
+        return self
+
+
+class ResourceBinding(_Model):
+    """A GET operation offered as a resource template too (`resource: true` on the binding, or this object):
+    reading a URI runs the tool with the URI's variables as arguments, through the tool's whole pipeline."""
+
+    uri_template: str | None = Field(default=None, max_length=2048)
+    """Variables are the tool's arguments. Default: `crank://{workspace}/{agent}/{tool}` and one `/{argument}` per
+    path parameter of the operation's URL, in order."""
+    mime_type: str = Field(default="application/json", pattern=_MIME_TYPE)
+
+
+class PromptArgumentSpec(_Model):
+    """A declared argument of a stored prompt; `enum` both limits its values and completes them."""
+
+    name: str = Field(pattern=_ARGUMENT_NAME)
+    title: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=1024)
+    required: bool = False
+    enum: tuple[Annotated[str, Field(max_length=256)], ...] | None = Field(default=None, max_length=MAX_ENUM_VALUES)
+
+
+class PromptImage(_Model):
+    data: str = Field(max_length=(MAX_DOCUMENT_SIZE * 4) // 3 + 4)
+    """Base64 of the image's bytes."""
+    mime_type: str = Field(pattern=r"^image/[A-Za-z0-9.+-]{1,64}$")
+
+
+class PromptMessageSpec(_Model):
+    """One message of a stored prompt: a `text` template, an embedded `resource` (a template of one of the agent's
+    documents' URIs), or an `image`."""
+
+    role: Literal["user", "assistant"] = "user"
+    text: str | None = Field(default=None, max_length=MAX_PROMPT_TEMPLATE)
+    resource: str | None = Field(default=None, max_length=2048)
+    image: PromptImage | None = None
+
+    @model_validator(mode="after")
+    def _one_content(self) -> PromptMessageSpec:
+        if sum(part is not None for part in (self.text, self.resource, self.image)) != 1:
+            raise ValueError("a message has exactly one of text, resource or image")
+        return self
+
+
+class AgentPrompt(_Model):
+    """A stored prompt template (`prompts/list`, `prompts/get`), rendered by a sandboxed Jinja2
+    (`crank.sources.prompt_templates`)."""
+
+    name: str = Field(pattern=_TEXT_NAME)
+    title: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=4096)
+    arguments: tuple[PromptArgumentSpec, ...] = Field(default=(), max_length=MAX_PROMPT_ARGUMENTS)
+    messages: tuple[PromptMessageSpec, ...] = Field(min_length=1, max_length=MAX_PROMPT_MESSAGES)
+    translations: Texts = {}
+
+
 # -- the view ----------------------------------------------------------------------------------------
 
 
@@ -494,6 +608,14 @@ class RuntimeTool(_Model):
     """The default result format (json, pretty_json, markdown, plain, toon): the binding's, else the
     operation's; a request may still ask for another. The MCP layer checks the name when the catalog
     is built, so an unknown one fails the publish."""
+    resource: ResourceBinding | None = None
+    """Offered as a resource template too (GET operations only; format 4)."""
+
+    @model_validator(mode="after")
+    def _readable(self) -> RuntimeTool:
+        if self.resource is not None and self.http_method != "GET":
+            raise ValueError(f"resource: only a GET operation can be read as a resource, not {self.http_method}")
+        return self
 
     @property
     def http_method(self) -> str:
@@ -523,21 +645,33 @@ class AgentInfo(_Model):
     before the setting existed have none: direct."""
     limits: Limits | None = None
     """The rate limit and quota of the agent's tool calls, all keys together; None: none (format 2 has none)."""
+    documents: tuple[AgentDocument, ...] = Field(default=(), max_length=MAX_DOCUMENTS)
+    """Static resources (format 4)."""
+    prompts: tuple[AgentPrompt, ...] = Field(default=(), max_length=MAX_PROMPTS)
+    """Stored prompt templates (format 4)."""
 
 
 class RuntimeView(_Model):
     """A published agent version: everything the MCP side reads of it, and nothing from drafts."""
 
-    format_version: Literal[3] = FORMAT_VERSION
+    format_version: Literal[4] = FORMAT_VERSION
     workspace: WorkspaceInfo
     agent: AgentInfo
     tools: tuple[RuntimeTool, ...] = ()
 
     def to_json(self) -> JSONObject:
-        """What the registry stores (`agent_versions.runtime`). A view that uses nothing of format 3 (an agent
-        without limits) is written as format 2, which replicas of the Crank before it still read: a rolling
-        upgrade serves every publish that does not need the new format on the old replicas too."""
+        """What the registry stores (`agent_versions.runtime`), in the oldest format that holds it: a view that
+        uses nothing of format 4 (no documents, prompts or resource templates) is written as format 3, one without
+        limits either as format 2. Replicas of the Crank before each format still read it, so a rolling upgrade
+        serves every publish that does not need the new format on the old replicas too."""
         data = self.model_dump(mode="json", by_alias=True)
+        if self.agent.documents or self.agent.prompts or any(tool.resource for tool in self.tools):
+            return data
+        data["format_version"] = 3
+        for name in ("documents", "prompts"):
+            del data["agent"][name]
+        for tool in data["tools"]:
+            del tool["resource"]
         if self.agent.limits is None:
             data["format_version"] = 2
             del data["agent"]["limits"]
@@ -557,7 +691,7 @@ def load_runtime(data: Any, *, where: str = "runtime view") -> RuntimeView:
         return _from_format_1(data, where)
     if version == FORMAT_VERSION:
         return _validated(RuntimeView, data, where)
-    if version == 2:  # format 3 without the agent's limits
+    if version in (2, 3):  # format 4 without documents, prompts and resources (2: nor the agent's limits)
         return _validated(RuntimeView, {**data, "format_version": FORMAT_VERSION}, where)
     raise ConfigurationError(
         f"{where}: format_version {version!r} is not one this Crank reads (1 to {FORMAT_VERSION}); "

@@ -38,6 +38,7 @@ from crank.registry.runtime import (
     load_runtime,
     tool_from_spec,
 )
+from crank.schema import problems_of
 from crank.schema.compact import compact_tool, policy_of, shorten
 from crank.types import JSONObject
 from crank.wire.auth import Principal
@@ -615,14 +616,21 @@ class Registry:
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise RegistryError(f"agent {ws.slug}/{agent.slug}: tool names must be unique, repeated: {duplicates}")
-        info = AgentInfo(
-            id=agent.id,
-            slug=agent.slug,
-            description=agent.spec.get("description"),
-            token_budget=agent.spec.get("token_budget") or ws.token_budget,
-            mode=agent.spec.get("mode") or DEFAULT_AGENT_MODE,
-            limits=_agent_limits(agent.spec.get("limits"), f"agent {ws.slug}/{agent.slug}"),
-        )
+        where = f"agent {ws.slug}/{agent.slug}"
+        try:
+            info = AgentInfo(
+                id=agent.id,
+                slug=agent.slug,
+                description=agent.spec.get("description"),
+                token_budget=agent.spec.get("token_budget") or ws.token_budget,
+                mode=agent.spec.get("mode") or DEFAULT_AGENT_MODE,
+                limits=_agent_limits(agent.spec.get("limits"), where),
+                documents=agent.spec.get("documents") or (),
+                prompts=agent.spec.get("prompts") or (),
+            )
+        except ValidationError as exc:  # a draft written before the admin models checked these
+            problems = "; ".join(f"{problem.dotted}: {problem.message}" for problem in problems_of(exc))
+            raise RegistryError(f"{where}: {problems}") from None
         workspace = WorkspaceInfo(id=ws.id, slug=ws.slug, default_language=ws.default_language or DEFAULT_LANGUAGE)
         return RuntimeView(workspace=workspace, agent=info, tools=tuple(tools))
 
@@ -688,6 +696,8 @@ def _tool(
         # Hints derived at import (from the HTTP method) are the default; the binding overrides each one.
         "annotations": {**(spec.get("annotations") or {}), **(binding.get("annotations") or {})},
         "format": binding.get("format") or spec.get("format"),
+        # `resource: true` takes every default; false or absent: a tool only
+        "resource": {} if binding.get("resource") is True else binding.get("resource") or None,
     }
     try:
         if compact:

@@ -45,6 +45,7 @@ from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, H
 from crank.gateway.secrets import MissingCredential, MissingSecret, missing_credentials, missing_secrets
 from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
+from crank.mcp.changes import LIST_KINDS, ListChanges
 from crank.mcp.input_required import DEFAULT_STATE_MAX_AGE
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
@@ -60,6 +61,7 @@ from crank.registry import (
 from crank.registry.changes import ChangeListener
 from crank.registry.runtime import Limits, OAuthPolicy, RuntimeView, ToolHints, origin_of
 from crank.schema import wrap_output
+from crank.sources.agent_surface import ToolReads, agent_surface
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
@@ -111,12 +113,20 @@ def build_catalog(
     observer = metrics.observer(**labels) if metrics is not None else None
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
     tools, layer, confirmed = _tools(runtime, client, placement, state, limits, oauth, tokens or TokenCache())
+    reads = ToolReads()
+    surface = agent_surface(runtime, reads)
+    for language, texts in surface.texts.items():
+        layer.setdefault(language, {}).update(texts)
     translations = Translations(layer, default_language=runtime.workspace.default_language)
     asks = any(tool.name in confirmed for tool in tools)
+    direct = runtime.agent.mode != "discovery"
+    offered: dict[str, Any] = dict(resources=surface.resources, resource_templates=surface.templates,
+                                   prompts=surface.prompts)  # fmt: skip
     # `asks`: a tool may ask the user to confirm, so legacy clients get a session that says whether they can
     operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer,
-                         asks=asks)  # fmt: skip
-    if runtime.agent.mode != "discovery":
+                         asks=asks, **(offered if direct else {}))  # fmt: skip
+    reads.catalog = operations
+    if direct:
         return operations
     # Discovery mode: the same compiled operations, unlisted, behind three fixed tools (crank.sources.discovery).
     indexed = [
@@ -132,8 +142,14 @@ def build_catalog(
     fixed = discovery.tools()
     if oauth is not None:  # the three fixed tools need the agent's scopes; each operation its own (call_operation)
         fixed = [replace(tool, required_scopes=oauth.agent_needs(placement.agent)) for tool in fixed]
+    # The fixed tools have texts of their own: only the surface's names keep their translations.
+    named = {item.name for kind in offered.values() for item in kind}
+    kept = {language: {name: texts for name, texts in entries.items() if name in named}
+            for language, entries in layer.items()}  # fmt: skip
+    surface_texts = Translations({language: entries for language, entries in kept.items() if entries},
+                                 default_language=runtime.workspace.default_language)  # fmt: skip
     return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer),
-                   asks="asks" in operations.features)  # fmt: skip
+                   translations=surface_texts, asks="asks" in operations.features, **offered)  # fmt: skip
 
 
 def _tools(
@@ -340,6 +356,22 @@ def _warn_missing(missing: list[MissingSecret]) -> None:
                        problem, ", ".join(tools))  # fmt: skip
 
 
+def _tell_changes(changes: ListChanges, before: dict[Any, _Served], after: dict[Any, _Served]) -> None:
+    """Tell the listeners of each agent that a reload rebuilt which of its lists changed (every list, for an agent
+    no longer served)."""
+    for key in before.keys() | after.keys():
+        old, new = before.get(key), after.get(key)
+        if old is new:
+            continue
+        if old is None or new is None:
+            gone = old or new
+            assert gone is not None
+            changes.changed(gone.catalog.identity, LIST_KINDS)
+            continue
+        was, now = old.catalog.offers(), new.catalog.offers()
+        changes.changed(new.catalog.identity, [kind for kind in LIST_KINDS if was[kind] != now[kind]])
+
+
 def _rate_limited(limited: LimitReachedError) -> RateLimitedError:
     """A workspace's refused request: 429 carrying the structured `rate_limited` error as its data."""
     payload = limited.to_payload(new_request_id())
@@ -379,9 +411,12 @@ class AgentSource:
         key_lookups_per_second: float = KEY_LOOKUPS_PER_SECOND,
         key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
         listener: ChangeListener | None = None,
+        changes: ListChanges | None = None,
     ) -> None:
         self.registry = registry
         self.listener = listener
+        self.changes = changes
+        """Told which lists of which agents a reload changed, for the clients that listen (`crank.mcp.changes`)."""
         self._listening: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()  # set by an announced change: the watcher checks now, not at its next poll
         self.key_list_max_age = key_list_max_age
@@ -433,6 +468,8 @@ class AgentSource:
                 if known is not None:
                     fresh[key] = known
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
+        if self.changes is not None:
+            _tell_changes(self.changes, current, fresh)
         self._keys = self.registry.api_keys()
         self.oauth = oauth
         self._generation = generation

@@ -1,0 +1,180 @@
+"""List changes: telling connected clients that what an endpoint offers changed (a new version was published).
+
+A source that replaces catalogs (the gateway's published agents) calls `ListChanges.changed(identity, kinds)`;
+each client listening to that catalog's identity is told, on its own stream:
+
+- 2025-11-25: the GET stream of the endpoint (`notifications/tools/list_changed`, `.../resources/...`,
+  `.../prompts/...`);
+- 2026-07-28: a `subscriptions/listen` request, whose stream starts with `notifications/subscriptions/acknowledged`
+  and carries only the kinds the client asked for, each tagged with the subscription's id.
+
+A listener holds no queue: pending kinds are a set, so a client that reads slowly, or never, costs three flags,
+however many versions are published meanwhile. Listeners are bounded per process and per owner (the caller's
+principal, else its address); past either bound a new one is refused with a clear error, and the ones open go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from typing import Final
+
+from crank.exceptions import RPCError
+
+__all__ = [
+    "DEFAULT_MAX_LISTENERS",
+    "DEFAULT_MAX_LISTENERS_PER_OWNER",
+    "HEARTBEAT_SECONDS",
+    "LIST_KINDS",
+    "ListChanges",
+    "Listener",
+    "TooManyListenersError",
+    "list_changed_method",
+    "changed_since",
+    "offer_tag",
+    "relay_changes",
+]
+
+LIST_KINDS: Final = ("tools", "resources", "prompts")
+DEFAULT_MAX_LISTENERS: Final = 1000
+"""Listening streams one process holds open at once."""
+DEFAULT_MAX_LISTENERS_PER_OWNER: Final = 8
+"""Listening streams one caller (a key, a token's subject, else an address) may hold open at once."""
+HEARTBEAT_SECONDS: Final = 25.0
+"""An idle listening stream gets an SSE comment this often, so that proxies keep it and a gone client is noticed."""
+TOO_MANY_LISTENERS: Final = -32000
+
+
+def list_changed_method(kind: str) -> str:
+    return f"notifications/{kind}/list_changed"
+
+
+class TooManyListenersError(RPCError):
+    """Too many listening streams, in the process or for one caller."""
+
+    default_code = TOO_MANY_LISTENERS
+
+
+class Listener:
+    """One client's listening stream: the kinds that changed since it last looked."""
+
+    __slots__ = ("identity", "owner", "_pending", "_event", "closed")
+
+    def __init__(self, identity: Hashable, owner: str) -> None:
+        self.identity = identity
+        self.owner = owner
+        self._pending: set[str] = set()
+        self._event = asyncio.Event()
+        self.closed = False
+
+    def _tell(self, kinds: Iterable[str]) -> None:
+        self._pending.update(kinds)
+        self._event.set()
+
+    async def next(self, timeout: float) -> frozenset[str]:
+        """The kinds changed since the last call (waiting up to `timeout` seconds for one); empty after the
+        timeout, or once the hub closed (`closed`)."""
+        if not self._pending and not self.closed:
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except TimeoutError:
+                return frozenset()
+        self._event.clear()
+        found, self._pending = frozenset(self._pending), set()
+        return found
+
+
+class ListChanges:
+    """The listeners of one process, by catalog identity (`Catalog.identity`)."""
+
+    def __init__(
+        self, *, max_listeners: int = DEFAULT_MAX_LISTENERS, max_per_owner: int = DEFAULT_MAX_LISTENERS_PER_OWNER
+    ) -> None:
+        self.max_listeners = max_listeners
+        self.max_per_owner = max_per_owner
+        self._by_identity: dict[Hashable, set[Listener]] = {}
+        self._per_owner: dict[str, int] = {}
+        self._count = 0
+        self.heartbeat = HEARTBEAT_SECONDS
+
+    def __len__(self) -> int:
+        return self._count
+
+    def listen(self, identity: Hashable, owner: str) -> Listener:
+        """A new listener; `TooManyListenersError` past a bound (nothing else changes)."""
+        if self._count >= self.max_listeners:
+            raise TooManyListenersError(
+                f"This server holds {self.max_listeners} listening streams already; try again later"
+            )
+        if self._per_owner.get(owner, 0) >= self.max_per_owner:
+            raise TooManyListenersError(
+                f"At most {self.max_per_owner} listening streams per client; close one before opening another"
+            )
+        listener = Listener(identity, owner)
+        self._by_identity.setdefault(identity, set()).add(listener)
+        self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
+        self._count += 1
+        return listener
+
+    def close(self, listener: Listener) -> None:
+        listeners = self._by_identity.get(listener.identity)
+        if listeners is None or listener not in listeners:
+            return
+        listeners.discard(listener)
+        if not listeners:
+            del self._by_identity[listener.identity]
+        left = self._per_owner[listener.owner] - 1
+        if left:
+            self._per_owner[listener.owner] = left
+        else:
+            del self._per_owner[listener.owner]
+        self._count -= 1
+
+    def changed(self, identity: Hashable, kinds: Iterable[str]) -> None:
+        """Tell every listener of `identity` that these lists changed."""
+        kinds = frozenset(kinds)
+        if kinds:
+            for listener in self._by_identity.get(identity, ()):
+                listener._tell(kinds)
+
+    def close_all(self) -> None:
+        """Shutting down: every listener wakes, finds itself closed, and ends its stream."""
+        for listeners in self._by_identity.values():
+            for listener in listeners:
+                listener.closed = True
+                listener._event.set()
+
+
+async def relay_changes(
+    listener: Listener,
+    kinds: frozenset[str],
+    tell: Callable[[str], Awaitable[None]],
+    keep_alive: Callable[[], Awaitable[None]],
+    heartbeat: float,
+) -> None:
+    """Tell a listening client each change of `kinds` (`tell(kind)`), with a heartbeat while nothing changes,
+    until the hub closes (or the stream is cancelled: the client left)."""
+    while not listener.closed:
+        found = await listener.next(heartbeat)
+        if listener.closed:
+            return
+        if not found:
+            await keep_alive()
+        for kind in LIST_KINDS:
+            if kind in found and kind in kinds:
+                await tell(kind)
+
+
+def offer_tag(offers: dict[str, int]) -> str:
+    """The fingerprints of a catalog's lists as an event id prefix (`t1a2b3c4d.r5e6f7a8b.p9c0d1e2f`): a client that
+    resumes a list-change stream sends it back, and is told exactly the lists that changed while it was away."""
+    return ".".join(f"{kind[0]}{offers[kind] & 0xFFFFFFFF:08x}" for kind in LIST_KINDS)
+
+
+def changed_since(last_event_id: str, offers: dict[str, int]) -> list[str]:
+    """The kinds whose fingerprint differs from the one in a resuming client's `Last-Event-ID` (every kind for an
+    id this server did not make)."""
+    tag, _, _ = last_event_id.rpartition("-")
+    then = {part[:1]: part[1:] for part in tag.split(".") if part}
+    now = offer_tag(offers).split(".")
+    return [kind for kind, part in zip(LIST_KINDS, now, strict=True) if then.get(kind[0]) != part[1:]]

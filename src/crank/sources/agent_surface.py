@@ -1,0 +1,211 @@
+"""A published agent's resources and prompts: its documents, its GET operations read as resources, and its stored
+prompt templates, as the MCP core's `Resource`, `ResourceTemplate` and `Prompt`.
+
+- A document is a `Resource` whose reader answers its text or bytes.
+- A tool whose binding says `resource` is a `ResourceTemplate` (or a `Resource`, when its URI has no variables)
+  whose read runs the tool through its whole pipeline (`crank.mcp.calls.read_with_tool`): the URI's variables
+  are its arguments. Completions come from the `enum` of each variable's schema.
+- A stored prompt renders each message's template in the sandbox of `crank.sources.prompt_templates`; a message
+  may embed one of the agent's documents by URI, or an image. Completions come from each argument's `enum`,
+  which also limits its values.
+
+Documents and prompts share the translation layer with tools, keyed by name, so their names must differ from
+every tool's (a template takes its tool's name, and so its texts).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from crank.exceptions import ConfigurationError, InvalidParamsError
+from crank.gateway.mapping import InputMapping
+from crank.mcp.calls import read_with_tool
+from crank.mcp.catalog import Catalog
+from crank.mcp.completions import Completer
+from crank.mcp.prompts import Prompt, PromptArgument, PromptMessage, PromptResult
+from crank.mcp.resources import Resource, ResourceContents, ResourceTemplate
+from crank.mcp.tools import CallContext
+from crank.registry.runtime import AgentDocument, AgentPrompt, RuntimeTool, RuntimeView
+from crank.sources.prompt_templates import PromptTemplate
+from crank.types import JSONObject
+
+__all__ = ["AgentSurface", "ToolReads", "agent_surface"]
+
+URI_SCHEME = "crank"
+"""The scheme of the URIs Crank makes up for an agent's GET operations: `crank://{workspace}/{agent}/{tool}/…`."""
+
+
+class ToolReads:
+    """The catalog whose tools answer resource reads, set once that catalog is built (the surface is built
+    before it, to be part of it; in discovery mode it is the unlisted operations' catalog)."""
+
+    catalog: Catalog | None = None
+
+    def of(self) -> Catalog:
+        if self.catalog is None:
+            raise RuntimeError("resource read before its catalog was built")
+        return self.catalog
+
+
+@dataclass(slots=True)
+class AgentSurface:
+    resources: list[Resource] = field(default_factory=list)
+    templates: list[ResourceTemplate] = field(default_factory=list)
+    prompts: list[Prompt] = field(default_factory=list)
+    texts: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    """Translations of documents and prompts: language -> name -> {title, description}."""
+
+
+def agent_surface(runtime: RuntimeView, reads: ToolReads) -> AgentSurface:
+    """The resources, templates and prompts of one agent version; `ConfigurationError` naming what is wrong."""
+    surface = AgentSurface()
+    where = f"agent {runtime.workspace.slug}/{runtime.agent.slug}"
+    tools = {tool.tool_name for tool in runtime.tools}
+    named: set[str] = set()
+    items: list[AgentDocument | AgentPrompt] = [*runtime.agent.documents, *runtime.agent.prompts]
+    for item in items:
+        kind = "document" if isinstance(item, AgentDocument) else "prompt"
+        if item.name in tools or item.name in named:
+            raise ConfigurationError(f"{where}: {kind} {item.name!r}: its name is taken by a tool, document or prompt")
+        named.add(item.name)
+        for language, texts in item.translations.items():
+            surface.texts.setdefault(language, {})[item.name] = dict(texts)
+    documents = {document.uri: document for document in runtime.agent.documents}
+    surface.resources.extend(_document(document) for document in runtime.agent.documents)
+    for spec in runtime.tools:
+        if spec.resource is not None:
+            _tool_resource(spec, runtime, reads, surface, where)
+    surface.prompts.extend(_prompt(prompt, documents, where) for prompt in runtime.agent.prompts)
+    return surface
+
+
+# -- documents -------------------------------------------------------------------------------------------
+
+
+def _document(document: AgentDocument) -> Resource:
+    body: str | bytes = document.text if document.text is not None else base64.b64decode(document.blob or "")
+
+    async def read(context: CallContext) -> str | bytes:
+        return body
+
+    return Resource(uri=document.uri, name=document.name, reader=read, title=document.title,
+                    description=document.description, mime_type=document.mime_type, size=len(body))  # fmt: skip
+
+
+def _embedded(document: AgentDocument) -> JSONObject:
+    """A document as a prompt message's `resource` content."""
+    body = document.text if document.text is not None else base64.b64decode(document.blob or "")
+    contents = ResourceContents(document.uri, text=body, mime_type=document.mime_type) if isinstance(body, str) \
+        else ResourceContents(document.uri, blob=body, mime_type=document.mime_type)  # fmt: skip
+    return {"type": "resource", "resource": contents.to_wire()}
+
+
+# -- GET operations --------------------------------------------------------------------------------------
+
+
+def _tool_resource(spec: RuntimeTool, runtime: RuntimeView, reads: ToolReads, surface: AgentSurface,
+                   where: str) -> None:  # fmt: skip
+    assert spec.resource is not None
+    name, schema = spec.tool_name, spec.input_schema or {}
+    declared = schema.get("properties")
+    properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
+    uri_template = spec.resource.uri_template or _default_template(spec, runtime, list(properties))
+    probe = ResourceTemplate(uri_template, name, _never)
+    variables = probe.variables
+    at = f"{where}, tool {name!r}: resource"
+    unknown = [variable for variable in variables if variable not in properties]
+    if unknown:
+        raise ConfigurationError(f"{at}: {uri_template!r} has variables that are not arguments: {unknown}")
+    listed = schema.get("required")
+    required: list[Any] = listed if isinstance(listed, list) else []
+    missing = [argument for argument in required if argument not in variables]
+    if missing:
+        raise ConfigurationError(
+            f"{at}: the required arguments {missing} are not variables of {uri_template!r}; only a GET operation "
+            "whose required arguments are all in its URI can be read as a resource"
+        )
+    mime_type = spec.resource.mime_type
+
+    async def read_template(uri: str, found: Mapping[str, str], context: CallContext) -> list[ResourceContents]:
+        catalog = reads.of()
+        entry = catalog.get(name)
+        assert entry is not None  # the surface and its catalog are built from the same view
+        return await read_with_tool(entry, uri, dict(found), context, mime_type=mime_type, observer=catalog.observer)
+
+    title, description = spec.title, spec.tool_description
+    if not variables:
+
+        async def read_fixed(context: CallContext) -> list[ResourceContents]:
+            return await read_template(uri_template, {}, context)
+
+        surface.resources.append(Resource(uri_template, name, read_fixed, title=title, description=description,
+                                          mime_type=mime_type))  # fmt: skip
+        return
+    enums = {variable: _enum_of(properties[variable]) for variable in variables}
+    completions: dict[str, Completer] = {variable: values for variable, values in enums.items() if values}
+    surface.templates.append(ResourceTemplate(uri_template, name, read_template, title=title, description=description,
+                                              mime_type=mime_type, completions=completions))  # fmt: skip
+
+
+def _default_template(spec: RuntimeTool, runtime: RuntimeView, declared: list[str]) -> str:
+    """`crank://{workspace}/{agent}/{tool}` and one `/{argument}` per path parameter of the URL, in order."""
+    mapping = InputMapping.compile(spec.input_mapping, spec.http_method, spec.target.url, where=spec.tool_name)
+    path = "".join(f"/{{{argument}}}" for argument in mapping.path_arguments(declared))
+    return f"{URI_SCHEME}://{runtime.workspace.slug}/{runtime.agent.slug}/{spec.tool_name}{path}"
+
+
+def _enum_of(schema: Any) -> tuple[str, ...]:
+    values = schema.get("enum") if isinstance(schema, dict) else None
+    return tuple(str(value) for value in values) if isinstance(values, list) else ()
+
+
+async def _never(uri: str, variables: Mapping[str, str], context: Any) -> None:  # pragma: no cover - never read
+    raise RuntimeError("a probe template is never read")
+
+
+# -- prompts ---------------------------------------------------------------------------------------------
+
+
+def _prompt(prompt: AgentPrompt, documents: Mapping[str, AgentDocument], where: str) -> Prompt:
+    at = f"{where}, prompt {prompt.name!r}"
+    names = frozenset(argument.name for argument in prompt.arguments)
+    compiled = []
+    for index, message in enumerate(prompt.messages):
+        source = message.text if message.text is not None else message.resource
+        template = (
+            PromptTemplate.compile(source, names, where=f"{at}, messages[{index}]") if source is not None else None
+        )
+        compiled.append((message, template))
+    limits = {argument.name: frozenset(argument.enum) for argument in prompt.arguments if argument.enum}
+
+    async def render(arguments: Mapping[str, str], context: CallContext) -> PromptResult:
+        for argument, allowed in limits.items():
+            if argument in arguments and arguments[argument] not in allowed:
+                raise InvalidParamsError(f"Prompt {prompt.name!r}: {argument!r} must be one of its listed values")
+        messages = []
+        for message, template in compiled:
+            if message.image is not None:
+                content = {"type": "image", "data": message.image.data, "mimeType": message.image.mime_type}
+            elif message.resource is not None:
+                assert template is not None
+                uri = template.render(arguments)
+                document = documents.get(uri)
+                if document is None:
+                    raise InvalidParamsError(f"Prompt {prompt.name!r}: {uri[:200]!r} is not a document of this agent")
+                content = _embedded(document)
+            else:
+                assert template is not None
+                content = {"type": "text", "text": template.render(arguments)}
+            messages.append(PromptMessage(message.role, content))
+        return PromptResult(messages, description=prompt.description)
+
+    arguments = tuple(
+        PromptArgument(
+            argument.name, argument.description, argument.required, argument.title, completions=argument.enum
+        )  # fmt: skip
+        for argument in prompt.arguments
+    )
+    return Prompt(prompt.name, render, title=prompt.title, description=prompt.description, arguments=arguments)
