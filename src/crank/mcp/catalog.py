@@ -295,10 +295,8 @@ class _Surface:
             found.add("resources")
         if self.prompts:
             found.add("prompts")
-        completable = any(entry.template.completions for entry in self.templates) or any(
-            argument.completions is not None for prompt in self.prompts.values() for argument in prompt.arguments
-        )
-        if completable:
+        # A client may ask to complete any template variable or prompt argument (one without values gets none).
+        if self.templates or any(prompt.arguments for prompt in self.prompts.values()):
             found.add("completions")
         if logging:
             found.add("logging")
