@@ -139,7 +139,9 @@ def test_a_gateway_agent_from_a_catalog_file_passes_the_suite(
     The scenarios that need tools a gateway cannot have (images, audio, progress, sampling...) are in its
     expected-failures file: an upstream operation answers JSON."""
     upstream = serve(fixture_upstream())
-    catalog = load_catalog_file(ROOT / "examples" / "conformance_gateway.yaml", variables={"FIXTURE_UPSTREAM": upstream})
+    catalog = load_catalog_file(
+        ROOT / "examples" / "conformance_gateway.yaml", variables={"FIXTURE_UPSTREAM": upstream}
+    )
     apply_catalog(sqlite_registry, catalog)
     gateway = serve(GatewayService(sqlite_registry, require_api_keys=False))
     baseline = ROOT / "tests" / "conformance" / f"gateway-expected-failures.{revision}.yml"
