@@ -35,7 +35,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TARGETS = {"crank": "bench.apps.crank_echo:app", "bare": "bench.apps.bare:app"}
+TARGETS = {"crank": "bench.apps.crank_echo:app", "bare": "bench.apps.bare:app",
+           "fixture": "examples.conformance_app:app", "fixture-mounted": "bench.apps.fixture_mounted:app"}  # fmt: skip
+PATHS = {"fixture": "/mcp", "fixture-mounted": "/mcp"}
+"""Where a target serves MCP, when not at its root (the fixture, as `uvicorn examples.conformance_app:app`)."""
 ARGUMENTS = b'"name":"echo","arguments":{"text":"hello from wrk"}'
 META = (
     b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
@@ -71,11 +74,11 @@ def load(target: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def direct_runner(app: Any, era: str) -> tuple[Any, list[bytes]]:
+def direct_runner(app: Any, era: str, path: str = "/") -> tuple[Any, list[bytes]]:
     body, headers = request(era)
     scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
              "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 50000), "scheme": "http", "root_path": "",
-             "headers": headers, "state": {}, "method": "POST", "path": "/", "raw_path": b"/",
+             "headers": headers, "state": {}, "method": "POST", "path": path, "raw_path": path.encode(),
              "query_string": b""}  # fmt: skip
     message = {"type": "http.request", "body": body, "more_body": False}
     out: list[bytes] = []
@@ -120,13 +123,15 @@ class _Transport(asyncio.Transport):
         pass
 
 
-def uvicorn_runner(app: Any, era: str, loop: asyncio.AbstractEventLoop) -> tuple[Any, list[bytes]]:
+def uvicorn_runner(app: Any, era: str, loop: asyncio.AbstractEventLoop, path: str = "/") -> tuple[Any, list[bytes]]:
     from uvicorn.config import Config
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     from uvicorn.server import ServerState
 
     body, headers = request(era)
-    wire = b"POST / HTTP/1.1\r\n" + b"".join(b"%s: %s\r\n" % (name.title(), value) for name, value in headers)
+    wire = b"POST %s HTTP/1.1\r\n" % path.encode() + b"".join(
+        b"%s: %s\r\n" % (name.title(), value) for name, value in headers
+    )
     raw = wire + b"\r\n" + body
     config = Config(app, http="httptools", lifespan="off", log_level="warning", access_log=False)
     config.load()
@@ -164,7 +169,10 @@ def main() -> None:
 
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
-    run, out = direct_runner(app, args.era) if args.mode == "direct" else uvicorn_runner(app, args.era, loop)
+    path = PATHS.get(args.target, "/")
+    run, out = (
+        direct_runner(app, args.era, path) if args.mode == "direct" else uvicorn_runner(app, args.era, loop, path)
+    )
     run(args.warmup)
     print(f"response: {b''.join(out)[-200:]!r}", file=sys.stderr)
     best = float("inf")

@@ -83,6 +83,8 @@ class Target:
 
 TARGETS = (
     Target("crank", "Crank", "bench.apps.crank_echo:app"),
+    Target("crank-fixture", "Crank conformance fixture, as a user serves it (uvicorn examples.conformance_app:app)",
+           "examples.conformance_app:app", path="/mcp"),
     Target("sdk-lowlevel", "SDK low-level Server", "bench.apps.sdk_lowlevel:app"),
     Target("sdk-mcpserver", "SDK MCPServer", "bench.apps.sdk_mcpserver:app"),
     Target("bare", "bare ASGI + orjson", "bench.apps.bare:app"),

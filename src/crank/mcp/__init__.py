@@ -11,7 +11,7 @@ from crank.mcp.http import CatalogProvider, MCPEndpoint
 from crank.mcp.input_required import InputRequired, elicitation, roots_listing, sampling
 from crank.mcp.prompts import Prompt, PromptArgument, PromptMessage, PromptResult
 from crank.mcp.resources import Resource, ResourceContents, ResourceTemplate
-from crank.mcp.routing import mount
+from crank.mcp.routing import EndpointRouter, mount
 from crank.mcp.server import ServerInfo
 from crank.mcp.tools import CallContext, Icon, Invoker, NotedResult, Tool, ToolAnnotations, ToolResult
 from crank.mcp.translations import Translations
@@ -44,6 +44,7 @@ __all__ = [
     "call_after_response",
     "elicitation",
     "estimate_tokens",
+    "EndpointRouter",
     "mount",
     "roots_listing",
     "sampling",

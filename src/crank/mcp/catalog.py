@@ -228,7 +228,14 @@ class Catalog:
             lists["prompts"][language] = [item.listing(*say(item.name)) for item in surface.prompts.values()]
         return lists
 
+    def tool_entry(self, name: str, language: str) -> JSONObject | None:
+        """One tool's `tools/list` entry in `language`, made when asked (an unlisted one's too: discovery's
+        operations); None for a name the catalog does not have."""
+        entry = self._entries.get(name)
+        return self._wire_entry(entry.tool, language) if entry is not None else None
+
     def _wire_entry(self, tool: Tool, language: str) -> JSONObject:
+        """The one rule for a tool's listing entry: its texts along the translation chain, schemas, hints."""
         texts = self.translations
         title = texts.text(tool.name, "title", language) or tool.title or tool.name
         description = texts.text(tool.name, "description", language) or tool.description

@@ -87,7 +87,7 @@ from crank.wire.jsonrpc import (
     RequestId,
     encode_error,
     gather_batch,
-    is_request_id,
+    id_of,
     request_envelope_error,
 )
 from crank.wire.middleware import (
@@ -367,8 +367,7 @@ class MCPEndpoint:
         except (CatalogNotFoundError, CatalogUnauthorizedError, AuthChallengeError):
             raise
         except Exception as exc:  # answered with the request's own id, so the client can match it
-            request_id = message.get("id") if isinstance(message, dict) and is_request_id(message.get("id")) else None
-            return _internal(request_id, self.server.internal_error(exc))
+            return _internal(id_of(message), self.server.internal_error(exc))
         if isinstance(message, list):
             info.send = None  # a batch's items are answered together, as JSON: none can open a stream
             return await self._batch(scope, message, catalog, info)
@@ -430,7 +429,7 @@ class MCPEndpoint:
                 return encode_error(None, InvalidRequestError("Invalid request: batch items must be objects"))
             if item.get("method") == "initialize":
                 error = InvalidRequestError("initialize must not be part of a batch")
-                return encode_error(item.get("id") if is_request_id(item.get("id")) else None, error)
+                return encode_error(id_of(item), error)
             exchange = await self._single(item, catalog, info)
             return exchange.body if exchange is not None else None
 
@@ -590,7 +589,8 @@ def _plain_error_body(code: int, message: str, data: Any = None) -> bytes:
 
 
 def _is_plain_request(message: JSONObject) -> bool:
-    """A well-formed request with an id: what `request_envelope_error` accepts, without building errors."""
+    """A well-formed request with an id: what `request_envelope_error` accepts (its inline fast path, for the
+    common case: anything else goes through that one rule)."""
     params = message.get("params")
     return (
         type(message.get("id")) in _ID_TYPES
@@ -626,8 +626,7 @@ def _is_answered(item: Any) -> bool:
 
 def _refused_item(item: Any, error: RPCError) -> bytes:
     """A batch item that is not run, answered with `error` and its id (when it has a valid one)."""
-    request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
-    return encode_error(request_id, error)
+    return encode_error(id_of(item), error)
 
 
 def _batch_refusal(item: Any, reason: str) -> bytes:

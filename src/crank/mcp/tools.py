@@ -82,6 +82,9 @@ class Icon:
         return wire
 
 
+_TOKEN_TYPES = (str, int)
+
+
 @dataclass(slots=True)
 class CallContext:
     """What an invoker may know about the call it serves."""
@@ -126,6 +129,17 @@ class CallContext:
     @property
     def modern(self) -> bool:
         return self.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    @property
+    def progress_token(self) -> str | int | None:
+        """The request's `_meta.progressToken`: whether anyone listens to `progress` (read without making the
+        channel, so a call that checks it and sends nothing pays almost nothing)."""
+        channel = self.channel
+        if type(channel) is tuple:  # the common case: nothing sent yet
+            meta = channel[1].get("_meta")
+            token = meta.get("progressToken") if type(meta) is dict else None
+            return token if type(token) in _TOKEN_TYPES else None  # str or int, never a bool
+        return channel.progress_token if channel is not None else None  # type: ignore[union-attr]
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress, when the request asked for it (`_meta.progressToken`); otherwise nothing is sent."""

@@ -26,7 +26,8 @@ from crank.wire.jsonrpc import (
     encode_error,
     error_response,
     gather_batch,
-    is_request_id,
+    id_of,
+    request_envelope_error,
     result_response,
 )
 from crank.wire.middleware import BodyLimitMiddleware
@@ -96,17 +97,12 @@ class JSONRPCEndpoint:
         return _json.dumps(answer) if answer is not None else None
 
     async def _one(self, message: Any, request: _Request) -> JSONObject | None:
-        if (
-            not isinstance(message, dict)
-            or message.get("jsonrpc") != "2.0"
-            or not isinstance(message.get("method"), str)
-        ):
-            return error_response(None, InvalidRequestError().to_wire())
+        # JSON-RPC 2.0 §4 allows a null id (discouraged) and params by position; MCP's rule is stricter.
+        invalid = request_envelope_error(message, json_rpc=True)
+        if invalid is not None:
+            return error_response(None, invalid.to_wire())
         notification = "id" not in message
         request_id = message.get("id")
-        # JSON-RPC 2.0 §4 allows a null id (discouraged); MCP's rule (`is_request_id`) is stricter.
-        if not notification and not (request_id is None or is_request_id(request_id)):
-            return error_response(None, InvalidRequestError().to_wire())
         try:
             result = await self._dispatch(message, request)
         except RPCError as error:
@@ -136,5 +132,4 @@ class JSONRPCEndpoint:
 
 
 def _refused(item: Any, reason: str) -> bytes:
-    request_id = item.get("id") if isinstance(item, dict) and is_request_id(item.get("id")) else None
-    return _json.dumps(error_response(request_id, InvalidRequestError(f"Invalid Request: {reason}").to_wire()))
+    return _json.dumps(error_response(id_of(item), InvalidRequestError(f"Invalid Request: {reason}").to_wire()))

@@ -82,6 +82,10 @@ DEFAULT_KEY_LIST_MAX_AGE: Final = 30.0
 watcher). Past it, a revoked key could still be in the list: every key is refused with 503 until the registry
 answers again."""
 _STALE_RETRY_AFTER = 5
+_NO_META: Final[dict[str, Any]] = {}
+UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
+"""Seconds between progress notifications of an upstream call that has not answered, for a request that asked
+for progress (`_meta.progressToken`)."""
 UNKNOWN_AGENT_LABEL: Final = "-"
 """The `agent` label of a workspace limit's refusal for a path that names no published agent."""
 
@@ -224,22 +228,52 @@ def _annotations(hints: ToolHints) -> ToolAnnotations | None:
 
 
 def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
+    agent_limited = limits is not None and limits.limits is not None
+
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
-        if limits is not None and limits.applies(context.caller) and not limits.admit_now(context.caller):
-            await limits.admit(context.caller)  # LimitReachedError: nothing is sent
         caller = context.caller
+        # `CallLimits.applies`, inline: the agent's limits, else the key's own, if any
+        if limits is not None and (agent_limited or (caller is not None and caller.limits is not None)):
+            if not limits.admit_now(caller):
+                await limits.admit(caller)  # LimitReachedError: nothing is sent
+        who = caller.id if caller is not None else ""
         if operation.confirmation is None:  # the common case, as short as before confirmations could ask
-            outcome = await operation.call(arguments, context.headers, caller.id if caller is not None else "")
+            pending = operation.call(arguments, context.headers, who)
         else:
-            who = caller.id if caller is not None else ""
             confirmed = await ask_user(operation, arguments, context, who)
-            outcome = await operation.call(arguments, context.headers, who, confirmed=confirmed)
+            pending = operation.call(arguments, context.headers, who, confirmed=confirmed)
+        try:  # `CallContext.progress_token`, inline and cheap first: most calls ask for no progress
+            asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
+        except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
+            asked = context.progress_token is not None
+        if asked and context.progress_token is not None:
+            outcome = await _reporting(pending, operation, context)
+        else:
+            outcome = await pending
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.
         return NotedResult(outcome.value, f"{outcome.omitted} more items were left out; narrow the query to see them.")
 
     return invoke
+
+
+async def _reporting(pending: Awaitable[Any], operation: RemoteOperation, context: CallContext) -> Any:
+    """The upstream call, with a progress notification every `UPSTREAM_PROGRESS_INTERVAL` seconds it has not
+    answered (the seconds waited so far, no total): a client that asked for progress sees a slow upstream is
+    still at work, and one whose timeout restarts on progress keeps waiting. A call that answers sooner sends
+    none, and is answered as JSON."""
+    call = asyncio.ensure_future(pending)
+    started = time.monotonic()
+    try:
+        while True:
+            done, _ = await asyncio.wait((call,), timeout=UPSTREAM_PROGRESS_INTERVAL)
+            if done:
+                return call.result()
+            waited = round(time.monotonic() - started, 1)
+            await context.progress(waited, None, f"Waiting for {operation.target} ({waited:g} s)")
+    finally:
+        call.cancel()  # a no-op once it answered; the caller's cancellation reaches the upstream call
 
 
 async def ask_user(operation: RemoteOperation, arguments: dict[str, Any], context: CallContext, who: str) -> bool:

@@ -147,16 +147,8 @@ class Discovery:
             raise _unknown(name)
         # What a direct agent would list for it (in the default language), made when asked: decoding every
         # operation's entry up front would cost seconds on a large API (Stripe's schemas are ~90 MB of JSON).
-        tool, texts, language = entry.tool, self.operations.translations, self.operations.default_language
-        answer: JSONObject = {"name": name, "title": texts.text(name, "title", language) or tool.title or name}
-        description = texts.text(name, "description", language) or tool.description
-        if description:
-            answer["description"] = description
-        answer["inputSchema"] = tool.input_schema
-        annotations = tool.annotations.to_wire() if tool.annotations else None
-        if annotations is not None:
-            answer["annotations"] = annotations
-        return answer
+        listed = self.operations.tool_entry(name, self.operations.default_language) or {}
+        return {key: listed[key] for key in _DESCRIBED if key in listed}
 
     async def _call(self, arguments: dict[str, Any], context: CallContext) -> Any:
         name = arguments["name"]
@@ -206,6 +198,11 @@ def observer_for(observer: CallObserver | None) -> CallObserver | None:
         observer(tool, error, seconds, request_id)
 
     return observe
+
+
+_DESCRIBED = ("name", "title", "description", "inputSchema", "annotations")
+"""The fields of a tool's listing entry that `get_operation_schema` answers (its output schema is left out: the
+model learns it from the answer)."""
 
 
 def _object(properties: JSONObject, required: list[str]) -> JSONObject:

@@ -34,6 +34,7 @@ __all__ = [
     "request_message",
     "encode_result",
     "error_response",
+    "id_of",
     "is_request_id",
     "is_response",
     "gather_batch",
@@ -93,18 +94,27 @@ def is_request_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def request_envelope_error(message: JSONObject) -> RPCError | None:
-    """Why `message` is not a well-formed request or notification, or None. The errors carry HTTP 400."""
-    if message.get("jsonrpc") != "2.0":
+def request_envelope_error(message: Any, *, json_rpc: bool = False) -> RPCError | None:
+    """Why `message` is not a well-formed request or notification, or None: the one envelope rule of both
+    endpoints. MCP's (the default) is stricter than JSON-RPC 2.0's (`json_rpc=True`, the rpc endpoint's), which
+    also allows a null id, and leaves params (an object, or an array by position) to the method, whose answer
+    to anything else is -32602. The errors carry HTTP 400."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return InvalidRequestError('Invalid request: jsonrpc must be "2.0"', http_status=400)
     if not isinstance(message.get("method"), str):
         return InvalidRequestError("Invalid request: method must be a string", http_status=400)
-    if "id" in message and not is_request_id(message["id"]):
+    if "id" in message and not (is_request_id(message["id"]) or (json_rpc and message["id"] is None)):
         return InvalidRequestError("Invalid request: id must be a string or an integer", http_status=400)
     params = message.get("params")
-    if params is not None and not isinstance(params, dict):
+    if params is not None and not json_rpc and not isinstance(params, dict):  # JSON-RPC's: the method's -32602
         return InvalidRequestError("Invalid request: params must be an object", http_status=400)
     return None
+
+
+def id_of(message: Any) -> RequestId | None:
+    """A message's id when it is a valid one, else None: what an error answer to it carries."""
+    found = message.get("id") if isinstance(message, dict) else None
+    return found if is_request_id(found) else None
 
 
 def is_response(message: Any) -> bool:
