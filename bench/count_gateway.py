@@ -10,7 +10,8 @@ event loop's own turns left out):
         --callgrind-out-file=call.out .venv/bin/python bench/count_gateway.py call 500
     callgrind_annotate call.out | grep 'PROGRAM TOTALS'      # divide by 500
 
-`call` sends the `tools/call` of bench/wrk/gateway_call.lua, `list` the first `tools/list` page. `--tree DIR`
+`call` sends the `tools/call` of bench/wrk/gateway_call.lua, `list` the first `tools/list` page, `read` the
+`resources/read` of the same operation as a resource template (issue 22: within 10% of its `tools/call`). `--tree DIR`
 measures another checkout (its src/ and bench/ first on the path), e.g. the commit before a change in a
 `git worktree`. Without valgrind it runs the same requests and prints the first answer (a check that the
 requests work). A request that would wait for I/O stops the run: the stubbed upstream answers at once.
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 LIST_BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+READ_BODY = b'{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"crank://bench/agent/get_item/7"}}'
+"""`get_item` read as a resource (the bench agent binds it with `resource: true`): the same GET as `call`."""
 
 
 def post_scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -78,7 +81,7 @@ def count_requests(app: Any, scope: dict[str, Any], body: bytes, answers: list[b
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", choices=("call", "list"))
+    p.add_argument("kind", choices=("call", "list", "read"))
     p.add_argument("requests", type=int, nargs="?", default=500)
     p.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to measure")
     args = p.parse_args()
@@ -90,7 +93,7 @@ def main() -> None:
 async def run(kind: str, requests: int) -> None:
     from bench.profile_gateway import BODY, load
 
-    body = BODY if kind == "call" else LIST_BODY
+    body = {"call": BODY, "list": LIST_BODY, "read": READ_BODY}[kind]
     with tempfile.TemporaryDirectory() as tmp:
         app, path, headers = load("crank", tmp, True)
         source = getattr(app, "source", None) or app.catalogs  # `catalogs` in checkouts before issue 10

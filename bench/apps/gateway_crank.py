@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import uuid
+from typing import Any
 
 from bench.apps import serve_gateway
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, N_TOOLS, OUTPUT_SCHEMA, tool_name, tool_path
@@ -55,8 +56,9 @@ def setup(db_path: str, upstream: str) -> str:
                 "output_schema": OUTPUT_SCHEMA,
             },
         )
-    bindings = [{"operation": tool_name(i)} for i in range(N_TOOLS)]
-    registry.put_agent(WORKSPACE, AGENT, {"bindings": bindings})
+    bindings: list[dict[str, Any]] = [{"operation": tool_name(i)} for i in range(N_TOOLS)]
+    # `get_item` is a resource template too: crank://bench/agent/get_item/{id} (bench/count_gateway.py read)
+    registry.put_agent(WORKSPACE, AGENT, {"bindings": [{**bindings[0], "resource": True}, *bindings[1:]]})
     registry.publish(WORKSPACE, AGENT, check=check_runtime)
     # The same operations in discovery mode (bench/wrk/discovery_call.lua calls through `call_operation`).
     registry.put_agent(WORKSPACE, DISCOVERY_AGENT, {"bindings": bindings, "mode": "discovery"})

@@ -286,3 +286,40 @@ def test_duplicate_surface_definitions_fail_when_the_catalog_is_built() -> None:
         Catalog([], resource_templates=[template, template])
     with pytest.raises(ConfigurationError, match="more than one prompt"):
         Catalog([], prompts=[prompt, prompt])
+
+
+def test_a_resource_is_answered_by_a_reader_or_a_tool_of_the_catalog() -> None:
+    from crank.mcp import Catalog, Resource, ResourceTemplate, Tool
+
+    async def answer(arguments: Any, context: Any) -> Any:
+        return arguments
+
+    async def read(context: Any) -> str:
+        return "text"
+
+    tool = Tool(name="get", description="d", input_schema={"type": "object"}, invoker=answer)
+    with pytest.raises(ConfigurationError, match="give a reader or a tool, not both or neither"):
+        Catalog([tool], resources=[Resource("x://a", "a")])
+    with pytest.raises(ConfigurationError, match="give a reader or a tool, not both or neither"):
+        Catalog([tool], resources=[Resource("x://a", "a", read, tool="get")])
+    with pytest.raises(ConfigurationError, match="no tool 'missing' answers it"):
+        Catalog([tool], resource_templates=[ResourceTemplate("x://{id}", "t", tool="missing")])
+    assert Catalog([tool], resource_templates=[ResourceTemplate("x://{id}", "t", tool="get")]).features >= {"resources"}
+
+
+@pytest.mark.anyio
+async def test_a_tool_backed_template_types_its_variables_by_the_tools_schema() -> None:
+    from crank.mcp import Catalog, ResourceTemplate, Tool
+    from crank.mcp.resources import typed_variables, variable_kinds
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "number"},
+              "b": {"type": "boolean"}, "s": {"type": ["string", "integer"]}, "u": {}}}  # fmt: skip
+    kinds = variable_kinds(["n", "x", "b", "s", "u"], schema)
+    assert set(kinds) == {"n", "x", "b"}
+    given = {"n": "-12", "x": "2.5e3", "b": "true", "s": "7", "u": "9"}
+    assert typed_variables(given, kinds) == {"n": -12, "x": 2500.0, "b": True, "s": "7", "u": "9"}
+    assert typed_variables({"n": "1e400", "x": "nan", "b": "yes"}, kinds) == {"n": "1e400", "x": "nan", "b": "yes"}
+    tool = Tool(name="get", description="d", input_schema=schema, invoker=lambda a, c: a)  # type: ignore[arg-type,return-value]
+    catalog = Catalog([tool], resource_templates=[ResourceTemplate("x://{n}/{b}", "t", tool="get")])
+    found = catalog.match("x://5/false")
+    assert found is not None and found[0].kinds == {"n": kinds["n"], "b": kinds["b"]}

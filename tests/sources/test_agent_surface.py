@@ -273,3 +273,17 @@ def test_only_a_get_whose_required_arguments_are_in_its_uri_is_a_resource(
     registry.put_agent("acme", "desk", {"bindings": [{"operation": "op", "resource": resource}]})
     with pytest.raises((RegistryError, ConfigurationError), match=problem):
         registry.publish("acme", "desk", check=check_runtime)
+
+
+async def test_a_discovery_agent_reads_its_operations_as_resources_too(
+    registry: Registry, serve: Callable[..., str], records: Records
+) -> None:
+    publish(registry, serve(records.app), mode="discovery")
+    url = serve(GatewayService(registry, require_api_keys=False)) + "/mcp/v1/acme/desk"
+    async with Client(url) as client:
+        tools = [tool.name for tool in (await client.list_tools()).tools]
+        read = await client.read_resource("crank://acme/desk/get_record/3")
+        prompts = [prompt.name for prompt in (await client.list_prompts()).prompts]
+    assert "get_record" not in tools and "call_operation" in tools  # the operation is unlisted, still readable
+    assert json.loads(read.contents[0].text)["id"] == 3  # type: ignore[union-attr]
+    assert prompts == ["summarize"] and records.reads == [{"id": "3"}]

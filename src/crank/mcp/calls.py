@@ -28,7 +28,6 @@ from crank.exceptions import (
 from crank.mcp.catalog import CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired, NeedsInput
-from crank.mcp.resources import ResourceContents, typed_variables
 from crank.mcp.tools import CallContext, CallObserver, NotedResult, Tool, ToolResult
 from crank.mcp.validation import OutputValidator
 from crank.types import JSONObject
@@ -40,8 +39,8 @@ __all__ = [
     "authorize_call",
     "call_tool",
     "error_result",
-    "read_with_tool",
     "success_result",
+    "tool_contents",
 ]
 
 logger = logging.getLogger("crank.mcp")
@@ -124,30 +123,19 @@ async def call_tool(
     return result
 
 
-async def read_with_tool(
-    entry: CatalogEntry,
-    uri: str,
-    variables: dict[str, str],
-    context: CallContext,
-    *,
-    mime_type: str = "application/json",
-    observer: CallObserver | None = None,
-    debug: bool = False,
-) -> list[ResourceContents]:
-    """`resources/read` of a URI a tool answers (a gateway's GET operation): the tool's whole call, with the URI's
-    variables as its arguments (typed by its input schema), scopes, validation, invoker, output check and observer
-    included, and its JSON text as the contents. A failed call is a JSON-RPC error whose data is the structured
-    error: -32602 for arguments the tool refuses, -32603 for anything else."""
-    authorize_call(entry.tool, context.caller)
-    arguments = typed_variables(variables, entry.tool.input_schema)
-    result = await call_tool(entry, arguments, context, result_format="json", debug=debug, observer=observer)
-    texts = [block["text"] for block in result["content"]]
+def tool_contents(uri: str, result: JSONObject, mime_type: str | None) -> list[JSONObject]:
+    """The `contents` of a read a tool answered (`Resource.tool`, `ResourceTemplate.tool`): its JSON text, and a
+    note it added as a plain text item. A failed call is a JSON-RPC error whose data is the structured error:
+    -32602 for arguments the tool refuses (the URI's variables), -32603 for anything else."""
+    content = result["content"]
     if result["isError"]:
-        data = _json.loads(texts[0])
+        data = _json.loads(content[0]["text"])
         code = INVALID_PARAMS if data.get("error_code") == SchemaValidationError.default_code else INTERNAL_ERROR
         raise RPCError(str(data.get("message")), code=code, data=data)
-    notes = [ResourceContents(uri, text=note, mime_type="text/plain") for note in texts[1:]]
-    return [ResourceContents(uri, text=texts[0], mime_type=mime_type), *notes]
+    contents: list[JSONObject] = [{"uri": uri, "mimeType": mime_type or "application/json", "text": content[0]["text"]}]
+    if len(content) > 1:  # a note (items left out) follows the value
+        contents.extend({"uri": uri, "mimeType": "text/plain", "text": block["text"]} for block in content[1:])
+    return contents
 
 
 def _rejected(

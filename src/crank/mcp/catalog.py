@@ -21,7 +21,7 @@ from crank.exceptions import ConfigurationError, InvalidCursorError, UnknownForm
 from crank.mcp.formats import check_format
 from crank.mcp.headers import HeaderParam, find_header_params
 from crank.mcp.prompts import Prompt
-from crank.mcp.resources import MAX_URI_LENGTH, Resource, ResourceTemplate, match_variables
+from crank.mcp.resources import MAX_URI_LENGTH, Resource, ResourceTemplate, match_variables, variable_kinds
 from crank.mcp.tools import TOOL_NAME_PATTERN, CallObserver, Tool
 from crank.mcp.translations import Translations
 from crank.mcp.validation import ArgumentValidator, OutputValidator
@@ -50,6 +50,8 @@ class TemplateEntry:
     template: ResourceTemplate
     pattern: re.Pattern[str]
     variables: tuple[str, ...]
+    kinds: dict[str, frozenset[str]]
+    """A tool-backed template's variables that its tool types other than as strings (`typed_variables`)."""
 
 
 ListKind = Literal["resources", "resourceTemplates", "prompts"]
@@ -78,6 +80,7 @@ class Catalog:
         prompts: Iterable[Prompt] = (),
         logging: bool = False,
         asks: bool = False,
+        reads: Catalog | None = None,
     ) -> None:
         if page_size < 1:
             raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
@@ -91,9 +94,11 @@ class Catalog:
         self.languages = self.translations.languages
         tools = list(tools)
         self._entries = _build_entries(tools)
-        surface = _Surface.build(resources, resource_templates, prompts)
+        self._reads = reads._entries if reads is not None else self._entries
+        """The entries of the tools that answer tool-backed reads: this catalog's, or (discovery) the one behind it."""
+        surface = _Surface.build(resources, resource_templates, prompts, self._reads)
         self._surface = surface
-        self._settings = (tools, version, translations, page_size, labels, observer, surface, logging, asks)
+        self._settings = (tools, version, translations, page_size, labels, observer, surface, logging, asks, reads)
         self.features = surface.features(logging) | ({"asks"} if asks else set())
         """The parts of MCP this catalog offers: `tools` always, `resources`, `prompts`, `completions` and
         `logging` when it has something for them. The server's capabilities come from these. `asks`: a tool may
@@ -136,14 +141,14 @@ class Catalog:
             return self
         view = self._views.get(key)
         if view is None:
-            tools, version, translations, page_size, labels, observer, surface, logging, asks = self._settings
+            tools, version, translations, page_size, labels, observer, surface, logging, asks, reads = self._settings
             cut = [tool if tool.required_scopes <= key else replace(tool, listed=False) for tool in tools]
             if len(self._views) >= _MAX_VIEWS:  # bounded: the key is a subset of a few known scopes
                 self._views.clear()
             view = self._views[key] = Catalog(
                 cut, version=version, translations=translations, page_size=page_size, labels=labels,
                 observer=observer, resources=surface.resources.values(), resource_templates=surface.templates_given,
-                prompts=surface.prompts.values(), logging=logging, asks=asks,
+                prompts=surface.prompts.values(), logging=logging, asks=asks, reads=reads,
             )  # fmt: skip
         return view
 
@@ -197,13 +202,22 @@ class Catalog:
 
     def match_template(self, uri: str) -> tuple[ResourceTemplate, dict[str, str]] | None:
         """The first template `uri` matches, and its decoded variables; None for none (or a URI too long)."""
+        found = self.match(uri)
+        return (found[0].template, found[1]) if found is not None else None
+
+    def match(self, uri: str) -> tuple[TemplateEntry, dict[str, str]] | None:
+        """`match_template`, with the template's compiled entry."""
         if len(uri) > MAX_URI_LENGTH:
             return None
         for entry in self._surface.templates:
             variables = match_variables(entry.pattern, entry.variables, uri)
             if variables is not None:
-                return entry.template, variables
+                return entry, variables
         return None
+
+    def reading_entry(self, name: str) -> CatalogEntry | None:
+        """The entry of the tool that answers a tool-backed resource (`Resource.tool`, `ResourceTemplate.tool`)."""
+        return self._reads.get(name)
 
     def template(self, uri_template: str) -> ResourceTemplate | None:
         entry = self._surface.templates_by_uri.get(uri_template)
@@ -270,7 +284,11 @@ class _Surface:
 
     @classmethod
     def build(
-        cls, resources: Iterable[Resource], templates: Iterable[ResourceTemplate], prompts: Iterable[Prompt]
+        cls,
+        resources: Iterable[Resource],
+        templates: Iterable[ResourceTemplate],
+        prompts: Iterable[Prompt],
+        tools: Mapping[str, CatalogEntry],
     ) -> _Surface:
         by_uri: dict[str, Resource] = {}
         for resource in resources:
@@ -278,12 +296,16 @@ class _Surface:
                 raise ConfigurationError(f"resource {resource.name!r}: {resource.uri!r} is not a URI")
             if resource.uri in by_uri:
                 raise ConfigurationError(f"resource {resource.uri!r} is offered twice")
+            _check_answer(f"resource {resource.uri!r}", resource.reader, resource.tool, tools)
             by_uri[resource.uri] = resource
         compiled: dict[str, TemplateEntry] = {}
         for template in templates:
             if template.uri_template in compiled:
                 raise ConfigurationError(f"resource template {template.uri_template!r} is offered twice")
-            compiled[template.uri_template] = TemplateEntry(template, template.compile(), template.variables)
+            entry = _check_answer(f"resource template {template.uri_template!r}", template.reader, template.tool, tools)
+            variables = template.variables
+            kinds = variable_kinds(variables, entry.tool.input_schema) if entry is not None else {}
+            compiled[template.uri_template] = TemplateEntry(template, template.compile(), variables, kinds)
         by_name: dict[str, Prompt] = {}
         for prompt in prompts:
             if not TOOL_NAME_PATTERN.match(prompt.name):
@@ -308,6 +330,18 @@ class _Surface:
         if logging:
             found.add("logging")
         return frozenset(found)
+
+
+def _check_answer(what: str, reader: Any, tool: str | None, tools: Mapping[str, CatalogEntry]) -> CatalogEntry | None:
+    """A resource is answered by a reader or by one of the catalog's tools, never both; the tool's entry."""
+    if (reader is None) == (tool is None):
+        raise ConfigurationError(f"{what}: give a reader or a tool, not both or neither")
+    if tool is None:
+        return None
+    entry = tools.get(tool)
+    if entry is None:
+        raise ConfigurationError(f"{what}: no tool {tool!r} answers it")
+    return entry
 
 
 def _fingerprint(pages: dict[str, list[bytes]]) -> int:

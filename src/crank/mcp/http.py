@@ -258,18 +258,16 @@ class MCPEndpoint:
         method = scope["method"]
         try:
             if route in ("", "/"):
-                if method == "GET" and self._changes is not None:
+                if method == "POST":
+                    exchange = await self._mcp_post(scope, receive, send, headers, duplicated)
+                elif method == "GET" and self._changes is not None:
                     exchange = await self._listen(scope, receive, send, headers)
-                    if exchange is _STREAMED:
-                        return
-                elif method != "POST":
+                else:
                     allow = b"GET, POST" if self._changes is not None else b"POST"
                     await send_response(send, 405, b"", [(b"allow", allow)], content_type=None)
                     return
-                else:
-                    exchange = await self._mcp_post(scope, receive, send, headers, duplicated)
-                    if exchange is _STREAMED:
-                        return
+                if exchange is _STREAMED:
+                    return
             elif self.plain_http and route == "/tools":
                 exchange = await self._plain_tools(scope, headers) if method == "GET" else _not_allowed("GET")
             elif self.plain_http and route == "/call":

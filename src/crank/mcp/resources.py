@@ -2,7 +2,9 @@
 
 A `Resource` has one URI; a `ResourceTemplate` has an RFC 6570 template of simple `{name}` expressions (level 1),
 each standing for one path segment. Both read through an async reader that returns text, bytes, a
-`ResourceContents` or a list of them; the MCP layer neither knows nor cares what the reader does.
+`ResourceContents` or a list of them; the MCP layer neither knows nor cares what the reader does. Or a tool of
+the catalog answers the read (`tool=`): the URI's variables are its arguments, the call runs as a `tools/call`
+would (scopes, validation, the invoker, the output check), and its JSON text is the contents.
 
 A template's variables are hostile input: a value is one segment of unreserved and percent-encoded
 characters, and once decoded it may not hold a slash, a backslash, a NUL or be `.` or `..`. A URI that does not
@@ -33,6 +35,7 @@ __all__ = [
     "contents_wire",
     "match_variables",
     "typed_variables",
+    "variable_kinds",
 ]
 
 MAX_URI_LENGTH = 2048
@@ -44,6 +47,7 @@ _SEGMENT_CHARS = frozenset("-._~!$&'()*+,;=:@%") | frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 )
 _FORBIDDEN = ("/", "\\", "\x00")
+_NUMERIC = frozenset({"integer", "number"})
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 _NUMBER = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,18})?([eE][-+]?[0-9]{1,2})?")
 
@@ -80,13 +84,15 @@ class Resource:
 
     uri: str
     name: str
-    reader: ResourceReader
+    reader: ResourceReader | None = None
     title: str | None = None
     description: str | None = None
     mime_type: str | None = None
     size: int | None = None
     icons: tuple[Icon, ...] = ()
     meta: JSONObject | None = None
+    tool: str | None = None
+    """The catalog's tool that answers a read (instead of `reader`)."""
 
     def listing(self, title: str | None, description: str | None) -> JSONObject:
         """The `resources/list` entry, with the texts of the request's language."""
@@ -104,13 +110,15 @@ class ResourceTemplate:
 
     uri_template: str
     name: str
-    reader: TemplateReader
+    reader: TemplateReader | None = None
     title: str | None = None
     description: str | None = None
     mime_type: str | None = None
     completions: Mapping[str, Completer] = field(default_factory=dict)
     icons: tuple[Icon, ...] = ()
     meta: JSONObject | None = None
+    tool: str | None = None
+    """The catalog's tool that answers a read (instead of `reader`), with the URI's variables as its arguments."""
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -168,36 +176,43 @@ def match_variables(pattern: re.Pattern[str], names: Sequence[str], uri: str) ->
             value = unquote(raw, errors="strict") if "%" in raw else raw
         except UnicodeDecodeError:
             return None
-        if value in (".", "..") or any(bad in value for bad in _FORBIDDEN):
+        if value in (".", "..") or "/" in value or "\\" in value or "\x00" in value:  # `_FORBIDDEN`
             return None
         values[name] = value
     return values
 
 
-def typed_variables(variables: Mapping[str, str], schema: JSONObject | None) -> dict[str, Any]:
-    """A template's variables as a tool's arguments: a value its input schema types as an integer, a number or a
-    boolean is converted when it reads as one; anything else stays a string (for the tool's validation to judge)."""
+def variable_kinds(variables: Sequence[str], schema: JSONObject | None) -> dict[str, frozenset[str]]:
+    """The JSON types the tool's input schema gives each variable that is not a plain string (computed once per
+    catalog, for `typed_variables`)."""
     properties = (schema or {}).get("properties")
     properties = properties if isinstance(properties, dict) else {}
-    typed: dict[str, Any] = {}
-    for name, value in variables.items():
+    kinds: dict[str, frozenset[str]] = {}
+    for name in variables:
         declared = properties.get(name)
-        kinds = declared.get("type") if isinstance(declared, dict) else None
-        kinds = set(kinds) if isinstance(kinds, list) else {kinds}
-        typed[name] = _converted(value, kinds)
+        found = declared.get("type") if isinstance(declared, dict) else None
+        named = frozenset(found) if isinstance(found, list) else frozenset({found}) if isinstance(found, str) else None
+        if named and "string" not in named and named & {"integer", "number", "boolean"}:
+            kinds[name] = named
+    return kinds
+
+
+def typed_variables(variables: Mapping[str, str], kinds: Mapping[str, frozenset[str]]) -> dict[str, Any]:
+    """A template's variables as a tool's arguments: a value its input schema types as an integer, a number or a
+    boolean (`variable_kinds`) is converted when it reads as one; anything else stays a string, for the tool's
+    validation to judge."""
+    typed: dict[str, Any] = dict(variables)
+    for name, named in kinds.items():
+        value = typed.get(name)
+        if value is None:
+            continue
+        if named & _NUMERIC and (value.isdigit() and value.isascii() and len(value) < 19 or _INTEGER.fullmatch(value)):
+            typed[name] = int(value)
+        elif "number" in named and _NUMBER.fullmatch(value):
+            typed[name] = float(value)
+        elif "boolean" in named and value in ("true", "false"):
+            typed[name] = value == "true"
     return typed
-
-
-def _converted(value: str, kinds: set[Any]) -> Any:
-    if "string" in kinds:
-        return value
-    if kinds & {"integer", "number"} and _INTEGER.fullmatch(value):
-        return int(value)
-    if "number" in kinds and _NUMBER.fullmatch(value):
-        return float(value)
-    if "boolean" in kinds and value in ("true", "false"):
-        return value == "true"
-    return value
 
 
 def contents_wire(uri: str, value: Any, mime_type: str | None) -> list[JSONObject]:
@@ -208,8 +223,14 @@ def contents_wire(uri: str, value: Any, mime_type: str | None) -> list[JSONObjec
         return [ResourceContents(uri, text=value, mime_type=mime_type).to_wire()]
     if isinstance(value, bytes | bytearray):
         return [ResourceContents(uri, blob=bytes(value), mime_type=mime_type).to_wire()]
-    if isinstance(value, list) and all(isinstance(item, ResourceContents) for item in value):
-        return [item.to_wire() for item in value]
+    if isinstance(value, list):
+        wire = []
+        for item in value:
+            if not isinstance(item, ResourceContents):
+                break
+            wire.append(item.to_wire())
+        else:
+            return wire
     raise TypeError(f"a resource reader returned {type(value).__name__}: expected str, bytes or ResourceContents")
 
 

@@ -29,7 +29,7 @@ from crank.exceptions import (
     UnknownFormatError,
 )
 from crank.ids import new_request_id
-from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool
+from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool, tool_contents
 from crank.mcp.catalog import Catalog, CatalogEntry, ListKind
 from crank.mcp.changes import LIST_KINDS, ListChanges, list_changed_method, relay_changes
 from crank.mcp.completions import complete
@@ -49,7 +49,7 @@ from crank.mcp.protocol import (
     SERVER_INFO_META_KEY,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from crank.mcp.resources import contents_wire
+from crank.mcp.resources import contents_wire, typed_variables
 from crank.mcp.sessions import SessionIds, log_level_rank
 from crank.mcp.streams import (
     DEFAULT_CLIENT_REQUEST_TIMEOUT,
@@ -521,24 +521,46 @@ class MCPServer:
             if not modern:
                 raise InternalError(f"Resource {uri[:200]!r} needs input from the client") from None
             return self._input_required(need.value, context, {}, signed_for=f"resource:{uri}")
+        except (RPCError, AuthChallengeError):
+            raise
+        except ToolError as failed:
+            raise _as_rpc_error(failed) from None
         result: JSONObject = {"contents": contents}
         if modern:
             result.update(ttlMs=self.ttl_ms, cacheScope=self.cache_scope)
         return result
 
     async def _contents(self, uri: str, catalog: Catalog, context: CallContext) -> list[JSONObject]:
+        """What the reader, or the tool, of `uri` answers; "not found" when nothing has that URI (a fixed
+        resource's, or one a template matches)."""
         resource = catalog.resource(uri)
         if resource is not None:
-            return contents_wire(uri, await self._guarded(resource.reader(context), uri), resource.mime_type)
+            mime_type, tool = resource.mime_type, resource.tool
+            arguments: dict[str, Any] = {}
+            if resource.reader is not None:
+                return contents_wire(uri, await resource.reader(context), mime_type)
         else:
-            matched = catalog.match_template(uri)
+            matched = catalog.match(uri)
             if matched is None:
                 # 2026-07-28 (SEP-2164): -32602 naming the uri; before it, the resource-not-found code -32002.
                 code = INVALID_PARAMS if context.modern else RESOURCE_NOT_FOUND
                 raise RPCError(f"Resource not found: {uri[:200]}", code=code, data={"uri": uri})
-            template, variables = matched
-            value = await self._guarded(template.reader(uri, variables, context), uri)
-            return contents_wire(uri, value, template.mime_type)
+            entry, variables = matched
+            template = entry.template
+            mime_type, tool = template.mime_type, template.tool
+            if template.reader is not None:
+                return contents_wire(uri, await template.reader(uri, variables, context), mime_type)
+            arguments = typed_variables(variables, entry.kinds) if entry.kinds else variables
+        # A tool answers: its whole call, as `tools/call` runs it (scopes, validation, invoker, output check), in
+        # JSON. Awaited here, not in a helper: the read costs little more than the call (docs/benchmarks.md).
+        found = catalog.reading_entry(tool)  # type: ignore[arg-type]  # a resource has a reader or a tool
+        assert found is not None  # checked when the catalog was built
+        caller = context.caller
+        if caller is not None and (found.tool.required_scopes or caller.method == "anonymous"):
+            authorize_call(found.tool, caller)  # only a scoped tool, or an anonymous caller, can be refused
+        result = await call_tool(found, arguments, context, result_format="json", debug=self.debug,
+                                 observer=catalog.observer)  # fmt: skip
+        return tool_contents(uri, result, mime_type)
 
     async def _get_prompt(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
@@ -597,7 +619,7 @@ class MCPServer:
         """The context a resource reader or a prompt renderer gets, as a tool's invoker does."""
         context = CallContext(name, version, info.headers, labels=catalog.labels, caller=info.caller,
                               channel=(info, params, "logging" in catalog.features))  # fmt: skip
-        if context.modern:
+        if version in MODERN_PROTOCOL_VERSIONS:  # `context.modern`, inline
             _read_client_meta(params["_meta"], context)  # present: the modern envelope was checked before dispatch
         return context
 
@@ -609,8 +631,7 @@ class MCPServer:
         except (NeedsInput, RPCError, AuthChallengeError):
             raise
         except ToolError as failed:
-            data = failed.to_payload(new_request_id())
-            raise RPCError(failed.message, code=INTERNAL_ERROR, data=data) from None
+            raise _as_rpc_error(failed) from None
 
     def _modern_call_context(
         self, entry: CatalogEntry, params: JSONObject, arguments: JSONObject, context: CallContext
@@ -660,6 +681,12 @@ class MCPServer:
         if info.format_query:
             return check_format(info.format_query, "the format query parameter")
         return None
+
+
+def _as_rpc_error(failed: ToolError) -> RPCError:
+    """A reader's or renderer's `ToolError` as the JSON-RPC error its request answers (these requests have no
+    `isError` result): -32603 with the structured error as its data."""
+    return RPCError(failed.message, code=INTERNAL_ERROR, data=failed.to_payload(new_request_id()))
 
 
 def _notification(method: str, params: JSONObject) -> bytes:

@@ -3,8 +3,8 @@ prompt templates, as the MCP core's `Resource`, `ResourceTemplate` and `Prompt`.
 
 - A document is a `Resource` whose reader answers its text or bytes.
 - A tool whose binding says `resource` is a `ResourceTemplate` (or a `Resource`, when its URI has no variables)
-  whose read runs the tool through its whole pipeline (`crank.mcp.calls.read_with_tool`): the URI's variables
-  are its arguments. Completions come from the `enum` of each variable's schema.
+  that the tool answers (`tool=`): the MCP core runs it through its whole pipeline with the URI's variables as
+  its arguments. Completions come from the `enum` of each variable's schema.
 - A stored prompt renders each message's template in the sandbox of `crank.sources.prompt_templates`; a message
   may embed one of the agent's documents by URI, or an image. Completions come from each argument's `enum`,
   which also limits its values.
@@ -22,8 +22,6 @@ from typing import Any
 
 from crank.exceptions import ConfigurationError, InvalidParamsError
 from crank.gateway.mapping import InputMapping
-from crank.mcp.calls import read_with_tool
-from crank.mcp.catalog import Catalog
 from crank.mcp.completions import Completer
 from crank.mcp.prompts import Prompt, PromptArgument, PromptMessage, PromptResult
 from crank.mcp.resources import Resource, ResourceContents, ResourceTemplate
@@ -32,22 +30,10 @@ from crank.registry.runtime import AgentDocument, AgentPrompt, RuntimeTool, Runt
 from crank.sources.prompt_templates import PromptTemplate
 from crank.types import JSONObject
 
-__all__ = ["AgentSurface", "ToolReads", "agent_surface"]
+__all__ = ["AgentSurface", "agent_surface"]
 
 URI_SCHEME = "crank"
 """The scheme of the URIs Crank makes up for an agent's GET operations: `crank://{workspace}/{agent}/{tool}/…`."""
-
-
-class ToolReads:
-    """The catalog whose tools answer resource reads, set once that catalog is built (the surface is built
-    before it, to be part of it; in discovery mode it is the unlisted operations' catalog)."""
-
-    catalog: Catalog | None = None
-
-    def of(self) -> Catalog:
-        if self.catalog is None:
-            raise RuntimeError("resource read before its catalog was built")
-        return self.catalog
 
 
 @dataclass(slots=True)
@@ -59,7 +45,7 @@ class AgentSurface:
     """Translations of documents and prompts: language -> name -> {title, description}."""
 
 
-def agent_surface(runtime: RuntimeView, reads: ToolReads) -> AgentSurface:
+def agent_surface(runtime: RuntimeView) -> AgentSurface:
     """The resources, templates and prompts of one agent version; `ConfigurationError` naming what is wrong."""
     surface = AgentSurface()
     where = f"agent {runtime.workspace.slug}/{runtime.agent.slug}"
@@ -77,7 +63,7 @@ def agent_surface(runtime: RuntimeView, reads: ToolReads) -> AgentSurface:
     surface.resources.extend(_document(document) for document in runtime.agent.documents)
     for spec in runtime.tools:
         if spec.resource is not None:
-            _tool_resource(spec, runtime, reads, surface, where)
+            _tool_resource(spec, runtime, surface, where)
     surface.prompts.extend(_prompt(prompt, documents, where) for prompt in runtime.agent.prompts)
     return surface
 
@@ -106,14 +92,13 @@ def _embedded(document: AgentDocument) -> JSONObject:
 # -- GET operations --------------------------------------------------------------------------------------
 
 
-def _tool_resource(spec: RuntimeTool, runtime: RuntimeView, reads: ToolReads, surface: AgentSurface,
-                   where: str) -> None:  # fmt: skip
+def _tool_resource(spec: RuntimeTool, runtime: RuntimeView, surface: AgentSurface, where: str) -> None:
     assert spec.resource is not None
     name, schema = spec.tool_name, spec.input_schema or {}
     declared = schema.get("properties")
     properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
     uri_template = spec.resource.uri_template or _default_template(spec, runtime, list(properties))
-    probe = ResourceTemplate(uri_template, name, _never)
+    probe = ResourceTemplate(uri_template, name, tool=name)
     variables = probe.variables
     at = f"{where}, tool {name!r}: resource"
     unknown = [variable for variable in variables if variable not in properties]
@@ -127,26 +112,14 @@ def _tool_resource(spec: RuntimeTool, runtime: RuntimeView, reads: ToolReads, su
             f"{at}: the required arguments {missing} are not variables of {uri_template!r}; only a GET operation "
             "whose required arguments are all in its URI can be read as a resource"
         )
-    mime_type = spec.resource.mime_type
-
-    async def read_template(uri: str, found: Mapping[str, str], context: CallContext) -> list[ResourceContents]:
-        catalog = reads.of()
-        entry = catalog.get(name)
-        assert entry is not None  # the surface and its catalog are built from the same view
-        return await read_with_tool(entry, uri, dict(found), context, mime_type=mime_type, observer=catalog.observer)
-
-    title, description = spec.title, spec.tool_description
-    if not variables:
-
-        async def read_fixed(context: CallContext) -> list[ResourceContents]:
-            return await read_template(uri_template, {}, context)
-
-        surface.resources.append(Resource(uri_template, name, read_fixed, title=title, description=description,
+    title, description, mime_type = spec.title, spec.tool_description, spec.resource.mime_type
+    if not variables:  # a GET with no path parameter: one fixed resource
+        surface.resources.append(Resource(uri_template, name, tool=name, title=title, description=description,
                                           mime_type=mime_type))  # fmt: skip
         return
     enums = {variable: _enum_of(properties[variable]) for variable in variables}
     completions: dict[str, Completer] = {variable: values for variable, values in enums.items() if values}
-    surface.templates.append(ResourceTemplate(uri_template, name, read_template, title=title, description=description,
+    surface.templates.append(ResourceTemplate(uri_template, name, tool=name, title=title, description=description,
                                               mime_type=mime_type, completions=completions))  # fmt: skip
 
 
@@ -160,10 +133,6 @@ def _default_template(spec: RuntimeTool, runtime: RuntimeView, declared: list[st
 def _enum_of(schema: Any) -> tuple[str, ...]:
     values = schema.get("enum") if isinstance(schema, dict) else None
     return tuple(str(value) for value in values) if isinstance(values, list) else ()
-
-
-async def _never(uri: str, variables: Mapping[str, str], context: Any) -> None:  # pragma: no cover - never read
-    raise RuntimeError("a probe template is never read")
 
 
 # -- prompts ---------------------------------------------------------------------------------------------

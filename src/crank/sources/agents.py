@@ -61,7 +61,7 @@ from crank.registry import (
 from crank.registry.changes import ChangeListener
 from crank.registry.runtime import Limits, OAuthPolicy, RuntimeView, ToolHints, origin_of
 from crank.schema import wrap_output
-from crank.sources.agent_surface import ToolReads, agent_surface
+from crank.sources.agent_surface import agent_surface
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
@@ -117,8 +117,7 @@ def build_catalog(
     observer = metrics.observer(**labels) if metrics is not None else None
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
     tools, layer, confirmed = _tools(runtime, client, placement, state, limits, oauth, tokens or TokenCache())
-    reads = ToolReads()
-    surface = agent_surface(runtime, reads)
+    surface = agent_surface(runtime)
     for language, texts in surface.texts.items():
         layer.setdefault(language, {}).update(texts)
     translations = Translations(layer, default_language=runtime.workspace.default_language)
@@ -129,7 +128,6 @@ def build_catalog(
     # `asks`: a tool may ask the user to confirm, so legacy clients get a session that says whether they can
     operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer,
                          asks=asks, **(offered if direct else {}))  # fmt: skip
-    reads.catalog = operations
     if direct:
         return operations
     # Discovery mode: the same compiled operations, unlisted, behind three fixed tools (crank.sources.discovery).
@@ -153,7 +151,8 @@ def build_catalog(
     surface_texts = Translations({language: entries for language, entries in kept.items() if entries},
                                  default_language=runtime.workspace.default_language)  # fmt: skip
     return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer),
-                   translations=surface_texts, asks="asks" in operations.features, **offered)  # fmt: skip
+                   translations=surface_texts, asks="asks" in operations.features, reads=operations,
+                   **offered)  # fmt: skip
 
 
 def _tools(
