@@ -23,7 +23,7 @@ from crank.mcp import (
     Translations,
 )
 from crank.mcp.completions import MAX_COMPLETION_VALUES
-from tests.mcp.wire import legacy_headers, legacy_request, modern_headers, modern_request
+from tests.mcp.wire import headers_for, legacy_headers, legacy_request, modern_headers, modern_request
 
 pytestmark = pytest.mark.anyio
 read: list[Mapping[str, str]] = []
@@ -77,7 +77,7 @@ def surface(**options: Any) -> Catalog:
 
 async def rpc(url: str, method: str, params: dict[str, Any] | None = None, *, modern: bool = False) -> Any:
     body = modern_request(method, params) if modern else legacy_request(method, params or {})
-    headers = modern_headers(method) if modern else legacy_headers()
+    headers = headers_for(body) if modern else legacy_headers()
     async with httpx.AsyncClient() as client:
         response = await client.post(url, json=body, headers=headers)
     return response.json()
@@ -234,3 +234,18 @@ def test_a_template_matches_in_one_pass_however_hostile_the_uri() -> None:
     assert found is not None and found[1] == {"a": "one", "b": "two", "c": "three", "d": "four", "e": "five"}
     with pytest.raises(ConfigurationError, match="literal between them"):
         Catalog([], resource_templates=[ResourceTemplate("x://{a}{b}", "t", page)])
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "named"),
+    [("resources/read", {"uri": "docs://guide"}, "uri"), ("prompts/get", {"name": "greet"}, "name")],
+)
+async def test_mcp_name_must_mirror_the_uri_or_name_at_2026(
+    url: str, method: str, params: dict[str, Any], named: str
+) -> None:
+    async with httpx.AsyncClient() as client:
+        wrong = await client.post(url, json=modern_request(method, params), headers=modern_headers(method, "other"))
+        missing = await client.post(url, json=modern_request(method, params), headers=modern_headers(method))
+    for answer in (wrong, missing):
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == -32020
+        assert answer.json()["error"]["message"] == f"Mcp-Name header does not match params.{named}"

@@ -27,7 +27,7 @@ from crank.mcp import (
     elicitation,
 )
 from crank.mcp.sessions import SessionIds
-from tests.mcp.wire import legacy_headers, legacy_request, modern_headers, modern_request
+from tests.mcp.wire import headers_for, legacy_headers, legacy_request, modern_headers, modern_request
 
 pytestmark = pytest.mark.anyio
 ICON = Icon("https://example.org/i.png", mime_type="image/png")
@@ -96,7 +96,7 @@ async def rpc(url: str, method: str, params: Any = None, *, modern: bool = False
     body = modern_request(method, params) if modern else legacy_request(method, params)
     async with httpx.AsyncClient() as client:
         return (
-            await client.post(url, json=body, headers=modern_headers(method) if modern else legacy_headers())
+            await client.post(url, json=body, headers=headers_for(body) if modern else legacy_headers())
         ).json()
 
 
@@ -141,12 +141,12 @@ async def test_questions_from_readers_and_prompts_follow_each_era(url: str) -> N
     body = modern_request("resources/read", {"uri": "a://asks"})
     body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = {"elicitation": {}}
     async with httpx.AsyncClient() as client:
-        first = (await client.post(url, json=body, headers=modern_headers("resources/read"))).json()["result"]
+        first = (await client.post(url, json=body, headers=headers_for(body))).json()["result"]
         assert first["resultType"] == "input_required"
         (key,) = first["inputRequests"]
         body["params"].update(inputResponses={key: {"action": "accept", "content": {"part": "b"}}},
                               requestState=first["requestState"])  # fmt: skip
-        second = (await client.post(url, json=body, headers=modern_headers("resources/read"))).json()["result"]
+        second = (await client.post(url, json=body, headers=headers_for(body))).json()["result"]
     assert second["contents"][0]["text"] == "part b"
     json_only = {**legacy_headers(), "Accept": "application/json"}  # a 2025-11-25 client that takes no stream
     async with httpx.AsyncClient() as client:

@@ -29,6 +29,17 @@ def modern_headers(method: str, name: str | None = None, version: str = MODERN) 
     return headers
 
 
+NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+"""The param a 2026-07-28 request mirrors in `Mcp-Name` (the official SDK's NAME_BEARING_METHODS)."""
+
+
+def headers_for(request: dict[str, Any]) -> dict[str, str]:
+    """`modern_headers` for a 2026-07-28 request body, its `Mcp-Name` taken from the body as a client does."""
+    key = NAME_PARAM.get(request["method"])
+    name = (request.get("params") or {}).get(key) if key else None
+    return modern_headers(request["method"], name if isinstance(name, str) else None)
+
+
 def legacy_request(method: str, params: dict[str, Any] | None = None, request_id: int | str = 1) -> dict[str, Any]:
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:

@@ -82,6 +82,8 @@ logger = logging.getLogger("crank.mcp")
 
 RESOURCE_NOT_FOUND = -32002
 SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
+_NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+"""The param each 2026-07-28 request mirrors in its `Mcp-Name` header (transports.mdx; the SDK's NAME_BEARING)."""
 _LISTEN_FILTER = {"toolsListChanged": "tools", "resourcesListChanged": "resources", "promptsListChanged": "prompts"}
 """2025-11-25's code for `resources/read` of an unknown URI (2026-07-28 uses -32602, SEP-2164)."""
 # 2026-07-28 transports: the HTTP status of each protocol error code; anything else is 200.
@@ -724,10 +726,11 @@ def _check_modern_envelope(method: str, params: JSONObject, headers: Mapping[str
         raise RPCError(code=HEADER_MISMATCH, message="MCP-Protocol-Version header does not match params._meta")
     if headers.get("mcp-method") != method:
         raise RPCError(code=HEADER_MISMATCH, message="Mcp-Method header does not match the request method")
-    if method == "tools/call":
-        name = params.get("name")
+    named = _NAME_PARAM.get(method)
+    if named is not None:
+        name = params.get(named)
         if name is not None and decode_header_value(headers.get("mcp-name")) != name:
-            raise RPCError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.name")
+            raise RPCError(code=HEADER_MISMATCH, message=f"Mcp-Name header does not match params.{named}")
     if not isinstance(version, str) or version not in MODERN_PROTOCOL_VERSIONS:
         raise RPCError(
             f"Unsupported protocol version: {version}",
