@@ -95,9 +95,7 @@ def url(serve: Callable[..., str]) -> str:
 async def rpc(url: str, method: str, params: Any = None, *, modern: bool = False) -> Any:
     body = modern_request(method, params) if modern else legacy_request(method, params)
     async with httpx.AsyncClient() as client:
-        return (
-            await client.post(url, json=body, headers=headers_for(body) if modern else legacy_headers())
-        ).json()
+        return (await client.post(url, json=body, headers=headers_for(body) if modern else legacy_headers())).json()
 
 
 async def test_every_field_a_definition_has_reaches_its_list_entry(url: str) -> None:
