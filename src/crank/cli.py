@@ -257,6 +257,7 @@ def _serve_crank(settings: Any, sock: Any) -> None:
         settings.connection_limits(),
         answer_early=server.answer_early,
         answers_early_now=server.answers_early_now,
+        stopping=server.stopping,
     )
 
 
@@ -320,7 +321,7 @@ def _serve_openapi(
                                 credentials=credentials, workspace=workspace, progress=progress)  # fmt: skip
     click.echo(instant.banner())
     sys.stdout.flush()
-    serve_on(instant.server, sock, settings.connection_limits())
+    serve_on(instant.server, sock, settings.connection_limits(), stopping=instant.server.stopping)
 
 
 def _announce(settings: Any) -> None:

@@ -420,6 +420,12 @@ class CrankServer:
         """`crank.wire.asgi.EarlyAnswersNow`: the gateway's (`GatewayService.answers_early_now`)."""
         return self.gateway is not None and self.gateway.answers_early_now()
 
+    def stopping(self) -> None:
+        """The server stops taking connections: end the streams that would keep it waiting (listening clients
+        reconnect elsewhere, or here when it is back); calls in flight finish."""
+        if self.gateway is not None:
+            self.gateway.changes.close_all()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             if self.gateway is not None:

@@ -211,6 +211,12 @@ async def test_texts_follow_the_translation_chain(gateway: str) -> None:
         ("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "Macro is not allowed"),
         ("{% include 'x' %}", "Include is not allowed"),
         ("{{ id", "does not parse"),
+        ("{{ id|tojson|tojson }}", "the filter 'tojson' is not allowed"),  # each tojson doubles the quotes
+        ("{{ " + " ~ ".join(["id"] * 17) + " }}", "uses arguments 17 times"),
+        ("{{ (id|e ~ 'x')|urlencode }}", "at most one per value"),
+        ("{% if id %}" * 40 + "x" + "{% endif %}" * 40, "nested"),
+        ("{{ " + "not " * 3000 + "id }}", "nested"),
+        ("{{ id is empty }}", "the test 'empty' is not allowed"),
     ],
 )
 def test_a_hostile_prompt_template_fails_the_publish(registry: Registry, template: str, problem: str) -> None:

@@ -57,7 +57,7 @@ async def test_a_slow_upstream_reports_progress_while_it_waits(gateway: str, mod
     assert len(seen) >= 2, seen
     assert [progress for progress, _, _ in seen] == sorted(progress for progress, _, _ in seen)
     assert seen[0][0] >= UPSTREAM_PROGRESS_INTERVAL and seen[0][1] is None
-    assert seen[0][2] is not None and seen[0][2].startswith("Waiting for GET http://")
+    assert seen[0][2] is not None and seen[0][2].startswith("Waiting for the upstream of slow (")
 
 
 async def test_a_call_that_answers_in_time_sends_no_progress_and_stays_json(gateway: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import math
 import re
 from collections.abc import Hashable, Iterable, Mapping
@@ -143,11 +144,15 @@ class Catalog:
         if view is None:
             tools, version, translations, page_size, labels, observer, surface, logging, asks, reads = self._settings
             cut = [tool if tool.required_scopes <= key else replace(tool, listed=False) for tool in tools]
+            # A resource its caller's tool cannot answer is not listed either (nor read: the call is refused).
+            hidden = {tool.name for tool in tools if not tool.required_scopes <= key}
+            resources = [item for item in surface.resources.values() if item.tool not in hidden]
+            templates = [item for item in surface.templates_given if item.tool not in hidden]
             if len(self._views) >= _MAX_VIEWS:  # bounded: the key is a subset of a few known scopes
                 self._views.clear()
             view = self._views[key] = Catalog(
                 cut, version=version, translations=translations, page_size=page_size, labels=labels,
-                observer=observer, resources=surface.resources.values(), resource_templates=surface.templates_given,
+                observer=observer, resources=resources, resource_templates=templates,
                 prompts=surface.prompts.values(), logging=logging, asks=asks, reads=reads,
             )  # fmt: skip
         return view
@@ -191,9 +196,10 @@ class Catalog:
         """A fingerprint of each list a client sees (tools, resources, prompts), in every language: two versions
         whose fingerprints differ for a kind changed that list."""
         lists = {kind: pages for kind, (pages, _) in self._lists.items()}
+        tools = {language: [listing] for language, listing in self._listing.items()}
         return {
-            "tools": hash(tuple(sorted(self._listing.items()))),
-            "resources": hash((_fingerprint(lists["resources"]), _fingerprint(lists["resourceTemplates"]))),
+            "tools": _fingerprint(tools),
+            "resources": _fingerprint(lists["resources"], lists["resourceTemplates"]),
             "prompts": _fingerprint(lists["prompts"]),
         }
 
@@ -344,8 +350,17 @@ def _check_answer(what: str, reader: Any, tool: str | None, tools: Mapping[str, 
     return entry
 
 
-def _fingerprint(pages: dict[str, list[bytes]]) -> int:
-    return hash(tuple((language, tuple(found)) for language, found in sorted(pages.items())))
+def _fingerprint(*lists: dict[str, list[bytes]]) -> int:
+    """The same on every replica and after a restart (unlike `hash`, salted per process): resuming clients send
+    it back to whichever replica answers them."""
+    digest = hashlib.blake2b(digest_size=8)
+    for pages in lists:
+        for language, found in sorted(pages.items()):
+            digest.update(language.encode())
+            for page in found:
+                digest.update(len(page).to_bytes(8, "big"))
+                digest.update(page)
+    return int.from_bytes(digest.digest(), "big")
 
 
 def _paged(

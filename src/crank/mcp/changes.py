@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import Final
+from typing import Any, Final
 
 from crank.exceptions import RPCError
 
@@ -30,6 +30,7 @@ __all__ = [
     "Listener",
     "TooManyListenersError",
     "list_changed_method",
+    "listener_owner",
     "changed_since",
     "offer_tag",
     "relay_changes",
@@ -43,6 +44,17 @@ DEFAULT_MAX_LISTENERS_PER_OWNER: Final = 8
 HEARTBEAT_SECONDS: Final = 25.0
 """An idle listening stream gets an SSE comment this often, so that proxies keep it and a gone client is noticed."""
 TOO_MANY_LISTENERS: Final = -32000
+
+
+def listener_owner(caller: Any, client: Any) -> str:
+    """Whose listening stream it is, for the per-owner bound: a signed-in caller's workspace and id; else (no
+    credentials, or a lazy sign-in's anonymous caller) the client's address, so that no tenant's anonymous
+    clients can use up another's places."""
+    ident = getattr(caller, "id", "")
+    if isinstance(ident, str) and ident and getattr(caller, "method", None) != "anonymous":
+        return f"{getattr(caller, 'workspace', '')}:{ident}"
+    host = client[0] if isinstance(client, tuple | list) and client else "-"
+    return f"address:{host}"
 
 
 def list_changed_method(kind: str) -> str:

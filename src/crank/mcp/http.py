@@ -15,6 +15,7 @@ The hot path touches raw ASGI only: no framework request objects, no per-request
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -44,6 +45,7 @@ from crank.mcp.changes import (
     TooManyListenersError,
     changed_since,
     list_changed_method,
+    listener_owner,
     offer_tag,
     relay_changes,
 )
@@ -113,6 +115,10 @@ _PLAIN_ROUTES = ("/tools", "/call")
 _ID_TYPES = (str, int)
 _STREAMED = Exchange(0, None)
 """What `_mcp_post` returns once the answer went out on an SSE stream: nothing more to send."""
+
+
+class _StreamEndedError(Exception):
+    """A listening stream's catalog is no longer the caller's to see: the stream ends."""
 
 
 class _NotJSONError(Exception):
@@ -316,7 +322,7 @@ class MCPEndpoint:
             return _protocol_error(406, INVALID_REQUEST, "Accept must allow text/event-stream")
         catalog = self._catalog if self._catalog is not None else await self._provider(scope)
         try:
-            listener = changes.listen(catalog.identity, owner_of(scope.get(AUTH_SCOPE_KEY)))
+            listener = changes.listen(catalog.identity, listener_owner(scope.get(AUTH_SCOPE_KEY), scope.get("client")))
         except TooManyListenersError as busy:
             return Exchange(429, encode_error(None, busy), [(b"retry-after", b"30")])
         kinds = frozenset(LIST_KINDS)
@@ -326,15 +332,19 @@ class MCPEndpoint:
             await stream.open()
 
             async def tell(kind: str) -> None:
-                latest = self._catalog if self._catalog is not None else await self._provider(scope)
+                try:  # the agent as this caller sees it now: an agent no longer served ends the stream
+                    latest = self._catalog if self._catalog is not None else await self._provider(scope)
+                except Exception:
+                    raise _StreamEndedError from None
                 stream.prefix = offer_tag(latest.offers())
                 await stream.message(_json.dumps({"jsonrpc": "2.0", "method": list_changed_method(kind)}))
 
             resumed = headers.get("last-event-id")
-            if resumed:
-                for kind in changed_since(resumed[:200], catalog.offers()):
-                    await tell(kind)
-            await relay_changes(listener, kinds, tell, stream.comment, changes.heartbeat)
+            with contextlib.suppress(_StreamEndedError):
+                if resumed:
+                    for kind in changed_since(resumed[:200], catalog.offers()):
+                        await tell(kind)
+                await relay_changes(listener, kinds, tell, stream.comment, changes.heartbeat)
             await stream.finish(None)
         except asyncio.CancelledError:
             if not stream.closed_by_client:
@@ -359,7 +369,7 @@ class MCPEndpoint:
         if duplicated is not None:
             return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
         format_query = _format_query(scope) if scope.get("query_string") else None  # most requests have no query
-        info = RequestInfo(headers, format_query, scope.get(AUTH_SCOPE_KEY), send, receive, self._streams)
+        info = RequestInfo(headers, format_query, scope.get(AUTH_SCOPE_KEY), send, receive, self._streams, None, scope)
         try:
             catalog = self._catalog if self._catalog is not None else await self._provider(scope)
         except (CatalogNotFoundError, CatalogUnauthorizedError, AuthChallengeError):

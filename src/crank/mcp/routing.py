@@ -47,10 +47,13 @@ class EndpointRouter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
+            root: str = scope.get("root_path", "")
+            if root and path.startswith(root):  # served below a prefix (`uvicorn --root-path`): paths are after it
+                path = path[len(root) :]
             for prefix, below, target in self._targets:
                 if path == prefix or path.startswith(below):
                     # As Starlette's Mount does it: the endpoint finds its routes below its root path.
-                    scope["root_path"] = scope.get("root_path", "") + prefix
+                    scope["root_path"] = root + prefix
                     await target(scope, receive, send)
                     return
         if self.app is not None:
@@ -59,6 +62,8 @@ class EndpointRouter:
             await serve_lifespan(receive, send, shutdown=self._close)
         elif scope["type"] == "http":
             await send_response(send, 404, b'{"error":"Not found"}')
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1000})
 
     async def _close(self) -> None:
         for _, endpoint in self._endpoints:

@@ -31,7 +31,7 @@ from crank.exceptions import (
 from crank.ids import new_request_id
 from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool, tool_contents
 from crank.mcp.catalog import Catalog, CatalogEntry, ListKind
-from crank.mcp.changes import LIST_KINDS, ListChanges, list_changed_method, relay_changes
+from crank.mcp.changes import LIST_KINDS, ListChanges, list_changed_method, listener_owner, relay_changes
 from crank.mcp.completions import complete
 from crank.mcp.formats import DEFAULT_FORMAT, check_format
 from crank.mcp.headers import decode_header_value, param_header_mismatch
@@ -60,7 +60,6 @@ from crank.mcp.streams import (
     ResponseStream,
     ServerRequests,
     StreamSettings,
-    owner_of,
 )
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
@@ -387,7 +386,8 @@ class MCPServer:
             raise InvalidParamsError("subscriptions/listen: the client must accept text/event-stream")
         # Every kind asked for is agreed to, offered now or not: a publish may add the first prompt.
         kinds = frozenset(kind for key, kind in _LISTEN_FILTER.items() if asked.get(key) is True)
-        listener = self.changes.listen(catalog.identity, owner_of(info.caller))  # bounded: TooManyListenersError
+        client = info.scope.get("client") if info.scope is not None else None
+        listener = self.changes.listen(catalog.identity, listener_owner(info.caller, client))  # bounded
         tag = {SUBSCRIPTION_ID_META_KEY: request_id}
         stream = info.stream = ResponseStream(info.send, info.receive, cancel_on_close=True)
         try:
@@ -497,6 +497,8 @@ class MCPServer:
     def _surface_list(self, kind: ListKind, method: str, request_id: RequestId, params: JSONObject, version: str,
                       catalog: Catalog, info: RequestInfo) -> Exchange:  # fmt: skip
         cursor = _cursor(params, method)
+        if catalog.scoped:  # a resource that a tool the caller cannot call answers is not listed
+            catalog = catalog.listed_for(info.caller)
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
         try:
             page, next_cursor = catalog.list_page(kind, language, cursor)

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 from crank import _json
 from crank.exceptions import ToolError
 from crank.mcp.sessions import LogLevels, SessionIds, log_level_rank
-from crank.types import JSONObject, Receive, Send
+from crank.types import JSONObject, Receive, Scope, Send
 
 __all__ = [
     "DEFAULT_CLIENT_REQUEST_TIMEOUT",
@@ -182,6 +182,8 @@ class RequestInfo:
     settings: StreamSettings | None = None
     stream: ResponseStream | None = None
     """The SSE stream, once a handler opened one: the transport then ends it with the answer."""
+    scope: Scope | None = None
+    """The request's ASGI scope (the client's address, for those who need it: `subscriptions/listen`)."""
 
     def accepts_stream(self) -> bool:
         return self.send is not None and b"text/event-stream" in self.headers.get("accept", "").encode()

@@ -270,9 +270,16 @@ async def _reporting(pending: Awaitable[Any], operation: RemoteOperation, contex
             if done:
                 return call.result()
             waited = round(time.monotonic() - started, 1)
-            await context.progress(waited, None, f"Waiting for {operation.target} ({waited:g} s)")
+            await context.progress(waited, None, f"Waiting for the upstream of {context.tool_name} ({waited:g} s)")
     finally:
-        call.cancel()  # a no-op once it answered; the caller's cancellation reaches the upstream call
+        if not call.done():  # the caller was cancelled: so is the upstream call, and its end is not logged
+            call.cancel()
+            call.add_done_callback(_quietly)
+
+
+def _quietly(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def ask_user(operation: RemoteOperation, arguments: dict[str, Any], context: CallContext, who: str) -> bool:
@@ -389,20 +396,23 @@ def _warn_missing(missing: list[MissingSecret]) -> None:
                        problem, ", ".join(tools))  # fmt: skip
 
 
-def _tell_changes(changes: ListChanges, before: dict[Any, _Served], after: dict[Any, _Served]) -> None:
-    """Tell the listeners of each agent that a reload rebuilt which of its lists changed (every list, for an agent
-    no longer served)."""
+def _changed_lists(before: dict[Any, _Served], after: dict[Any, _Served]) -> list[tuple[Any, tuple[str, ...]]]:
+    """Which lists of which agents a reload changed (every list, for an agent no longer served or new)."""
+    told: list[tuple[Any, tuple[str, ...]]] = []
     for key in before.keys() | after.keys():
         old, new = before.get(key), after.get(key)
         if old is new:
             continue
         if old is None or new is None:
-            gone = old or new
-            assert gone is not None
-            changes.changed(gone.catalog.identity, LIST_KINDS)
+            either = old or new
+            assert either is not None
+            told.append((either.catalog.identity, LIST_KINDS))
             continue
         was, now = old.catalog.offers(), new.catalog.offers()
-        changes.changed(new.catalog.identity, [kind for kind in LIST_KINDS if was[kind] != now[kind]])
+        kinds = tuple(kind for kind in LIST_KINDS if was[kind] != now[kind])
+        if kinds:
+            told.append((new.catalog.identity, kinds))
+    return told
 
 
 def _rate_limited(limited: LimitReachedError) -> RateLimitedError:
@@ -476,6 +486,7 @@ class AgentSource:
         self._generation = -1
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False  # both the watcher and (if any) the listener run
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that serves requests (and listeners)
 
     def reload(self) -> None:
         """Rebuild the catalogs whose published version (or workspace OAuth policy) changed; keep the rest."""
@@ -501,14 +512,36 @@ class AgentSource:
                 if known is not None:
                     fresh[key] = known
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
-        if self.changes is not None:
-            _tell_changes(self.changes, current, fresh)
+        told: list[tuple[Any, tuple[str, ...]]] = _changed_lists(current, fresh) if self.changes is not None else []
         self._keys = self.registry.api_keys()
         self.oauth = oauth
         self._generation = generation
+        if told:
+            self._tell(told)
         self._confirm_keys()
         if self.freeze_heap:
             _settle_heap()
+
+    def _tell(self, told: list[tuple[Any, tuple[str, ...]]]) -> None:
+        """Tell the listeners, on the event loop that serves them: a reload runs in a worker thread, and the
+        listeners' events and sets belong to the loop."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and running is not loop and not loop.is_closed():
+            loop.call_soon_threadsafe(self._deliver, told)
+        else:
+            self._deliver(told)
+
+    def _deliver(self, told: list[tuple[Any, tuple[str, ...]]]) -> None:
+        assert self.changes is not None
+        try:
+            for identity, kinds in told:
+                self.changes.changed(identity, kinds)
+        except Exception:  # never a reason for a reload to fail: the lists themselves are served already
+            logger.exception("telling clients of changed lists failed")
 
     def _serve(
         self, published: PublishedAgent, stamp: tuple[int, OAuthPolicy | None], policy: OAuthPolicy | None
@@ -615,7 +648,7 @@ class AgentSource:
         both running, is one test: `_watching` is set when they start and cleared when either ends."""
         if self._watching:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         watcher, listening = self._watcher, self._listening
         if watcher is None or watcher.done():
             self._watcher = watcher = loop.create_task(self.watch())

@@ -4,10 +4,12 @@ A prompt's text is written by a tenant and its arguments come from a client, so 
 use its declared arguments, `{% if %}`, string literals, comparisons, `~` and the filters in `ALLOWED_FILTERS`.
 Loops, macros, calls, attribute and item access, assignments, includes and arithmetic are refused at publish
 with the place of the first one: a prompt argument is a string, so nothing needs them, and without them no
-template can loop or reach a Python object. Rendering also runs in Jinja2's `SandboxedEnvironment`, as a second
-wall. Its output is cut off at `MAX_RENDERED` characters and its time at `RENDER_TIMEOUT`, both answered with an
-error naming the prompt; with arguments of at most 64 KiB and templates of 16 KiB, neither should ever be reached
-by a template that means no harm.
+template can loop or reach a Python object. A template uses arguments at most `MAX_REFERENCES` times and no chain
+of filters multiplies (`GROWING_FILTERS`), so one expression is a few MiB at worst. Rendering also runs in
+Jinja2's `SandboxedEnvironment`, with no globals, as a second wall. Its output is cut off at `MAX_RENDERED`
+characters and its time at `RENDER_TIMEOUT` (checked between pieces), both answered with an error naming the
+prompt; with arguments of at most 64 KiB and templates of 16 KiB, neither is reached by a template that means
+no harm.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from jinja2 import Template, TemplateSyntaxError, nodes
+from jinja2 import Template, TemplateError, TemplateSyntaxError, nodes
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -31,15 +33,24 @@ RENDER_TIMEOUT: Final = 0.25
 """Seconds one message may take to render."""
 ALLOWED_FILTERS: Final = frozenset({
     "capitalize", "default", "d", "e", "escape", "first", "last", "length", "count", "lower", "striptags", "title",
-    "tojson", "trim", "truncate", "upper", "urlencode", "wordcount",
+    "trim", "truncate", "upper", "urlencode", "wordcount",
 })  # fmt: skip
 """Filters whose output is at most a small multiple of their input: none repeats, pads or replaces."""
-ALLOWED_TESTS: Final = frozenset({"defined", "undefined", "none", "string", "eq", "ne", "in", "empty"})
+GROWING_FILTERS: Final = frozenset({"e", "escape", "urlencode"})
+"""Filters whose output may be a few times their input (`&` becomes `&amp;`): at most one in a chain, so that no
+chain multiplies (`tojson`, which doubles quotes at each use, is not allowed at all)."""
+MAX_REFERENCES: Final = 16
+"""Uses of arguments in one template: with 64 KiB arguments and one growing filter, one expression is a few MiB at
+worst before `MAX_RENDERED` refuses it (`{{ a ~ a ~ ... }}` is built whole)."""
+MAX_DEPTH: Final = 32
+"""How deeply a template's expressions and blocks may nest."""
+ALLOWED_TESTS: Final = frozenset({"defined", "undefined", "none", "string", "eq", "ne", "in"})
 _ALLOWED_NODES: Final = (
     nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const, nodes.If, nodes.Filter, nodes.Test,
     nodes.Compare, nodes.Operand, nodes.And, nodes.Or, nodes.Not, nodes.Concat, nodes.CondExpr, nodes.Keyword,
 )  # fmt: skip
 _ENVIRONMENT = SandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
+_ENVIRONMENT.globals.clear()  # no `range`, `lipsum`, `cycler`...: a name is a declared argument or nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +66,17 @@ class PromptTemplate:
         small language (module docstring), or a name that is not a declared argument."""
         try:
             tree = _ENVIRONMENT.parse(source)
+            references = _check(tree, arguments, where, 0)
+            if references > MAX_REFERENCES:
+                raise ConfigurationError(f"{where}: the template uses arguments {references} times (at most "
+                                         f"{MAX_REFERENCES})")  # fmt: skip
+            return cls(_ENVIRONMENT.from_string(source), where)
         except TemplateSyntaxError as exc:
             raise ConfigurationError(
                 f"{where}: the template does not parse (line {exc.lineno}: {exc.message})"
             ) from None
-        for node in tree.find_all(nodes.Node):
-            _check_node(node, arguments, where)
-        return cls(_ENVIRONMENT.from_string(source), where)
+        except (TemplateError, SyntaxError, RecursionError, MemoryError):  # too deep for Jinja2's own compiler
+            raise ConfigurationError(f"{where}: the template is nested too deeply") from None
 
     def render(self, arguments: Mapping[str, str]) -> str:
         """The text for these (checked) arguments; `InvalidParamsError` when it would be too long or too slow,
@@ -79,10 +94,16 @@ class PromptTemplate:
                 pieces.append(piece)
         except (SecurityError, UndefinedError) as exc:
             raise InvalidParamsError(f"{self.where}: the template was refused: {str(exc)[:200]}") from None
+        except (TemplateError, TypeError, ValueError, RecursionError) as exc:  # a filter given what it cannot take
+            raise InvalidParamsError(f"{self.where}: the template cannot render these arguments "
+                                     f"({type(exc).__name__})") from None  # fmt: skip
         return "".join(pieces)
 
 
-def _check_node(node: nodes.Node, arguments: frozenset[str], where: str) -> None:
+def _check(node: nodes.Node, arguments: frozenset[str], where: str, depth: int) -> int:
+    """Checks `node` and everything under it; returns how many times they use an argument."""
+    if depth > MAX_DEPTH:
+        raise ConfigurationError(f"{where}: the template is nested more than {MAX_DEPTH} deep")
     line = getattr(node, "lineno", None)
     at = f"{where}, line {line}" if line else where
     if not isinstance(node, _ALLOWED_NODES):
@@ -92,9 +113,23 @@ def _check_node(node: nodes.Node, arguments: frozenset[str], where: str) -> None
         )
     if isinstance(node, nodes.Name) and node.name not in arguments:
         raise ConfigurationError(f"{at}: {node.name!r} is not an argument of the prompt")
-    if isinstance(node, nodes.Filter) and node.name not in ALLOWED_FILTERS:
+    if isinstance(node, nodes.Filter):
+        _check_filter(node, at)
+    if isinstance(node, nodes.Test) and node.name not in ALLOWED_TESTS:
+        raise ConfigurationError(f"{at}: the test {node.name!r} is not allowed ({', '.join(sorted(ALLOWED_TESTS))})")
+    found = int(isinstance(node, nodes.Name))
+    for child in node.iter_child_nodes():
+        found += _check(child, arguments, where, depth + 1)
+    return found
+
+
+def _check_filter(node: nodes.Filter, at: str) -> None:
+    if node.name not in ALLOWED_FILTERS:
         raise ConfigurationError(
             f"{at}: the filter {node.name!r} is not allowed ({', '.join(sorted(ALLOWED_FILTERS))})"
         )
-    if isinstance(node, nodes.Test) and node.name not in ALLOWED_TESTS:
-        raise ConfigurationError(f"{at}: the test {node.name!r} is not allowed ({', '.join(sorted(ALLOWED_TESTS))})")
+    if node.name in GROWING_FILTERS and node.node is not None:
+        inner = [node.node, *node.node.find_all(nodes.Filter)]
+        if any(isinstance(item, nodes.Filter) and item.name in GROWING_FILTERS for item in inner):
+            raise ConfigurationError(f"{at}: {node.name!r} over a value already through one of "
+                                     f"{', '.join(sorted(GROWING_FILTERS))}: at most one per value")  # fmt: skip

@@ -32,6 +32,7 @@ import errno
 import logging
 import resource
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -133,12 +134,14 @@ def serve_on(
     *,
     answer_early: EarlyAnswers | None = None,
     answers_early_now: EarlyAnswersNow | None = None,
+    stopping: Callable[[], None] | None = None,
     **options: Any,
 ) -> None:
     """Run `app` with uvicorn on an already listening socket until it is stopped (Ctrl+C), each connection
     bounded by `limits` (the defaults when None); `answer_early`: the app's early answers, which the protocol
     writes without calling the app (`crank.wire.asgi.EarlyAnswers`), asked only while `answers_early_now` says
-    it may answer anything (`crank.wire.asgi.EarlyAnswersNow`; None: always)."""
+    it may answer anything (`crank.wire.asgi.EarlyAnswersNow`; None: always); `stopping`: called when the server
+    stops taking connections, before it waits for the open ones to close (to end streams that never would)."""
     import uvicorn
 
     from crank.wire.protocol import protocol_for  # uvicorn's modules: imported only to serve
@@ -148,6 +151,11 @@ def serve_on(
         async def on_tick(self, counter: int) -> bool:
             beat()  # a worker's heartbeat to its supervisor (crank.wire.workers): its event loop turns
             return await super().on_tick(counter)
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            if stopping is not None:  # before uvicorn waits for every connection to close
+                stopping()
+            await super().shutdown(sockets)
 
     limits = (limits or ConnectionLimits()).within_file_limit()
     host, port = sock.getsockname()[:2]
