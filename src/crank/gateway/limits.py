@@ -231,15 +231,13 @@ class Limiter:
 @dataclass(frozen=True, slots=True)
 class CallLimits:
     """What one agent version's tools check before each call: its own limits (from its runtime view) and the
-    calling key's. `applies` is the hot path's one test: no limit configured costs an attribute check."""
+    calling key's. A call is counted when either is set (`limits`, `KeyScope.limits`): the invoker tests both
+    with attribute checks, so no limit configured costs no call here."""
 
     limiter: Limiter
     workspace: str
     agent: str
     limits: Limits | None
-
-    def applies(self, key: KeyScope | None) -> bool:
-        return self.limits is not None or (key is not None and key.limits is not None)
 
     def admit_now(self, key: KeyScope | None) -> bool:
         """Counted at once (`Limiter.admit_call_now`): True when admitted; else await `admit`."""

@@ -123,6 +123,7 @@ class Catalog:
         self.identity: Hashable = tuple(sorted(self.labels.items()))
         """What stays the same across the catalog's versions (its labels: the gateway's workspace and agent): the
         key of its clients' list-change listeners (`crank.mcp.changes`)."""
+        self._offers: dict[str, int] | None = None
         self.derived: dict[Hashable, bytes] = {}
         """Bytes an endpoint derives from this catalog (a whole `tools/list` answer but its id, say), kept as
         long as the catalog: a new version starts empty. Keys must come from a bounded set."""
@@ -194,14 +195,17 @@ class Catalog:
 
     def offers(self) -> dict[str, int]:
         """A fingerprint of each list a client sees (tools, resources, prompts), in every language: two versions
-        whose fingerprints differ for a kind changed that list."""
-        lists = {kind: pages for kind, (pages, _) in self._lists.items()}
-        tools = {language: [listing] for language, listing in self._listing.items()}
-        return {
-            "tools": _fingerprint(tools),
-            "resources": _fingerprint(lists["resources"], lists["resourceTemplates"]),
-            "prompts": _fingerprint(lists["prompts"]),
-        }
+        whose fingerprints differ for a kind changed that list. Made on first use and kept: every listening
+        stream asks for it at each change."""
+        if self._offers is None:
+            lists = {kind: pages for kind, (pages, _) in self._lists.items()}
+            tools = {language: [listing] for language, listing in self._listing.items()}
+            self._offers = {
+                "tools": _fingerprint(tools),
+                "resources": _fingerprint(lists["resources"], lists["resourceTemplates"]),
+                "prompts": _fingerprint(lists["prompts"]),
+            }
+        return self._offers
 
     def resource(self, uri: str) -> Resource | None:
         return self._surface.resources.get(uri)
@@ -212,7 +216,7 @@ class Catalog:
         return (found[0].template, found[1]) if found is not None else None
 
     def match(self, uri: str) -> tuple[TemplateEntry, dict[str, str]] | None:
-        """`match_template`, with the template's compiled entry."""
+        """`match_template`, with the template's compiled entry (what the server reads a resource through)."""
         if len(uri) > MAX_URI_LENGTH:
             return None
         for entry in self._surface.templates:

@@ -46,7 +46,8 @@ _SEGMENT_CLASS = r"A-Za-z0-9\-._~!$&'()*+,;=:@%"
 _SEGMENT_CHARS = frozenset("-._~!$&'()*+,;=:@%") | frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 )
-_FORBIDDEN = ("/", "\\", "\x00")
+_FORBIDDEN = re.compile(r"[/\\\x00]")
+"""What a decoded value may not hold: a slash, a backslash or NUL."""
 _NUMERIC = frozenset({"integer", "number"})
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 _NUMBER = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,18})?([eE][-+]?[0-9]{1,2})?")
@@ -176,7 +177,7 @@ def match_variables(pattern: re.Pattern[str], names: Sequence[str], uri: str) ->
             value = unquote(raw, errors="strict") if "%" in raw else raw
         except UnicodeDecodeError:
             return None
-        if value in (".", "..") or "/" in value or "\\" in value or "\x00" in value:  # `_FORBIDDEN`
+        if value in (".", "..") or _FORBIDDEN.search(value):
             return None
         values[name] = value
     return values

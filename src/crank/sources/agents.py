@@ -231,7 +231,7 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
 
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
         caller = context.caller
-        # `CallLimits.applies`, inline: the agent's limits, else the key's own, if any
+        # Counted when the agent has limits or the key its own (`CallLimits`): two attribute checks, no call
         if limits is not None and (agent_limited or (caller is not None and caller.limits is not None)):
             if not limits.admit_now(caller):
                 await limits.admit(caller)  # LimitReachedError: nothing is sent
