@@ -575,3 +575,31 @@ async def test_requests_never_compile_schemas_or_serialize_pages(
         assert (await post(url, legacy_request("tools/list"), headers)).json()["result"]["tools"]
     body = legacy_request("tools/call", {"name": "echo", "arguments": {"text": 1}})
     assert (await post(url, body, legacy_headers())).json()["result"]["isError"] is True
+
+
+async def test_a_calls_context_carries_what_its_request_said(serve: Callable[..., str]) -> None:
+    """Each field of the `CallContext` a tool gets (the endpoint builds it positionally, on the hot path)."""
+    from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool
+
+    async def seen(arguments: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        return {
+            "tool": context.tool_name, "version": context.protocol_version, "header": context.headers.get("x-probe"),
+            "labels": dict(context.labels), "requested": context.requested_format, "default": context.default_format,
+            "format": context.result_format(None), "caller": context.caller, "client_info": context.client_info,
+            "capabilities": context.client_capabilities, "responses": context.input_responses,
+            "progress_token": context.progress_token,
+        }  # fmt: skip
+
+    tool = Tool(name="seen", description="What the call's context holds.", invoker=seen,
+                input_schema={"type": "object"})  # fmt: skip
+    url = serve(MCPEndpoint(Catalog([tool], labels={"agent": "a"}), default_format="pretty_json"))
+    body = legacy_request("tools/call", {"name": "seen", "arguments": {}, "_meta": {"progressToken": 7}})
+    legacy = await post(url, body, {**legacy_headers(), "X-Mcp-Format": "toon", "X-Probe": "p"})
+    assert legacy.json()["result"]["structuredContent"] == {
+        "tool": "seen", "version": "2025-11-25", "header": "p", "labels": {"agent": "a"}, "requested": "toon",
+        "default": "pretty_json", "format": "toon", "caller": None, "client_info": None, "capabilities": None,
+        "responses": None, "progress_token": 7,
+    }  # fmt: skip
+    modern = (await call_modern(url, "seen", {})).json()["result"]["structuredContent"]
+    assert modern["version"] == "2026-07-28" and modern["requested"] is None and modern["format"] == "pretty_json"
+    assert modern["capabilities"] == {} and modern["client_info"] is not None and modern["progress_token"] is None

@@ -70,6 +70,7 @@ from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import (
     DEFAULT_MAX_BODY_SIZE,
+    JSON_CONTENT_TYPE_HEADER,
     EarlyAnswer,
     read_body,
     read_headers,
@@ -294,10 +295,15 @@ class MCPEndpoint:
             error = self.server.internal_error(exc)
             plain = route in _PLAIN_ROUTES
             exchange = _plain_error(200, error.code, error.message, error.data) if plain else _internal(None, error)
-        if exchange.body is None:
+        body = exchange.body
+        if body is None:
             await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
-        else:
-            await send_response(send, exchange.status, exchange.body, exchange.headers)
+        else:  # `send_response`, inline: one coroutine less per answer (docs/benchmarks.md)
+            head = [(b"content-length", b"%d" % len(body)), JSON_CONTENT_TYPE_HEADER]
+            if exchange.headers:
+                head.extend(exchange.headers)
+            await send({"type": "http.response.start", "status": exchange.status, "headers": head})
+            await send({"type": "http.response.body", "body": body})
         if after:
             await run_after_response(after)
 

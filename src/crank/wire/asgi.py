@@ -18,6 +18,7 @@ __all__ = [
     "EarlyAnswers",
     "EarlyAnswersNow",
     "JSON_CONTENT_TYPE",
+    "JSON_CONTENT_TYPE_HEADER",
     "header",
     "read_body",
     "read_headers",
@@ -28,6 +29,8 @@ __all__ = [
 DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 """The largest request body an endpoint reads unless configured otherwise (4 MiB)."""
 JSON_CONTENT_TYPE: Final = b"application/json"
+JSON_CONTENT_TYPE_HEADER: Final = (b"content-type", JSON_CONTENT_TYPE)
+"""The response header of a JSON answer, made once (`send_response`, and the endpoint's inline copy of it)."""
 
 Headers = list[tuple[bytes, bytes]]
 
