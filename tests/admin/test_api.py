@@ -96,6 +96,16 @@ async def test_errors_say_what_and_where(admin: Admin) -> None:
     assert (await admin("GET", "/workspaces/acme/operations"))["operations"].keys() == {"broken"}
 
 
+async def test_a_draft_whose_documents_are_too_heavy_together_is_refused_at_once(admin: Admin) -> None:
+    await admin("PUT", "/workspaces/acme", {"name": "Acme"})
+    documents = [{"uri": f"docs://{n}", "name": f"d{n}", "text": "x" * 250_000} for n in range(17)]
+    refused = await admin("PUT", "/workspaces/acme/agents/desk", {"documents": documents}, status=422)
+    assert "more than the 4194304 allowed" in refused["error"]["message"]
+    many = [{"uri": f"docs://{n}", "name": f"d{n}", "text": "x"} for n in range(65)]
+    refused = await admin("PUT", "/workspaces/acme/agents/desk", {"documents": many}, status=422)
+    assert "documents: List should have at most 64 items" in refused["error"]["message"]
+
+
 async def test_import_bind_publish_call_republish_and_roll_back(
     admin: Admin, registry: Registry, serve: Callable[..., str]
 ) -> None:

@@ -321,3 +321,25 @@ async def test_a_tool_backed_template_types_its_variables_by_the_tools_schema() 
     catalog = Catalog([tool], resource_templates=[ResourceTemplate("x://{n}/{b}", "t", tool="get")])
     found = catalog.match("x://5/false")
     assert found is not None and found[0].kinds == {"n": kinds["n"], "b": kinds["b"]}
+
+
+async def test_a_tool_that_answers_its_own_blocks_is_read_block_by_block(serve: Callable[..., str]) -> None:
+    from crank.mcp import ResourceTemplate, Tool, ToolResult
+
+    async def blocks(arguments: dict[str, Any], context: CallContext) -> ToolResult:
+        if arguments["id"] == "bad":
+            return ToolResult([{"type": "text", "text": "no such card"}], is_error=True)
+        return ToolResult([{"type": "text", "text": "card 7"}, {"type": "image", "data": "AAE=", "mimeType": "image/png"},
+                           {"type": "resource", "resource": {"uri": "c://7/back", "text": "back"}},
+                           {"type": "resource_link", "uri": "c://8", "name": "next"}])  # fmt: skip
+
+    tool = Tool(name="card", description="d", input_schema={"type": "object", "properties": {"id": {"type": "string"}}},
+                invoker=blocks)  # fmt: skip
+    templates = [ResourceTemplate("c://{id}", "card", tool="card", mime_type="text/plain")]
+    url = serve(MCPEndpoint(Catalog([tool], resource_templates=templates))) + "/"
+    contents = (await rpc(url, "resources/read", {"uri": "c://7"}))["result"]["contents"]
+    assert contents == [{"uri": "c://7", "mimeType": "text/plain", "text": "card 7"},
+                        {"uri": "c://7", "mimeType": "image/png", "blob": "AAE="},
+                        {"uri": "c://7/back", "text": "back"}]  # fmt: skip
+    error = (await rpc(url, "resources/read", {"uri": "c://bad"}))["error"]
+    assert error["code"] == -32603 and error["message"] == "no such card"

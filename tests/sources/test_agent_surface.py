@@ -252,6 +252,14 @@ async def test_a_rendered_prompt_is_bounded(registry: Registry, serve: Callable[
             {"prompts": [{"name": "p", "messages": [{"text": "a", "image": {"data": "", "mime_type": "image/png"}}]}]},
             "exactly one of",
         ),
+        (
+            {"prompts": [{"name": "p", "messages": [{"image": {"data": "not base64!", "mime_type": "image/png"}}]}]},
+            "image data is not valid base64",
+        ),
+        (  # each document is within its own bound; together they are over the agent's
+            {"documents": [{"uri": f"docs://{n}", "name": f"d{n}", "text": "x" * 250_000} for n in range(17)]},
+            "hold 4250000 characters together, more than the 4194304 allowed",
+        ),
     ],
 )
 def test_wrong_documents_and_prompts_fail_the_publish(registry: Registry, change: dict[str, Any], problem: str) -> None:

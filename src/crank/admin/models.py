@@ -9,10 +9,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from crank.mcp.tools import TOOL_NAME_PATTERN
-from crank.registry.runtime import AgentDocument, AgentPrompt, Limits, OAuthPolicy, ResourceBinding, SchemeCredential
+from crank.registry.runtime import (
+    MAX_DOCUMENTS,
+    MAX_PROMPTS,
+    AgentDocument,
+    AgentPrompt,
+    Limits,
+    OAuthPolicy,
+    ResourceBinding,
+    SchemeCredential,
+    check_agent_media,
+)
 from crank.schema import problems_of
 from crank.schema.compact import CompactSettings
 
@@ -143,11 +153,20 @@ class AgentIn(_Model):
         None, description=_LIMITS.format(what="the agent's tool calls, all keys together") + " Published with it."
     )
     documents: list[AgentDocument] = Field(
-        default_factory=list, description="Static documents offered as resources (the API's guide, say)."
+        default_factory=list,
+        max_length=MAX_DOCUMENTS,
+        description="Static documents offered as resources (the API's guide, say).",
     )
     prompts: list[AgentPrompt] = Field(
-        default_factory=list, description="Stored prompt templates, rendered by a sandboxed Jinja2."
+        default_factory=list,
+        max_length=MAX_PROMPTS,
+        description="Stored prompt templates, rendered by a sandboxed Jinja2.",
     )
+
+    @model_validator(mode="after")
+    def _media(self) -> AgentIn:
+        check_agent_media(self.documents, self.prompts)
+        return self
 
 
 class SourceIn(_Model):

@@ -124,18 +124,42 @@ async def call_tool(
 
 
 def tool_contents(uri: str, result: JSONObject, mime_type: str | None) -> list[JSONObject]:
-    """The `contents` of a read a tool answered (`Resource.tool`, `ResourceTemplate.tool`): its JSON text, and a
-    note it added as a plain text item. A failed call is a JSON-RPC error whose data is the structured error:
-    -32602 for arguments the tool refuses (the URI's variables), -32603 for anything else."""
+    """The `contents` of a read a tool answered (`Resource.tool`, `ResourceTemplate.tool`).
+
+    A value the tool returned is its JSON text (the resource's MIME type, `application/json` by default), and a
+    note it added is a plain text item. A tool that answers its own content blocks (`ToolResult`) gives its text
+    as text, its images and audio as blobs and its embedded resources as they are; links are left out.
+
+    A failed call is a JSON-RPC error whose data is the structured error: -32602 for arguments the tool refuses
+    (the URI's variables), -32603 for anything else."""
     content = result["content"]
     if result["isError"]:
-        data = _json.loads(content[0]["text"])
-        code = INVALID_PARAMS if data.get("error_code") == SchemaValidationError.default_code else INTERNAL_ERROR
-        raise RPCError(str(data.get("message")), code=code, data=data)
-    contents: list[JSONObject] = [{"uri": uri, "mimeType": mime_type or "application/json", "text": content[0]["text"]}]
-    if len(content) > 1:  # a note (items left out) follows the value
-        contents.extend({"uri": uri, "mimeType": "text/plain", "text": block["text"]} for block in content[1:])
+        raise _read_failure(content)
+    contents: list[JSONObject] = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "text":
+            text_type = (mime_type or "application/json") if not contents else "text/plain"
+            contents.append({"uri": uri, "mimeType": text_type, "text": block["text"]})
+        elif kind in ("image", "audio"):
+            contents.append({"uri": uri, "mimeType": block.get("mimeType"), "blob": block.get("data")})
+        elif kind == "resource" and isinstance(block.get("resource"), dict):
+            contents.append(block["resource"])
     return contents
+
+
+def _read_failure(content: list[JSONObject]) -> RPCError:
+    """The error a failed tool-backed read answers: the tool's structured error when it gave one (the text of
+    its first block, as `error_result` writes it), else the tool's own words as the message."""
+    text = content[0].get("text") if content and content[0].get("type") == "text" else None
+    try:
+        data = _json.loads(text) if isinstance(text, str) else None
+    except _json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return RPCError(text[:1000] if isinstance(text, str) else "The tool failed", code=INTERNAL_ERROR)
+    code = INVALID_PARAMS if data.get("error_code") == SchemaValidationError.default_code else INTERNAL_ERROR
+    return RPCError(str(data.get("message")), code=code, data=data)
 
 
 def _rejected(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -470,6 +471,9 @@ class OutputSpec(_Model):
 MAX_DOCUMENT_SIZE: Final = 256 * 1024
 """The largest document an agent may hold (characters of text, or bytes once decoded)."""
 MAX_DOCUMENTS: Final = 64
+MAX_AGENT_MEDIA: Final = 4 * 1024 * 1024
+"""The most an agent's documents and prompt images hold together (characters of text and of base64): each is
+bounded alone, and this bounds what one agent version makes every replica keep in memory."""
 MAX_PROMPTS: Final = 64
 MAX_PROMPT_MESSAGES: Final = 16
 MAX_PROMPT_TEMPLATE: Final = 16 * 1024
@@ -504,11 +508,15 @@ class AgentDocument(_Model):
         if (self.text is None) == (self.blob is None):
             raise ValueError("a document has either text or blob (base64)")
         if self.blob is not None:
-            try:
-                base64.b64decode(self.blob, validate=True)
-            except (binascii.Error, ValueError):
-                raise ValueError("blob is not valid base64") from None
+            _check_base64(self.blob, "blob")
         return self
+
+
+def _check_base64(value: str, what: str) -> None:
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{what} is not valid base64") from None
 
 
 class ResourceBinding(_Model):
@@ -535,6 +543,11 @@ class PromptImage(_Model):
     data: str = Field(max_length=(MAX_DOCUMENT_SIZE * 4) // 3 + 4)
     """Base64 of the image's bytes."""
     mime_type: str = Field(pattern=r"^image/[A-Za-z0-9.+-]{1,64}$")
+
+    @model_validator(mode="after")
+    def _base64(self) -> PromptImage:
+        _check_base64(self.data, "image data")
+        return self
 
 
 class PromptMessageSpec(_Model):
@@ -634,6 +647,17 @@ class WorkspaceInfo(_Model):
     default_language: str = DEFAULT_LANGUAGE
 
 
+def check_agent_media(documents: Sequence[AgentDocument], prompts: Sequence[AgentPrompt]) -> None:
+    """Refuse an agent whose documents and prompt images together exceed `MAX_AGENT_MEDIA` (ValueError)."""
+    size = sum(len(document.text or document.blob or "") for document in documents)
+    size += sum(len(message.image.data) for prompt in prompts for message in prompt.messages if message.image)
+    if size > MAX_AGENT_MEDIA:
+        raise ValueError(
+            f"the agent's documents and prompt images hold {size} characters together, more than the "
+            f"{MAX_AGENT_MEDIA} allowed: link to large material instead of storing it"
+        )
+
+
 class AgentInfo(_Model):
     id: str
     slug: str
@@ -649,6 +673,11 @@ class AgentInfo(_Model):
     """Static resources (format 4)."""
     prompts: tuple[AgentPrompt, ...] = Field(default=(), max_length=MAX_PROMPTS)
     """Stored prompt templates (format 4)."""
+
+    @model_validator(mode="after")
+    def _media(self) -> AgentInfo:
+        check_agent_media(self.documents, self.prompts)
+        return self
 
 
 class RuntimeView(_Model):
