@@ -329,7 +329,8 @@ async def test_a_tool_that_answers_its_own_blocks_is_read_block_by_block(serve: 
     async def blocks(arguments: dict[str, Any], context: CallContext) -> ToolResult:
         if arguments["id"] == "bad":
             return ToolResult([{"type": "text", "text": "no such card"}], is_error=True)
-        return ToolResult([{"type": "text", "text": "card 7"}, {"type": "image", "data": "AAE=", "mimeType": "image/png"},
+        return ToolResult([{"type": "text", "text": "card 7"},
+                           {"type": "image", "data": "AAE=", "mimeType": "image/png"},
                            {"type": "resource", "resource": {"uri": "c://7/back", "text": "back"}},
                            {"type": "resource_link", "uri": "c://8", "name": "next"}])  # fmt: skip
 
