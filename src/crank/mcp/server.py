@@ -259,6 +259,8 @@ class MCPServer:
             version = info.headers.get("mcp-protocol-version")
             if version in HANDSHAKE_PROTOCOL_VERSIONS and "_meta" not in params and method != "server/discover":
                 modern = False  # a handshake-era request that says so and nothing more: what `_era` would find
+            elif version in MODERN_PROTOCOL_VERSIONS:  # `_era`'s first branch, one frame less
+                version, modern = _check_modern_envelope(method, params, info.headers), True
             else:
                 version = self._era(method, params, info.headers)
                 modern = version in MODERN_PROTOCOL_VERSIONS
@@ -655,7 +657,8 @@ class MCPServer:
         declared = _read_client_meta(params["_meta"], context)  # present: the envelope was checked before dispatch
         if entry.tool.required_client_capabilities:
             _require_capabilities(entry.tool.name, entry.tool.required_client_capabilities, declared)
-        self._input_state(entry.tool.name, params, arguments, context)
+        if "inputResponses" in params or "requestState" in params:  # only a call that answers an earlier one
+            self._input_state(entry.tool.name, params, arguments, context)
 
     def _input_state(self, signed_for: str, params: JSONObject, arguments: JSONObject, context: CallContext) -> None:
         """The client's answers to an earlier `input_required` and its verified `requestState`, into `context`."""
