@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from crank.admin.api import AdminAPI, registry_probe
+from crank.admin.console import Console
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
@@ -390,8 +391,11 @@ class CrankServer:
         self.admin: ASGIApp | None = None
         self.gateway: GatewayService | None = None
         self.probe = registry_probe(registry)  # one for the admin API and /readyz
+        self.console: ASGIApp | None = None
         if settings.role in ("admin", "all"):
             self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe, egress=self.egress)
+            self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,
+                                   idle_timeout=settings.console_idle_timeout)  # fmt: skip
         if settings.role in ("mcp", "all"):
             self.gateway = GatewayService(
                 registry,
@@ -442,6 +446,8 @@ class CrankServer:
             await JSONResponse(body, 503 if unavailable else 200)(scope, receive, send)
         elif self.admin is not None and path.startswith("/admin/"):
             await self.admin(scope, receive, send)
+        elif self.console is not None and (path == "/console" or path.startswith("/console/")):
+            await self.console(scope, receive, send)
         elif self.gateway is not None:
             await self.gateway(scope, receive, send)
         else:

@@ -98,6 +98,9 @@ class Settings(BaseSettings):
         "OAuth resource (its tokens' audience) and metadata; never taken from a request's Host header.",
     )
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
+    console_idle_timeout: int = Field(
+        1800, ge=60, le=43200, description="Seconds without a request after which a console session ends."
+    )
     registry_push: bool = Field(
         True,
         description="MCP replicas reload as soon as a registry change is announced (PostgreSQL LISTEN/NOTIFY, or "

@@ -29,6 +29,7 @@ from crank.admin.documents import Matcher, load_document
 from crank.admin.lint import Finding
 from crank.gateway.egress import EgressPolicy
 from crank.registry import Registry, tool_name_of
+from crank.registry.runtime import RuntimeTool, RuntimeView
 from crank.types import JSONObject
 
 __all__ = [
@@ -37,7 +38,9 @@ __all__ = [
     "ImportReport",
     "OperationChange",
     "RepublishReport",
+    "VersionDiff",
     "compare_operations",
+    "diff_versions",
     "merge_draft",
     "reimport",
     "republish_operation",
@@ -175,6 +178,40 @@ def compare_operations(name: str, old: JSONObject, new: JSONObject) -> Operation
     if not details:
         return None
     return OperationChange(name, tuple(details), tuple(breaking))
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    """The tools two published versions of an agent differ by, each change as the re-import report words it."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[OperationChange, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+
+def diff_versions(old: RuntimeView, new: RuntimeView) -> VersionDiff:
+    """Tools added, removed and changed from `old` to `new` (by tool name; a change lists its differences and
+    those that break a caller, as `compare_operations` does for two drafts of an operation)."""
+    before = {tool.tool_name: _comparable(tool) for tool in old.tools}
+    after = {tool.tool_name: _comparable(tool) for tool in new.tools}
+    changed = [compare_operations(name, before[name], after[name]) for name in after if name in before]
+    return VersionDiff(
+        added=tuple(name for name in after if name not in before),
+        removed=tuple(name for name in before if name not in after),
+        changed=tuple(change for change in changed if change is not None),
+    )
+
+
+def _comparable(tool: RuntimeTool) -> JSONObject:
+    """A published tool in the words of an operation draft (`description`, `annotations`), for the comparison."""
+    data = tool.to_json()
+    for key in ("tool_name", "workspace_id", "agent_id", "operation_id"):
+        data.pop(key, None)
+    data["description"] = data.pop("tool_description", None)
+    return data
 
 
 def _target(target: JSONObject) -> str:

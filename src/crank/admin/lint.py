@@ -152,15 +152,17 @@ class CatalogReport:
         return self.estimate > self.budget
 
 
-def catalog_report(runtime: RuntimeView, *, budget: int | None = None, catalog: Catalog | None = None) -> CatalogReport:
-    """The size of the agent's `tools/list` in its default language, and each tool's share. `catalog`: the
-    runtime view's catalog when the caller has built it already.
+def catalog_report(
+    runtime: RuntimeView, *, budget: int | None = None, catalog: Catalog | None = None, language: str | None = None
+) -> CatalogReport:
+    """The size of the agent's `tools/list` in `language` (default: the catalog's default language), and each
+    tool's share. `catalog`: the runtime view's catalog when the caller has built it already.
 
     Raises `ConfigurationError` naming the tool when the catalog cannot be built."""
     if catalog is None:  # not `or`: a Catalog has a length, and an empty one is falsy
         check_secret_references(runtime)  # what a publish refuses besides the build
         catalog = build_catalog(runtime)
-    return _report(runtime.agent.slug, catalog, _budget(runtime, budget))
+    return _report(runtime.agent.slug, catalog, _budget(runtime, budget), language)
 
 
 @dataclass(frozen=True)
@@ -175,19 +177,24 @@ class ToolSize:
         return f"{self.tokens:6d}  {self.name}  (before compaction: {self.before})"
 
 
-def tool_sizes(runtime: RuntimeView, uncompacted: RuntimeView, *, catalog: Catalog | None = None) -> list[ToolSize]:
+def tool_sizes(
+    runtime: RuntimeView, uncompacted: RuntimeView, *, catalog: Catalog | None = None, language: str | None = None
+) -> list[ToolSize]:
     """Each tool's estimate after and before compaction (`Registry.draft_runtime(..., compact=False)`),
     heaviest first. Raises `ConfigurationError` when a catalog cannot be built."""
-    before = dict(catalog_report(uncompacted).tools)
-    after = catalog_report(runtime, catalog=catalog).tools
+    before = dict(catalog_report(uncompacted, language=language).tools)
+    after = catalog_report(runtime, catalog=catalog, language=language).tools
     return [ToolSize(name, tokens, before.get(name, tokens)) for name, tokens in after]
 
 
-def _report(name: str, catalog: Catalog, budget: int) -> CatalogReport:
-    entries = catalog.tool_entries(catalog.default_language)
+def _report(name: str, catalog: Catalog, budget: int, language: str | None = None) -> CatalogReport:
+    if language is None or language not in catalog.languages:
+        language = catalog.default_language
+    entries = catalog.tool_entries(language)
     shares = [(str(entry["name"]), estimate_tokens([entry])) for entry in entries]
     shares.sort(key=lambda share: share[1], reverse=True)  # stable: equal shares keep the catalog's order
-    return CatalogReport(name, catalog.token_estimate, budget, shares)
+    estimate = catalog.token_estimate if language == catalog.default_language else estimate_tokens(entries)
+    return CatalogReport(name, estimate, budget, shares)
 
 
 def lint_catalog(catalog: Catalog, *, name: str, budget: int | None = None) -> tuple[list[Finding], CatalogReport]:

@@ -447,6 +447,15 @@ class Registry:
             agent.published_version = version
             self._bump(session)
 
+    def version_runtime(self, workspace: str, agent_slug: str, version: int) -> RuntimeView:
+        """One published version's runtime view, as it was published (to compare two versions, say)."""
+        with Session(self.engine) as session:
+            agent = self._agent(session, self._workspace(session, workspace), agent_slug)
+            stored = session.scalar(select(AgentVersion.runtime).filter_by(agent_id=agent.id, version=version))
+        if stored is None:
+            raise RegistryNotFoundError(f"agent {workspace}/{agent_slug} has no version {version}")
+        return load_runtime(stored, where=f"agent {workspace}/{agent_slug} version {version}")
+
     def versions(self, workspace: str, agent_slug: str) -> list[int]:
         return [info.version for info in self.version_history(workspace, agent_slug)]
 

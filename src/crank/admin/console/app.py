@@ -1,0 +1,333 @@
+"""The console: an ASGI app at `/console`, beside the admin API, on the same actions (docs/console.md).
+
+Pages are rendered on the server (Jinja2, autoescaped: operation descriptions come from untrusted documents)
+with htmx, vendored, for the live search. Every page needs a session signed in with the admin token
+(`crank.admin.console.session`); every form that changes something carries the session's CSRF token. Every
+answer says `Content-Security-Policy` with no inline script or style, and is never cached.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qsl, quote, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from crank import __version__
+from crank.admin.actions import publish_agent
+from crank.admin.console.pages import agent_page, diff_page, keys_page, workspace_page
+from crank.admin.console.session import COOKIE, DEFAULT_IDLE_TIMEOUT, ConsoleSession, Sessions
+from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
+from crank.gateway.egress import EgressPolicy
+from crank.ids import new_request_id
+from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
+from crank.types import Receive, Scope, Send
+
+__all__ = ["PREFIX", "Console"]
+
+logger = logging.getLogger("crank.console")
+
+PREFIX: Final = "/console"
+_HERE = Path(__file__).parent
+SECURITY_HEADERS: Final = {
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+"""On every console answer: no inline script or style runs, nothing is framed, nothing is cached."""
+MAX_FORM_BYTES: Final = 64 * 1024
+"""The largest form a console page posts."""
+
+Page = Callable[["Console", Request, ConsoleSession], Awaitable[Response]]
+
+
+class Console:
+    """The console for one registry, signed in with the admin token. `crank serve` mounts it for the admin role
+    (`/console`); the `mcp` role never serves it."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        token: str,
+        egress: EgressPolicy | None = None,
+        idle_timeout: int = DEFAULT_IDLE_TIMEOUT,
+    ) -> None:
+        if len(token) < 16:
+            raise ConfigurationError("the admin token must be at least 16 characters")
+        self.registry = registry
+        self.egress = egress if egress is not None else EgressPolicy.from_environment()
+        self.sessions = Sessions(token, idle_timeout=idle_timeout)
+        self._token = token.encode()
+        self.templates = Environment(
+            loader=FileSystemLoader(_HERE / "templates"),
+            autoescape=select_autoescape(default=True),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.globals.update(prefix=PREFIX, version=__version__, quote=quote)
+        static = StaticFiles(directory=_HERE / "static")
+        self._app = Starlette(
+            routes=[
+                Mount(PREFIX + "/static", static, name="static"),
+                Route(PREFIX + "/login", self._login_form, methods=["GET"]),
+                Route(PREFIX + "/login", self._login, methods=["POST"]),
+                Route(PREFIX + "/logout", _page(_logout), methods=["POST"]),
+                Route(PREFIX, _page(_workspaces), methods=["GET"]),
+                Route(PREFIX + "/", _page(_workspaces), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}", _page(_workspace), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/keys", _page(_keys), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/keys", _page(_create_key), methods=["POST"]),
+                Route(PREFIX + "/workspaces/{workspace}/keys/{key}/revoke", _page(_revoke_key), methods=["POST"]),
+                Route(PREFIX + "/workspaces/{workspace}/agents/{agent}", _page(_agent), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/agents/{agent}/diff", _page(_diff), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/agents/{agent}/publish", _page(_publish), methods=["POST"]),
+                Route(PREFIX + "/workspaces/{workspace}/agents/{agent}/rollback", _page(_rollback), methods=["POST"]),
+            ],
+            exception_handlers={HTTPException: self._http_error},
+        )
+        self._app.state.console = self
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def secured(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *((name.encode(), value.encode()) for name, value in SECURITY_HEADERS.items()),
+                ]
+            await send(message)
+
+        await self._app(scope, receive, secured if scope["type"] == "http" else send)
+
+    # -- rendering ---------------------------------------------------------------------------------
+
+    def render(
+        self, request: Request, template: str, session: ConsoleSession | None, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        """A page, and the session's cookie stamped again (its idle timeout starts over)."""
+        body = self.templates.get_template(template).render(session=session, request=request, **context)
+        response = HTMLResponse(body, status)
+        if session is not None:
+            response.headers.append("set-cookie", self.sessions.cookie(session, secure=_secure(request)))
+        return response
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        message = {404: "Nothing here.", 405: "This page does not take that method."}.get(status, "Refused.")
+        return self.render(request, "error.html", None, status, title=str(status), message=message)
+
+    # -- signing in --------------------------------------------------------------------------------
+
+    async def _login_form(self, request: Request) -> Response:
+        session = self.sessions.read(request.cookies.get(COOKIE))
+        if session is not None and session.signed_in:
+            return RedirectResponse(_next(request.query_params.get("next")), 303)
+        session = session or self.sessions.start(signed_in=False)  # its CSRF token guards the sign-in form too
+        return self.render(request, "login.html", session, next=_next(request.query_params.get("next")), failed=False)
+
+    async def _login(self, request: Request) -> Response:
+        session = self.sessions.read(request.cookies.get(COOKIE))
+        form = await _form(request)
+        if session is None or not session.checks(_field(form, "csrf")):
+            return self.render(request, "error.html", None, 403, title="Refused",
+                               message="The form was stale or not this browser's: open the sign-in page again.")  # fmt: skip
+        if not hmac.compare_digest(_field(form, "token").encode(), self._token):
+            return self.render(request, "login.html", session, 401, next=_next(_field(form, "next")), failed=True)
+        fresh = self.sessions.start(signed_in=True)  # a new id and CSRF token: nothing planted before survives
+        response = RedirectResponse(_next(_field(form, "next")), 303)
+        response.headers.append("set-cookie", self.sessions.cookie(fresh, secure=_secure(request)))
+        return response
+
+
+def _page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
+    """A page that needs a signed-in session, and a CSRF token for any POST; registry errors become pages."""
+
+    async def page(request: Request) -> Response:
+        console: Console = request.app.state.console
+        session = console.sessions.read(request.cookies.get(COOKIE))
+        if session is None or not session.signed_in:
+            if request.method != "GET":
+                return console.render(request, "error.html", None, 403, title="Signed out",
+                                      message="Your session ended: sign in again, then repeat the change.")  # fmt: skip
+            return RedirectResponse(f"{PREFIX}/login?next={quote(request.url.path)}", 303)
+        try:
+            if request.method == "POST":
+                form = await _form(request)
+                if not session.checks(_field(form, "csrf")):
+                    return console.render(request, "error.html", session, 403, title="Refused",
+                                          message="This form did not come from this session's page.")  # fmt: skip
+                request.state.form = form
+            return await handler(console, request, session)
+        except RegistryNotFoundError as missing:
+            return console.render(request, "error.html", session, 404, title="Not found", message=str(missing))
+        except DATABASE_ERRORS as exc:
+            return console.render(request, "error.html", session, 503, title="Registry unavailable",
+                                  message=f"{describe_database_error(exc)}; retry later.")  # fmt: skip
+        except HTTPException:
+            raise
+        except Exception:  # the operator's log has the trace; the page says only that it failed
+            request_id = new_request_id()
+            logger.exception("console page %s failed (request_id=%s)", request.url.path, request_id)
+            return console.render(request, "error.html", session, 500, title="Something failed",
+                                  message=f"The page could not be made; the log has request_id {request_id}.")  # fmt: skip
+
+    return page
+
+
+# -- pages ---------------------------------------------------------------------------------------------
+
+
+async def _workspaces(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspaces = await run_in_threadpool(console.registry.workspaces)
+    return console.render(request, "workspaces.html", session, workspaces=workspaces)
+
+
+async def _workspace(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace = request.path_params["workspace"]
+    page = await run_in_threadpool(workspace_page, console.registry, workspace, request.query_params.get("q", ""))
+    template = "operations.html" if request.headers.get("hx-request") == "true" else "workspace.html"
+    return console.render(request, template, session, page=page)
+
+
+async def _agent(console: Console, request: Request, session: ConsoleSession, **context: Any) -> Response:
+    workspace, agent = request.path_params["workspace"], request.path_params["agent"]
+    language, mode = request.query_params.get("lang"), request.query_params.get("mode")
+    page = await run_in_threadpool(agent_page, console.registry, workspace, agent, language=language, mode=mode)
+    context.setdefault("notice", _notice(request))
+    context.setdefault("problem", None)
+    return console.render(request, "agent.html", session, context.pop("status", 200), page=page, **context)
+
+
+async def _publish(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace, agent = request.path_params["workspace"], request.path_params["agent"]
+    try:
+        report = await run_in_threadpool(publish_agent, console.registry, workspace, agent, egress=console.egress)
+    except (ConfigurationError, RegistryConflictError) as refused:
+        return await _agent(console, request, session, status=422, problem=str(refused), notice=None)
+    return RedirectResponse(_agent_url(workspace, agent) + f"?published={report.version}", 303)
+
+
+async def _rollback(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace, agent = request.path_params["workspace"], request.path_params["agent"]
+    version = _int(_field(request.state.form, "version"))
+    if version is None:
+        return await _agent(console, request, session, status=422, problem="Choose a version.", notice=None)
+    await run_in_threadpool(console.registry.rollback, workspace, agent, version)
+    return RedirectResponse(_agent_url(workspace, agent) + f"?rolled_back={version}", 303)
+
+
+async def _diff(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace, agent = request.path_params["workspace"], request.path_params["agent"]
+    old, new = _int(request.query_params.get("from")), _int(request.query_params.get("to"))
+    if old is None or new is None:
+        raise HTTPException(404)
+    diff = await run_in_threadpool(diff_page, console.registry, workspace, agent, old, new)
+    return console.render(request, "diff.html", session, workspace=workspace, agent=agent, old=old, new=new,
+                          diff=diff)  # fmt: skip
+
+
+async def _keys(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace = request.path_params["workspace"]
+    page = await run_in_threadpool(keys_page, console.registry, workspace, request.query_params.get("prefix", ""))
+    return console.render(request, "keys.html", session, page=page, notice=_notice(request))
+
+
+async def _create_key(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace = request.path_params["workspace"]
+    form: FormData = request.state.form
+    agents = [str(value) for value in form.getlist("agents")]
+    created = await run_in_threadpool(console.registry.issue_api_key, workspace, agents or None)
+    page = await run_in_threadpool(keys_page, console.registry, workspace, "", created=created)
+    # Answered here, not redirected: the key is shown this once and never stored.
+    return console.render(request, "keys.html", session, 201, page=page, notice=None)
+
+
+async def _revoke_key(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace, key = request.path_params["workspace"], request.path_params["key"]
+    await run_in_threadpool(console.registry.delete_api_key, workspace, key)
+    return RedirectResponse(f"{PREFIX}/workspaces/{quote(workspace)}/keys?revoked={quote(key)}", 303)
+
+
+async def _logout(console: Console, request: Request, session: ConsoleSession) -> Response:
+    response = RedirectResponse(PREFIX + "/login", 303)
+    response.headers.append("set-cookie", Sessions.cleared(secure=_secure(request)))
+    return response
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+_NOTICES: Final = {
+    "published": "Published version {}.",
+    "rolled_back": "Now serving version {} again.",
+    "revoked": "Revoked key {}.",
+}
+
+
+def _notice(request: Request) -> str | None:
+    """What a redirect after a change says, from known words only (a link cannot make the page say anything)."""
+    for name, words in _NOTICES.items():
+        value = request.query_params.get(name)
+        if value is not None and value.isascii() and len(value) <= 64 and value.replace("-", "").isalnum():
+            return words.format(value)
+    return None
+
+
+def _agent_url(workspace: str, agent: str) -> str:
+    return f"{PREFIX}/workspaces/{quote(workspace)}/agents/{quote(agent)}"
+
+
+def _next(target: str | None) -> str:
+    """Where to go after signing in: a console path only, never another site (`//evil`, `/\\evil`)."""
+    if not target or not target.startswith(PREFIX) or "\\" in target or urlsplit(target).netloc:
+        return PREFIX + "/"
+    return target
+
+
+async def _form(request: Request) -> FormData:
+    """A URL-encoded form of at most `MAX_FORM_BYTES` and 100 fields (read in bounded steps, however sent)."""
+    kind = request.headers.get("content-type")
+    if kind is None:
+        return FormData()  # no form at all: no CSRF token either, so any change is refused
+    if not kind.startswith("application/x-www-form-urlencoded"):
+        raise HTTPException(415)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise HTTPException(413)
+    try:
+        fields: list[tuple[str, str | UploadFile]] = list(
+            parse_qsl(body.decode("latin-1"), keep_blank_values=True, max_num_fields=100, errors="replace")
+        )
+    except ValueError:
+        raise HTTPException(413) from None
+    return FormData(fields)
+
+
+def _field(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isascii() and value.isdigit() and len(value) < 10 else None
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"

@@ -1,0 +1,154 @@
+"""What each console page shows, read from the registry with the same actions as the admin API and the CLI
+(`crank.admin.lint`, `crank.admin.changes`): typed page models, rendered by the templates. Runs in a worker
+thread (the registry is synchronous)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from crank.admin.changes import VersionDiff, diff_versions
+from crank.admin.lint import Finding, ToolSize, catalog_report, lint_runtime, tool_sizes, unbuildable
+from crank.exceptions import ConfigurationError
+from crank.registry import ApiKeyInfo, Registry, RuntimeView, VersionInfo
+
+__all__ = [
+    "MAX_LISTED_OPERATIONS",
+    "AgentPage",
+    "CatalogView",
+    "OperationRow",
+    "WorkspacePage",
+    "agent_page",
+    "diff_page",
+    "keys_page",
+    "workspace_page",
+]
+
+Mode = Literal["direct", "discovery"]
+MODES: Final = ("direct", "discovery")
+MAX_LISTED_OPERATIONS: Final = 200
+"""Operations shown at once on a workspace's page; the search narrows the rest."""
+MAX_QUERY: Final = 200
+
+
+@dataclass(frozen=True)
+class OperationRow:
+    name: str
+    method: str
+    url: str
+    description: str
+
+
+@dataclass(frozen=True)
+class WorkspacePage:
+    workspace: dict[str, Any]
+    operations: list[OperationRow]
+    matching: int
+    """How many operations the query matches (more than are listed when over `MAX_LISTED_OPERATIONS`)."""
+    total: int
+    agents: list[dict[str, Any]]
+    query: str
+
+
+@dataclass(frozen=True)
+class CatalogView:
+    """An agent's `tools/list` as the model reads it, in one language and mode."""
+
+    language: str
+    languages: list[str]
+    mode: Mode
+    estimate: int
+    budget: int
+    tools: list[ToolSize]
+
+    @property
+    def over_budget(self) -> bool:
+        return self.estimate > self.budget
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.estimate / self.budget) if self.budget else 0
+
+
+@dataclass(frozen=True)
+class AgentPage:
+    workspace: str
+    agent: dict[str, Any]
+    catalog: CatalogView | None
+    """None when the draft cannot be built: `findings` then holds the one that says why."""
+    findings: list[Finding]
+    versions: list[VersionInfo]
+    modes: tuple[str, ...] = MODES
+
+
+@dataclass(frozen=True)
+class KeysPage:
+    workspace: str
+    keys: list[ApiKeyInfo]
+    agents: list[str]
+    prefix: str
+    created: tuple[ApiKeyInfo, str] | None = None
+    """A key made by this request, with its secret: shown once, never again."""
+    problems: list[str] = field(default_factory=list)
+
+
+def workspace_page(registry: Registry, workspace: str, query: str = "") -> WorkspacePage:
+    """The workspace, its operations whose name, description or URL hold `query` (case-insensitive), and its
+    agents."""
+    query = query.strip()[:MAX_QUERY]
+    needle = query.casefold()
+    rows = [_operation_row(name, spec) for name, spec in registry.operations(workspace).items()]
+    matching = [row for row in rows if not needle or needle in f"{row.name} {row.description} {row.url}".casefold()]
+    return WorkspacePage(registry.workspace(workspace), matching[:MAX_LISTED_OPERATIONS], len(matching), len(rows),
+                         registry.agents(workspace), query)  # fmt: skip
+
+
+def _operation_row(name: str, spec: dict[str, Any]) -> OperationRow:
+    target = spec.get("target") or {}
+    method = "POST" if spec.get("protocol") == "jsonrpc" else str(target.get("method") or "GET").upper()
+    description = str(spec.get("description") or "")
+    return OperationRow(name, method, str(target.get("url") or ""), description)
+
+
+def agent_page(registry: Registry, workspace: str, agent: str, *, language: str | None, mode: str | None) -> AgentPage:
+    """The agent's draft (what the next publish serves) as the model reads it, its lint findings, and its
+    published versions."""
+    info = registry.agent(workspace, agent)
+    versions = registry.version_history(workspace, agent)
+    try:
+        runtime = _in_mode(registry.draft_runtime(workspace, agent), mode)
+        uncompacted = _in_mode(registry.draft_runtime(workspace, agent, compact=False), mode)
+        report = catalog_report(runtime, language=language)
+        sizes = tool_sizes(runtime, uncompacted, language=language)
+        findings = lint_runtime(runtime)
+    except ConfigurationError as exc:
+        return AgentPage(workspace, info, None, [unbuildable(exc)], versions)
+    default = str(registry.workspace(workspace)["default_language"])
+    languages = sorted({default, *_languages(runtime)})
+    chosen = language if language is not None and language in languages else default
+    view = CatalogView(chosen, languages, runtime.agent.mode, report.estimate, report.budget, sizes)
+    return AgentPage(workspace, info, view, findings, versions)
+
+
+def _in_mode(runtime: RuntimeView, mode: str | None) -> RuntimeView:
+    if mode not in MODES or mode == runtime.agent.mode:
+        return runtime
+    return runtime.model_copy(update={"agent": runtime.agent.model_copy(update={"mode": mode})})
+
+
+def _languages(runtime: RuntimeView) -> set[str]:
+    return {language for tool in runtime.tools for language in tool.translations}
+
+
+def diff_page(registry: Registry, workspace: str, agent: str, old: int, new: int) -> VersionDiff:
+    return diff_versions(
+        registry.version_runtime(workspace, agent, old), registry.version_runtime(workspace, agent, new)
+    )
+
+
+def keys_page(registry: Registry, workspace: str, prefix: str = "", **extra: Any) -> KeysPage:
+    """The workspace's API keys whose id starts with `prefix` (never the keys: only their digests are kept)."""
+    prefix = prefix.strip()[:64]
+    keys = [info for info in registry.api_key_infos(workspace) if info.id.startswith(prefix)]
+    agents = [str(agent["slug"]) for agent in registry.agents(workspace)]
+    return KeysPage(workspace, keys, agents, prefix, **extra)

@@ -1,0 +1,90 @@
+"""The console's sessions: a signed cookie, an idle timeout, and a CSRF token per session.
+
+Nothing is stored on the server. The cookie holds a random session id, the session's CSRF token, whether the
+admin token was given, and when the session began; itsdangerous signs it with a key derived from the admin
+token (so a new admin token ends every session) and stamps the time of each request's answer:
+
+- a cookie older than `idle_timeout` seconds (no request in that time) is no session;
+- a session older than `max_age` seconds ends whatever its activity;
+- signing in starts a new session (new id, new CSRF token): a session id planted before sign-in is useless.
+
+The cookie is `HttpOnly`, `SameSite=Strict`, `Path=/console`, and `Secure` when the request came over TLS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+__all__ = ["COOKIE", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_AGE", "ConsoleSession", "Sessions"]
+
+COOKIE: Final = "crank_console"
+DEFAULT_IDLE_TIMEOUT: Final = 30 * 60
+"""Seconds without a request after which a session ends (`CRANK_CONSOLE_IDLE_TIMEOUT`)."""
+DEFAULT_MAX_AGE: Final = 12 * 3600
+"""Seconds after sign-in after which a session ends, however busy."""
+_MAX_COOKIE: Final = 512
+"""A longer cookie is no session of ours: refused before it is parsed."""
+
+
+@dataclass(frozen=True)
+class ConsoleSession:
+    sid: str
+    csrf: str
+    """The token every state-changing form carries (`Sessions.csrf_ok`)."""
+    signed_in: bool
+    started: int
+    """Unix time the session began."""
+
+    def checks(self, token: str | None) -> bool:
+        """Whether a form's CSRF token is this session's (constant time)."""
+        return token is not None and hmac.compare_digest(token.encode(), self.csrf.encode())
+
+
+class Sessions:
+    def __init__(
+        self, admin_token: str, *, idle_timeout: int = DEFAULT_IDLE_TIMEOUT, max_age: int = DEFAULT_MAX_AGE
+    ) -> None:
+        if idle_timeout < 1 or max_age < idle_timeout:
+            raise ValueError("the console's idle timeout must be at least 1 s and no longer than its max age")
+        key = hashlib.sha256(b"crank console session\0" + admin_token.encode()).digest()
+        self._serializer = URLSafeTimedSerializer(key, salt="crank-console")
+        self.idle_timeout = idle_timeout
+        self.max_age = max_age
+
+    def read(self, cookie: str | None) -> ConsoleSession | None:
+        """The session a cookie holds, or None (none, forged, idle too long, or too old)."""
+        if not cookie or len(cookie) > _MAX_COOKIE:
+            return None
+        try:
+            sid, csrf, signed_in, started = self._serializer.loads(cookie, max_age=self.idle_timeout)
+        except (BadSignature, ValueError, TypeError):
+            return None
+        if not isinstance(started, int) or time.time() - started > self.max_age:
+            return None
+        return ConsoleSession(str(sid), str(csrf), signed_in is True, started)
+
+    def start(self, *, signed_in: bool) -> ConsoleSession:
+        """A new session, with a new id and CSRF token."""
+        return ConsoleSession(secrets.token_urlsafe(16), secrets.token_urlsafe(32), signed_in, int(time.time()))
+
+    def cookie(self, session: ConsoleSession, *, secure: bool) -> str:
+        """The `Set-Cookie` value that keeps `session` (stamped now: the idle timeout starts again)."""
+        value = self._serializer.dumps([session.sid, session.csrf, session.signed_in, session.started])
+        return _cookie(value, self.idle_timeout, secure)
+
+    @staticmethod
+    def cleared(*, secure: bool) -> str:
+        """The `Set-Cookie` value that ends the session in the browser."""
+        return _cookie("", 0, secure)
+
+
+def _cookie(value: str, max_age: int, secure: bool) -> str:
+    attributes = f"{COOKIE}={value}; Max-Age={max_age}; Path=/console; HttpOnly; SameSite=Strict"
+    return attributes + ("; Secure" if secure else "")

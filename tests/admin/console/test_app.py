@@ -1,0 +1,127 @@
+"""The console over HTTP: sign-in, sessions, CSRF, escaping, security headers, and what the pages change."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from crank.registry import Registry
+from tests.admin.console.conftest import HOSTILE, TOKEN
+
+pytestmark = pytest.mark.anyio
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None, page
+    return found.group(1)
+
+
+async def signed_in(client: httpx.AsyncClient, url: str) -> str:
+    """Sign in; the CSRF token of the signed-in session."""
+    form = await client.get(url + "/login")
+    answer = await client.post(url + "/login", data={"csrf": csrf_of(form.text), "token": TOKEN, "next": "/console/"})
+    assert answer.status_code == 303 and answer.headers["location"] == "/console/"
+    return csrf_of((await client.get(url + "/")).text)
+
+
+async def test_every_page_needs_a_signed_in_session(console_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for path in ("/", "/workspaces/shop", "/workspaces/shop/agents/desk", "/workspaces/shop/keys"):
+            answer = await client.get(console_url + path)
+            assert answer.status_code == 303 and answer.headers["location"].startswith("/console/login?next=")
+        posted = await client.post(console_url + "/workspaces/shop/agents/desk/publish", data={"csrf": "x"})
+        assert posted.status_code == 403
+
+
+async def test_a_wrong_token_or_a_forged_cookie_does_not_sign_in(console_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        form = await client.get(console_url + "/login")
+        wrong = await client.post(console_url + "/login", data={"csrf": csrf_of(form.text), "token": "not-it"})
+        assert wrong.status_code == 401 and "not the admin token" in wrong.text
+        client.cookies.set("crank_console", "eyJ0ZXN0IjoxfQ.forged.sig", path="/console")
+        assert (await client.get(console_url + "/")).status_code == 303
+
+
+async def test_sign_in_sets_a_strict_http_only_cookie_and_goes_back_only_to_the_console(console_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        form = await client.get(console_url + "/login")
+        answer = await client.post(
+            console_url + "/login", data={"csrf": csrf_of(form.text), "token": TOKEN, "next": "//evil.example/"}
+        )
+        assert answer.headers["location"] == "/console/"
+        cookie = answer.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
+        assert "Secure" not in cookie  # plain HTTP on loopback; behind TLS it is Secure
+        assert form.cookies["crank_console"] != answer.cookies["crank_console"]  # a new session at sign-in
+
+
+async def test_a_post_without_its_csrf_token_or_with_another_sessions_is_refused(
+    console_url: str, sqlite_registry: Registry
+) -> None:
+    publish = console_url + "/workspaces/shop/agents/desk/publish"
+    async with httpx.AsyncClient() as mine, httpx.AsyncClient() as theirs:
+        await signed_in(mine, console_url)
+        their_token = await signed_in(theirs, console_url)
+        assert (await mine.post(publish, data={})).status_code == 403
+        assert (await mine.post(publish, data={"csrf": their_token})).status_code == 403
+    assert sqlite_registry.versions("shop", "desk") == [1]  # nothing was published
+
+
+async def test_untrusted_text_is_escaped_everywhere(console_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        await signed_in(client, console_url)
+        page = (await client.get(console_url + "/workspaces/shop")).text
+        assert "&lt;script&gt;window.pwned = true&lt;/script&gt;" in page
+        assert HOSTILE not in page and "<script>window" not in page
+        search = await client.get(console_url + "/workspaces/shop", params={"q": '"><script>alert(1)</script>'})
+        assert "<script>alert(1)" not in search.text and "&lt;script&gt;alert(1)" in search.text
+
+
+async def test_every_answer_forbids_inline_script_framing_and_caching(console_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for answer in (await client.get(console_url + "/login"), await client.get(console_url + "/nowhere"),
+                       await client.get(console_url + "/static/console.css")):  # fmt: skip
+            policy = answer.headers["content-security-policy"]
+            assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+            assert "frame-ancestors 'none'" in policy
+            assert answer.headers["x-content-type-options"] == "nosniff"
+            assert answer.headers["cache-control"] == "no-store"
+        page = (await client.get(console_url + "/login")).text
+        assert "<script>" not in page and " style=" not in page and "onclick" not in page
+
+
+async def test_the_live_search_answers_only_the_operations_table(console_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        await signed_in(client, console_url)
+        whole = await client.get(console_url + "/workspaces/shop", params={"q": "order"})
+        part = await client.get(console_url + "/workspaces/shop", params={"q": "order"}, headers={"HX-Request": "true"})
+    assert "<html" in whole.text and "<html" not in part.text
+    assert part.text.lstrip().startswith('<div id="operations"')
+    assert re.search(r"(\d+) of (\d+) operations match", part.text)
+
+
+async def test_publish_roll_back_and_revoke_change_the_registry(console_url: str, sqlite_registry: Registry) -> None:
+    agent = console_url + "/workspaces/shop/agents/desk"
+    async with httpx.AsyncClient() as client:
+        csrf = await signed_in(client, console_url)
+        sqlite_registry.put_agent("shop", "desk", {"bindings": [{"operation": "search_books"}]})
+        published = await client.post(agent + "/publish", data={"csrf": csrf})
+        assert published.status_code == 303 and published.headers["location"].endswith("?published=2")
+        assert "Published version 2." in (await client.get(console_url + published.headers["location"][8:])).text
+        diff = (await client.get(agent + "/diff", params={"from": 1, "to": 2})).text
+        assert "Tools removed" in diff and "get_book" in diff
+        rolled = await client.post(agent + "/rollback", data={"csrf": csrf, "version": "1"})
+        assert rolled.headers["location"].endswith("?rolled_back=1")
+        created = await client.post(console_url + "/workspaces/shop/keys", data={"csrf": csrf, "agents": "desk"})
+        assert created.status_code == 201
+        key = re.search(r'id="new-key" class="key" readonly value="([^"]+)"', created.text)
+        (info,) = sqlite_registry.api_key_infos("shop")
+        assert key is not None and info.agents == ["desk"]
+        assert "readonly value" not in (await client.get(console_url + "/workspaces/shop/keys")).text  # shown once
+        revoked = await client.post(console_url + f"/workspaces/shop/keys/{info.id}/revoke", data={"csrf": csrf})
+        assert revoked.status_code == 303
+    assert [v.version for v in sqlite_registry.version_history("shop", "desk") if v.current] == [1]
+    assert sqlite_registry.api_key_infos("shop") == []
