@@ -144,8 +144,8 @@ class Console:
         session = self.sessions.read(request.cookies.get(COOKIE))
         form = await _form(request)
         if session is None or not session.checks(_field(form, "csrf")):
-            return self.render(request, "error.html", None, 403, title="Refused",
-                               message="The form was stale or not this browser's: open the sign-in page again.")  # fmt: skip
+            stale = "The form was stale or not this browser's: open the sign-in page again."
+            return self.render(request, "error.html", None, 403, title="Refused", message=stale)
         if not hmac.compare_digest(_field(form, "token").encode(), self._token):
             return self.render(request, "login.html", session, 401, next=_next(_field(form, "next")), failed=True)
         fresh = self.sessions.start(signed_in=True)  # a new id and CSRF token: nothing planted before survives
@@ -183,8 +183,8 @@ def _page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
         except Exception:  # the operator's log has the trace; the page says only that it failed
             request_id = new_request_id()
             logger.exception("console page %s failed (request_id=%s)", request.url.path, request_id)
-            return console.render(request, "error.html", session, 500, title="Something failed",
-                                  message=f"The page could not be made; the log has request_id {request_id}.")  # fmt: skip
+            failed = f"The page could not be made; the log has request_id {request_id}."
+            return console.render(request, "error.html", session, 500, title="Something failed", message=failed)
 
     return page
 
