@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
 from crank.registry import Registry
+from crank.server import CrankServer
+from crank.settings import given_settings
 from tests.admin.console.conftest import HOSTILE, TOKEN
 
 pytestmark = pytest.mark.anyio
@@ -125,3 +129,52 @@ async def test_publish_roll_back_and_revoke_change_the_registry(console_url: str
         assert revoked.status_code == 303
     assert [v.version for v in sqlite_registry.version_history("shop", "desk") if v.current] == [1]
     assert sqlite_registry.api_key_infos("shop") == []
+
+
+@pytest.mark.parametrize(("role", "served"), [("admin", True), ("all", True), ("mcp", False)])
+async def test_crank_serve_serves_the_console_for_the_admin_role_only(
+    tmp_path: Path, serve: Callable[..., str], role: str, served: bool
+) -> None:
+    settings = given_settings(data_dir=tmp_path, admin_token=TOKEN, role=role)
+    base = serve(CrankServer(settings))
+    async with httpx.AsyncClient() as client:
+        login = await client.get(base + "/console/login")
+        assert (login.status_code == 200) is served
+        if served:
+            answer = await client.post(base + "/console/login", data={"csrf": csrf_of(login.text), "token": TOKEN})
+            assert answer.status_code == 303
+        else:
+            assert login.status_code == 404 and "content-security-policy" not in login.headers
+
+
+async def test_hostile_forms_and_missing_things_get_plain_pages(console_url: str) -> None:
+    agent = console_url + "/workspaces/shop/agents/desk"
+    async with httpx.AsyncClient() as client:
+        csrf = await signed_in(client, console_url)
+        huge = await client.post(agent + "/publish", data={"csrf": csrf, "pad": "x" * 70_000})
+        many = await client.post(agent + "/publish", content="&".join(f"f{n}=1" for n in range(150)),
+                                 headers={"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+        json = await client.post(agent + "/publish", json={"csrf": csrf})
+        no_version = await client.post(agent + "/rollback", data={"csrf": csrf, "version": "latest"})
+        missing = await client.get(console_url + "/workspaces/nope")
+        no_diff = await client.get(agent + "/diff", params={"from": "1"})
+        unknown_version = await client.get(agent + "/diff", params={"from": "1", "to": "99"})
+    assert (huge.status_code, many.status_code, json.status_code) == (413, 413, 415)
+    assert no_version.status_code == 422 and "Choose a version." in no_version.text
+    assert missing.status_code == 404 and "no workspace" in missing.text
+    assert no_diff.status_code == 404 and unknown_version.status_code == 404 and "no version 99" in unknown_version.text
+    for page in (huge, missing, no_diff):
+        assert "Traceback" not in page.text and page.headers["content-type"].startswith("text/html")
+
+
+async def test_a_draft_that_cannot_publish_says_why_on_its_page(console_url: str, sqlite_registry: Registry) -> None:
+    sqlite_registry.put_agent("shop", "desk", {"bindings": [{"operation": "ghost"}]})
+    async with httpx.AsyncClient() as client:
+        csrf = await signed_in(client, console_url)
+        page = await client.get(console_url + "/workspaces/shop/agents/desk")
+        refused = await client.post(console_url + "/workspaces/shop/agents/desk/publish", data={"csrf": csrf})
+    assert "compile-error" in page.text and "no operation &#39;ghost&#39;" in page.text
+    assert (
+        refused.status_code == 422 and 'role="alert"' in refused.text and "no operation &#39;ghost&#39;" in refused.text
+    )
+    assert sqlite_registry.versions("shop", "desk") == [1]

@@ -1,0 +1,177 @@
+"""The console in Debian's Chromium, driven by Playwright (no browser is downloaded): an operator signs in,
+reads an agent's budget, publishes, compares and rolls back versions, and revokes a key, and the MCP endpoint
+serves each change. axe-core (from npm) checks every page; screenshots go to artifacts/console/."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import shutil
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from crank.admin.lint import catalog_report
+from crank.registry import Registry
+from crank.server import GatewayService
+from mcp import Client
+from tests.admin.console.conftest import TOKEN
+from tests.mcp.wire import legacy_headers, legacy_request
+
+ROOT = Path(__file__).resolve().parents[3]
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+ARTIFACTS = ROOT / "artifacts" / "console"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is missing: scripts/install-services installs it")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1366, "height": 900})  # a laptop's screen
+    yield context.new_page()
+    context.close()
+
+
+def in_thread(coroutine: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run an async check beside Playwright's own event loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine()).result()
+
+
+def accessibility_problems(page: Page) -> list[Any]:
+    """axe-core's serious and critical violations on the page (evaluated by the browser, not through the page's
+    own scripts: the CSP allows none but the console's)."""
+    page.evaluate(AXE.read_text())
+    found = page.evaluate(
+        "async () => (await axe.run()).violations"
+        ".filter(v => ['serious', 'critical'].includes(v.impact))"
+        ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.map(n => n.target.join(' '))}))"
+    )
+    return list(found)
+
+
+def look(page: Page, name: str) -> None:
+    """Check the page with axe-core and keep a screenshot of it."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
+    assert accessibility_problems(page) == [], name
+
+
+def sign_in(page: Page, console_url: str) -> None:
+    page.goto(console_url + "/")
+    expect(page).to_have_url(f"{console_url}/login?next=/console/")
+    look(page, "login")
+    page.get_by_label("Admin token").fill(TOKEN)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Workspaces")).to_be_visible()
+
+
+def test_an_operator_opens_an_agent_and_reads_its_budget_bar(
+    page: Page, console_url: str, sqlite_registry: Registry
+) -> None:
+    sign_in(page, console_url)
+    look(page, "workspaces")
+    page.get_by_role("link", name="shop").click()
+    expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+    look(page, "workspace")
+    page.get_by_label("Search operations").fill("order")
+    expect(page.locator("#operations p.muted")).to_contain_text("match “order”")  # htmx swapped the table
+    matching = [name for name, spec in sqlite_registry.operations("shop").items()
+                if "order" in f"{name} {spec.get('description')} {spec['target']['url']}".lower()]  # fmt: skip
+    assert 0 < len(matching) < len(sqlite_registry.operations("shop"))
+    assert sorted(page.locator("#operations tbody tr td:first-child").all_inner_texts()) == sorted(matching)
+    page.get_by_role("link", name="desk").click()
+    report = catalog_report(sqlite_registry.draft_runtime("shop", "desk"))
+    bar = page.get_by_label("Token estimate against the budget")
+    assert bar.get_attribute("value") == str(report.estimate) and bar.get_attribute("high") == str(report.budget)
+    expect(page.locator("#budget-text")).to_contain_text(f"about {report.estimate} of {report.budget} tokens")
+    heaviest = page.locator("#tools tbody tr").first.locator("td").first
+    assert heaviest.inner_text() == report.tools[0][0]
+    look(page, "agent")
+    page.get_by_label("Mode", exact=True).select_option("discovery")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("#tools caption")).to_contain_text("discovery")
+    assert "call_operation" in page.locator("#tools").inner_text()
+
+
+def test_an_operation_description_never_runs_as_script(page: Page, console_url: str) -> None:
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    sign_in(page, console_url)
+    page.goto(console_url + "/workspaces/shop?q=%22%3E%3Cscript%3Ealert(1)%3C/script%3E")
+    page.goto(console_url + "/workspaces/shop")
+    expect(page.locator("#operations")).to_contain_text("<script>window.pwned = true</script>")  # shown as text
+    assert page.evaluate("window.pwned") is None and dialogs == []
+
+
+def test_publish_compare_roll_back_and_revoke_reach_the_mcp_endpoint(
+    page: Page, console_url: str, sqlite_registry: Registry, serve: Callable[..., str]
+) -> None:
+    mcp_url = serve(GatewayService(sqlite_registry, poll_interval=0.05)) + "/mcp/v1/shop/desk"
+    sign_in(page, console_url)
+    page.goto(console_url + "/workspaces/shop/keys")
+    page.get_by_label("desk").check()
+    page.get_by_role("button", name="Create key").click()
+    key = page.get_by_label("Key", exact=True).input_value()
+    look(page, "keys")
+    every_tool = sorted(sqlite_registry.operations("shop"))
+    assert eventually_listed(mcp_url, key, every_tool)
+
+    sqlite_registry.put_agent("shop", "desk", {"bindings": [{"operation": "search_books"}]})  # a change
+    page.goto(console_url + "/workspaces/shop/agents/desk")
+    page.get_by_role("button", name="Publish the draft").click()
+    expect(page.get_by_role("status")).to_have_text("Published version 2.")
+    assert eventually_listed(mcp_url, key, ["search_books"])
+    page.get_by_label("Compare version").select_option("1")
+    page.get_by_label("with").select_option("2")
+    page.get_by_role("button", name="Compare").click()
+    expect(page.locator("#removed")).to_contain_text("get_book")
+    look(page, "diff")
+    page.go_back()
+    page.get_by_role("button", name="Serve version 1").click()
+    expect(page.get_by_role("status")).to_have_text("Now serving version 1 again.")
+    assert eventually_listed(mcp_url, key, every_tool)
+
+    page.goto(console_url + "/workspaces/shop/keys")
+    (info,) = sqlite_registry.api_key_infos("shop")
+    page.get_by_role("button", name=f"Revoke {info.id}").click()
+    expect(page.get_by_role("status")).to_have_text(f"Revoked key {info.id}.")
+    assert eventually_refused(mcp_url, key)
+
+
+def eventually_listed(url: str, key: str, names: list[str]) -> bool:
+    """Whether the endpoint lists exactly `names` (sorted) within a few seconds, through the official client."""
+
+    async def listed() -> list[str]:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+                return sorted(tool.name for tool in (await client.list_tools()).tools)
+
+    for _ in range(50):  # the replica reloads within its poll interval (0.05 s)
+        if in_thread(listed) == names:
+            return True
+    return False
+
+
+def eventually_refused(url: str, key: str) -> bool:
+    async def status() -> int:
+        body = legacy_request("tools/list")
+        headers = {**legacy_headers(), "Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient() as http:
+            return (await http.post(url, json=body, headers=headers)).status_code
+
+    return any(in_thread(status) == 401 for _ in range(50))
