@@ -394,8 +394,6 @@ class CrankServer:
         self.console: ASGIApp | None = None
         if settings.role in ("admin", "all"):
             self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe, egress=self.egress)
-            self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,
-                                   idle_timeout=settings.console_idle_timeout)  # fmt: skip
         if settings.role in ("mcp", "all"):
             self.gateway = GatewayService(
                 registry,
@@ -413,6 +411,9 @@ class CrankServer:
                 request_state_secret=settings.signing_secret(),
                 relay=RedisRelay(settings.redis_url) if settings.redis_url else None,
             )
+        if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one
+            self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,
+                                   idle_timeout=settings.console_idle_timeout, mcp=self.gateway)  # fmt: skip
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """The gateway's early answers (`GatewayService.answer_early`) for the paths `__call__` routes to it."""

@@ -175,3 +175,75 @@ def eventually_refused(url: str, key: str) -> bool:
             return (await http.post(url, json=body, headers=headers)).status_code
 
     return any(in_thread(status) == 401 for _ in range(50))
+
+
+def recording_proxy(target: str, seen: list[tuple[str, str]]) -> Any:
+    """An ASGI app that forwards every request to `target` (Prism) and notes its method and path."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        seen.append((scope["method"], scope["path"]))
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
+        query = f"?{scope['query_string'].decode()}" if scope["query_string"] else ""
+        async with httpx.AsyncClient() as client:
+            answer = await client.request(
+                scope["method"], target + scope["path"] + query, content=body, headers=headers
+            )
+        await send({"type": "http.response.start", "status": answer.status_code,
+                    "headers": [(b"content-type", answer.headers.get("content-type", "application/json").encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": answer.content})
+
+    return app
+
+
+def test_try_it_calls_through_the_endpoint_and_a_destructive_call_runs_once_confirmed(
+    page: Page, sqlite_registry: Registry, serve: Callable[..., str]
+) -> None:
+    from crank.admin.actions import publish_agent
+    from crank.admin.changes import reimport
+    from crank.admin.console import Console
+    from tests.admin.console.conftest import DEMO_SPEC
+    from tests.realapis import prism
+
+    seen: list[tuple[str, str]] = []
+    with prism(DEMO_SPEC) as mock:
+        upstream = serve(recording_proxy(mock, seen))
+        sqlite_registry.create_workspace("store", "Store")
+        reimport(sqlite_registry, "store", "openapi", str(DEMO_SPEC), base_url=upstream)
+        bindings = [{"operation": name} for name in sqlite_registry.operations("store")]
+        sqlite_registry.put_agent("store", "front", {"bindings": bindings})
+        publish_agent(sqlite_registry, "store", "front")
+        key = sqlite_registry.create_api_key("store")
+        gateway = GatewayService(sqlite_registry, poll_interval=0.05)
+        serve(gateway)  # its lifespan runs: the console calls it in-process, as `crank serve` does
+        console_url = serve(Console(sqlite_registry, token=TOKEN, mcp=gateway)) + "/console"
+        sign_in(page, console_url)
+
+        page.goto(console_url + "/workspaces/store/agents/front/tools/search_books")
+        page.get_by_label("API key of the workspace").fill(key)
+        page.get_by_label("query").fill("kobzar")
+        page.get_by_role("button", name="Call search_books").click()
+        expect(page.locator("#structured")).to_contain_text('"items"')  # Prism's example answer, as JSON
+        expect(page.locator("pre.format-toon")).to_have_count(1)
+        assert ("GET", "/books") in seen
+        look(page, "try")
+
+        page.goto(console_url + "/workspaces/store/agents/front/tools/cancel_order")
+        page.get_by_label("API key of the workspace").fill(key)
+        page.get_by_label("order_id").fill("7")
+        page.get_by_role("button", name="Call cancel_order").click()
+        expect(page.get_by_role("heading", name="Confirm this call")).to_be_visible()
+        expect(page.locator("#confirm-arguments")).to_have_text('{"order_id":7}')
+        look(page, "try-confirm")
+        assert not any(method == "DELETE" for method, _ in seen)  # asked, nothing sent yet
+        page.locator("#confirm-key").fill(key)
+        page.get_by_role("button", name="Run it").click()
+        expect(page.get_by_role("heading", name="Answer")).to_be_visible()
+        assert [path for method, path in seen if method == "DELETE"] == ["/orders/7"]  # once

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -25,15 +26,18 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from crank import __version__
+from crank import __version__, _json
 from crank.admin.actions import publish_agent
-from crank.admin.console.pages import agent_page, diff_page, keys_page, workspace_page
+from crank.admin.console.pages import agent_page, diff_page, keys_page, try_page, workspace_page
 from crank.admin.console.session import COOKIE, DEFAULT_IDLE_TIMEOUT, ConsoleSession, Sessions
+from crank.admin.console.trying import MAX_ARGUMENTS_BYTES, read_arguments
+from crank.admin.console.trying import call_tool as call_mcp_tool
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
+from crank.gateway.safety import CONFIRMATION_ARGUMENT
 from crank.ids import new_request_id
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
-from crank.types import Receive, Scope, Send
+from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 
 __all__ = ["PREFIX", "Console"]
 
@@ -66,10 +70,13 @@ class Console:
         token: str,
         egress: EgressPolicy | None = None,
         idle_timeout: int = DEFAULT_IDLE_TIMEOUT,
+        mcp: ASGIApp | None = None,
     ) -> None:
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
+        self.mcp = mcp
+        """The gateway app of this process, which "try it" calls (None: the MCP endpoints are served elsewhere)."""
         self.egress = egress if egress is not None else EgressPolicy.from_environment()
         self.sessions = Sessions(token, idle_timeout=idle_timeout)
         self._token = token.encode()
@@ -96,6 +103,10 @@ class Console:
                 Route(PREFIX + "/workspaces/{workspace}/keys/{key}/revoke", _page(_revoke_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/agents/{agent}", _page(_agent), methods=["GET"]),
                 Route(PREFIX + "/workspaces/{workspace}/agents/{agent}/diff", _page(_diff), methods=["GET"]),
+                Route(
+                    PREFIX + "/workspaces/{workspace}/agents/{agent}/tools/{tool}", _page(_try_form), methods=["GET"]
+                ),
+                Route(PREFIX + "/workspaces/{workspace}/agents/{agent}/tools/{tool}", _page(_try), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/agents/{agent}/publish", _page(_publish), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/agents/{agent}/rollback", _page(_rollback), methods=["POST"]),
             ],
@@ -239,6 +250,46 @@ async def _diff(console: Console, request: Request, session: ConsoleSession) -> 
     diff = await run_in_threadpool(diff_page, console.registry, workspace, agent, old, new)
     return console.render(request, "diff.html", session, workspace=workspace, agent=agent, old=old, new=new,
                           diff=diff)  # fmt: skip
+
+
+async def _try_form(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace, agent, tool = (request.path_params[name] for name in ("workspace", "agent", "tool"))
+    page = await run_in_threadpool(try_page, console.registry, workspace, agent, tool)
+    return console.render(request, "try.html", session, page=page, serving=console.mcp is not None)
+
+
+async def _try(console: Console, request: Request, session: ConsoleSession) -> Response:
+    """Call the tool with the form's arguments, or, for "Run it", with the arguments already sent and the
+    confirmation token the endpoint gave."""
+    workspace, agent, tool = (request.path_params[name] for name in ("workspace", "agent", "tool"))
+    form: FormData = request.state.form
+    values = {name[2:]: _field(form, name) for name in form if name.startswith("a.")}
+    page = await run_in_threadpool(try_page, console.registry, workspace, agent, tool, values)
+    if console.mcp is None:
+        return console.render(request, "try.html", session, 409, page=page, serving=False)
+    if _field(form, "confirm"):
+        arguments, problems = _confirmed(_field(form, "sent"), _field(form, "token"))
+    else:
+        arguments, problems = read_arguments(page.fields, values)
+    if problems:
+        page = replace(page, problems=problems)
+        return console.render(request, "try.html", session, 422, page=page, serving=True)
+    answer = await call_mcp_tool(console.mcp, workspace, agent, _field(form, "key"), tool, arguments)
+    arguments.pop(CONFIRMATION_ARGUMENT, None)
+    page = replace(page, answer=answer, sent=_json.dumps(arguments).decode())
+    return console.render(request, "try.html", session, page=page, serving=True)
+
+
+def _confirmed(sent: str, token: str) -> tuple[JSONObject, list[str]]:
+    """The arguments of the call the page asked about, with the confirmation token the endpoint gave for them
+    (the endpoint checks that the token is for exactly these arguments)."""
+    try:
+        arguments = _json.loads_bounded(sent.encode()) if len(sent) <= MAX_ARGUMENTS_BYTES else None
+    except (_json.JSONDecodeError, _json.JSONDepthError):
+        arguments = None
+    if not isinstance(arguments, dict) or not token:
+        return {}, ["the confirmation form was incomplete: call the tool again"]
+    return {**arguments, CONFIRMATION_ARGUMENT: token}, []
 
 
 async def _keys(console: Console, request: Request, session: ConsoleSession) -> Response:

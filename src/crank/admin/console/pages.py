@@ -8,19 +8,24 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from crank.admin.changes import VersionDiff, diff_versions
+from crank.admin.console.trying import Answer, FormField, form_fields
 from crank.admin.lint import Finding, ToolSize, catalog_report, lint_runtime, tool_sizes, unbuildable
-from crank.exceptions import ConfigurationError
+from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.registry import ApiKeyInfo, Registry, RuntimeView, VersionInfo
+from crank.sources.agents import build_catalog
+from crank.types import JSONObject
 
 __all__ = [
     "MAX_LISTED_OPERATIONS",
     "AgentPage",
     "CatalogView",
     "OperationRow",
+    "TryPage",
     "WorkspacePage",
     "agent_page",
     "diff_page",
     "keys_page",
+    "try_page",
     "workspace_page",
 ]
 
@@ -152,3 +157,38 @@ def keys_page(registry: Registry, workspace: str, prefix: str = "", **extra: Any
     keys = [info for info in registry.api_key_infos(workspace) if info.id.startswith(prefix)]
     agents = [str(agent["slug"]) for agent in registry.agents(workspace)]
     return KeysPage(workspace, keys, agents, prefix, **extra)
+
+
+@dataclass(frozen=True)
+class TryPage:
+    """A published tool, its form, and what a call of it answered (when one was made)."""
+
+    workspace: str
+    agent: str
+    version: int
+    tool: JSONObject
+    """The tool's `tools/list` entry, as the published version serves it."""
+    fields: list[FormField]
+    answer: Answer | None = None
+    sent: str = ""
+    """The arguments of the call made, as JSON (what "Run it" sends again with the confirmation token)."""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def destructive(self) -> bool:
+        return bool((self.tool.get("annotations") or {}).get("destructiveHint"))
+
+
+def try_page(
+    registry: Registry, workspace: str, agent: str, tool: str, values: dict[str, str] | None = None
+) -> TryPage:
+    """The tool as the agent's published version serves it (`RegistryNotFoundError` when it serves none)."""
+    version = registry.agent(workspace, agent)["published_version"]
+    if version is None:
+        raise RegistryNotFoundError(f"agent {workspace}/{agent} is not published: publish it to try its tools")
+    runtime = registry.version_runtime(workspace, agent, version)
+    catalog = build_catalog(runtime)
+    entry = catalog.tool_entry(tool, catalog.default_language)
+    if entry is None:
+        raise RegistryNotFoundError(f"version {version} of {workspace}/{agent} has no tool {tool!r}")
+    return TryPage(workspace, agent, version, entry, form_fields(entry.get("inputSchema"), values))
