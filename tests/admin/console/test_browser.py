@@ -196,8 +196,8 @@ def recording_proxy(target: str, seen: list[tuple[str, str]]) -> Any:
             answer = await client.request(
                 scope["method"], target + scope["path"] + query, content=body, headers=headers
             )
-        await send({"type": "http.response.start", "status": answer.status_code,
-                    "headers": [(b"content-type", answer.headers.get("content-type", "application/json").encode())]})  # fmt: skip
+        kind = answer.headers.get("content-type", "application/json").encode()
+        await send({"type": "http.response.start", "status": answer.status_code, "headers": [(b"content-type", kind)]})
         await send({"type": "http.response.body", "body": answer.content})
 
     return app
