@@ -127,3 +127,31 @@ def test_concurrent_binding_edits_lose_nothing(registry: Registry) -> None:
         list(pool.map(bind, range(16)))
     names = {binding["tool_name"] for binding in registry.agent("acme", "support")["bindings"]}
     assert names == {f"t{i}" for i in range(16)}
+
+
+def test_operation_summaries_read_a_few_fields_of_each_draft(registry: Registry) -> None:
+    from crank.registry import OperationSummary
+
+    registry.create_workspace("ws", "WS")
+    registry.put_operation("ws", "get_item", {"protocol": "http", "description": "One item <b>bold</b>",
+                                              "target": {"method": "get", "url": "https://api.example/items/{id}"},
+                                              "input_schema": {"type": "object"}})  # fmt: skip
+    registry.put_operation("ws", "rpc_sum", {"protocol": "jsonrpc", "target": {"url": "https://rpc.example/"}})
+    registry.put_operation("ws", "bare", {"target": {"url": "https://api.example/bare"}})
+    assert registry.operation_summaries("ws") == [
+        OperationSummary("bare", "http", None, "https://api.example/bare", ""),
+        OperationSummary("get_item", "http", "get", "https://api.example/items/{id}", "One item <b>bold</b>"),
+        OperationSummary("rpc_sum", "jsonrpc", None, "https://rpc.example/", ""),
+    ]
+
+
+def test_a_published_versions_view_reads_back_and_a_missing_one_is_not_found(registry: Registry) -> None:
+    from crank.exceptions import RegistryNotFoundError
+
+    registry.create_workspace("ws", "WS")
+    registry.put_operation("ws", "op", {"protocol": "http", "target": {"url": "http://127.0.0.1:9/x"}})
+    registry.put_agent("ws", "a", {"bindings": [{"operation": "op"}]})
+    registry.publish("ws", "a")
+    assert [tool.tool_name for tool in registry.version_runtime("ws", "a", 1).tools] == ["op"]
+    with pytest.raises(RegistryNotFoundError, match="no version 2"):
+        registry.version_runtime("ws", "a", 2)

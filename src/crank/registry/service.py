@@ -118,6 +118,17 @@ class ApiKeyInfo:
 
 
 @dataclass(frozen=True)
+class OperationSummary:
+    """What a list of operations shows of each (`Registry.operation_summaries`)."""
+
+    name: str
+    protocol: str
+    method: str | None
+    url: str
+    description: str
+
+
+@dataclass(frozen=True)
 class VersionInfo:
     version: int
     created_at: str
@@ -211,6 +222,18 @@ class Registry:
             ws = self._workspace(session, workspace)
             rows = session.scalars(select(Operation).filter_by(workspace_id=ws.id).order_by(Operation.name)).all()
             return {row.name: dict(row.spec) for row in rows}
+
+    def operation_summaries(self, workspace: str) -> list[OperationSummary]:
+        """Each operation draft's name, protocol, target and description, by name: read from the database
+        without loading whole drafts (a workspace of a thousand operations lists in milliseconds)."""
+        spec = Operation.spec
+        columns = (Operation.name, spec["protocol"].as_string(), spec["target"]["method"].as_string(),
+                   spec["target"]["url"].as_string(), spec["description"].as_string())  # fmt: skip
+        with Session(self.engine) as session:
+            ws = self._workspace(session, workspace)
+            query = select(*columns).where(Operation.workspace_id == ws.id).order_by(Operation.name)
+            rows = session.execute(query).all()
+        return [OperationSummary(row[0], row[1] or "http", row[2], row[3] or "", row[4] or "") for row in rows]
 
     def operation_names(self) -> dict[str, str]:
         """Every operation's name by id, across workspaces (runtime views keep ids; reports show names)."""

@@ -11,7 +11,8 @@ from crank.admin.changes import VersionDiff, diff_versions
 from crank.admin.console.trying import Answer, FormField, form_fields
 from crank.admin.lint import Finding, ToolSize, catalog_report, lint_runtime, tool_sizes, unbuildable
 from crank.exceptions import ConfigurationError, RegistryNotFoundError
-from crank.registry import ApiKeyInfo, Registry, RuntimeView, VersionInfo
+from crank.gateway.secrets import check_secret_references
+from crank.registry import ApiKeyInfo, OperationSummary, Registry, RuntimeView, VersionInfo
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -102,17 +103,15 @@ def workspace_page(registry: Registry, workspace: str, query: str = "") -> Works
     agents."""
     query = query.strip()[:MAX_QUERY]
     needle = query.casefold()
-    rows = [_operation_row(name, spec) for name, spec in registry.operations(workspace).items()]
+    rows = [_operation_row(summary) for summary in registry.operation_summaries(workspace)]
     matching = [row for row in rows if not needle or needle in f"{row.name} {row.description} {row.url}".casefold()]
     return WorkspacePage(registry.workspace(workspace), matching[:MAX_LISTED_OPERATIONS], len(matching), len(rows),
                          registry.agents(workspace), query)  # fmt: skip
 
 
-def _operation_row(name: str, spec: dict[str, Any]) -> OperationRow:
-    target = spec.get("target") or {}
-    method = "POST" if spec.get("protocol") == "jsonrpc" else str(target.get("method") or "GET").upper()
-    description = str(spec.get("description") or "")
-    return OperationRow(name, method, str(target.get("url") or ""), description)
+def _operation_row(summary: OperationSummary) -> OperationRow:
+    method = "POST" if summary.protocol == "jsonrpc" else (summary.method or "GET").upper()
+    return OperationRow(summary.name, method, summary.url, summary.description)
 
 
 def agent_page(registry: Registry, workspace: str, agent: str, *, language: str | None, mode: str | None) -> AgentPage:
@@ -123,9 +122,11 @@ def agent_page(registry: Registry, workspace: str, agent: str, *, language: str 
     try:
         runtime = _in_mode(registry.draft_runtime(workspace, agent), mode)
         uncompacted = _in_mode(registry.draft_runtime(workspace, agent, compact=False), mode)
-        report = catalog_report(runtime, language=language)
-        sizes = tool_sizes(runtime, uncompacted, language=language)
-        findings = lint_runtime(runtime)
+        check_secret_references(runtime)  # what `catalog_report` checks when it builds the catalog itself
+        catalog = build_catalog(runtime)  # built once for the report, the sizes and the findings
+        report = catalog_report(runtime, catalog=catalog, language=language)
+        sizes = tool_sizes(runtime, uncompacted, catalog=catalog, language=language)
+        findings = lint_runtime(runtime, catalog=catalog)
     except ConfigurationError as exc:
         return AgentPage(workspace, info, None, [unbuildable(exc)], versions)
     default = str(registry.workspace(workspace)["default_language"])
