@@ -178,3 +178,43 @@ async def test_a_draft_that_cannot_publish_says_why_on_its_page(console_url: str
         refused.status_code == 422 and 'role="alert"' in refused.text and "no operation &#39;ghost&#39;" in refused.text
     )
     assert sqlite_registry.versions("shop", "desk") == [1]
+
+
+def newer_demo() -> str:
+    """The demo's description, one version on: an order can no longer be cancelled, and a search needs a query."""
+    import yaml
+
+    from tests.admin.console.conftest import DEMO_SPEC
+
+    document = yaml.safe_load(DEMO_SPEC.read_text())
+    del document["paths"]["/orders/{order_id}"]["delete"]
+    search = document["paths"]["/books"]["get"]
+    search["parameters"][0]["required"] = True
+    document["servers"] = [{"url": "http://127.0.0.1:9/demo-api"}]  # where the first import pointed it
+    return yaml.safe_dump(document)
+
+
+async def test_a_re_import_is_previewed_without_change_then_applied(
+    console_url: str, sqlite_registry: Registry
+) -> None:
+    imports = console_url + "/workspaces/shop/import"
+    async with httpx.AsyncClient() as client:
+        csrf = await signed_in(client, console_url)
+        assert (await client.get(imports)).status_code == 200
+        form = {"csrf": csrf, "kind": "openapi", "document": newer_demo()}
+        preview = await client.post(imports, data={**form, "action": "preview"})
+        assert preview.status_code == 200 and "Preview: nothing was changed" in preview.text
+        assert "agent <code>desk</code>, tool <code>cancel_order</code>" in preview.text
+        assert "parameter query: now required" in preview.text and "Would republish <code>desk</code>" in preview.text
+        assert "cancel_order" in sqlite_registry.operations("shop") and sqlite_registry.versions("shop", "desk") == [1]
+        applied = await client.post(imports, data={**form, "action": "apply"})
+        assert "Applied" in applied.text and "Republished <code>desk</code> as version 2" in applied.text
+        assert "cancel_order" not in sqlite_registry.operations("shop")
+        neither = await client.post(imports, data={"csrf": csrf, "action": "preview"})
+        a_file = await client.post(imports, data={"csrf": csrf, "url": "file:///etc/passwd", "action": "preview"})
+        not_yaml = await client.post(imports, data={"csrf": csrf, "document": "a: [", "action": "preview"})
+        invalid = await client.post(imports, data={"csrf": csrf, "document": "openapi: 3.0.3", "action": "preview"})
+    assert neither.status_code == 422 and "one of the two" in neither.text
+    assert a_file.status_code == 422 and "must be http(s)" in a_file.text
+    assert not_yaml.status_code == 422 and "not JSON or YAML" in not_yaml.text
+    assert invalid.status_code == 422 and "info" in invalid.text

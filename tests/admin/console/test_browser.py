@@ -21,6 +21,7 @@ from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
 from tests.admin.console.conftest import TOKEN
+from tests.admin.console.test_app import newer_demo
 from tests.mcp.wire import legacy_headers, legacy_request
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -106,6 +107,12 @@ def test_an_operator_opens_an_agent_and_reads_its_budget_bar(
     page.get_by_role("button", name="Show").click()
     expect(page.locator("#tools caption")).to_contain_text("discovery")
     assert "call_operation" in page.locator("#tools").inner_text()
+
+    page.goto(console_url + "/workspaces/shop/import")
+    page.get_by_label("or the description itself").fill(newer_demo())
+    page.get_by_role("button", name="Preview").click()
+    expect(page.locator("#breaking")).to_contain_text("tool cancel_order")
+    look(page, "import")
 
 
 def test_an_operation_description_never_runs_as_script(page: Page, console_url: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, urlsplit
 
+import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -26,12 +27,21 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from crank import __version__, _json
-from crank.admin.actions import publish_agent
-from crank.admin.console.pages import agent_page, diff_page, keys_page, try_page, workspace_page
+from crank import __version__, _json, _yaml
+from crank.admin.actions import ImportFormat, publish_agent
+from crank.admin.console.pages import (
+    ImportPage,
+    agent_page,
+    diff_page,
+    import_document,
+    keys_page,
+    try_page,
+    workspace_page,
+)
 from crank.admin.console.session import COOKIE, DEFAULT_IDLE_TIMEOUT, ConsoleSession, Sessions
 from crank.admin.console.trying import MAX_ARGUMENTS_BYTES, read_arguments
 from crank.admin.console.trying import call_tool as call_mcp_tool
+from crank.admin.documents import is_url
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
@@ -54,7 +64,9 @@ SECURITY_HEADERS: Final = {
 }
 """On every console answer: no inline script or style runs, nothing is framed, nothing is cached."""
 MAX_FORM_BYTES: Final = 64 * 1024
-"""The largest form a console page posts."""
+"""The largest form a console page posts (the import page's: `MAX_IMPORT_FORM_BYTES`)."""
+MAX_IMPORT_FORM_BYTES: Final = 8 * 1024 * 1024
+"""The largest description pasted into the import page (a larger one: give its URL)."""
 
 Page = Callable[["Console", Request, ConsoleSession], Awaitable[Response]]
 
@@ -98,6 +110,10 @@ class Console:
                 Route(PREFIX, _page(_workspaces), methods=["GET"]),
                 Route(PREFIX + "/", _page(_workspaces), methods=["GET"]),
                 Route(PREFIX + "/workspaces/{workspace}", _page(_workspace), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/import", _page(_import_form), methods=["GET"]),
+                Route(
+                    PREFIX + "/workspaces/{workspace}/import", _page(_import, MAX_IMPORT_FORM_BYTES), methods=["POST"]
+                ),  # fmt: skip
                 Route(PREFIX + "/workspaces/{workspace}/keys", _page(_keys), methods=["GET"]),
                 Route(PREFIX + "/workspaces/{workspace}/keys", _page(_create_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/keys/{key}/revoke", _page(_revoke_key), methods=["POST"]),
@@ -165,7 +181,7 @@ class Console:
         return response
 
 
-def _page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
+def _page(handler: Page, max_form: int = MAX_FORM_BYTES) -> Callable[[Request], Awaitable[Response]]:
     """A page that needs a signed-in session, and a CSRF token for any POST; registry errors become pages."""
 
     async def page(request: Request) -> Response:
@@ -178,7 +194,7 @@ def _page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
             return RedirectResponse(f"{PREFIX}/login?next={quote(request.url.path)}", 303)
         try:
             if request.method == "POST":
-                form = await _form(request)
+                form = await _form(request, max_form)
                 if not session.checks(_field(form, "csrf")):
                     return console.render(request, "error.html", session, 403, title="Refused",
                                           message="This form did not come from this session's page.")  # fmt: skip
@@ -292,6 +308,44 @@ def _confirmed(sent: str, token: str) -> tuple[JSONObject, list[str]]:
     return {**arguments, CONFIRMATION_ARGUMENT: token}, []
 
 
+async def _import_form(console: Console, request: Request, session: ConsoleSession) -> Response:
+    page = ImportPage(request.path_params["workspace"])
+    await run_in_threadpool(console.registry.workspace, page.workspace)  # a workspace that exists
+    return console.render(request, "import.html", session, page=page)
+
+
+async def _import(console: Console, request: Request, session: ConsoleSession) -> Response:
+    """Preview (a dry run) or apply a newer description, given by URL or pasted (JSON or YAML)."""
+    form: FormData = request.state.form
+    kind: ImportFormat = "openrpc" if _field(form, "kind") == "openrpc" else "openapi"
+    page = ImportPage(request.path_params["workspace"], kind, _field(form, "url").strip(), _field(form, "document"))
+    source, problem = _import_source(page)
+    if problem is not None:
+        return console.render(request, "import.html", session, 422, page=replace(page, problems=[problem]))
+    apply = _field(form, "action") == "apply"
+    try:
+        report = await run_in_threadpool(import_document, console.registry, page.workspace, kind, source,
+                                          apply=apply, egress=console.egress)  # fmt: skip
+    except ConfigurationError as refused:
+        return console.render(request, "import.html", session, 422, page=replace(page, problems=[str(refused)]))
+    return console.render(request, "import.html", session, page=replace(page, report=report))
+
+
+def _import_source(page: ImportPage) -> tuple[str | JSONObject, str | None]:
+    """The URL or the parsed document of the import form, or why there is none."""
+    if bool(page.url) == bool(page.document.strip()):
+        return "", "Give the description's URL, or paste the description: one of the two."
+    if page.url:
+        return page.url, None if is_url(page.url) else "The URL must be http(s): the console reads no server files."
+    try:
+        document = _yaml.load(page.document, max_depth=_json.MAX_DEPTH)  # YAML reads JSON too
+    except (yaml.YAMLError, ValueError) as wrong:
+        return "", f"The pasted text is not JSON or YAML: {str(wrong).splitlines()[0][:200]}"
+    if not isinstance(document, dict):
+        return "", "The pasted text is not a description (a JSON or YAML object)."
+    return document, None
+
+
 async def _keys(console: Console, request: Request, session: ConsoleSession) -> Response:
     workspace = request.path_params["workspace"]
     page = await run_in_threadpool(keys_page, console.registry, workspace, request.query_params.get("prefix", ""))
@@ -350,8 +404,8 @@ def _next(target: str | None) -> str:
     return target
 
 
-async def _form(request: Request) -> FormData:
-    """A URL-encoded form of at most `MAX_FORM_BYTES` and 100 fields (read in bounded steps, however sent)."""
+async def _form(request: Request, max_bytes: int = MAX_FORM_BYTES) -> FormData:
+    """A URL-encoded form of at most `max_bytes` and 100 fields (read in bounded steps, however sent)."""
     kind = request.headers.get("content-type")
     if kind is None:
         return FormData()  # no form at all: no CSRF token either, so any change is refused
@@ -360,7 +414,7 @@ async def _form(request: Request) -> FormData:
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_FORM_BYTES:
+        if len(body) > max_bytes:
             raise HTTPException(413)
     try:
         fields: list[tuple[str, str | UploadFile]] = list(

@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from crank.admin.changes import VersionDiff, diff_versions
+from crank.admin.actions import ImportFormat
+from crank.admin.changes import ImportReport, VersionDiff, diff_versions, reimport
 from crank.admin.console.trying import Answer, FormField, form_fields
 from crank.admin.lint import Finding, ToolSize, catalog_report, lint_runtime, tool_sizes, unbuildable
 from crank.exceptions import ConfigurationError, RegistryNotFoundError
+from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import check_secret_references
 from crank.registry import ApiKeyInfo, OperationSummary, Registry, RuntimeView, VersionInfo
 from crank.sources.agents import build_catalog
@@ -20,11 +22,13 @@ __all__ = [
     "MAX_LISTED_OPERATIONS",
     "AgentPage",
     "CatalogView",
+    "ImportPage",
     "OperationRow",
     "TryPage",
     "WorkspacePage",
     "agent_page",
     "diff_page",
+    "import_document",
     "keys_page",
     "try_page",
     "workspace_page",
@@ -193,3 +197,24 @@ def try_page(
     if entry is None:
         raise RegistryNotFoundError(f"version {version} of {workspace}/{agent} has no tool {tool!r}")
     return TryPage(workspace, agent, version, entry, form_fields(entry.get("inputSchema"), values))
+
+
+@dataclass(frozen=True)
+class ImportPage:
+    """The re-import form, and what the document would change (a preview) or changed (applied)."""
+
+    workspace: str
+    kind: str = "openapi"
+    url: str = ""
+    document: str = ""
+    report: ImportReport | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def import_document(
+    registry: Registry, workspace: str, kind: ImportFormat, source: str | JSONObject, *, apply: bool,
+    egress: EgressPolicy,
+) -> ImportReport:  # fmt: skip
+    """What importing `source` (a URL, or the document itself) does to the workspace: with `apply` False, the
+    very same transaction rolled back (`reimport`'s dry run), so the preview is what applying it would do."""
+    return reimport(registry, workspace, kind, source, dry_run=not apply, egress=egress)
