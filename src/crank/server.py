@@ -413,7 +413,8 @@ class CrankServer:
             )
         if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one
             self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,
-                                   idle_timeout=settings.console_idle_timeout, mcp=self.gateway)  # fmt: skip
+                                   idle_timeout=settings.console_idle_timeout, mcp=self.gateway,
+                                   metrics=self.gateway.metrics if self.gateway is not None else None)  # fmt: skip
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """The gateway's early answers (`GatewayService.answer_early`) for the paths `__call__` routes to it."""

@@ -185,6 +185,15 @@ class Metrics:
 
         return observe
 
+    def agent_calls(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Every agent's tool calls and failed calls in this process since it started: (workspace, agent) ->
+        (calls, errors), read from the counters `crank_tool_calls_total` exposes."""
+        totals: dict[tuple[str, str], tuple[int, int]] = {}
+        for (workspace, agent, _), tool in list(self._calls.tools.items()):
+            calls, errors = totals.get((workspace, agent), (0, 0))
+            totals[(workspace, agent)] = (calls + tool.ok + tool.errors, errors + tool.errors)
+        return totals
+
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
         return generate_latest(self.registry)

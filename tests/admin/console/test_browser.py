@@ -230,7 +230,8 @@ def test_try_it_calls_through_the_endpoint_and_a_destructive_call_runs_once_conf
         key = sqlite_registry.create_api_key("store")
         gateway = GatewayService(sqlite_registry, poll_interval=0.05)
         serve(gateway)  # its lifespan runs: the console calls it in-process, as `crank serve` does
-        console_url = serve(Console(sqlite_registry, token=TOKEN, mcp=gateway)) + "/console"
+        console = Console(sqlite_registry, token=TOKEN, mcp=gateway, metrics=gateway.metrics)
+        console_url = serve(console) + "/console"
         sign_in(page, console_url)
 
         page.goto(console_url + "/workspaces/store/agents/front/tools/search_books")
@@ -254,3 +255,10 @@ def test_try_it_calls_through_the_endpoint_and_a_destructive_call_runs_once_conf
         page.get_by_role("button", name="Run it").click()
         expect(page.get_by_role("heading", name="Answer")).to_be_visible()
         assert [path for method, path in seen if method == "DELETE"] == ["/orders/7"]  # once
+
+        page.goto(console_url + "/workspaces/store/usage")  # three calls, the unconfirmed one refused
+        cells = page.locator("#usage tbody tr").first.locator("td").all_inner_texts()
+        assert cells == ["front", "3", "1", "33.3%"]
+        look(page, "usage")
+    assert console.usage is not None
+    console.usage.close()

@@ -41,12 +41,14 @@ from crank.admin.console.pages import (
 from crank.admin.console.session import COOKIE, DEFAULT_IDLE_TIMEOUT, ConsoleSession, Sessions
 from crank.admin.console.trying import MAX_ARGUMENTS_BYTES, read_arguments
 from crank.admin.console.trying import call_tool as call_mcp_tool
+from crank.admin.console.usage import Usage
 from crank.admin.documents import is_url
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
 from crank.ids import new_request_id
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
+from crank.telemetry import Metrics
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 
 __all__ = ["PREFIX", "Console"]
@@ -83,12 +85,17 @@ class Console:
         egress: EgressPolicy | None = None,
         idle_timeout: int = DEFAULT_IDLE_TIMEOUT,
         mcp: ASGIApp | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
         self.mcp = mcp
         """The gateway app of this process, which "try it" calls (None: the MCP endpoints are served elsewhere)."""
+        self.usage = Usage(metrics) if metrics is not None else None
+        """The last hour's calls of the agents this process serves (None: it serves none)."""
+        if self.usage is not None:
+            self.usage.start()
         self.egress = egress if egress is not None else EgressPolicy.from_environment()
         self.sessions = Sessions(token, idle_timeout=idle_timeout)
         self._token = token.encode()
@@ -115,6 +122,7 @@ class Console:
                     PREFIX + "/workspaces/{workspace}/import", _page(_import, MAX_IMPORT_FORM_BYTES), methods=["POST"]
                 ),  # fmt: skip
                 Route(PREFIX + "/workspaces/{workspace}/keys", _page(_keys), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/usage", _page(_usage), methods=["GET"]),
                 Route(PREFIX + "/workspaces/{workspace}/keys", _page(_create_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/keys/{key}/revoke", _page(_revoke_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/agents/{agent}", _page(_agent), methods=["GET"]),
@@ -344,6 +352,13 @@ def _import_source(page: ImportPage) -> tuple[str | JSONObject, str | None]:
     if not isinstance(document, dict):
         return "", "The pasted text is not a description (a JSON or YAML object)."
     return document, None
+
+
+async def _usage(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace = request.path_params["workspace"]
+    await run_in_threadpool(console.registry.workspace, workspace)  # a workspace that exists
+    report = console.usage.last_hour(workspace) if console.usage is not None else None
+    return console.render(request, "usage.html", session, workspace=workspace, report=report)
 
 
 async def _keys(console: Console, request: Request, session: ConsoleSession) -> Response:
