@@ -218,3 +218,37 @@ async def test_a_re_import_is_previewed_without_change_then_applied(
     assert a_file.status_code == 422 and "must be http(s)" in a_file.text
     assert not_yaml.status_code == 422 and "not JSON or YAML" in not_yaml.text
     assert invalid.status_code == 422 and "info" in invalid.text
+
+
+async def test_the_oauth_policy_is_set_refused_when_wrong_and_removed(
+    console_url: str, sqlite_registry: Registry
+) -> None:
+    from crank.registry.runtime import SchemeCredential
+
+    sqlite_registry.set_workspace_credential("shop", "bearer", SchemeCredential(secret="env:SHOP_TOKEN",
+                                                                               origins=("https://api.shop.example",)))  # fmt: skip
+    access = console_url + "/workspaces/shop/access"
+    policy = {"issuers": "https://id.shop.example\n", "audience": "https://mcp.shop.example", "credentials": "oauth",
+              "sign_in": "calls", "agent_scopes": "desk: shop.read\n*: shop.any", "tool_scopes": "destructive: shop.write"}  # fmt: skip
+    async with httpx.AsyncClient() as client:
+        csrf = await signed_in(client, console_url)
+        page = (await client.get(access)).text
+        assert (
+            "API keys only: no OAuth policy" in page and "env:SHOP_TOKEN" in page and "https://api.shop.example" in page
+        )
+        saved = await client.post(access, data={"csrf": csrf, **policy})
+        assert saved.status_code == 303 and saved.headers["location"].endswith("?oauth_saved=1")
+        stored = sqlite_registry.workspace_oauth_policy("shop")
+        assert stored is not None and stored.issuers == ("https://id.shop.example",) and stored.sign_in == "calls"
+        assert stored.agent_scopes == {"desk": ("shop.read",), "*": ("shop.any",)}
+        assert stored.tool_scopes == {"destructive": ("shop.write",)} and stored.credentials == "oauth"
+        shown = (await client.get(access)).text
+        assert "OAuth access tokens only" in shown and "desk: shop.read" in shown
+        wrong = await client.post(access, data={"csrf": csrf, **policy, "issuers": "http://id.shop.example"})
+        lines = await client.post(access, data={"csrf": csrf, **policy, "agent_scopes": "no colon here"})
+        assert wrong.status_code == 422 and "issuers" in wrong.text and "http://id.shop.example" in wrong.text
+        assert lines.status_code == 422 and "name: scope scope" in lines.text
+        assert sqlite_registry.workspace_oauth_policy("shop") == stored  # a refused form changes nothing
+        removed = await client.post(access + "/keys-only", data={"csrf": csrf})
+        assert removed.headers["location"].endswith("?keys_only=1")
+    assert sqlite_registry.workspace_oauth_policy("shop") is None

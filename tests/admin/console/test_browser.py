@@ -113,6 +113,12 @@ def test_an_operator_opens_an_agent_and_reads_its_budget_bar(
     page.get_by_role("button", name="Preview").click()
     expect(page.locator("#breaking")).to_contain_text("tool cancel_order")
     look(page, "import")
+    page.goto(console_url + "/workspaces/shop/access")
+    expect(page.get_by_role("heading", name="OAuth access tokens")).to_be_visible()
+    look(page, "access")
+    page.goto(console_url + "/workspaces/shop/usage")
+    expect(page.get_by_role("heading", name="Calls and errors of shop")).to_be_visible()
+    look(page, "usage-admin-role")
 
 
 def test_an_operation_description_never_runs_as_script(page: Page, console_url: str) -> None:

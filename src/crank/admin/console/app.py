@@ -30,11 +30,14 @@ from starlette.staticfiles import StaticFiles
 from crank import __version__, _json, _yaml
 from crank.admin.actions import ImportFormat, publish_agent
 from crank.admin.console.pages import (
+    POLICY_FIELDS,
     ImportPage,
+    access_page,
     agent_page,
     diff_page,
     import_document,
     keys_page,
+    read_policy,
     try_page,
     workspace_page,
 )
@@ -123,6 +126,9 @@ class Console:
                 ),  # fmt: skip
                 Route(PREFIX + "/workspaces/{workspace}/keys", _page(_keys), methods=["GET"]),
                 Route(PREFIX + "/workspaces/{workspace}/usage", _page(_usage), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/access", _page(_access), methods=["GET"]),
+                Route(PREFIX + "/workspaces/{workspace}/access", _page(_set_access), methods=["POST"]),
+                Route(PREFIX + "/workspaces/{workspace}/access/keys-only", _page(_keys_only), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/keys", _page(_create_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/keys/{key}/revoke", _page(_revoke_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/agents/{agent}", _page(_agent), methods=["GET"]),
@@ -361,6 +367,31 @@ async def _usage(console: Console, request: Request, session: ConsoleSession) ->
     return console.render(request, "usage.html", session, workspace=workspace, report=report)
 
 
+async def _access(console: Console, request: Request, session: ConsoleSession) -> Response:
+    page = await run_in_threadpool(access_page, console.registry, request.path_params["workspace"])
+    return console.render(request, "access.html", session, page=page, notice=_notice(request))
+
+
+async def _set_access(console: Console, request: Request, session: ConsoleSession) -> Response:
+    """Take OAuth access tokens as the form says; a policy that is refused is shown again with why."""
+    workspace = request.path_params["workspace"]
+    form = {name: _field(request.state.form, name) for name in POLICY_FIELDS}
+    current = await run_in_threadpool(console.registry.workspace_oauth_policy, workspace)
+    try:
+        policy = read_policy(form, current)
+    except ValueError as refused:
+        page = await run_in_threadpool(access_page, console.registry, workspace, form=form, problems=[str(refused)])
+        return console.render(request, "access.html", session, 422, page=page, notice=None)
+    await run_in_threadpool(console.registry.set_workspace_oauth, workspace, policy)
+    return RedirectResponse(f"{PREFIX}/workspaces/{quote(workspace)}/access?oauth_saved=1", 303)
+
+
+async def _keys_only(console: Console, request: Request, session: ConsoleSession) -> Response:
+    workspace = request.path_params["workspace"]
+    await run_in_threadpool(console.registry.set_workspace_oauth, workspace, None)
+    return RedirectResponse(f"{PREFIX}/workspaces/{quote(workspace)}/access?keys_only=1", 303)
+
+
 async def _keys(console: Console, request: Request, session: ConsoleSession) -> Response:
     workspace = request.path_params["workspace"]
     page = await run_in_threadpool(keys_page, console.registry, workspace, request.query_params.get("prefix", ""))
@@ -396,6 +427,8 @@ _NOTICES: Final = {
     "published": "Published version {}.",
     "rolled_back": "Now serving version {} again.",
     "revoked": "Revoked key {}.",
+    "oauth_saved": "Saved the OAuth policy: every replica applies it when it reloads.",
+    "keys_only": "The workspace takes API keys only now.",
 }
 
 

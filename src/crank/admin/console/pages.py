@@ -7,18 +7,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from pydantic import ValidationError
+
 from crank.admin.actions import ImportFormat
 from crank.admin.changes import ImportReport, VersionDiff, diff_versions, reimport
 from crank.admin.console.trying import Answer, FormField, form_fields
 from crank.admin.lint import Finding, ToolSize, catalog_report, lint_runtime, tool_sizes, unbuildable
+from crank.admin.models import problems
 from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import check_secret_references
 from crank.registry import ApiKeyInfo, OperationSummary, Registry, RuntimeView, VersionInfo
+from crank.registry.runtime import OAuthPolicy, SchemeCredential
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
 __all__ = [
+    "POLICY_FIELDS",
+    "AccessPage",
+    "access_page",
+    "read_policy",
     "MAX_LISTED_OPERATIONS",
     "AgentPage",
     "CatalogView",
@@ -39,6 +47,8 @@ MODES: Final = ("direct", "discovery")
 MAX_LISTED_OPERATIONS: Final = 200
 """Operations shown at once on a workspace's page; the search narrows the rest."""
 MAX_QUERY: Final = 200
+POLICY_FIELDS: Final = ("issuers", "audience", "credentials", "sign_in", "agent_scopes", "tool_scopes")
+"""The OAuth policy form's fields (`policy_form`, `read_policy`)."""
 
 
 @dataclass(frozen=True)
@@ -218,3 +228,66 @@ def import_document(
     """What importing `source` (a URL, or the document itself) does to the workspace: with `apply` False, the
     very same transaction rolled back (`reimport`'s dry run), so the preview is what applying it would do."""
     return reimport(registry, workspace, kind, source, dry_run=not apply, egress=egress)
+
+
+@dataclass(frozen=True)
+class AccessPage:
+    """Who may call the workspace's agents (its OAuth policy, or API keys only) and what its operations send
+    upstream (credentials by security scheme: references, never values)."""
+
+    workspace: str
+    policy: OAuthPolicy | None
+    credentials: dict[str, SchemeCredential]
+    form: dict[str, str] = field(default_factory=dict)
+    """What the policy form shows: the policy as it is, or as the operator wrote it when it was refused."""
+    problems: list[str] = field(default_factory=list)
+
+
+def access_page(registry: Registry, workspace: str, **extra: Any) -> AccessPage:
+    policy = registry.workspace_oauth_policy(workspace)
+    form = extra.pop("form", None) or policy_form(policy)
+    return AccessPage(workspace, policy, registry.workspace_credentials(workspace), form, **extra)
+
+
+def policy_form(policy: OAuthPolicy | None) -> dict[str, str]:
+    """A policy as the form's fields write it: one issuer a line, `name: scope scope` a line for scopes."""
+    if policy is None:
+        return {"issuers": "", "audience": "", "credentials": "both", "sign_in": "always", "agent_scopes": "",
+                "tool_scopes": ""}  # fmt: skip
+    return {
+        "issuers": "\n".join(policy.issuers),
+        "audience": policy.audience or "",
+        "credentials": policy.credentials,
+        "sign_in": policy.sign_in,
+        "agent_scopes": "\n".join(f"{name}: {' '.join(scopes)}" for name, scopes in policy.agent_scopes.items()),
+        "tool_scopes": "\n".join(f"{name}: {' '.join(scopes)}" for name, scopes in policy.tool_scopes.items()),
+    }
+
+
+def read_policy(form: dict[str, str], current: OAuthPolicy | None) -> OAuthPolicy:
+    """The policy the form says (`ValueError` with each problem, `; `-separated). An introspection client is
+    kept as it was: the console does not edit it (the admin API does)."""
+    try:
+        return OAuthPolicy.model_validate({
+            "issuers": [line.strip() for line in form.get("issuers", "").splitlines() if line.strip()],
+            "audience": form.get("audience", "").strip() or None,
+            "credentials": form.get("credentials") or "both",
+            "sign_in": form.get("sign_in") or "always",
+            "agent_scopes": _scope_lines(form.get("agent_scopes", ""), "agent scopes"),
+            "tool_scopes": _scope_lines(form.get("tool_scopes", ""), "tool scopes"),
+            "introspection": current.introspection if current is not None else None,
+        })  # fmt: skip
+    except ValidationError as invalid:
+        raise ValueError(problems(invalid, whole="policy")) from None
+
+
+def _scope_lines(text: str, what: str) -> dict[str, list[str]]:
+    scopes: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, colon, words = line.partition(":")
+        if not colon or not name.strip():
+            raise ValueError(f"{what}: write each line as `name: scope scope`, not {line.strip()[:80]!r}")
+        scopes[name.strip()] = words.split()
+    return scopes
