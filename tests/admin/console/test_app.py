@@ -225,11 +225,13 @@ async def test_the_oauth_policy_is_set_refused_when_wrong_and_removed(
 ) -> None:
     from crank.registry.runtime import SchemeCredential
 
-    sqlite_registry.set_workspace_credential("shop", "bearer", SchemeCredential(secret="env:SHOP_TOKEN",
-                                                                               origins=("https://api.shop.example",)))  # fmt: skip
+    credential = SchemeCredential(secret="env:SHOP_TOKEN", origins=("https://api.shop.example",))
+    sqlite_registry.set_workspace_credential("shop", "bearer", credential)
     access = console_url + "/workspaces/shop/access"
-    policy = {"issuers": "https://id.shop.example\n", "audience": "https://mcp.shop.example", "credentials": "oauth",
-              "sign_in": "calls", "agent_scopes": "desk: shop.read\n*: shop.any", "tool_scopes": "destructive: shop.write"}  # fmt: skip
+    policy = {
+        "issuers": "https://id.shop.example\n", "audience": "https://mcp.shop.example", "credentials": "oauth",
+        "sign_in": "calls", "agent_scopes": "desk: shop.read\n*: shop.any", "tool_scopes": "destructive: shop.write",
+    }  # fmt: skip
     async with httpx.AsyncClient() as client:
         csrf = await signed_in(client, console_url)
         page = (await client.get(access)).text
