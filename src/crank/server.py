@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Route
 
 from crank.admin.api import AdminAPI, registry_probe
 from crank.admin.console import Console
+from crank.admin.console.sso import SingleSignOn
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
@@ -248,13 +249,13 @@ class GatewayService:
         self._routes: dict[str, tuple[str, dict[str, str]]] = {}  # agent paths seen lately (`_agent_route`)
         self._durability_check: asyncio.Task[list[str]] | None = None
 
-    def _start(self) -> None:
+    def start(self) -> None:
         """Start watching the registry, and check (in the background: a state store that does not answer
         never delays the start) that the state store keeps idempotency records (docs/security.md)."""
         self.source.ensure_watching()
         self._durability_check = asyncio.get_running_loop().create_task(check_durability(self.source.state))
 
-    async def _stop(self) -> None:
+    async def stop(self) -> None:
         if self._durability_check is not None:
             self._durability_check.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -295,7 +296,7 @@ class GatewayService:
         The hot path of every call, so no router: it cost about 8 % of a call's CPU (docs/benchmarks.md).
         """
         if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, startup=self._start, shutdown=self._stop)
+            await serve_lifespan(receive, send, startup=self.start, shutdown=self.stop)
             return
         child = self._agent_scope(scope)
         if child is not None:
@@ -391,7 +392,7 @@ class CrankServer:
         self.admin: ASGIApp | None = None
         self.gateway: GatewayService | None = None
         self.probe = registry_probe(registry)  # one for the admin API and /readyz
-        self.console: ASGIApp | None = None
+        self.console: Console | None = None
         if settings.role in ("admin", "all"):
             self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe, egress=self.egress)
         if settings.role in ("mcp", "all"):
@@ -414,7 +415,20 @@ class CrankServer:
         if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one
             self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,
                                    idle_timeout=settings.console_idle_timeout, mcp=self.gateway,
-                                   metrics=self.gateway.metrics if self.gateway is not None else None)  # fmt: skip
+                                   metrics=self.gateway.metrics if self.gateway is not None else None,
+                                   sso=self._single_sign_on(), public_url=settings.public_url)  # fmt: skip
+
+    def _single_sign_on(self) -> SingleSignOn | None:
+        """The console's sign-in through an OpenID provider, when the settings name one."""
+        settings = self.settings
+        if settings.console_sso_issuer is None or settings.console_sso_client_id is None:
+            return None
+        assert settings.console_sso_client_secret is not None  # the settings give all three or none
+        issuers = UpstreamClient(egress=self.egress, max_response_bytes=MAX_DOCUMENT_BYTES)
+        return SingleSignOn(issuer=settings.console_sso_issuer, client_id=settings.console_sso_client_id,
+                            client_secret=settings.console_sso_client_secret.get_secret_value(),
+                            admins=frozenset(settings.console_sso_admins), verifier=TokenVerifier(issuers),
+                            admin_token=settings.admin_secret())  # fmt: skip
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """The gateway's early answers (`GatewayService.answer_early`) for the paths `__call__` routes to it."""
@@ -426,6 +440,16 @@ class CrankServer:
         """`crank.wire.asgi.EarlyAnswersNow`: the gateway's (`GatewayService.answers_early_now`)."""
         return self.gateway is not None and self.gateway.answers_early_now()
 
+    def _start(self) -> None:
+        if self.gateway is not None:
+            self.gateway.start()
+
+    async def _stop(self) -> None:
+        if self.gateway is not None:
+            await self.gateway.stop()
+        if self.console is not None:
+            await self.console.aclose()
+
     def stopping(self) -> None:
         """The server stops taking connections: end the streams that would keep it waiting (listening clients
         reconnect elsewhere, or here when it is back); calls in flight finish."""
@@ -434,10 +458,7 @@ class CrankServer:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            if self.gateway is not None:
-                await self.gateway(scope, receive, send)
-            else:
-                await serve_lifespan(receive, send)
+            await serve_lifespan(receive, send, startup=self._start, shutdown=self._stop)
             return
         path: str = scope.get("path", "")
         if path == "/healthz":

@@ -55,7 +55,8 @@ Role = Literal["admin", "mcp", "all"]
 ENV_PREFIX = "CRANK_"
 _DATABASES = ("sqlite", "postgresql")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-_UNSHOWN = ("admin_token", "database_url", "redis_url", "state_secret")  # may carry credentials
+# may carry credentials
+_UNSHOWN = ("admin_token", "database_url", "redis_url", "state_secret", "console_sso_client_secret")
 _settings_file: ContextVar[Path | None] = ContextVar("crank_settings_file", default=None)
 _given_only: ContextVar[bool] = ContextVar("crank_settings_given_only", default=False)
 
@@ -100,6 +101,15 @@ class Settings(BaseSettings):
     poll_interval: float = Field(0.5, gt=0, le=60, description="Seconds between registry generation checks.")
     console_idle_timeout: int = Field(
         1800, ge=60, le=43200, description="Seconds without a request after which a console session ends."
+    )
+    console_sso_issuer: str | None = Field(
+        None, description="OpenID Connect provider the console's single sign-on goes through (its issuer URL)."
+    )
+    console_sso_client_id: str | None = Field(None, description="The console's client id at that provider.")
+    console_sso_client_secret: SecretStr | None = Field(None, description="The console's client secret there.")
+    console_sso_admins: list[str] = Field(
+        default_factory=list,
+        description="Subjects or verified e-mail addresses who may sign in to the console through the provider.",
     )
     registry_push: bool = Field(
         True,
@@ -232,6 +242,16 @@ class Settings(BaseSettings):
         # The watcher confirms the key list once per poll: a shorter window would refuse keys between polls.
         if self.key_list_max_age <= 2 * self.poll_interval:
             raise ValueError("key_list_max_age must be more than twice poll_interval")
+        return self
+
+    @model_validator(mode="after")
+    def _sso_complete(self) -> Settings:
+        given = (self.console_sso_issuer, self.console_sso_client_id, self.console_sso_client_secret)
+        if any(value is not None for value in given) and (None in given or not self.console_sso_admins):
+            raise ValueError(
+                f"the console's single sign-on needs {ENV_PREFIX}CONSOLE_SSO_ISSUER, _CLIENT_ID, _CLIENT_SECRET and "
+                "_ADMINS (who may sign in) together"
+            )
         return self
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hmac
 import logging
 import os
 import time
@@ -240,6 +241,37 @@ class TokenVerifier:
         except jwt.PyJWTError as exc:
             raise _invalid(f"The access token is not valid: {exc}") from None
         return _claims(trusted, claims, float(claims["exp"]), "jwt")
+
+    # -- OpenID Connect sign-in (the console's single sign-on) -------------------------------------------
+
+    async def metadata(self, issuer: str) -> dict[str, Any]:
+        """The issuer's metadata (RFC 8414, then OpenID discovery), fetched once and kept."""
+        return await self._metadata(self._issuer(issuer))
+
+    async def verify_id_token(self, token: str, issuer: str, client_id: str, nonce: str) -> dict[str, Any]:
+        """An OpenID Connect ID token's claims, checked for a sign-in this server started: signed by `issuer`
+        with an allowed algorithm, for `client_id`, with the sign-in's `nonce`, not expired. `AuthChallengeError`
+        when it is not valid; `DependencyUnavailableError` when the issuer cannot tell now."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise _invalid("The ID token is not a well-formed JWT") from None
+        algorithm, kid = header.get("alg"), header.get("kid")
+        if algorithm not in ALLOWED_ALGORITHMS:
+            raise _invalid(f"The ID token's algorithm {str(algorithm)[:16]!r} is not accepted")
+        key = await self._key(self._issuer(issuer), kid if isinstance(kid, str) else None, algorithm)
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key.key, algorithms=[algorithm], audience=client_id, leeway=self.leeway,
+                options={"verify_iss": False, "require": ["exp", "iss", "aud", "sub", "nonce"]},
+            )  # fmt: skip
+        except jwt.PyJWTError as exc:
+            raise _invalid(f"The ID token is not valid: {exc}") from None
+        if not same_issuer(str(claims["iss"]), issuer):
+            raise _invalid("The ID token was issued by another issuer")
+        if not hmac.compare_digest(str(claims["nonce"]).encode(), nonce.encode()):
+            raise _invalid("The ID token is not for this sign-in (nonce)")
+        return claims
 
     def _issuer(self, issuer: str) -> _Issuer:
         known = self._issuers.get(issuer)

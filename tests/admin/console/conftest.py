@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from crank.admin.actions import publish_agent
 from crank.admin.changes import reimport
@@ -35,3 +37,21 @@ def fill(registry: Registry) -> None:
 def console_url(sqlite_registry: Registry, serve: Callable[..., str]) -> str:
     fill(sqlite_registry)
     return serve(Console(sqlite_registry, token=TOKEN, idle_timeout=60)) + "/console"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is missing: scripts/install-services installs it")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1366, "height": 900})  # a laptop's screen
+    yield context.new_page()
+    context.close()

@@ -4,81 +4,21 @@ serves each change. axe-core (from npm) checks every page; screenshots go to art
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import shutil
-from collections.abc import Callable, Coroutine, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 from mcp.client.streamable_http import streamable_http_client
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from crank.admin.lint import catalog_report
 from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client
+from tests.admin.console.browsing import in_thread, look, sign_in
 from tests.admin.console.conftest import TOKEN
 from tests.admin.console.test_app import newer_demo
 from tests.mcp.wire import legacy_headers, legacy_request
-
-ROOT = Path(__file__).resolve().parents[3]
-AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
-ARTIFACTS = ROOT / "artifacts" / "console"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is missing: scripts/install-services installs it")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1366, "height": 900})  # a laptop's screen
-    yield context.new_page()
-    context.close()
-
-
-def in_thread(coroutine: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """Run an async check beside Playwright's own event loop."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine()).result()
-
-
-def accessibility_problems(page: Page) -> list[Any]:
-    """axe-core's serious and critical violations on the page (evaluated by the browser, not through the page's
-    own scripts: the CSP allows none but the console's)."""
-    page.evaluate(AXE.read_text())
-    found = page.evaluate(
-        "async () => (await axe.run()).violations"
-        ".filter(v => ['serious', 'critical'].includes(v.impact))"
-        ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.map(n => n.target.join(' '))}))"
-    )
-    return list(found)
-
-
-def look(page: Page, name: str) -> None:
-    """Check the page with axe-core and keep a screenshot of it."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
-    assert accessibility_problems(page) == [], name
-
-
-def sign_in(page: Page, console_url: str) -> None:
-    page.goto(console_url + "/")
-    expect(page).to_have_url(f"{console_url}/login?next=/console/")
-    look(page, "login")
-    page.get_by_label("Admin token").fill(TOKEN)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Workspaces")).to_be_visible()
 
 
 def test_an_operator_opens_an_agent_and_reads_its_budget_bar(

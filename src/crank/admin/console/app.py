@@ -42,6 +42,7 @@ from crank.admin.console.pages import (
     workspace_page,
 )
 from crank.admin.console.session import COOKIE, DEFAULT_IDLE_TIMEOUT, ConsoleSession, Sessions
+from crank.admin.console.sso import PENDING_COOKIE, PENDING_MAX_AGE, SignInRefusedError, SingleSignOn
 from crank.admin.console.trying import MAX_ARGUMENTS_BYTES, read_arguments
 from crank.admin.console.trying import call_tool as call_mcp_tool
 from crank.admin.console.usage import Usage
@@ -53,6 +54,7 @@ from crank.ids import new_request_id
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
 from crank.telemetry import Metrics
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
+from crank.wire.asgi import serve_lifespan
 
 __all__ = ["PREFIX", "Console"]
 
@@ -89,11 +91,16 @@ class Console:
         idle_timeout: int = DEFAULT_IDLE_TIMEOUT,
         mcp: ASGIApp | None = None,
         metrics: Metrics | None = None,
+        sso: SingleSignOn | None = None,
+        public_url: str | None = None,
     ) -> None:
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
         self.mcp = mcp
+        self.sso = sso
+        self.public_url = public_url.rstrip("/") if public_url else None
+        """Where the browser reaches this server (the sign-in's redirect URI); else the request's own base URL."""
         """The gateway app of this process, which "try it" calls (None: the MCP endpoints are served elsewhere)."""
         self.usage = Usage(metrics) if metrics is not None else None
         """The last hour's calls of the agents this process serves (None: it serves none)."""
@@ -116,6 +123,8 @@ class Console:
                 Mount(PREFIX + "/static", static, name="static"),
                 Route(PREFIX + "/login", self._login_form, methods=["GET"]),
                 Route(PREFIX + "/login", self._login, methods=["POST"]),
+                Route(PREFIX + "/login/sso", self._sso_start, methods=["GET"]),
+                Route(PREFIX + "/login/callback", self._sso_callback, methods=["GET"]),
                 Route(PREFIX + "/logout", _page(_logout), methods=["POST"]),
                 Route(PREFIX, _page(_workspaces), methods=["GET"]),
                 Route(PREFIX + "/", _page(_workspaces), methods=["GET"]),
@@ -145,6 +154,10 @@ class Console:
         self._app.state.console = self
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send, shutdown=self.aclose)
+            return
+
         async def secured(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [
@@ -154,6 +167,13 @@ class Console:
             await send(message)
 
         await self._app(scope, receive, secured if scope["type"] == "http" else send)
+
+    async def aclose(self) -> None:
+        """Stop counting usage and close the connections to the sign-in provider (at the server's shutdown)."""
+        if self.usage is not None:
+            self.usage.close()
+        if self.sso is not None:
+            await self.sso.verifier.client.aclose()
 
     # -- rendering ---------------------------------------------------------------------------------
 
@@ -179,7 +199,8 @@ class Console:
         if session is not None and session.signed_in:
             return RedirectResponse(_next(request.query_params.get("next")), 303)
         session = session or self.sessions.start(signed_in=False)  # its CSRF token guards the sign-in form too
-        return self.render(request, "login.html", session, next=_next(request.query_params.get("next")), failed=False)
+        return self.render(request, "login.html", session, next=_next(request.query_params.get("next")), failed=False,
+                           sso=self.sso, refused=None)  # fmt: skip
 
     async def _login(self, request: Request) -> Response:
         session = self.sessions.read(request.cookies.get(COOKIE))
@@ -188,11 +209,61 @@ class Console:
             stale = "The form was stale or not this browser's: open the sign-in page again."
             return self.render(request, "error.html", None, 403, title="Refused", message=stale)
         if not hmac.compare_digest(_field(form, "token").encode(), self._token):
-            return self.render(request, "login.html", session, 401, next=_next(_field(form, "next")), failed=True)
+            return self.render(request, "login.html", session, 401, next=_next(_field(form, "next")), failed=True,
+                               sso=self.sso, refused=None)  # fmt: skip
         fresh = self.sessions.start(signed_in=True)  # a new id and CSRF token: nothing planted before survives
         response = RedirectResponse(_next(_field(form, "next")), 303)
         response.headers.append("set-cookie", self.sessions.cookie(fresh, secure=_secure(request)))
         return response
+
+    async def _sso_start(self, request: Request) -> Response:
+        """Send the browser to the provider, remembering the sign-in in a cookie of its own."""
+        if self.sso is None:
+            raise HTTPException(404)
+        try:
+            url, pending = await self.sso.start(self._callback_url(request))
+        except SignInRefusedError as refused:
+            return self._sso_refused(request, str(refused))
+        response = RedirectResponse(url, 303)
+        response.headers.append("set-cookie", _pending_cookie(pending, PENDING_MAX_AGE, _secure(request)))
+        return response
+
+    async def _sso_callback(self, request: Request) -> Response:
+        """The provider's redirect back: a signed-in session for an administrator, else the sign-in page."""
+        if self.sso is None:
+            raise HTTPException(404)
+        query = request.query_params
+        try:
+            if "error" in query:
+                raise SignInRefusedError(f"The provider refused the sign-in: {query['error'][:100]}.")
+            pending = self.sso.pending(request.cookies.get(PENDING_COOKIE), query.get("state"))
+            who = await self.sso.finish(query.get("code", ""), self._callback_url(request), pending)
+        except SignInRefusedError as refused:
+            return self._sso_refused(request, str(refused))
+        logger.info("console sign-in through %s: %s", self.sso.provider, who)
+        session = self.sessions.start(signed_in=True)
+        # A page, not a redirect: a navigation that came from another site does not carry a `SameSite=Strict`
+        # cookie, and the next one, started by this page, does.
+        response = self.render(request, "signed_in.html", session, who=who)
+        response.headers.append("set-cookie", _pending_cookie("", 0, _secure(request)))
+        return response
+
+    def _sso_refused(self, request: Request, why: str) -> Response:
+        session = self.sessions.start(signed_in=False)
+        response = self.render(request, "login.html", session, 403, next=PREFIX + "/", failed=False, sso=self.sso,
+                               refused=why)  # fmt: skip
+        response.headers.append("set-cookie", _pending_cookie("", 0, _secure(request)))
+        return response
+
+    def _callback_url(self, request: Request) -> str:
+        base = self.public_url or str(request.base_url).rstrip("/")
+        return base + PREFIX + "/login/callback"
+
+
+def _pending_cookie(value: str, max_age: int, secure: bool) -> str:
+    """The sign-in's own cookie: `Lax`, so that the provider's redirect back carries it; only for the callback."""
+    cookie = f"{PENDING_COOKIE}={value}; Max-Age={max_age}; Path={PREFIX}/login; HttpOnly; SameSite=Lax"
+    return cookie + ("; Secure" if secure else "")
 
 
 def _page(handler: Page, max_form: int = MAX_FORM_BYTES) -> Callable[[Request], Awaitable[Response]]:
