@@ -96,3 +96,17 @@ def test_a_workspaces_share_of_an_origin_is_half_and_never_more_than_the_origins
         "CRANK_UPSTREAM_CONNECTIONS_PER_WORKSPACE (30) may not exceed CRANK_UPSTREAM_CONNECTIONS_PER_ORIGIN (20)"
         in str(caught.value)
     )
+
+
+def test_the_consoles_single_sign_on_is_all_or_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CRANK_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CRANK_CONSOLE_SSO_ISSUER", "https://id.example")
+    monkeypatch.setenv("CRANK_CONSOLE_SSO_CLIENT_SECRET", "sso-client-secret-value")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "_CLIENT_ID, _CLIENT_SECRET and _ADMINS" in str(caught.value)
+    assert "sso-client-secret-value" not in str(caught.value)
+    monkeypatch.setenv("CRANK_CONSOLE_SSO_CLIENT_ID", "crank-console")
+    monkeypatch.setenv("CRANK_CONSOLE_SSO_ADMINS", '["alice@example.com"]')
+    settings = load_settings()
+    assert settings.console_sso_admins == ["alice@example.com"] and settings.console_sso_client_id == "crank-console"

@@ -399,6 +399,7 @@ def _describe(error: ValidationError) -> str:
     for problem in problems_of(error):
         name = problem.dotted
         variable = f"{ENV_PREFIX}{name.upper()}" if name else "settings"
-        shown = "" if name in _UNSHOWN else f" (got {problem.input!r})"
+        # A problem of the settings as a whole has them all as its input, secrets included: never shown.
+        shown = "" if not name or name in _UNSHOWN else f" (got {problem.input!r})"
         lines.append(f"  {variable}: {problem.message}{shown}")
     return "\n".join(lines)
