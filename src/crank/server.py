@@ -443,6 +443,8 @@ class CrankServer:
     def _start(self) -> None:
         if self.gateway is not None:
             self.gateway.start()
+        if self.console is not None:
+            self.console.start()
 
     async def _stop(self) -> None:
         if self.gateway is not None:

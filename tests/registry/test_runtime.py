@@ -355,3 +355,14 @@ async def test_a_view_this_crank_cannot_read_fails_only_its_agent(
         refused = await http.get(root + "/mcp/v1/acme/desk/tools")
     assert served.status_code == 200 and len(served.json()["tools"]) == 6
     assert refused.status_code == 404
+
+
+def test_a_stored_version_heavier_than_todays_bound_is_still_read() -> None:
+    """The agents' media bound applies to drafts and publishes: a version published before it is still served."""
+    from crank.registry.runtime import MAX_AGENT_MEDIA, load_runtime
+
+    documents = [{"uri": f"docs://{n}", "name": f"d{n}", "text": "x" * 250_000} for n in range(17)]
+    stored = {"format_version": 4, "workspace": {"id": "w", "slug": "shop"},
+              "agent": {"id": "a", "slug": "desk", "documents": documents}, "tools": []}  # fmt: skip
+    view = load_runtime(stored)
+    assert sum(len(document.text or "") for document in view.agent.documents) > MAX_AGENT_MEDIA

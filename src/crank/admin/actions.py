@@ -22,7 +22,7 @@ from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import MissingCredential, check_secret_references, missing_credentials, missing_secrets
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
-from crank.registry.runtime import ExecutionConfig, SchemeCredential, origin_of
+from crank.registry.runtime import ExecutionConfig, SchemeCredential, check_agent_media, origin_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -32,6 +32,7 @@ __all__ = [
     "PublishReport",
     "bind_tool",
     "check_runtime",
+    "check_surface",
     "secret_findings",
     "imported_sizes",
     "imported_specs",
@@ -45,8 +46,17 @@ ImportFormat = Literal["openapi", "openrpc"]
 
 def check_runtime(runtime: RuntimeView) -> None:
     """Compile the catalog of a runtime view; raises `ConfigurationError` naming the tool that is wrong."""
+    check_surface(runtime)
     check_secret_references(runtime)
     build_catalog(runtime)
+
+
+def check_surface(runtime: RuntimeView) -> None:
+    """What a publish refuses of an agent's documents and prompts beyond each one's own bounds (their sum)."""
+    try:
+        check_agent_media(runtime.agent.documents, runtime.agent.prompts)
+    except ValueError as heavy:
+        raise ConfigurationError(f"agent {runtime.workspace.slug}/{runtime.agent.slug}: {heavy}") from None
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,7 @@ class CheckAndLint:
             auth = tool.execution_config.auth
             if auth is not None and auth.token_url is not None:
                 egress.check_target(auth.token_url, where=f"tool {tool.tool_name!r}: token_url")
+        check_surface(runtime)
         check_secret_references(runtime)
         catalog = build_catalog(
             runtime, UpstreamClient(egress=egress)

@@ -269,6 +269,9 @@ class TokenVerifier:
             raise _invalid(f"The ID token is not valid: {exc}") from None
         if not same_issuer(str(claims["iss"]), issuer):
             raise _invalid("The ID token was issued by another issuer")
+        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
+        if len(audiences) > 1 and claims.get("azp") != client_id:  # OpenID Connect Core §3.1.3.7, items 4 and 5
+            raise _invalid("The ID token names several audiences and was not authorized for this client (azp)")
         if not hmac.compare_digest(str(claims["nonce"]).encode(), nonce.encode()):
             raise _invalid("The ID token is not for this sign-in (nonce)")
         return claims

@@ -648,7 +648,9 @@ class WorkspaceInfo(_Model):
 
 
 def check_agent_media(documents: Sequence[AgentDocument], prompts: Sequence[AgentPrompt]) -> None:
-    """Refuse an agent whose documents and prompt images together exceed `MAX_AGENT_MEDIA` (ValueError)."""
+    """Refuse an agent whose documents and prompt images together exceed `MAX_AGENT_MEDIA` (ValueError). Checked
+    when a draft is saved and when it is published, never when a stored version is loaded: a version published
+    before the bound existed is still served."""
     size = sum(len(document.text or document.blob or "") for document in documents)
     size += sum(len(message.image.data) for prompt in prompts for message in prompt.messages if message.image)
     if size > MAX_AGENT_MEDIA:
@@ -673,11 +675,6 @@ class AgentInfo(_Model):
     """Static resources (format 4)."""
     prompts: tuple[AgentPrompt, ...] = Field(default=(), max_length=MAX_PROMPTS)
     """Stored prompt templates (format 4)."""
-
-    @model_validator(mode="after")
-    def _media(self) -> AgentInfo:
-        check_agent_media(self.documents, self.prompts)
-        return self
 
 
 class RuntimeView(_Model):

@@ -254,3 +254,42 @@ async def test_the_oauth_policy_is_set_refused_when_wrong_and_removed(
         removed = await client.post(access + "/keys-only", data={"csrf": csrf})
         assert removed.headers["location"].endswith("?keys_only=1")
     assert sqlite_registry.workspace_oauth_policy("shop") is None
+
+
+async def test_try_it_shows_a_wrong_key_and_a_failed_call_and_takes_a_tool_without_description(
+    sqlite_registry: Registry, serve: Callable[..., str]
+) -> None:
+    from crank.admin.actions import publish_agent
+    from crank.admin.console import Console
+    from crank.server import GatewayService
+    from tests.admin.console.conftest import fill
+
+    fill(sqlite_registry)  # its operations point at 127.0.0.1:9, where nothing listens
+    spec = sqlite_registry.operation("shop", "get_book")
+    sqlite_registry.put_operation("shop", "get_book", {**spec, "description": ""})
+    publish_agent(sqlite_registry, "shop", "desk")
+    key = sqlite_registry.create_api_key("shop")
+    gateway = GatewayService(sqlite_registry, poll_interval=0.05)
+    serve(gateway)
+    console_url = serve(Console(sqlite_registry, token=TOKEN, mcp=gateway)) + "/console"
+    tool = console_url + "/workspaces/shop/agents/desk/tools/get_book"
+    async with httpx.AsyncClient(timeout=30) as client:
+        csrf = await signed_in(client, console_url)
+        form = await client.get(tool)
+        wrong_key = await client.post(tool, data={"csrf": csrf, "key": "crk_not-a-key", "a.book_id": "1"})
+        failed = await client.post(tool, data={"csrf": csrf, "key": key, "a.book_id": "1"})
+        not_a_number = await client.post(tool, data={"csrf": csrf, "key": key, "a.book_id": "one"})
+    assert form.status_code == 200 and 'class="description"' not in form.text
+    assert wrong_key.status_code == 200 and "The call failed." in wrong_key.text and "API key" in wrong_key.text
+    assert failed.status_code == 200 and "The call failed: upstream_unavailable." in failed.text
+    assert not_a_number.status_code == 422 and "book_id: a whole number is expected" in not_a_number.text
+
+
+async def test_the_signed_in_person_is_named_and_a_callback_link_signs_no_one_out(console_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        await signed_in(client, console_url)
+        page = (await client.get(console_url + "/")).text
+        assert "Signed in: admin token" in page
+        callback = await client.get(console_url + "/login/callback", params={"error": "access_denied"})
+        assert callback.status_code == 404  # this console has no single sign-on
+        assert (await client.get(console_url + "/")).status_code == 200

@@ -56,7 +56,11 @@ def sso_console(issuer: str, sqlite_registry: Registry, serve: Callable[..., str
     sso = SingleSignOn(issuer=issuer, client_id=client_id, client_secret=secret, admins=frozenset({"alice"}),
                        verifier=verifier, admin_token=TOKEN)  # fmt: skip
     holder["console"] = Console(sqlite_registry, token=TOKEN, sso=sso)
+    SSO_OF[base + "/console"] = sso
     return base + "/console"
+
+
+SSO_OF: dict[str, SingleSignOn] = {}
 
 
 def at_the_provider(page: Page, user: str) -> None:
@@ -72,8 +76,14 @@ def test_an_administrator_signs_in_through_the_provider(page: Page, sso_console:
     page.get_by_role("link", name="Sign in with").click()
     at_the_provider(page, "alice")
     expect(page.get_by_role("heading", name="Workspaces")).to_be_visible()  # the signed-in page moved on
-    page.get_by_role("link", name="shop").click()
-    expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+    expect(page.get_by_text("Signed in: alice")).to_be_visible()
+    page.goto(sso_console + "/login/callback?error=%3Cb%3Eanything%3C/b%3E")  # a link anyone can send
+    expect(page.get_by_role("alert")).to_have_text("The provider refused the sign-in.")
+    page.goto(sso_console + "/workspaces/shop")
+    expect(page.get_by_role("heading", name="Agents")).to_be_visible()  # still signed in
+    SSO_OF[sso_console].admins = frozenset({"bob"})  # alice is no longer an administrator
+    page.goto(sso_console + "/workspaces/shop")
+    expect(page).to_have_url(sso_console + "/login?next=/console/workspaces/shop")
 
 
 def test_someone_else_is_refused_and_a_forged_callback_too(page: Page, sso_console: str) -> None:
@@ -86,3 +96,22 @@ def test_someone_else_is_refused_and_a_forged_callback_too(page: Page, sso_conso
     page.goto(sso_console + "/login/callback?code=stolen&state=guessed")
     expect(page.get_by_role("alert")).to_contain_text("was not started here")
     look(page, "login-refused")
+
+
+def test_an_admin_entry_is_a_subject_or_a_verified_address_never_both() -> None:
+    from crank.admin.console.sso import SignInRefusedError
+
+    sso = SingleSignOn(issuer="https://id.example", client_id="c", client_secret="s", admin_token=TOKEN,
+                       admins=frozenset({"alice@corp.example", "bob"}),
+                       verifier=TokenVerifier(UpstreamClient()))  # fmt: skip
+    assert (
+        sso._administrator({"sub": "x1", "email": "alice@corp.example", "email_verified": True}) == "alice@corp.example"
+    )
+    assert sso._administrator({"sub": "bob"}) == "bob"
+    for claims in ({"sub": "alice@corp.example"}, {"sub": "x2", "email": "alice@corp.example"},
+                   {"sub": "x3", "email": "bob", "email_verified": True}):  # fmt: skip
+        with pytest.raises(SignInRefusedError, match="is not an administrator"):
+            sso._administrator(claims)
+    with pytest.raises(ValueError, match="must be an https URL"):
+        SingleSignOn(issuer="http://id.example", client_id="c", client_secret="s", admins=frozenset({"bob"}),
+                     verifier=TokenVerifier(UpstreamClient()), admin_token=TOKEN)  # fmt: skip

@@ -61,6 +61,8 @@ __all__ = ["PREFIX", "Console"]
 logger = logging.getLogger("crank.console")
 
 PREFIX: Final = "/console"
+ADMIN_TOKEN: Final = "admin token"
+"""Who a session signed in with the admin token is (`ConsoleSession.who`)."""
 _HERE = Path(__file__).parent
 SECURITY_HEADERS: Final = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -72,8 +74,10 @@ SECURITY_HEADERS: Final = {
 """On every console answer: no inline script or style runs, nothing is framed, nothing is cached."""
 MAX_FORM_BYTES: Final = 64 * 1024
 """The largest form a console page posts (the import page's: `MAX_IMPORT_FORM_BYTES`)."""
-MAX_IMPORT_FORM_BYTES: Final = 8 * 1024 * 1024
-"""The largest description pasted into the import page (a larger one: give its URL)."""
+MAX_IMPORT_DOCUMENT: Final = 8 * 1024 * 1024
+"""The longest description pasted into the import page (characters; a larger one: give its URL)."""
+MAX_IMPORT_FORM_BYTES: Final = 3 * MAX_IMPORT_DOCUMENT
+"""The import form's bound on the wire: a browser percent-encodes punctuation and line ends (3 bytes each)."""
 
 Page = Callable[["Console", Request, ConsoleSession], Awaitable[Response]]
 
@@ -103,9 +107,7 @@ class Console:
         """Where the browser reaches this server (the sign-in's redirect URI); else the request's own base URL."""
         """The gateway app of this process, which "try it" calls (None: the MCP endpoints are served elsewhere)."""
         self.usage = Usage(metrics) if metrics is not None else None
-        """The last hour's calls of the agents this process serves (None: it serves none)."""
-        if self.usage is not None:
-            self.usage.start()
+        """The last hour's calls of the agents this process serves (None: it serves none); counted from `start`."""
         self.egress = egress if egress is not None else EgressPolicy.from_environment()
         self.sessions = Sessions(token, idle_timeout=idle_timeout)
         self._token = token.encode()
@@ -155,7 +157,7 @@ class Console:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send, shutdown=self.aclose)
+            await serve_lifespan(receive, send, startup=self.start, shutdown=self.aclose)
             return
 
         async def secured(message: MutableMapping[str, Any]) -> None:
@@ -167,6 +169,20 @@ class Console:
             await send(message)
 
         await self._app(scope, receive, secured if scope["type"] == "http" else send)
+
+    def signed_in(self, session: ConsoleSession) -> bool:
+        """Whether a session is signed in now: with the admin token, or as someone who is still one of the
+        single sign-on's administrators (taken off the list: signed out at the next request)."""
+        if not session.signed_in:
+            return False
+        if session.who == ADMIN_TOKEN:
+            return True
+        return self.sso is not None and self.sso.still_admin(session.who)
+
+    def start(self) -> None:
+        """Start counting usage (at the server's start)."""
+        if self.usage is not None:
+            self.usage.start()
 
     async def aclose(self) -> None:
         """Stop counting usage and close the connections to the sign-in provider (at the server's shutdown)."""
@@ -196,7 +212,7 @@ class Console:
 
     async def _login_form(self, request: Request) -> Response:
         session = self.sessions.read(request.cookies.get(COOKIE))
-        if session is not None and session.signed_in:
+        if session is not None and self.signed_in(session):
             return RedirectResponse(_next(request.query_params.get("next")), 303)
         session = session or self.sessions.start(signed_in=False)  # its CSRF token guards the sign-in form too
         return self.render(request, "login.html", session, next=_next(request.query_params.get("next")), failed=False,
@@ -211,7 +227,9 @@ class Console:
         if not hmac.compare_digest(_field(form, "token").encode(), self._token):
             return self.render(request, "login.html", session, 401, next=_next(_field(form, "next")), failed=True,
                                sso=self.sso, refused=None)  # fmt: skip
-        fresh = self.sessions.start(signed_in=True)  # a new id and CSRF token: nothing planted before survives
+        fresh = self.sessions.start(
+            signed_in=True, who=ADMIN_TOKEN
+        )  # a new id and CSRF token: nothing planted survives
         response = RedirectResponse(_next(_field(form, "next")), 303)
         response.headers.append("set-cookie", self.sessions.cookie(fresh, secure=_secure(request)))
         return response
@@ -234,14 +252,14 @@ class Console:
             raise HTTPException(404)
         query = request.query_params
         try:
-            if "error" in query:
-                raise SignInRefusedError(f"The provider refused the sign-in: {query['error'][:100]}.")
+            if "error" in query:  # the provider's words are not shown: anyone can link here with any text
+                raise SignInRefusedError(_PROVIDER_ERRORS.get(query["error"], "The provider refused the sign-in."))
             pending = self.sso.pending(request.cookies.get(PENDING_COOKIE), query.get("state"))
             who = await self.sso.finish(query.get("code", ""), self._callback_url(request), pending)
         except SignInRefusedError as refused:
             return self._sso_refused(request, str(refused))
         logger.info("console sign-in through %s: %s", self.sso.provider, who)
-        session = self.sessions.start(signed_in=True)
+        session = self.sessions.start(signed_in=True, who=who)
         # A page, not a redirect: a navigation that came from another site does not carry a `SameSite=Strict`
         # cookie, and the next one, started by this page, does.
         response = self.render(request, "signed_in.html", session, who=who)
@@ -249,7 +267,8 @@ class Console:
         return response
 
     def _sso_refused(self, request: Request, why: str) -> Response:
-        session = self.sessions.start(signed_in=False)
+        # A session this browser has is kept: a link to the callback cannot sign anyone out.
+        session = self.sessions.read(request.cookies.get(COOKIE)) or self.sessions.start(signed_in=False)
         response = self.render(request, "login.html", session, 403, next=PREFIX + "/", failed=False, sso=self.sso,
                                refused=why)  # fmt: skip
         response.headers.append("set-cookie", _pending_cookie("", 0, _secure(request)))
@@ -258,6 +277,15 @@ class Console:
     def _callback_url(self, request: Request) -> str:
         base = self.public_url or str(request.base_url).rstrip("/")
         return base + PREFIX + "/login/callback"
+
+
+_PROVIDER_ERRORS: Final = {
+    "access_denied": "The sign-in was declined at the provider.",
+    "login_required": "The provider needs you to sign in there first.",
+    "consent_required": "The provider needs your consent first.",
+    "interaction_required": "The provider needs you to finish signing in there first.",
+}
+"""The OAuth error codes (RFC 6749 §4.1.2.1, OpenID Connect Core §3.1.2.6) said in the console's own words."""
 
 
 def _pending_cookie(value: str, max_age: int, secure: bool) -> str:
@@ -272,7 +300,7 @@ def _page(handler: Page, max_form: int = MAX_FORM_BYTES) -> Callable[[Request], 
     async def page(request: Request) -> Response:
         console: Console = request.app.state.console
         session = console.sessions.read(request.cookies.get(COOKIE))
-        if session is None or not session.signed_in:
+        if session is None or not console.signed_in(session):
             if request.method != "GET":
                 return console.render(request, "error.html", None, 403, title="Signed out",
                                       message="Your session ended: sign in again, then repeat the change.")  # fmt: skip
@@ -284,6 +312,7 @@ def _page(handler: Page, max_form: int = MAX_FORM_BYTES) -> Callable[[Request], 
                     return console.render(request, "error.html", session, 403, title="Refused",
                                           message="This form did not come from this session's page.")  # fmt: skip
                 request.state.form = form
+                logger.info("console change by %s: %s", session.who or "?", request.url.path)
             return await handler(console, request, session)
         except RegistryNotFoundError as missing:
             return console.render(request, "error.html", session, 404, title="Not found", message=str(missing))
@@ -404,7 +433,7 @@ async def _import(console: Console, request: Request, session: ConsoleSession) -
     form: FormData = request.state.form
     kind: ImportFormat = "openrpc" if _field(form, "kind") == "openrpc" else "openapi"
     page = ImportPage(request.path_params["workspace"], kind, _field(form, "url").strip(), _field(form, "document"))
-    source, problem = _import_source(page)
+    source, problem = await run_in_threadpool(_import_source, page)  # parsing 8 MiB holds no event loop
     if problem is not None:
         return console.render(request, "import.html", session, 422, page=replace(page, problems=[problem]))
     apply = _field(form, "action") == "apply"
@@ -422,6 +451,8 @@ def _import_source(page: ImportPage) -> tuple[str | JSONObject, str | None]:
         return "", "Give the description's URL, or paste the description: one of the two."
     if page.url:
         return page.url, None if is_url(page.url) else "The URL must be http(s): the console reads no server files."
+    if len(page.document) > MAX_IMPORT_DOCUMENT:
+        return "", f"The pasted description is longer than {MAX_IMPORT_DOCUMENT} characters: give its URL instead."
     try:
         document = _yaml.load(page.document, max_depth=_json.MAX_DEPTH)  # YAML reads JSON too
     except (yaml.YAMLError, ValueError) as wrong:
@@ -554,4 +585,7 @@ def _int(value: str | None) -> int | None:
 
 
 def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+    """Whether cookies are `Secure`: the request came over TLS, or the server's public URL is https (a proxy in
+    front ends TLS, and `crank serve` takes no forwarded headers)."""
+    public_url = request.app.state.console.public_url
+    return request.url.scheme == "https" or (public_url is not None and public_url.startswith("https://"))

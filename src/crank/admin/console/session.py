@@ -41,6 +41,8 @@ class ConsoleSession:
     signed_in: bool
     started: int
     """Unix time the session began."""
+    who: str = ""
+    """Who signed in: `admin token`, or the subject or e-mail address the OpenID provider proved."""
 
     def checks(self, token: str | None) -> bool:
         """Whether a form's CSRF token is this session's (constant time)."""
@@ -63,20 +65,20 @@ class Sessions:
         if not cookie or len(cookie) > _MAX_COOKIE:
             return None
         try:
-            sid, csrf, signed_in, started = self._serializer.loads(cookie, max_age=self.idle_timeout)
+            sid, csrf, signed_in, started, who = self._serializer.loads(cookie, max_age=self.idle_timeout)
         except (BadSignature, ValueError, TypeError):
             return None
         if not isinstance(started, int) or time.time() - started > self.max_age:
             return None
-        return ConsoleSession(str(sid), str(csrf), signed_in is True, started)
+        return ConsoleSession(str(sid), str(csrf), signed_in is True, started, str(who))
 
-    def start(self, *, signed_in: bool) -> ConsoleSession:
+    def start(self, *, signed_in: bool, who: str = "") -> ConsoleSession:
         """A new session, with a new id and CSRF token."""
-        return ConsoleSession(secrets.token_urlsafe(16), secrets.token_urlsafe(32), signed_in, int(time.time()))
+        return ConsoleSession(secrets.token_urlsafe(16), secrets.token_urlsafe(32), signed_in, int(time.time()), who)
 
     def cookie(self, session: ConsoleSession, *, secure: bool) -> str:
         """The `Set-Cookie` value that keeps `session` (stamped now: the idle timeout starts again)."""
-        value = self._serializer.dumps([session.sid, session.csrf, session.signed_in, session.started])
+        value = self._serializer.dumps([session.sid, session.csrf, session.signed_in, session.started, session.who])
         return _cookie(value, self.idle_timeout, secure)
 
     @staticmethod

@@ -19,7 +19,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote_plus, urlencode, urlsplit
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
@@ -27,7 +27,14 @@ from crank import _json
 from crank.exceptions import AuthChallengeError, DependencyUnavailableError, UpstreamError
 from crank.gateway.tokens import FETCH_TIMEOUT, MAX_DOCUMENT_BYTES, TokenVerifier
 
-__all__ = ["PENDING_COOKIE", "PENDING_MAX_AGE", "PendingSignIn", "SignInRefusedError", "SingleSignOn"]
+__all__ = [
+    "PENDING_COOKIE",
+    "PENDING_MAX_AGE",
+    "PendingSignIn",
+    "SignInRefusedError",
+    "SingleSignOn",
+    "secure_or_loopback",
+]
 
 PENDING_COOKIE: Final = "crank_console_sso"
 PENDING_MAX_AGE: Final = 600
@@ -59,6 +66,8 @@ class SingleSignOn:
     ) -> None:
         if not admins:
             raise ValueError("single sign-on needs the subjects or e-mail addresses of its administrators")
+        if not secure_or_loopback(issuer):
+            raise ValueError(f"the sign-in provider {issuer!r} must be an https URL (http only on this machine)")
         self.issuer = issuer.rstrip("/")
         self.client_id = client_id
         self._secret = client_secret
@@ -93,7 +102,7 @@ class SingleSignOn:
             kept_state, nonce, verifier = self._pending.loads(cookie, max_age=PENDING_MAX_AGE)
         except (BadSignature, ValueError, TypeError):
             raise SignInRefusedError("This sign-in was not started here, or took too long: start it again.") from None
-        if not secrets.compare_digest(str(kept_state), state):
+        if not secrets.compare_digest(str(kept_state).encode(), state.encode()):
             raise SignInRefusedError("This sign-in's state does not match: start it again.")
         return PendingSignIn(str(kept_state), str(nonce), str(verifier))
 
@@ -102,14 +111,15 @@ class SingleSignOn:
         endpoint = await self._endpoint("token_endpoint")
         body = urlencode({"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
                           "code_verifier": pending.verifier}).encode()  # fmt: skip
-        basic = base64.b64encode(f"{self.client_id}:{self._secret}".encode()).decode()
+        # RFC 6749 §2.3.1: each part form-encoded before they are joined
+        basic = base64.b64encode(f"{quote_plus(self.client_id)}:{quote_plus(self._secret)}".encode()).decode()
         headers = {"content-type": "application/x-www-form-urlencoded", "accept": "application/json",
                    "authorization": f"Basic {basic}"}  # fmt: skip
         try:
             answer = await self.verifier.client.request(
                 "POST", endpoint, params=None, headers=headers, body=body, timeout=FETCH_TIMEOUT, tenant="oauth"
             )
-        except UpstreamError as failed:
+        except (UpstreamError, ValueError) as failed:
             raise SignInRefusedError(f"The provider's token endpoint did not answer: {failed}") from None
         tokens = _token_answer(answer.status, answer.body)
         try:
@@ -121,12 +131,20 @@ class SingleSignOn:
         return self._administrator(claims)
 
     def _administrator(self, claims: dict[str, Any]) -> str:
+        """The name `admins` knows the signed-in person by: an entry with `@` is an e-mail address, compared with
+        the token's verified `email` only; any other entry is a subject, compared with `sub` only (a provider
+        that lets people choose their subject cannot make one look like someone's address)."""
         subject = str(claims["sub"])
         email = claims.get("email") if claims.get("email_verified") is True else None
-        for name in (subject, email):
-            if isinstance(name, str) and name in self.admins:
-                return name
+        if isinstance(email, str) and "@" in email and email in self.admins:
+            return email
+        if "@" not in subject and subject in self.admins:
+            return subject
         raise SignInRefusedError(f"{email or subject} signed in, but is not an administrator of this Crank.")
+
+    def still_admin(self, who: str) -> bool:
+        """Whether a session's signed-in name is still one of `admins` (taken off the list: signed out)."""
+        return who in self.admins
 
     async def _endpoint(self, name: str) -> str:
         try:
@@ -134,9 +152,15 @@ class SingleSignOn:
         except DependencyUnavailableError as away:
             raise SignInRefusedError(away.message) from None
         endpoint = metadata.get(name)
-        if not isinstance(endpoint, str) or urlsplit(endpoint).scheme not in ("https", "http"):
-            raise SignInRefusedError(f"The provider's metadata names no {name}.")
+        if not isinstance(endpoint, str) or not secure_or_loopback(endpoint):
+            raise SignInRefusedError(f"The provider's metadata names no {name} (an https URL).")
         return endpoint
+
+
+def secure_or_loopback(url: str) -> bool:
+    """Whether the client secret and codes may go to `url`: https, or http to this machine only."""
+    parts = urlsplit(url)
+    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("127.0.0.1", "::1", "localhost"))
 
 
 def _token_answer(status: int, body: bytes) -> str:

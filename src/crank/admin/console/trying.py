@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
+from urllib.parse import quote
 
+import anyio
 import httpx
 
 from crank import _json
@@ -135,14 +137,18 @@ async def call_tool(mcp: ASGIApp, workspace: str, agent: str, key: str, tool: st
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
                "MCP-Protocol-Version": _PROTOCOL_VERSION, "Authorization": f"Bearer {key}"}  # fmt: skip
     transport = httpx.ASGITransport(app=mcp, client=("127.0.0.1", 0))
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=CALL_TIMEOUT) as client:
-        response = await client.post(f"/mcp/v1/{workspace}/{agent}", json=body, headers=headers)
+    try:
+        with anyio.fail_after(CALL_TIMEOUT):  # an ASGI transport applies no timeout of its own
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+                response = await client.post(f"/mcp/v1/{quote(workspace)}/{quote(agent)}", json=body, headers=headers)
+    except TimeoutError:
+        return Answer(error={"message": f"the endpoint did not answer within {CALL_TIMEOUT:g} s"}, status=504)
     return _answer(response)
 
 
 def _answer(response: httpx.Response) -> Answer:
     try:
-        message = response.json()
+        message = _message(response)
     except ValueError:
         return Answer(error={"message": f"the endpoint answered {response.status_code} without JSON"},
                       status=response.status_code)  # fmt: skip
@@ -162,6 +168,22 @@ def _answer(response: httpx.Response) -> Answer:
         return Answer(texts=texts)
     pretty = render(value, "pretty_json")
     return Answer(structured=pretty, texts={name: render(value, name) for name in FORMATS})
+
+
+def _message(response: httpx.Response) -> Any:
+    """The JSON-RPC answer: the body, or, when the endpoint answered with an event stream (a call that reported
+    progress), the stream's last message that has an id."""
+    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        return response.json()
+    answer: Any = None
+    for line in response.text.splitlines():
+        if line.startswith("data:"):
+            message = _json.loads(line[5:].strip() or "null")
+            if isinstance(message, dict) and "id" in message:
+                answer = message
+    if answer is None:
+        raise ValueError("no answer in the event stream")
+    return answer
 
 
 def _structured_error(result: JSONObject) -> JSONObject:
