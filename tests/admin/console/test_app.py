@@ -293,3 +293,15 @@ async def test_the_signed_in_person_is_named_and_a_callback_link_signs_no_one_ou
         callback = await client.get(console_url + "/login/callback", params={"error": "access_denied"})
         assert callback.status_code == 404  # this console has no single sign-on
         assert (await client.get(console_url + "/")).status_code == 200
+
+
+async def test_crank_serve_offers_single_sign_on_when_its_settings_name_a_provider(
+    tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    settings = given_settings(data_dir=tmp_path, admin_token=TOKEN, role="admin", console_sso_issuer="https://id.example",
+                              console_sso_client_id="crank", console_sso_client_secret="sso-secret",
+                              console_sso_admins=["alice@example.com"])  # fmt: skip
+    base = serve(CrankServer(settings))
+    async with httpx.AsyncClient() as client:
+        login = await client.get(base + "/console/login")
+    assert 'href="/console/login/sso">Sign in with id.example</a>' in login.text and "sso-secret" not in login.text
