@@ -59,6 +59,25 @@ def test_an_operator_opens_an_agent_and_reads_its_budget_bar(
     page.goto(console_url + "/workspaces/shop/usage")
     expect(page.get_by_role("heading", name="Calls and errors of shop")).to_be_visible()
     look(page, "usage-admin-role")
+    page.goto(console_url + "/workspaces/nope")
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    look(page, "not-found")
+
+
+def test_an_operator_signs_in_and_moves_around_from_the_keyboard(page: Page, console_url: str) -> None:
+    page.goto(console_url + "/login")
+    page.keyboard.type(TOKEN)  # the token field has the focus
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Workspaces")).to_be_visible()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("Enter")
+    for _ in range(10):  # past the header's links and button, to the first workspace
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent") == "shop":
+            break
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Agents")).to_be_visible()
 
 
 def test_an_operation_description_never_runs_as_script(page: Page, console_url: str) -> None:
@@ -171,7 +190,8 @@ def test_try_it_calls_through_the_endpoint_and_a_destructive_call_runs_once_conf
         sqlite_registry.create_workspace("store", "Store")
         reimport(sqlite_registry, "store", "openapi", str(DEMO_SPEC), base_url=upstream)
         bindings = [{"operation": name} for name in sqlite_registry.operations("store")]
-        sqlite_registry.put_agent("store", "front", {"bindings": bindings})
+        limits = {"rate": {"calls": 60, "window": 60}, "quota": {"calls": 1000, "period": "day"}}
+        sqlite_registry.put_agent("store", "front", {"bindings": bindings, "limits": limits})
         publish_agent(sqlite_registry, "store", "front")
         key = sqlite_registry.create_api_key("store")
         gateway = GatewayService(sqlite_registry, poll_interval=0.05)
@@ -204,7 +224,7 @@ def test_try_it_calls_through_the_endpoint_and_a_destructive_call_runs_once_conf
 
         page.goto(console_url + "/workspaces/store/usage")  # three calls, the unconfirmed one refused
         cells = page.locator("#usage tbody tr").first.locator("td").all_inner_texts()
-        assert cells == ["front", "3", "1", "33.3%"]
+        assert cells == ["front", "3", "1", "33.3%", "60 calls per 60 s; 1000 calls a day"]
         look(page, "usage")
     assert console.usage is not None
     console.usage.close()

@@ -33,6 +33,7 @@ from crank.admin.console.pages import (
     POLICY_FIELDS,
     ImportPage,
     access_page,
+    agent_limits,
     agent_page,
     diff_page,
     import_document,
@@ -464,9 +465,9 @@ def _import_source(page: ImportPage) -> tuple[str | JSONObject, str | None]:
 
 async def _usage(console: Console, request: Request, session: ConsoleSession) -> Response:
     workspace = request.path_params["workspace"]
-    await run_in_threadpool(console.registry.workspace, workspace)  # a workspace that exists
+    limits = await run_in_threadpool(agent_limits, console.registry, workspace)  # 404 for a workspace that is not
     report = console.usage.last_hour(workspace) if console.usage is not None else None
-    return console.render(request, "usage.html", session, workspace=workspace, report=report)
+    return console.render(request, "usage.html", session, workspace=workspace, report=report, limits=limits)
 
 
 async def _access(console: Console, request: Request, session: ConsoleSession) -> Response:

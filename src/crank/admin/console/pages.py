@@ -18,7 +18,7 @@ from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import check_secret_references
 from crank.registry import ApiKeyInfo, OperationSummary, Registry, RuntimeView, VersionInfo
-from crank.registry.runtime import OAuthPolicy, SchemeCredential
+from crank.registry.runtime import Limits, OAuthPolicy, SchemeCredential
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -26,6 +26,7 @@ __all__ = [
     "POLICY_FIELDS",
     "AccessPage",
     "access_page",
+    "agent_limits",
     "read_policy",
     "MAX_LISTED_OPERATIONS",
     "AgentPage",
@@ -291,3 +292,20 @@ def _scope_lines(text: str, what: str) -> dict[str, list[str]]:
             raise ValueError(f"{what}: write each line as `name: scope scope`, not {line.strip()[:80]!r}")
         scopes[name.strip()] = words.split()
     return scopes
+
+
+def agent_limits(registry: Registry, workspace: str) -> dict[str, str]:
+    """Each agent's own rate limit and quota in words ("" for none), as its draft sets them."""
+    return {str(agent["slug"]): limits_text(agent.get("limits")) for agent in registry.agents(workspace)}
+
+
+def limits_text(stored: Any) -> str:
+    if not stored:
+        return ""
+    limits = Limits.model_validate(stored)
+    parts = []
+    if limits.rate is not None:
+        parts.append(f"{limits.rate.calls} calls per {limits.rate.window:g} s")
+    if limits.quota is not None:
+        parts.append(f"{limits.quota.calls} calls a {limits.quota.period}")
+    return "; ".join(parts)

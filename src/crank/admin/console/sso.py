@@ -26,6 +26,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from crank import _json
 from crank.exceptions import AuthChallengeError, DependencyUnavailableError, UpstreamError
 from crank.gateway.tokens import FETCH_TIMEOUT, MAX_DOCUMENT_BYTES, TokenVerifier
+from crank.registry.runtime import is_secure_url
 
 __all__ = [
     "PENDING_COOKIE",
@@ -33,7 +34,6 @@ __all__ = [
     "PendingSignIn",
     "SignInRefusedError",
     "SingleSignOn",
-    "secure_or_loopback",
 ]
 
 PENDING_COOKIE: Final = "crank_console_sso"
@@ -66,7 +66,7 @@ class SingleSignOn:
     ) -> None:
         if not admins:
             raise ValueError("single sign-on needs the subjects or e-mail addresses of its administrators")
-        if not secure_or_loopback(issuer):
+        if not is_secure_url(issuer):
             raise ValueError(f"the sign-in provider {issuer!r} must be an https URL (http only on this machine)")
         self.issuer = issuer.rstrip("/")
         self.client_id = client_id
@@ -152,15 +152,9 @@ class SingleSignOn:
         except DependencyUnavailableError as away:
             raise SignInRefusedError(away.message) from None
         endpoint = metadata.get(name)
-        if not isinstance(endpoint, str) or not secure_or_loopback(endpoint):
+        if not isinstance(endpoint, str) or not is_secure_url(endpoint):
             raise SignInRefusedError(f"The provider's metadata names no {name} (an https URL).")
         return endpoint
-
-
-def secure_or_loopback(url: str) -> bool:
-    """Whether the client secret and codes may go to `url`: https, or http to this machine only."""
-    parts = urlsplit(url)
-    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("127.0.0.1", "::1", "localhost"))
 
 
 def _token_answer(status: int, body: bytes) -> str:
