@@ -5,6 +5,7 @@ serves each change. axe-core (from npm) checks every page; screenshots go to art
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +23,7 @@ from tests.mcp.wire import legacy_headers, legacy_request
 
 
 def test_an_operator_opens_an_agent_and_reads_its_budget_bar(
-    page: Page, console_url: str, sqlite_registry: Registry
+    page: Page, console_url: str, sqlite_registry: Registry, tmp_path: Path
 ) -> None:
     sign_in(page, console_url)
     look(page, "workspaces")
@@ -49,7 +50,10 @@ def test_an_operator_opens_an_agent_and_reads_its_budget_bar(
     assert "call_operation" in page.locator("#tools").inner_text()
 
     page.goto(console_url + "/workspaces/shop/import")
-    page.get_by_label("or the description itself").fill(newer_demo())
+    newer = tmp_path / "newer.yaml"
+    newer.write_text(newer_demo())
+    page.get_by_label("or a description file").set_input_files(newer)  # read by console.js into the text
+    expect(page.get_by_label("or the description itself")).to_have_value(newer_demo())
     page.get_by_role("button", name="Preview").click()
     expect(page.locator("#breaking")).to_contain_text("tool cancel_order")
     look(page, "import")
