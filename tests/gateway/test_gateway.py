@@ -175,6 +175,25 @@ async def test_a_key_revoked_while_it_is_looked_up_stays_revoked(registry: Regis
     assert source.authenticate(key) is None  # the lookup did not bring the revoked key back
 
 
+async def test_requests_that_come_with_a_new_key_while_it_is_looked_up_share_the_lookup(
+    registry: Registry, serve: Callable[..., str]
+) -> None:
+    """A client's first requests with a key made a moment ago often come together (a POST and its GET stream):
+    the one lookup answers them all, none is refused for arriving while it ran; another key still waits its
+    turn (one lookup at a time bounds a flood of wrong keys)."""
+    publish_demo(registry, serve(upstream.app))
+    paused = _PausedLookups(registry)
+    source = GatewayService(paused, poll_interval=3600).source
+    key, other = registry.create_api_key("acme"), registry.create_api_key("acme")
+    first = asyncio.ensure_future(source.confirm(key))
+    assert await asyncio.to_thread(paused.read.wait, 30)
+    together = [asyncio.ensure_future(source.confirm(key)) for _ in range(3)]
+    assert await source.confirm(other) is None  # another key during the lookup: refused, as a wrong one would be
+    paused.answer.set()
+    answers = [await first, *[await request for request in together]]
+    assert all(answer is not None and answer.workspace == "acme" for answer in answers)
+
+
 def test_keys_are_stored_as_digests(registry: Registry) -> None:
     registry.create_workspace("acme", "Acme")
     key = registry.create_api_key("acme")

@@ -16,7 +16,7 @@ from crank.admin.actions import check_runtime
 from crank.registry import Registry
 from crank.server import GatewayService
 from mcp import Client, types
-from tests.mcp.wire import modern_headers, modern_request, next_message
+from tests.mcp.wire import legacy_headers, legacy_request, modern_headers, modern_request, next_message
 
 pytestmark = pytest.mark.anyio
 NOTE = {"name": "note", "messages": [{"text": "Write a note."}]}
@@ -190,3 +190,54 @@ async def test_a_resuming_client_is_told_exactly_what_changed_while_it_was_away(
     assert [message["method"] for message in everything] == [
         f"notifications/{kind}/list_changed" for kind in ("tools", "resources", "prompts")
     ]
+
+
+async def test_streams_that_are_never_read_stay_bounded_and_keep_nothing_queued(
+    sqlite_registry: Registry, serve: Callable[..., str]
+) -> None:
+    """A client opens as many GET streams as it may and reads none of them, while the agent is published again
+    and again: the ninth stream is refused, a listener keeps flags (never a queue of notifications), and the
+    streams' places are freed when the client goes."""
+    import socket
+    from urllib.parse import urlsplit
+
+    sqlite_registry.create_workspace("acme", "Acme")
+    for name in ("status", "health"):
+        sqlite_registry.put_operation("acme", name, {"protocol": "http", "description": name,
+                                                     "target": {"url": f"http://127.0.0.1:9/{name}"}})  # fmt: skip
+    publish(sqlite_registry)
+    service = GatewayService(sqlite_registry, poll_interval=0.05)
+    key = sqlite_registry.create_api_key("acme")
+    address = urlsplit(serve(service))
+    request = (f"GET /mcp/v1/acme/desk HTTP/1.1\r\nHost: {address.netloc}\r\nAccept: text/event-stream\r\n"
+               f"MCP-Protocol-Version: 2025-11-25\r\nAuthorization: Bearer {key}\r\n\r\n").encode()  # fmt: skip
+    held = []
+    try:
+        for _ in range(service.changes.max_per_owner):
+            held.append(socket.create_connection((address.hostname, address.port), timeout=10))
+            held[-1].sendall(request)  # and never read
+        for _ in range(200):  # the server takes them in its own time
+            if len(service.changes) == service.changes.max_per_owner:
+                break
+            await asyncio.sleep(0.05)
+        assert len(service.changes) == service.changes.max_per_owner
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
+            stream_headers = {"Accept": "text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+            refused = await http.get(f"{address.scheme}://{address.netloc}/mcp/v1/acme/desk", headers=stream_headers)
+        assert refused.status_code == 429
+        for round_ in range(20):  # publishes nobody reads about: each stream's socket buffer takes a few bytes
+            publish(sqlite_registry, description=f"round {round_}", prompts=[NOTE] if round_ % 2 else [])
+        await asyncio.sleep(0.5)
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
+            listed = await http.post(f"{address.scheme}://{address.netloc}/mcp/v1/acme/desk",
+                                     json=legacy_request("tools/list"), headers=legacy_headers())  # fmt: skip
+        assert listed.status_code == 200 and listed.json()["result"]["tools"]  # the server serves on
+        assert len(service.changes) == service.changes.max_per_owner
+    finally:
+        for connection in held:
+            connection.close()
+    for _ in range(200):
+        if not len(service.changes):
+            break
+        await asyncio.sleep(0.05)
+    assert len(service.changes) == 0

@@ -469,7 +469,8 @@ class AgentSource:
         self.key_lookups_per_second = key_lookups_per_second
         self._lookup_budget = max(key_lookups_per_second, 1.0)
         self._lookup_refilled = time.monotonic()
-        self._lookup_running = False
+        self._lookups: dict[str, asyncio.Future[KeyScope | None]] = {}
+        """The registry lookup running now, by key digest (at most one at a time), for its key's other requests."""
         self.freeze_heap = freeze_heap
         self.metrics = metrics
         self.state = state or MemoryStore()
@@ -761,13 +762,41 @@ class AgentSource:
 
         At most `key_lookups_per_second` lookups a second and one at a time, so a flood of wrong keys costs
         the registry that much and holds one worker thread at most; past the budget an unknown key is
-        refused (401) without a lookup. A registry that fails the lookup is 503 (the key may be good)."""
+        refused (401) without a lookup. The requests of the key being looked up meanwhile wait for that
+        lookup's answer (a client's first requests with a new key often come together). A registry that fails
+        the lookup is 503 (the key may be good)."""
         self._check_keys_fresh()
-        if self._lookup_running or not self._take_lookup():
-            return None
         digest = self._digests.get(token) or key_digest(token)
+        running = self._lookups.get(digest)
+        if running is not None:
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if running.cancelled() and (task is None or not task.cancelling()):
+                    return await self.confirm(token)  # the lookup's own request went away: look again
+                raise
+        if self._lookups or not self._take_lookup():
+            return None
+        answer: asyncio.Future[KeyScope | None] = asyncio.get_running_loop().create_future()
+        self._lookups[digest] = answer
+        try:
+            key_scope = await self._look_up(digest)
+        except asyncio.CancelledError:
+            answer.cancel()
+            raise
+        except BaseException as exc:
+            answer.set_exception(exc)
+            answer.exception()  # retrieved: no waiter is no error
+            raise
+        else:
+            answer.set_result(key_scope)
+            return key_scope
+        finally:
+            del self._lookups[digest]
+
+    async def _look_up(self, digest: str) -> KeyScope | None:
         keys = self._keys
-        self._lookup_running = True
         try:
             key_scope = await run_in_threadpool(self.registry.api_key, digest)
         except DATABASE_ERRORS as exc:
@@ -778,8 +807,6 @@ class AgentSource:
                 "This server cannot look up API keys right now (its registry does not answer); retry later.",
                 retry_after=_STALE_RETRY_AFTER,
             ) from None
-        finally:
-            self._lookup_running = False
         if key_scope is None:
             return None
         if self._keys is not keys:
