@@ -231,13 +231,12 @@ def test_crank_serve_gives_a_stalled_connection_up_at_the_cap_and_serves_another
     with ExitStack() as stack:
         stalled = [stack.enter_context(_stalled(port, _call("big", keys["big"]))) for _ in range(8)]  # the cap
         time.sleep(1.5)  # answered and stalled: past the grace (1 s), before the send timeout (2 s) and a sweep
-        started = time.monotonic()
         assert _small_is_served(port, keys)
-        waited = time.monotonic() - started
+        # Served by making room, not by waiting for the send timeout (no timing asserted: the log says which).
+        evicted = [message for message in _logged(log) if "closed the connection stalled the longest" in message]
         time.sleep(2)  # the send timeout (2 s) and a sweep: the others are closed too, none read a whole answer
         closed = [sock for sock in stalled if len(_read_all(sock)) < ANSWER]
-    assert waited < 2 and len(closed) == 8  # served at once, by making room; the rest closed by the timeout
-    assert any("closed the connection stalled the longest" in message for message in _logged(log))
+    assert evicted and len(closed) == 8
 
 
 @pytest.mark.parametrize("refusal", ["401", "early-429", "413"])
