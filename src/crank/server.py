@@ -447,10 +447,12 @@ class CrankServer:
             self.console.start()
 
     async def _stop(self) -> None:
-        if self.gateway is not None:
-            await self.gateway.stop()
-        if self.console is not None:
-            await self.console.aclose()
+        try:
+            if self.gateway is not None:
+                await self.gateway.stop()
+        finally:  # the console's provider connections and usage thread, whatever the gateway's stop did
+            if self.console is not None:
+                await self.console.aclose()
 
     def stopping(self) -> None:
         """The server stops taking connections: end the streams that would keep it waiting (listening clients

@@ -16,6 +16,7 @@ import contextlib
 import gc
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, replace
@@ -469,6 +470,7 @@ class AgentSource:
         self.key_lookups_per_second = key_lookups_per_second
         self._lookup_budget = max(key_lookups_per_second, 1.0)
         self._lookup_refilled = time.monotonic()
+        self._keys_lock = threading.Lock()
         self._lookups: dict[str, asyncio.Future[KeyScope | None]] = {}
         """The registry lookup running now, by key digest (at most one at a time), for its key's other requests."""
         self.freeze_heap = freeze_heap
@@ -514,7 +516,9 @@ class AgentSource:
                     fresh[key] = known
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
         told: list[tuple[Any, tuple[str, ...]]] = _changed_lists(current, fresh) if self.changes is not None else []
-        self._keys = self.registry.api_keys()
+        keys = self.registry.api_keys()
+        with self._keys_lock:  # against a lookup adding its key to the list this one replaces (`_look_up`)
+            self._keys = keys
         self.oauth = oauth
         self._generation = generation
         if told:
@@ -809,11 +813,12 @@ class AgentSource:
             ) from None
         if key_scope is None:
             return None
-        if self._keys is not keys:
-            # A reload came in meanwhile: its list is newer than this lookup (the key may have been revoked
-            # since), so it decides; adding the key back would let a revoked key live on.
-            return self._keys.get(digest)
-        self._keys = {**keys, digest: key_scope}  # a new dict: a reload in its thread swaps it whole
+        with self._keys_lock:  # a reload runs in a thread: checked and written in one step against it
+            if self._keys is not keys:
+                # A reload came in meanwhile: its list is newer than this lookup (the key may have been revoked
+                # since), so it decides; adding the key back would let a revoked key live on.
+                return self._keys.get(digest)
+            self._keys = {**keys, digest: key_scope}  # a new dict: readers on the loop never see it half made
         return key_scope
 
     def _take_lookup(self) -> bool:

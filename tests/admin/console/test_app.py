@@ -59,7 +59,11 @@ async def test_sign_in_sets_a_strict_http_only_cookie_and_goes_back_only_to_the_
         cookie = answer.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
         assert "Secure" not in cookie  # plain HTTP on loopback; behind TLS it is Secure
-        assert form.cookies["crank_console"] != answer.cookies["crank_console"]  # a new session at sign-in
+        assert "crank_console" not in form.cookies  # the sign-in page's session has a cookie of its own
+        assert form.cookies["crank_console_login"] and answer.cookies["crank_console"]  # a new session at sign-in
+        assert 'crank_console_login=""' in str(answer.headers.get_list("set-cookie")) or any(
+            value.startswith("crank_console_login=;") for value in answer.headers.get_list("set-cookie")
+        )  # and the sign-in page's is cleared
 
 
 async def test_a_post_without_its_csrf_token_or_with_another_sessions_is_refused(
@@ -305,3 +309,13 @@ async def test_crank_serve_offers_single_sign_on_when_its_settings_name_a_provid
     async with httpx.AsyncClient() as client:
         login = await client.get(base + "/console/login")
     assert 'href="/console/login/sso">Sign in with id.example</a>' in login.text and "sso-secret" not in login.text
+
+
+async def test_a_sign_in_page_opened_from_elsewhere_leaves_a_signed_in_session_alone(console_url: str) -> None:
+    async with httpx.AsyncClient() as client, httpx.AsyncClient() as from_elsewhere:
+        await signed_in(client, console_url)
+        # A browser following a link from another site sends no SameSite=Strict cookie: as a client with none.
+        elsewhere = await from_elsewhere.get(console_url + "/login")
+        written = elsewhere.headers.get_list("set-cookie")
+        assert written and all(value.startswith("crank_console_login=") for value in written)  # never the session's
+        assert (await client.get(console_url + "/")).status_code == 200  # still signed in

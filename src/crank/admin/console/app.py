@@ -42,7 +42,7 @@ from crank.admin.console.pages import (
     try_page,
     workspace_page,
 )
-from crank.admin.console.session import COOKIE, DEFAULT_IDLE_TIMEOUT, ConsoleSession, Sessions
+from crank.admin.console.session import COOKIE, DEFAULT_IDLE_TIMEOUT, LOGIN_COOKIE, ConsoleSession, Sessions
 from crank.admin.console.sso import PENDING_COOKIE, PENDING_MAX_AGE, SignInRefusedError, SingleSignOn
 from crank.admin.console.trying import MAX_ARGUMENTS_BYTES, read_arguments
 from crank.admin.console.trying import call_tool as call_mcp_tool
@@ -62,8 +62,6 @@ __all__ = ["PREFIX", "Console"]
 logger = logging.getLogger("crank.console")
 
 PREFIX: Final = "/console"
-ADMIN_TOKEN: Final = "admin token"
-"""Who a session signed in with the admin token is (`ConsoleSession.who`)."""
 _HERE = Path(__file__).parent
 SECURITY_HEADERS: Final = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -176,9 +174,9 @@ class Console:
         single sign-on's administrators (taken off the list: signed out at the next request)."""
         if not session.signed_in:
             return False
-        if session.who == ADMIN_TOKEN:
+        if session.via == "token":
             return True
-        return self.sso is not None and self.sso.still_admin(session.who)
+        return session.via == "sso" and self.sso is not None and self.sso.still_admin(session.who)
 
     def start(self) -> None:
         """Start counting usage (at the server's start)."""
@@ -215,12 +213,13 @@ class Console:
         session = self.sessions.read(request.cookies.get(COOKIE))
         if session is not None and self.signed_in(session):
             return RedirectResponse(_next(request.query_params.get("next")), 303)
-        session = session or self.sessions.start(signed_in=False)  # its CSRF token guards the sign-in form too
+        # The sign-in page's own session, in its own cookie: its CSRF token guards the sign-in form.
+        session = self.sessions.read(request.cookies.get(LOGIN_COOKIE)) or self.sessions.start()
         return self.render(request, "login.html", session, next=_next(request.query_params.get("next")), failed=False,
                            sso=self.sso, refused=None)  # fmt: skip
 
     async def _login(self, request: Request) -> Response:
-        session = self.sessions.read(request.cookies.get(COOKIE))
+        session = self.sessions.read(request.cookies.get(LOGIN_COOKIE))
         form = await _form(request)
         if session is None or not session.checks(_field(form, "csrf")):
             stale = "The form was stale or not this browser's: open the sign-in page again."
@@ -228,11 +227,10 @@ class Console:
         if not hmac.compare_digest(_field(form, "token").encode(), self._token):
             return self.render(request, "login.html", session, 401, next=_next(_field(form, "next")), failed=True,
                                sso=self.sso, refused=None)  # fmt: skip
-        fresh = self.sessions.start(
-            signed_in=True, who=ADMIN_TOKEN
-        )  # a new id and CSRF token: nothing planted survives
+        fresh = self.sessions.start(via="token")  # a new id and CSRF token: nothing planted before survives
         response = RedirectResponse(_next(_field(form, "next")), 303)
         response.headers.append("set-cookie", self.sessions.cookie(fresh, secure=_secure(request)))
+        response.headers.append("set-cookie", Sessions.cleared(secure=_secure(request), signed_in=False))
         return response
 
     async def _sso_start(self, request: Request) -> Response:
@@ -260,7 +258,7 @@ class Console:
         except SignInRefusedError as refused:
             return self._sso_refused(request, str(refused))
         logger.info("console sign-in through %s: %s", self.sso.provider, who)
-        session = self.sessions.start(signed_in=True, who=who)
+        session = self.sessions.start(via="sso", who=who)
         # A page, not a redirect: a navigation that came from another site does not carry a `SameSite=Strict`
         # cookie, and the next one, started by this page, does.
         response = self.render(request, "signed_in.html", session, who=who)
@@ -268,8 +266,8 @@ class Console:
         return response
 
     def _sso_refused(self, request: Request, why: str) -> Response:
-        # A session this browser has is kept: a link to the callback cannot sign anyone out.
-        session = self.sessions.read(request.cookies.get(COOKIE)) or self.sessions.start(signed_in=False)
+        # The sign-in page's own session: a link to the callback writes no signed-in session's cookie.
+        session = self.sessions.read(request.cookies.get(LOGIN_COOKIE)) or self.sessions.start()
         response = self.render(request, "login.html", session, 403, next=PREFIX + "/", failed=False, sso=self.sso,
                                refused=why)  # fmt: skip
         response.headers.append("set-cookie", _pending_cookie("", 0, _secure(request)))

@@ -22,9 +22,13 @@ from typing import Final
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-__all__ = ["COOKIE", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_AGE", "ConsoleSession", "Sessions"]
+__all__ = ["COOKIE", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_AGE", "LOGIN_COOKIE", "ConsoleSession", "Sessions"]
 
 COOKIE: Final = "crank_console"
+LOGIN_COOKIE: Final = "crank_console_login"
+"""The session of a sign-in page, before anyone signed in (its CSRF token guards the sign-in form), kept apart
+from a signed-in session's cookie: a sign-in page opened from another site (whose navigation carries no
+`SameSite=Strict` cookie) never writes over a signed-in session."""
 DEFAULT_IDLE_TIMEOUT: Final = 30 * 60
 """Seconds without a request after which a session ends (`CRANK_CONSOLE_IDLE_TIMEOUT`)."""
 DEFAULT_MAX_AGE: Final = 12 * 3600
@@ -42,7 +46,9 @@ class ConsoleSession:
     started: int
     """Unix time the session began."""
     who: str = ""
-    """Who signed in: `admin token`, or the subject or e-mail address the OpenID provider proved."""
+    """Who signed in: the subject or e-mail address the OpenID provider proved; "" for the admin token."""
+    via: str = ""
+    """How: `token` (the admin token) or `sso`; "" before anyone signed in."""
 
     def checks(self, token: str | None) -> bool:
         """Whether a form's CSRF token is this session's (constant time)."""
@@ -65,28 +71,32 @@ class Sessions:
         if not cookie or len(cookie) > _MAX_COOKIE:
             return None
         try:
-            sid, csrf, signed_in, started, who = self._serializer.loads(cookie, max_age=self.idle_timeout)
+            sid, csrf, signed_in, started, who, via = self._serializer.loads(cookie, max_age=self.idle_timeout)
         except (BadSignature, ValueError, TypeError):
             return None
         if not isinstance(started, int) or time.time() - started > self.max_age:
             return None
-        return ConsoleSession(str(sid), str(csrf), signed_in is True, started, str(who))
+        return ConsoleSession(str(sid), str(csrf), signed_in is True, started, str(who), str(via))
 
-    def start(self, *, signed_in: bool, who: str = "") -> ConsoleSession:
-        """A new session, with a new id and CSRF token."""
-        return ConsoleSession(secrets.token_urlsafe(16), secrets.token_urlsafe(32), signed_in, int(time.time()), who)
+    def start(self, *, via: str = "", who: str = "") -> ConsoleSession:
+        """A new session, with a new id and CSRF token: signed in `via` the admin token or sso, or not ("")."""
+        token, csrf = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
+        return ConsoleSession(token, csrf, bool(via), int(time.time()), who, via)
 
     def cookie(self, session: ConsoleSession, *, secure: bool) -> str:
         """The `Set-Cookie` value that keeps `session` (stamped now: the idle timeout starts again)."""
-        value = self._serializer.dumps([session.sid, session.csrf, session.signed_in, session.started, session.who])
-        return _cookie(value, self.idle_timeout, secure)
+        value = self._serializer.dumps(
+            [session.sid, session.csrf, session.signed_in, session.started, session.who, session.via]
+        )
+        return _cookie(value, self.idle_timeout, secure, signed_in=session.signed_in)
 
     @staticmethod
-    def cleared(*, secure: bool) -> str:
-        """The `Set-Cookie` value that ends the session in the browser."""
-        return _cookie("", 0, secure)
+    def cleared(*, secure: bool, signed_in: bool = True) -> str:
+        """The `Set-Cookie` value that ends the session (or the sign-in page's) in the browser."""
+        return _cookie("", 0, secure, signed_in=signed_in)
 
 
-def _cookie(value: str, max_age: int, secure: bool) -> str:
-    attributes = f"{COOKIE}={value}; Max-Age={max_age}; Path=/console; HttpOnly; SameSite=Strict"
+def _cookie(value: str, max_age: int, secure: bool, *, signed_in: bool) -> str:
+    name, path = (COOKIE, "/console") if signed_in else (LOGIN_COOKIE, "/console/login")
+    attributes = f"{name}={value}; Max-Age={max_age}; Path={path}; HttpOnly; SameSite=Strict"
     return attributes + ("; Secure" if secure else "")

@@ -179,8 +179,8 @@ def _message(response: httpx.Response) -> Any:
     for line in response.text.splitlines():
         if line.startswith("data:"):
             message = _json.loads(line[5:].strip() or "null")
-            if isinstance(message, dict) and "id" in message:
-                answer = message
+            if isinstance(message, dict) and message.get("id") == 1 and ("result" in message or "error" in message):
+                answer = message  # the call's answer (a request the server sends has an id too, and a method)
     if answer is None:
         raise ValueError("no answer in the event stream")
     return answer
