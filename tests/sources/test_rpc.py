@@ -140,3 +140,49 @@ def test_bad_offerings_are_refused_when_registered() -> None:
     app.build()
     with pytest.raises(ConfigurationError, match="before the app serves"):
         app.resource("docs://late")(one)
+
+
+async def test_a_resource_or_prompt_with_roles_is_seen_only_by_callers_with_one(serve: Callable[..., str]) -> None:
+    from tests.mcp.wire import legacy_headers, legacy_request
+
+    app = RPCApp(title="Shop", roles={"staff-token-0123456789": ["staff"]})
+
+    @app.resource("docs://margins", groups=["mcp"], roles=["staff", "finance"])
+    def margins() -> str:
+        return "margins are 40%"
+
+    @app.resource("docs://margins/{sku}", groups=["mcp"], roles=["staff"])
+    def margin(sku: str) -> str:
+        return f"{sku}: 40%"
+
+    @app.prompt(groups=["mcp"], roles=["staff"])
+    def reprice() -> str:
+        return "Reprice the catalog."
+
+    @app.resource("docs://guide", groups=["mcp"])
+    def guide() -> str:
+        return "open to all"
+
+    url = serve(RPCService(app, mcp={"/mcp": MCPConfig(enabled=True)})) + "/mcp/"
+
+    async def ask(method: str, params: dict[str, object] | None = None, token: str | None = None) -> dict[str, object]:
+        headers = {**legacy_headers(), **({"Authorization": f"Bearer {token}"} if token else {})}
+        async with httpx.AsyncClient() as http:
+            return (await http.post(url, json=legacy_request(method, params), headers=headers)).json()  # type: ignore[no-any-return]
+
+    staff = "staff-token-0123456789"
+    anonymous = [entry["uri"] for entry in (await ask("resources/list"))["result"]["resources"]]  # type: ignore[index]
+    listed = [entry["uri"] for entry in (await ask("resources/list", token=staff))["result"]["resources"]]  # type: ignore[index]
+    assert anonymous == ["docs://guide"] and sorted(listed) == ["docs://guide", "docs://margins"]
+    assert (await ask("resources/templates/list"))["result"]["resourceTemplates"] == []  # type: ignore[index]
+    # This caller's catalog has no prompt at all: it offers no prompts (the capabilities follow the catalog).
+    assert (await ask("prompts/list"))["error"]["code"] == -32601  # type: ignore[index]
+    assert [p["name"] for p in (await ask("prompts/list", token=staff))["result"]["prompts"]] == ["reprice"]  # type: ignore[index]
+    refused = await ask("resources/read", {"uri": "docs://margins"})
+    assert refused["error"]["code"] == -32002 and "margins" in refused["error"]["message"]  # type: ignore[index]
+    assert (await ask("resources/read", {"uri": "docs://margins/A-1"}))["error"]  # the template is not there either
+    assert (await ask("prompts/get", {"name": "reprice"}))["error"]["code"] == -32601  # type: ignore[index]
+    read = await ask("resources/read", {"uri": "docs://margins/A-1"}, token=staff)
+    assert read["result"]["contents"][0]["text"] == "A-1: 40%"  # type: ignore[index]
+    got = await ask("prompts/get", {"name": "reprice"}, token=staff)
+    assert got["result"]["messages"][0]["content"]["text"] == "Reprice the catalog."  # type: ignore[index]

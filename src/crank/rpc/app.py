@@ -209,14 +209,17 @@ class RPCApp:
         description: str | None = None,
         mime_type: str | None = None,
         completions: Mapping[str, Callable[..., Any]] | None = None,
+        roles: Iterable[str] = (),
     ) -> Callable[[F], F]:
         """Offer a document at `uri` (a URI template when it has `{variables}`: the function's parameters) to
-        the MCP endpoints of `groups`. The function (sync or async) returns text or bytes (`crank.rpc.offerings`)."""
+        the MCP endpoints of `groups`. The function (sync or async) returns text or bytes (`crank.rpc.offerings`).
+        With `roles`, only a caller with one of them sees and reads it, as a method's `roles` say."""
 
         def register(func: F) -> F:
             self._check_open(f"resource {uri!r}")
             spec = resource_spec(uri, func, name=name, groups=tuple(groups), title=title, description=description,
-                                 mime_type=mime_type, completions=completions or {})  # fmt: skip
+                                 mime_type=mime_type, completions=completions or {},
+                                 roles=frozenset(roles))  # fmt: skip
             if any(known.uri == uri for known in self.resources):
                 raise ConfigurationError(f"resource {uri!r} is registered twice")
             self.resources.append(spec)
@@ -232,14 +235,16 @@ class RPCApp:
         title: str | None = None,
         description: str | None = None,
         completions: Mapping[str, Callable[..., Any]] | None = None,
+        roles: Iterable[str] = (),
     ) -> Callable[[F], F]:
         """Offer a prompt to the MCP endpoints of `groups`: the function's parameters are its arguments, it
-        returns the text of one user message or a list of messages (`crank.rpc.offerings`)."""
+        returns the text of one user message or a list of messages (`crank.rpc.offerings`). With `roles`, only a
+        caller with one of them sees and gets it."""
 
         def register(func: F) -> F:
             self._check_open(f"prompt {name or func.__name__!r}")
             spec = prompt_spec(func, name=name, groups=tuple(groups), title=title, description=description,
-                               completions=completions or {})  # fmt: skip
+                               completions=completions or {}, roles=frozenset(roles))  # fmt: skip
             if any(known.name == spec.name for known in self.prompts):
                 raise ConfigurationError(f"prompt {spec.name!r} is registered twice")
             self.prompts.append(spec)

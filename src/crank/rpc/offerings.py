@@ -61,6 +61,8 @@ class ResourceSpec:
     description: str | None = None
     mime_type: str | None = None
     arguments: tuple[Argument, ...] = ()
+    roles: frozenset[str] = frozenset()
+    """A caller needs one of them to see and read it (none: everyone), as a method's `roles`."""
 
     @property
     def is_template(self) -> bool:
@@ -75,11 +77,14 @@ class PromptSpec:
     title: str | None = None
     description: str | None = None
     arguments: tuple[Argument, ...] = field(default_factory=tuple)
+    roles: frozenset[str] = frozenset()
+    """A caller needs one of them to see and get it (none: everyone), as a method's `roles`."""
 
 
 def resource_spec(uri: str, func: Callable[..., Any], *, name: str | None, groups: tuple[str, ...],
                   title: str | None, description: str | None, mime_type: str | None,
-                  completions: Mapping[str, Callable[..., Any]]) -> ResourceSpec:  # fmt: skip
+                  completions: Mapping[str, Callable[..., Any]],
+                  roles: frozenset[str] = frozenset()) -> ResourceSpec:  # fmt: skip
     """A resource's record; its function's parameters must be exactly the URI template's variables."""
     label = name or func.__name__
     arguments = _arguments(func, f"resource {uri!r}", completions)
@@ -90,14 +95,15 @@ def resource_spec(uri: str, func: Callable[..., Any], *, name: str | None, group
             f"variables {variables}"
         )
     text = description or _doc(func)
-    return ResourceSpec(uri, label, func, groups, title, text, mime_type, arguments)
+    return ResourceSpec(uri, label, func, groups, title, text, mime_type, arguments, roles)
 
 
 def prompt_spec(func: Callable[..., Any], *, name: str | None, groups: tuple[str, ...], title: str | None,
-                description: str | None, completions: Mapping[str, Callable[..., Any]]) -> PromptSpec:  # fmt: skip
+                description: str | None, completions: Mapping[str, Callable[..., Any]],
+                roles: frozenset[str] = frozenset()) -> PromptSpec:  # fmt: skip
     label = name or func.__name__
     arguments = _arguments(func, f"prompt {label!r}", completions)
-    return PromptSpec(label, func, groups, title, description or _doc(func), arguments)
+    return PromptSpec(label, func, groups, title, description or _doc(func), arguments, roles)
 
 
 async def call(func: Callable[..., Any], arguments: Mapping[str, str]) -> Any:

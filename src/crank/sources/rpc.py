@@ -105,16 +105,18 @@ class RPCSource:
             self.translations = Translations(default_language=config.default_language)
         self._outputs = {method.name: self._mcp_output(method) for method in self.methods}
         offered = [spec for spec in app.resources if config.group in spec.groups]
-        self.resources = [_resource(spec) for spec in offered if not spec.is_template]
-        self.templates = [_template(spec) for spec in offered if spec.is_template]
-        self.prompts = [_prompt(spec) for spec in app.prompts if config.group in spec.groups]
+        # Each with the roles a caller needs for it (none: everyone), kept for the catalog of each set of roles.
+        self.resources = [(spec.roles, _resource(spec)) for spec in offered if not spec.is_template]
+        self.templates = [(spec.roles, _template(spec)) for spec in offered if spec.is_template]
+        self.prompts = [(spec.roles, _prompt(spec)) for spec in app.prompts if config.group in spec.groups]
         self._catalogs: dict[frozenset[str], Catalog] = {}
         self.catalog_for(frozenset())  # build now: a bad definition fails at start, not at the first request
 
     @property
     def private(self) -> bool:
-        """Whether what a caller sees depends on who asks (some method needs roles)."""
-        return any(method.roles for method in self.methods)
+        """Whether what a caller sees depends on who asks (some method, resource or prompt needs roles)."""
+        offered = (*self.resources, *self.templates, *self.prompts)
+        return any(method.roles for method in self.methods) or any(roles for roles, _ in offered)
 
     async def provide(self, scope: Scope) -> Catalog:
         caller = scope.get(AUTH_SCOPE_KEY)
@@ -129,8 +131,10 @@ class RPCSource:
                 self._catalogs = {frozenset(): self._catalogs[frozenset()]} if frozenset() in self._catalogs else {}
             tools = [self._tool(method, roles) for method in self.methods]
             catalog = self._catalogs[roles] = Catalog(
-                tools, version=self.version, translations=self.translations, resources=self.resources,
-                resource_templates=self.templates, prompts=self.prompts,
+                tools, version=self.version, translations=self.translations,
+                resources=[item for needed, item in self.resources if opens(needed, roles)],
+                resource_templates=[item for needed, item in self.templates if opens(needed, roles)],
+                prompts=[item for needed, item in self.prompts if opens(needed, roles)],
             )  # fmt: skip
         return catalog
 
@@ -154,7 +158,7 @@ class RPCSource:
             annotations=annotations,
             format=settings.format if settings else None,
             required_scopes=scopes,
-            listed=not method.roles or bool(method.roles & roles),
+            listed=opens(method.roles, roles),
             plain_fields={"roles": sorted(method.roles)},  # seed 002: /mcp/tools says what a caller needs
             invoker=self._invoker(method, roles),
             validate_arguments=False,  # the executor's conversion is the rule (module docstring)
@@ -191,6 +195,12 @@ class RPCSource:
             return result
 
         return invoke
+
+
+def opens(needed: frozenset[str], roles: frozenset[str]) -> bool:
+    """The one rule for what a caller's roles open: a method, resource or prompt that needs none, or one of
+    whose roles the caller has."""
+    return not needed or bool(needed & roles)
 
 
 def _resource(spec: ResourceSpec) -> Resource:
