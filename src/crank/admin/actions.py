@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from crank.admin.lint import CatalogReport, Finding, ToolSize, catalog_report, lint_runtime, tool_sizes
+from crank.admin.lint import CatalogReport, Finding, ToolSize, catalog_report, checked_catalog, lint_runtime, tool_sizes
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
 from crank.exceptions import ConfigurationError, RegistryNotFoundError
@@ -47,8 +47,7 @@ ImportFormat = Literal["openapi", "openrpc"]
 def check_runtime(runtime: RuntimeView) -> None:
     """Compile the catalog of a runtime view; raises `ConfigurationError` naming the tool that is wrong."""
     check_surface(runtime)
-    check_secret_references(runtime)
-    build_catalog(runtime)
+    checked_catalog(runtime)
 
 
 def check_surface(runtime: RuntimeView) -> None:

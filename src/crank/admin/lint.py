@@ -86,6 +86,7 @@ __all__ = [
     "Severity",
     "ToolSize",
     "catalog_report",
+    "checked_catalog",
     "lint_catalog",
     "lint_draft",
     "lint_runtime",
@@ -160,9 +161,16 @@ def catalog_report(
 
     Raises `ConfigurationError` naming the tool when the catalog cannot be built."""
     if catalog is None:  # not `or`: a Catalog has a length, and an empty one is falsy
-        check_secret_references(runtime)  # what a publish refuses besides the build
-        catalog = build_catalog(runtime)
+        catalog = checked_catalog(runtime)
     return _report(runtime.agent.slug, catalog, _budget(runtime, budget), language)
+
+
+def checked_catalog(runtime: RuntimeView) -> Catalog:
+    """The catalog the reports are made from, refused as a publish refuses it besides the build (secret
+    references): `ConfigurationError` naming the place. Built once, it serves `catalog_report`, `tool_sizes` and
+    `lint_runtime` alike (`catalog=`)."""
+    check_secret_references(runtime)
+    return build_catalog(runtime)
 
 
 @dataclass(frozen=True)

@@ -69,11 +69,10 @@ def _make_plan(owner: str, key: str, limits: Limits) -> _Plan:
         calls, window = limits.rate.calls, limits.rate.window
         # The window is part of the key: a limit changed from a day to a second never waits out the old count.
         counter = Counter(f"{KEY_PREFIX}{key}:rate:{round(window * 1000)}", calls, window)
-        rate = _Check(f"{owner}_rate", counter, f"{whose} rate limit ({calls} calls per {window:g} s)")
+        rate = _Check(f"{owner}_rate", counter, f"{whose} rate limit ({limits.rate.words()})")
     if limits.quota is not None:
-        calls, period = limits.quota.calls, limits.quota.period
-        counter = Counter(f"{KEY_PREFIX}{key}:quota:", calls, 0)
-        quota = _Check(f"{owner}_quota", counter, f"{whose} quota ({calls} calls per {period}, UTC)")
+        counter = Counter(f"{KEY_PREFIX}{key}:quota:", limits.quota.calls, 0)
+        quota = _Check(f"{owner}_quota", counter, f"{whose} quota ({limits.quota.words()})")
     return _Plan(rate, quota, limits.quota.period if limits.quota is not None else None)
 
 

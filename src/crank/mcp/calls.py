@@ -39,6 +39,7 @@ __all__ = [
     "authorize_call",
     "call_tool",
     "error_result",
+    "failure_of",
     "success_result",
     "tool_contents",
 ]
@@ -148,16 +149,23 @@ def tool_contents(uri: str, result: JSONObject, mime_type: str | None) -> list[J
     return contents
 
 
-def _read_failure(content: list[JSONObject]) -> RPCError:
-    """The error a failed tool-backed read answers: the tool's structured error when it gave one (the text of
-    its first block, as `error_result` writes it), else the tool's own words as the message."""
+def failure_of(content: list[JSONObject]) -> tuple[JSONObject | None, str | None]:
+    """What a failed call's `content` says: its structured error (the JSON object of its first text block, as
+    `error_result` writes it), or None with the tool's own words when it gave none (None when no text either)."""
     text = content[0].get("text") if content and content[0].get("type") == "text" else None
     try:
         data = _json.loads(text) if isinstance(text, str) else None
     except _json.JSONDecodeError:
         data = None
-    if not isinstance(data, dict):
-        return RPCError(text[:1000] if isinstance(text, str) else "The tool failed", code=INTERNAL_ERROR)
+    return (data, text) if isinstance(data, dict) else (None, text if isinstance(text, str) else None)
+
+
+def _read_failure(content: list[JSONObject]) -> RPCError:
+    """The error a failed tool-backed read answers: the tool's structured error when it gave one, else the
+    tool's own words as the message."""
+    data, text = failure_of(content)
+    if data is None:
+        return RPCError(text[:1000] if text is not None else "The tool failed", code=INTERNAL_ERROR)
     code = INVALID_PARAMS if data.get("error_code") == SchemaValidationError.default_code else INTERNAL_ERROR
     return RPCError(str(data.get("message")), code=code, data=data)
 

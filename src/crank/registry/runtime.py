@@ -147,12 +147,20 @@ class RateLimit(_Model):
     calls: int = Field(ge=1, strict=True)
     window: float = Field(ge=0.001, le=86_400)
 
+    def words(self) -> str:
+        """The limit as errors and pages say it: `100 calls per 60 s`."""
+        return f"{self.calls} calls per {self.window:g} s"
+
 
 class Quota(_Model):
     """At most `calls` per calendar `period` (UTC)."""
 
     calls: int = Field(ge=1, strict=True)
     period: QuotaPeriod
+
+    def words(self) -> str:
+        """The quota as errors and pages say it: `1000 calls per day, UTC`."""
+        return f"{self.calls} calls per {self.period}, UTC"
 
 
 class Limits(_Model):

@@ -220,7 +220,7 @@ async def test_a_re_import_is_previewed_without_change_then_applied(
         invalid = await client.post(imports, data={"csrf": csrf, "document": "openapi: 3.0.3", "action": "preview"})
     assert neither.status_code == 422 and "one of the two" in neither.text
     assert a_file.status_code == 422 and "must be http(s)" in a_file.text
-    assert not_yaml.status_code == 422 and "not JSON or YAML" in not_yaml.text
+    assert not_yaml.status_code == 422 and "the pasted description: not valid YAML" in not_yaml.text
     assert invalid.status_code == 422 and "info" in invalid.text
 
 

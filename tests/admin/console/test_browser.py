@@ -228,7 +228,7 @@ def test_try_it_calls_through_the_endpoint_and_a_destructive_call_runs_once_conf
 
         page.goto(console_url + "/workspaces/store/usage")  # three calls, the unconfirmed one refused
         cells = page.locator("#usage tbody tr").first.locator("td").all_inner_texts()
-        assert cells == ["front", "3", "1", "33.3%", "60 calls per 60 s; 1000 calls a day"]
+        assert cells == ["front", "3", "1", "33.3%", "60 calls per 60 s; 1000 calls per day, UTC"]
         look(page, "usage")
     assert console.usage is not None
     console.usage.close()

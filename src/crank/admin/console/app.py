@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, urlsplit
 
-import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -27,7 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from crank import __version__, _json, _yaml
+from crank import __version__, _json
 from crank.admin.actions import ImportFormat, publish_agent
 from crank.admin.console.pages import (
     POLICY_FIELDS,
@@ -47,8 +46,8 @@ from crank.admin.console.sso import PENDING_COOKIE, PENDING_MAX_AGE, SignInRefus
 from crank.admin.console.trying import MAX_ARGUMENTS_BYTES, read_arguments
 from crank.admin.console.trying import call_tool as call_mcp_tool
 from crank.admin.console.usage import Usage
-from crank.admin.documents import is_url
-from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
+from crank.admin.documents import is_url, parse_document
+from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError, SpecError
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
 from crank.ids import new_request_id
@@ -213,10 +212,13 @@ class Console:
         session = self.sessions.read(request.cookies.get(COOKIE))
         if session is not None and self.signed_in(session):
             return RedirectResponse(_next(request.query_params.get("next")), 303)
-        # The sign-in page's own session, in its own cookie: its CSRF token guards the sign-in form.
-        session = self.sessions.read(request.cookies.get(LOGIN_COOKIE)) or self.sessions.start()
+        session = self._sign_in_session(request)
         return self.render(request, "login.html", session, next=_next(request.query_params.get("next")), failed=False,
                            sso=self.sso, refused=None)  # fmt: skip
+
+    def _sign_in_session(self, request: Request) -> ConsoleSession:
+        """The sign-in page's own session (its own cookie: `LOGIN_COOKIE`), whose CSRF token guards its form."""
+        return self.sessions.read(request.cookies.get(LOGIN_COOKIE)) or self.sessions.start()
 
     async def _login(self, request: Request) -> Response:
         session = self.sessions.read(request.cookies.get(LOGIN_COOKIE))
@@ -266,8 +268,7 @@ class Console:
         return response
 
     def _sso_refused(self, request: Request, why: str) -> Response:
-        # The sign-in page's own session: a link to the callback writes no signed-in session's cookie.
-        session = self.sessions.read(request.cookies.get(LOGIN_COOKIE)) or self.sessions.start()
+        session = self._sign_in_session(request)  # a link to the callback writes no signed-in session's cookie
         response = self.render(request, "login.html", session, 403, next=PREFIX + "/", failed=False, sso=self.sso,
                                refused=why)  # fmt: skip
         response.headers.append("set-cookie", _pending_cookie("", 0, _secure(request)))
@@ -452,13 +453,10 @@ def _import_source(page: ImportPage) -> tuple[str | JSONObject, str | None]:
         return page.url, None if is_url(page.url) else "The URL must be http(s): the console reads no server files."
     if len(page.document) > MAX_IMPORT_DOCUMENT:
         return "", f"The pasted description is longer than {MAX_IMPORT_DOCUMENT} characters: give its URL instead."
-    try:
-        document = _yaml.load(page.document, max_depth=_json.MAX_DEPTH)  # YAML reads JSON too
-    except (yaml.YAMLError, ValueError) as wrong:
-        return "", f"The pasted text is not JSON or YAML: {str(wrong).splitlines()[0][:200]}"
-    if not isinstance(document, dict):
-        return "", "The pasted text is not a description (a JSON or YAML object)."
-    return document, None
+    try:  # as a description fetched by URL is read
+        return parse_document(page.document, source="the pasted description"), None
+    except SpecError as wrong:
+        return "", str(wrong)
 
 
 async def _usage(console: Console, request: Request, session: ConsoleSession) -> Response:

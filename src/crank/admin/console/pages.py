@@ -5,20 +5,27 @@ thread (the registry is synchronous)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, get_args
 
 from pydantic import ValidationError
 
 from crank.admin.actions import ImportFormat
 from crank.admin.changes import ImportReport, VersionDiff, diff_versions, reimport
 from crank.admin.console.trying import Answer, FormField, form_fields
-from crank.admin.lint import Finding, ToolSize, catalog_report, lint_runtime, tool_sizes, unbuildable
+from crank.admin.lint import (
+    Finding,
+    ToolSize,
+    catalog_report,
+    checked_catalog,
+    lint_runtime,
+    tool_sizes,
+    unbuildable,
+)
 from crank.admin.models import problems
 from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
-from crank.gateway.secrets import check_secret_references
 from crank.registry import ApiKeyInfo, OperationSummary, Registry, RuntimeView, VersionInfo
-from crank.registry.runtime import Limits, OAuthPolicy, SchemeCredential
+from crank.registry.runtime import AgentMode, Limits, OAuthPolicy, SchemeCredential
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -43,8 +50,7 @@ __all__ = [
     "workspace_page",
 ]
 
-Mode = Literal["direct", "discovery"]
-MODES: Final = ("direct", "discovery")
+MODES: Final[tuple[str, ...]] = get_args(AgentMode)
 MAX_LISTED_OPERATIONS: Final = 200
 """Operations shown at once on a workspace's page; the search narrows the rest."""
 MAX_QUERY: Final = 200
@@ -77,7 +83,7 @@ class CatalogView:
 
     language: str
     languages: list[str]
-    mode: Mode
+    mode: AgentMode
     estimate: int
     budget: int
     tools: list[ToolSize]
@@ -110,7 +116,6 @@ class KeysPage:
     prefix: str
     created: tuple[ApiKeyInfo, str] | None = None
     """A key made by this request, with its secret: shown once, never again."""
-    problems: list[str] = field(default_factory=list)
 
 
 def workspace_page(registry: Registry, workspace: str, query: str = "") -> WorkspacePage:
@@ -137,8 +142,7 @@ def agent_page(registry: Registry, workspace: str, agent: str, *, language: str 
     try:
         runtime = _in_mode(registry.draft_runtime(workspace, agent), mode)
         uncompacted = _in_mode(registry.draft_runtime(workspace, agent, compact=False), mode)
-        check_secret_references(runtime)  # what `catalog_report` checks when it builds the catalog itself
-        catalog = build_catalog(runtime)  # built once for the report, the sizes and the findings
+        catalog = checked_catalog(runtime)  # built once for the report, the sizes and the findings
         report = catalog_report(runtime, catalog=catalog, language=language)
         sizes = tool_sizes(runtime, uncompacted, catalog=catalog, language=language)
         findings = lint_runtime(runtime, catalog=catalog)
@@ -303,9 +307,4 @@ def limits_text(stored: Any) -> str:
     if not stored:
         return ""
     limits = Limits.model_validate(stored)
-    parts = []
-    if limits.rate is not None:
-        parts.append(f"{limits.rate.calls} calls per {limits.rate.window:g} s")
-    if limits.quota is not None:
-        parts.append(f"{limits.quota.calls} calls a {limits.quota.period}")
-    return "; ".join(parts)
+    return "; ".join(limit.words() for limit in (limits.rate, limits.quota) if limit is not None)

@@ -22,7 +22,15 @@ from typing import Final
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-__all__ = ["COOKIE", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_AGE", "LOGIN_COOKIE", "ConsoleSession", "Sessions"]
+__all__ = [
+    "COOKIE",
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_AGE",
+    "LOGIN_COOKIE",
+    "ConsoleSession",
+    "Sessions",
+    "signer",
+]
 
 COOKIE: Final = "crank_console"
 LOGIN_COOKIE: Final = "crank_console_login"
@@ -55,14 +63,20 @@ class ConsoleSession:
         return token is not None and hmac.compare_digest(token.encode(), self.csrf.encode())
 
 
+def signer(admin_token: str, purpose: str) -> URLSafeTimedSerializer:
+    """What signs (and dates) one kind of the console's cookies: keyed by the admin token, so that a new admin
+    token ends them all, and by `purpose`, so that one kind is never taken for another."""
+    key = hashlib.sha256(f"crank console {purpose}\0".encode() + admin_token.encode()).digest()
+    return URLSafeTimedSerializer(key, salt=f"crank-console-{purpose}")
+
+
 class Sessions:
     def __init__(
         self, admin_token: str, *, idle_timeout: int = DEFAULT_IDLE_TIMEOUT, max_age: int = DEFAULT_MAX_AGE
     ) -> None:
         if idle_timeout < 1 or max_age < idle_timeout:
             raise ValueError("the console's idle timeout must be at least 1 s and no longer than its max age")
-        key = hashlib.sha256(b"crank console session\0" + admin_token.encode()).digest()
-        self._serializer = URLSafeTimedSerializer(key, salt="crank-console")
+        self._serializer = signer(admin_token, "session")
         self.idle_timeout = idle_timeout
         self.max_age = max_age
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote_plus, urlencode, urlsplit
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
+from itsdangerous import BadSignature
 
 from crank import _json
+from crank.admin.console.session import signer
 from crank.exceptions import AuthChallengeError, DependencyUnavailableError, UpstreamError
 from crank.gateway.tokens import FETCH_TIMEOUT, MAX_DOCUMENT_BYTES, TokenVerifier
 from crank.registry.runtime import is_secure_url
@@ -73,8 +74,7 @@ class SingleSignOn:
         self._secret = client_secret
         self.admins = admins
         self.verifier = verifier
-        key = hashlib.sha256(b"crank console sign-in\0" + admin_token.encode()).digest()
-        self._pending = URLSafeTimedSerializer(key, salt="crank-console-sso")
+        self._pending = signer(admin_token, "sign-in")
 
     @property
     def provider(self) -> str:

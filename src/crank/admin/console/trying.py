@@ -15,6 +15,7 @@ import httpx
 
 from crank import _json
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
+from crank.mcp.calls import failure_of
 from crank.mcp.formats import FORMATS, render
 from crank.types import ASGIApp, JSONObject
 
@@ -187,10 +188,7 @@ def _message(response: httpx.Response) -> Any:
 
 
 def _structured_error(result: JSONObject) -> JSONObject:
-    content = result.get("content") or [{}]
-    text = content[0].get("text", "") if isinstance(content[0], dict) else ""
-    try:
-        error = _json.loads(text)
-    except _json.JSONDecodeError:
-        return {"message": text}
-    return error if isinstance(error, dict) else {"message": text}
+    """The failed call's structured error, or its own words as the message."""
+    content = result.get("content")
+    data, text = failure_of(content if isinstance(content, list) else [])
+    return data if data is not None else {"message": text or ""}
