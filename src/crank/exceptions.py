@@ -56,8 +56,14 @@ CrankError
     ├── OutputValidationError       an answer that fails the tool's published outputSchema (class `output_validation`)
     ├── ToolConfigurationError      a secret the tool needs is missing or not allowed on this server, or its
     │                                   upstream's address is refused by the egress policy (class `configuration`)
+    ├── ClientRequestError          a question to the client (`elicit`, `sample`) that cannot be asked or was not
+    │                                   answered; also a `CallSignal`
     ├── RPCToolError                an rpc method's `RPCError` as a tool error (class `rpc`)
     └── InternalRuntimeError        anything unexpected (class `internal_runtime`)
+
+CallSignal (not a CrankError)   raised by a call's context to end the call in the protocol's own way (an
+                                    `input_required` result, a question that cannot be asked): the rpc executor
+                                    passes it on untouched, as the method's own failure it is not
 ```
 
 Every `ToolError` carries the structured fields of DESIGN.md: `error_code`, `message`,
@@ -80,9 +86,11 @@ __all__ = [
     "AdapterError",
     "ApplyError",
     "ArgumentsRejectedError",
+    "CallSignal",
     "CatalogNotFoundError",
     "CatalogUnauthorizedError",
     "AuthChallengeError",
+    "ClientRequestError",
     "ConfigurationError",
     "ConfirmationError",
     "CrankError",
@@ -615,6 +623,19 @@ class ToolConfigurationError(ToolError):
         "This tool is not set up on the server: tell the operator (with the request_id) and use other tools meanwhile."
     )
     may_have_taken_effect = False
+
+
+class CallSignal(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a call's context to end the call in the protocol's own way: an `input_required` result, or a
+    question the client cannot be asked. An rpc method that asks its `Context` lets it through; the rpc executor
+    passes it on untouched, so that the MCP layer answers it as it answers any tool's."""
+
+
+class ClientRequestError(ToolError, CallSignal):
+    """A question to the client (`elicitation/create`, `sampling/createMessage`) that cannot be asked here, was
+    refused, or was not answered in time (`error_code` says which)."""
+
+    default_code = "client_request_unavailable"
 
 
 class RPCToolError(ToolError):

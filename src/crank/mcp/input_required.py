@@ -23,7 +23,7 @@ from typing import Any
 from itsdangerous import BadData, URLSafeTimedSerializer
 
 from crank import _json
-from crank.exceptions import InvalidRequestStateError
+from crank.exceptions import CallSignal, InvalidRequestStateError
 from crank.types import JSONObject
 
 __all__ = [
@@ -55,7 +55,7 @@ class InputRequired:
     state: Any = None
 
 
-class NeedsInput(Exception):  # noqa: N818 - a signal, not an error: the call ends with its `InputRequired`
+class NeedsInput(CallSignal):  # the call ends with its `InputRequired`
     """Raised by `CallContext.elicit` and `sample` in the 2026-07-28 era: the call answers `input_required`."""
 
     def __init__(self, value: InputRequired) -> None:

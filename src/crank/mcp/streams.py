@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from crank import _json
-from crank.exceptions import ToolError
+from crank.exceptions import ClientRequestError
 from crank.mcp.sessions import LogLevels, SessionIds, log_level_rank
 from crank.types import JSONObject, Receive, Scope, Send
 
@@ -90,7 +90,7 @@ class ServerRequests:
     async def open(self, owner: str = "") -> tuple[str, asyncio.Future[JSONObject]]:
         mine = sum(1 for _, asker in self._pending.values() if asker == owner) if owner else 0
         if len(self._pending) >= self.max_pending or mine >= MAX_PENDING_PER_CALLER:
-            raise ToolError(
+            raise ClientRequestError(
                 "Too many questions are waiting for clients' answers on this server.",
                 error_code="client_requests_busy",
                 recoverable=True,
@@ -323,7 +323,7 @@ class Channel:
         settings = self._info.settings
         stream = await self._stream()
         if self._modern or stream is None or settings is None:
-            raise ToolError(
+            raise ClientRequestError(
                 f"This request cannot carry {method}: the client must accept an event stream.",
                 error_code="client_request_unavailable",
                 suggested_action="Call from a client that accepts text/event-stream answers.",
@@ -334,7 +334,7 @@ class Channel:
             await stream.message(_json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
             answer = await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            raise ToolError(
+            raise ClientRequestError(
                 f"The client did not answer {method} within {timeout:g} s.",
                 error_code="client_request_timeout",
                 recoverable=True,
@@ -344,7 +344,9 @@ class Channel:
         error = answer.get("error")
         if error is not None:
             message = error.get("message") if isinstance(error, dict) else None
-            raise ToolError(f"The client refused {method}: {message or error}", error_code="client_request_refused")
+            raise ClientRequestError(
+                f"The client refused {method}: {message or error}", error_code="client_request_refused"
+            )
         result = answer.get("result")
         return result if isinstance(result, dict) else {}
 

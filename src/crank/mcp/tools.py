@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from crank.exceptions import ToolError
+from crank.exceptions import ClientRequestError, ToolError
 from crank.ids import new_request_id
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, NeedsInput
@@ -193,7 +193,7 @@ class CallContext:
             channel = self._open_channel()
             declared = channel.session_capabilities() if channel is not None else None
             if channel is None or (declared is not None and CAPABILITY_OF_METHOD[method] not in declared):
-                raise ToolError(f"This client cannot be sent {method}: it did not declare the capability.",
+                raise ClientRequestError(f"This client cannot be sent {method}: it did not declare the capability.",
                                 error_code="client_request_unavailable")  # fmt: skip
             return await channel.request(method, params, timeout)
         channel = self._open_channel()

@@ -36,6 +36,7 @@ from starlette.routing import BaseRoute, Route
 
 from crank.exceptions import ConfigurationError
 from crank.rpc.auth import BearerTokenRoles, RoleResolver
+from crank.rpc.context import Context
 from crank.rpc.endpoint import JSONRPCEndpoint
 from crank.rpc.events import EventName, Events, Handler
 from crank.rpc.executor import Executor
@@ -189,7 +190,8 @@ class RPCApp:
         unknown = [version for version in versions if version not in self._methods]
         if unknown:
             raise ConfigurationError(f"method {name!r}: unknown versions {unknown}; the app has {list(self.versions)}")
-        schemas = describe_method(func, name=name, output=output, datetime_format=self.datetime_format)
+        schemas = describe_method(func, name=name, output=output, datetime_format=self.datetime_format,
+                                  context=Context)  # fmt: skip
         method = Method(
             name, func, schemas, groups, versions, description, deprecated, roles, cache, lock, rate_limit, mcp
         )

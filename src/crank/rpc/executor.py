@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from crank import _json
 from crank.exceptions import (
     AccessDeniedError,
+    CallSignal,
     DependencyUnavailableError,
     InternalError,
     InvalidParamsError,
@@ -36,6 +37,7 @@ from crank.exceptions import (
     UnavailableError,
     Violation,
 )
+from crank.rpc.context import Context, RPCContext
 from crank.rpc.events import Event, Events
 from crank.rpc.method import Method
 from crank.schema import DatetimeFormat, Problem, json_path, problems_of
@@ -59,6 +61,8 @@ class Call:
     roles: frozenset[str] = frozenset()
     apply_rate_limit: bool = True
     defer: Defer | None = None  # schedules post_response after the response is sent
+    context: Context | None = None
+    """The caller's context (the MCP call's), for a method that takes one; None: a /rpc call's `RPCContext`."""
 
 
 @dataclass
@@ -97,6 +101,8 @@ class Executor:
     async def run(self, call: Call) -> Outcome:
         try:
             return await self._run(call)
+        except CallSignal:
+            raise  # the context ends the call in the protocol's way: not the method's failure
         except Exception as exc:
             error = as_rpc_error(exc)
             level = logging.ERROR if isinstance(error, InternalError) else logging.INFO
@@ -135,7 +141,11 @@ class Executor:
         except pydantic.ValidationError as exc:
             violations = [Violation(_input_path(problem, call.params), problem.message) for problem in problems_of(exc)]
             raise ParamsValidationError(call.method.name, violations) from None
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+        context_parameter = call.method.schemas.context_parameter
+        if context_parameter is not None:
+            kwargs[context_parameter] = call.context if call.context is not None else RPCContext(call.request_id)
+        return kwargs
 
     async def _locked(self, call: Call, kwargs: dict[str, Any]) -> Any:
         held = await self._acquire(call.method)

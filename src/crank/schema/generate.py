@@ -71,6 +71,9 @@ class MethodSchemas:
     summary: str | None
     description: str | None
     result_adapter: TypeAdapter[Any] | None
+    context_parameter: str | None = None
+    """The parameter given the call's context instead of an argument (annotated with `describe_method`'s
+    `context`); in neither schema."""
 
 
 def describe_method(
@@ -79,10 +82,12 @@ def describe_method(
     name: str,
     output: Any = None,
     datetime_format: DatetimeFormat = "date-time",
+    context: type | None = None,
 ) -> MethodSchemas:
     """Build the parameter model and the schemas of `func` (a function or an object with `__call__`).
 
-    `output` overrides the result schema: a type (model, dataclass, ...) or a literal JSON Schema dict.
+    `output` overrides the result schema: a type (model, dataclass, ...) or a literal JSON Schema dict. A parameter
+    annotated `context` is the call's context, not an argument: at most one, left out of the schemas.
     """
     target = func if inspect.isfunction(func) or inspect.ismethod(func) else type(func).__call__
     try:
@@ -93,12 +98,19 @@ def describe_method(
     docs = docstring_parser.parse(inspect.getdoc(func) or "")
     described = {param.arg_name: param.description for param in docs.params if param.description}
     fields: dict[str, Any] = {}
+    context_parameter = None
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(
                 f"method {name!r}: *args and **kwargs cannot be published (parameter {param.name!r})"
             )
         annotation = hints.get(param.name, Any)
+        if context is not None and annotation is context:
+            if context_parameter is not None:
+                raise ConfigurationError(f"method {name!r}: one parameter may take the call's context, not "
+                                         f"{context_parameter!r} and {param.name!r}")  # fmt: skip
+            context_parameter = param.name
+            continue
         default = PydanticUndefined if param.default is param.empty else param.default
         fields[param.name] = (annotation, Field(default=default, description=described.get(param.name)))
     generator = _generator(datetime_format)
@@ -112,7 +124,8 @@ def describe_method(
     output_schema, adapter = _output(name, output, hints.get("return", inspect.Signature.empty), generator, components)
     components = dict(sorted(components.items()))
     summary = docs.short_description
-    return MethodSchemas(model, input_schema, output_schema, components, summary, docs.long_description, adapter)
+    return MethodSchemas(model, input_schema, output_schema, components, summary, docs.long_description, adapter,
+                         context_parameter)  # fmt: skip
 
 
 def _output(

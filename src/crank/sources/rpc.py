@@ -113,6 +113,12 @@ class RPCSource:
         self.catalog_for(frozenset())  # build now: a bad definition fails at start, not at the first request
 
     @property
+    def reaches_client(self) -> bool:
+        """Whether some method takes the call's `Context`: it may send log messages and ask the user, so the
+        endpoint declares `logging` and 2025-11-25 clients get a session that carries their capabilities."""
+        return any(method.schemas.context_parameter is not None for method in self.methods)
+
+    @property
     def private(self) -> bool:
         """Whether what a caller sees depends on who asks (some method, resource or prompt needs roles)."""
         offered = (*self.resources, *self.templates, *self.prompts)
@@ -135,6 +141,7 @@ class RPCSource:
                 resources=[item for needed, item in self.resources if opens(needed, roles)],
                 resource_templates=[item for needed, item in self.templates if opens(needed, roles)],
                 prompts=[item for needed, item in self.prompts if opens(needed, roles)],
+                logging=self.reaches_client, asks=self.reaches_client,
             )  # fmt: skip
         return catalog
 
@@ -181,7 +188,7 @@ class RPCSource:
 
         async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
             call = Call(method, arguments, version, "mcp", context.request_id, roles, config.apply_rate_limit,
-                        call_after_response)  # fmt: skip
+                        call_after_response, context)  # fmt: skip
             try:
                 result = (await app.executor.run(call)).result
             except ParamsValidationError as error:
