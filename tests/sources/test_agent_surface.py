@@ -245,6 +245,9 @@ async def test_a_rendered_prompt_is_bounded(registry: Registry, serve: Callable[
     ("change", "problem"),
     [
         ({"documents": [{"uri": "docs://a", "name": "get_record", "text": "x"}]}, "name is taken"),
+        # discovery mode's own tools take their names (and texts) whatever the agent's mode: a mode can change
+        ({"prompts": [{"name": "call_operation", "messages": [{"text": "x"}]}]}, "name is taken"),
+        ({"documents": [{"uri": "docs://a", "name": "search_operations", "text": "x"}]}, "name is taken"),
         ({"documents": [{"uri": "not a uri", "name": "guide", "text": "x"}]}, "uri"),
         ({"documents": [{"uri": "docs://a", "name": "guide", "text": "x", "blob": "eA=="}]}, "either text or blob"),
         ({"documents": [{"uri": "docs://a", "name": "guide", "text": "x" * 300_000}]}, "text"),

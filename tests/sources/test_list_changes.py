@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -241,3 +242,47 @@ async def test_streams_that_are_never_read_stay_bounded_and_keep_nothing_queued(
             break
         await asyncio.sleep(0.05)
     assert len(service.changes) == 0
+
+
+async def _ended(lines: Any) -> bool:
+    """Reads a stream's lines until it ends (True), for at most 10 s: a heartbeat every 25 s could not end it."""
+    try:
+        async with asyncio.timeout(10):
+            async for _ in lines:
+                pass
+    except TimeoutError:
+        return False
+    return True
+
+
+async def test_a_revoked_keys_listening_streams_end_and_other_keys_listen_on(
+    registry: Registry, serve: Callable[..., str], service: GatewayService
+) -> None:
+    revoked, kept = registry.create_api_key("acme"), registry.create_api_key("acme")
+    url = serve(service) + "/mcp/v1/acme/desk"
+    get_headers = {"Accept": "text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    listen = modern_request("subscriptions/listen", {"notifications": {"toolsListChanged": True}}, 3)
+    async with httpx.AsyncClient(timeout=30) as http:
+        legacy, legacy_lines = await _open(http, url, {**get_headers, "Authorization": f"Bearer {revoked}"})
+        other, other_lines = await _open(http, url, {**get_headers, "Authorization": f"Bearer {kept}"})
+        request = http.build_request("POST", url, json=listen, headers={**modern_headers("subscriptions/listen"),
+                                                                         "Authorization": f"Bearer {revoked}"})  # fmt: skip
+        modern = await http.send(request, stream=True)
+        modern_lines = modern.aiter_lines()
+        assert (await next_message(modern_lines))["method"] == "notifications/subscriptions/acknowledged"
+        registry.revoke_api_key(revoked)  # the watcher reloads the keys; no list changed
+        assert await _ended(legacy_lines)
+        ended_modern = await _ended(modern_lines)
+        publish(registry, bindings=[{"operation": "health"}])  # the kept key's stream is still told
+        told = await asyncio.wait_for(_next_data(other_lines), 10)
+        for response in (legacy, other, modern):
+            await response.aclose()
+    assert ended_modern
+    assert told == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+async def _next_data(lines: Any) -> Any:
+    async for line in lines:
+        if line.startswith("data: ") and line[6:].strip():
+            return json.loads(line[6:])
+    raise AssertionError("the stream ended")

@@ -120,9 +120,10 @@ class Catalog:
         self._page_count = len(self._next_cursors)
         self._lists = {kind: _paged(entries, version, page_size) for kind, entries in self._surface_entries().items()}
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
-        self.identity: Hashable = tuple(sorted(self.labels.items()))
+        self.identity: Hashable = tuple(sorted(self.labels.items())) if self.labels else object()
         """What stays the same across the catalog's versions (its labels: the gateway's workspace and agent): the
-        key of its clients' list-change listeners (`crank.mcp.changes`)."""
+        key of its clients' list-change listeners (`crank.mcp.changes`). A catalog without labels is its own
+        identity: unlabeled catalogs never hear of each other's changes (label catalogs that replace each other)."""
         self._offers: dict[str, int] | None = None
         self.derived: dict[Hashable, bytes] = {}
         """Bytes an endpoint derives from this catalog (a whole `tools/list` answer but its id, say), kept as

@@ -149,6 +149,13 @@ class ListChanges:
             for listener in self._by_identity.get(identity, ()):
                 listener._tell(kinds)
 
+    def recheck(self) -> None:
+        """Credentials changed (a key revoked, a policy replaced): every listener wakes with no change and its
+        stream asks whether its caller is still admitted (`relay_changes`'s `admitted`). Call it on the loop."""
+        for listeners in self._by_identity.values():
+            for listener in listeners:
+                listener._event.set()
+
     def close_all(self) -> None:
         """Shutting down: every listener wakes, finds itself closed, and ends its stream."""
         for listeners in self._by_identity.values():
@@ -163,12 +170,14 @@ async def relay_changes(
     tell: Callable[[str], Awaitable[None]],
     keep_alive: Callable[[], Awaitable[None]],
     heartbeat: float,
+    admitted: Callable[[], Awaitable[bool]] | None = None,
 ) -> None:
     """Tell a listening client each change of `kinds` (`tell(kind)`), with a heartbeat while nothing changes,
-    until the hub closes (or the stream is cancelled: the client left)."""
+    until the hub closes (or the stream is cancelled: the client left). Each time it wakes (a change, a heartbeat,
+    a `recheck`), `admitted` says whether the caller's credentials still hold; once they do not, it returns."""
     while not listener.closed:
         found = await listener.next(heartbeat)
-        if listener.closed:
+        if listener.closed or (admitted is not None and not await admitted()):
             return
         if not found:
             await keep_alive()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -214,8 +215,6 @@ class MCPEndpoint:
         )
         self._streams = self.server.streams
         self._changes = changes
-        if changes is not None:
-            self.server.offer_list_changes(changes)
         self.max_body_size = max_body_size
         self._admit = admit if authenticator is not None else None
         self.max_batch_items = max_batch_items
@@ -231,6 +230,8 @@ class MCPEndpoint:
                               admit=admit, rejection=_rejection, refused_now=refused_now,
                               metadata_url=metadata_url)  # fmt: skip
         self._auth = auth
+        if changes is not None:  # a listening stream ends once its caller's credentials no longer hold
+            self.server.offer_list_changes(changes, still_valid=auth.still_valid if auth is not None else None)
         self._checks = RequestChecksMiddleware(self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth)
         self.http_app: ASGIApp = self._checks
         """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
@@ -350,7 +351,8 @@ class MCPEndpoint:
                 if resumed:
                     for kind in changed_since(resumed[:200], catalog.offers()):
                         await tell(kind)
-                await relay_changes(listener, kinds, tell, stream.comment, changes.heartbeat)
+                admitted = functools.partial(self._auth.still_valid, scope) if self._auth is not None else None
+                await relay_changes(listener, kinds, tell, stream.comment, changes.heartbeat, admitted)
             await stream.finish(None)
         except asyncio.CancelledError:
             if not stream.closed_by_client:

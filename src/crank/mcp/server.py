@@ -8,6 +8,7 @@ The server keeps no session: any replica can answer any request.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import traceback
@@ -63,7 +64,7 @@ from crank.mcp.streams import (
 )
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
-from crank.types import JSONObject
+from crank.types import JSONObject, Scope
 from crank.wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -184,13 +185,18 @@ class MCPServer:
         self._routes: dict[Era, dict[str, Route]] = {"legacy": self._legacy_routes, "modern": self._modern_routes}
         self._declared: list[tuple[Era, str, str, JSONObject]] = []
         self.changes: ListChanges | None = None
+        self._still_valid: Callable[[Scope], Awaitable[bool]] | None = None
         self._register_protocol()
 
-    def offer_list_changes(self, changes: ListChanges) -> None:
+    def offer_list_changes(
+        self, changes: ListChanges, *, still_valid: Callable[[Scope], Awaitable[bool]] | None = None
+    ) -> None:
         """Tell clients when a list changes (`crank.mcp.changes`): `listChanged` is declared for tools, resources
         and prompts, 2026-07-28 clients may send `subscriptions/listen`, and 2025-11-25 clients get a session id,
-        which the official clients need before they open the GET stream that carries the notifications."""
+        which the official clients need before they open the GET stream that carries the notifications.
+        `still_valid` says whether a listening request's credentials still hold: its stream ends once not."""
         self.changes = changes
+        self._still_valid = still_valid
         self.register("subscriptions/listen", self._listen, eras=("modern",), awaits=True, whole=True)
         for kind in LIST_KINDS:
             self.declare(kind, kind, {"listChanged": True}, eras=("legacy", "modern"))
@@ -405,7 +411,9 @@ class MCPServer:
             async def tell(kind: str) -> None:
                 await stream.message(_notification(list_changed_method(kind), {"_meta": tag}))
 
-            await relay_changes(listener, kinds, tell, stream.comment, self.changes.heartbeat)
+            still_valid, scope = self._still_valid, info.scope
+            admitted = functools.partial(still_valid, scope) if still_valid is not None and scope is not None else None
+            await relay_changes(listener, kinds, tell, stream.comment, self.changes.heartbeat, admitted)
         finally:
             self.changes.close(listener)
         return Exchange(200, encode_result(request_id, {"resultType": "complete", "_meta": {**self._stamp, **tag}}))

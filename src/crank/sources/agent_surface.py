@@ -10,7 +10,7 @@ prompt templates, as the MCP core's `Resource`, `ResourceTemplate` and `Prompt`.
   which also limits its values.
 
 Documents and prompts share the translation layer with tools, keyed by name, so their names must differ from
-every tool's (a template takes its tool's name, and so its texts).
+every tool's, discovery mode's three included (a template takes its tool's name, and so its texts).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from crank.mcp.prompts import Prompt, PromptArgument, PromptMessage, PromptResul
 from crank.mcp.resources import Resource, ResourceContents, ResourceTemplate
 from crank.mcp.tools import CallContext
 from crank.registry.runtime import AgentDocument, AgentPrompt, RuntimeTool, RuntimeView
+from crank.sources import discovery
 from crank.sources.prompt_templates import PromptTemplate
 from crank.types import JSONObject
 
@@ -49,7 +50,7 @@ def agent_surface(runtime: RuntimeView) -> AgentSurface:
     """The resources, templates and prompts of one agent version; `ConfigurationError` naming what is wrong."""
     surface = AgentSurface()
     where = f"agent {runtime.workspace.slug}/{runtime.agent.slug}"
-    tools = {tool.tool_name for tool in runtime.tools}
+    tools = {tool.tool_name for tool in runtime.tools} | discovery.TOOL_NAMES  # whatever the mode: it can change
     named: set[str] = set()
     items: list[AgentDocument | AgentPrompt] = [*runtime.agent.documents, *runtime.agent.prompts]
     for item in items:

@@ -518,33 +518,38 @@ class AgentSource:
         told: list[tuple[Any, tuple[str, ...]]] = _changed_lists(current, fresh) if self.changes is not None else []
         keys = self.registry.api_keys()
         with self._keys_lock:  # against a lookup adding its key to the list this one replaces (`_look_up`)
+            gone = self._keys.keys() - keys.keys()
             self._keys = keys
+        # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
+        recheck = self.changes is not None and bool(gone or oauth != self.oauth)
         self.oauth = oauth
         self._generation = generation
-        if told:
-            self._tell(told)
+        if told or recheck:
+            self._tell(told, recheck)
         self._confirm_keys()
         if self.freeze_heap:
             _settle_heap()
 
-    def _tell(self, told: list[tuple[Any, tuple[str, ...]]]) -> None:
-        """Tell the listeners, on the event loop that serves them: a reload runs in a worker thread, and the
-        listeners' events and sets belong to the loop."""
+    def _tell(self, told: list[tuple[Any, tuple[str, ...]]], recheck: bool = False) -> None:
+        """Tell the listeners (and, with `recheck`, have them check their callers again), on the event loop that
+        serves them: a reload runs in a worker thread, and the listeners' events and sets belong to the loop."""
         loop = self._loop
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if loop is not None and running is not loop and not loop.is_closed():
-            loop.call_soon_threadsafe(self._deliver, told)
+            loop.call_soon_threadsafe(self._deliver, told, recheck)
         else:
-            self._deliver(told)
+            self._deliver(told, recheck)
 
-    def _deliver(self, told: list[tuple[Any, tuple[str, ...]]]) -> None:
+    def _deliver(self, told: list[tuple[Any, tuple[str, ...]]], recheck: bool) -> None:
         assert self.changes is not None
         try:
             for identity, kinds in told:
                 self.changes.changed(identity, kinds)
+            if recheck:
+                self.changes.recheck()
         except Exception:  # never a reason for a reload to fail: the lists themselves are served already
             logger.exception("telling clients of changed lists failed")
 

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_SEARCH_LIMIT",
     "SCHEMA_TOOL",
     "SEARCH_TOOL",
+    "TOOL_NAMES",
     "Discovery",
     "observer_for",
 ]
@@ -42,6 +43,8 @@ __all__ = [
 SEARCH_TOOL: Final = "search_operations"
 SCHEMA_TOOL: Final = "get_operation_schema"
 CALL_TOOL: Final = "call_operation"
+TOOL_NAMES: Final = frozenset({SEARCH_TOOL, SCHEMA_TOOL, CALL_TOOL})
+"""Discovery mode's own tools: no document or prompt of an agent may take one of their names (or texts)."""
 DEFAULT_SEARCH_LIMIT: Final = 5
 MAX_SEARCH_LIMIT: Final = 20
 MAX_QUERY_LENGTH: Final = 500

@@ -336,6 +336,23 @@ class BearerAuth:
             return self._verified(scope, send, token)
         return self._admission(scope, send, caller)
 
+    async def still_valid(self, scope: Scope) -> bool:
+        """Whether an admitted request's credentials would still be taken now (a long stream asks again): False
+        once its key is revoked or its token expired; True when it cannot be told (the registry or issuer does
+        not answer), as a stream that only says "a list changed" does no harm meanwhile."""
+        authorization = next((value for name, value in scope["headers"] if name == b"authorization"), None)
+        token = None if authorization is None else self._token(authorization)
+        try:
+            if self.authenticator.authenticate(scope, token) is None:
+                if token is None:
+                    return False
+                await self.authenticator.verify(scope, token)
+        except AuthChallengeError:
+            return False
+        except DependencyUnavailableError:
+            return True
+        return True
+
     def answer_early(self, scope: Scope, authorization: str | bytes | None) -> EarlyAnswer | None:
         """The 429 `check` would answer, when `refused_now` knows it for a known caller: None for any other
         request (no key, a key `authenticate` does not know or cannot tell, a caller not refused at once)."""
