@@ -265,8 +265,8 @@ async def test_a_revoked_keys_listening_streams_end_and_other_keys_listen_on(
     async with httpx.AsyncClient(timeout=30) as http:
         legacy, legacy_lines = await _open(http, url, {**get_headers, "Authorization": f"Bearer {revoked}"})
         other, other_lines = await _open(http, url, {**get_headers, "Authorization": f"Bearer {kept}"})
-        request = http.build_request("POST", url, json=listen, headers={**modern_headers("subscriptions/listen"),
-                                                                         "Authorization": f"Bearer {revoked}"})  # fmt: skip
+        headers = {**modern_headers("subscriptions/listen"), "Authorization": f"Bearer {revoked}"}
+        request = http.build_request("POST", url, json=listen, headers=headers)
         modern = await http.send(request, stream=True)
         modern_lines = modern.aiter_lines()
         assert (await next_message(modern_lines))["method"] == "notifications/subscriptions/acknowledged"
