@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crank.exceptions import ConfigurationError, ExternalServiceError, ToolConfigurationError, ToolError
+from crank.gateway import credentials
 from crank.gateway.client import UpstreamClient
 from crank.gateway.credentials import TOKEN_EXPIRY_MARGIN, TokenCache, TokenKey
 from crank.gateway.operation import Placement, RemoteOperation
@@ -96,6 +97,13 @@ class Site:
     def __init__(self, base: str, token: TokenEndpoint, api: Upstream) -> None:
         self.base, self.token, self.api = base, token, api
         self.token_url = base + "/token"
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings() -> None:
+    """Each case sees its own warning line: one per token URL and interval, and a new server may get the port
+    (so the origin) of an earlier case's."""
+    credentials._notices.forget()
 
 
 @pytest.fixture

@@ -22,6 +22,12 @@ class ThrottledLog:
         self._last: dict[str, float] = {}  # kind -> when its last line was written
         self._since: dict[str, int] = {}  # kind -> times it happened since, unwritten
 
+    def forget(self) -> None:
+        """Forget what was written: every kind is written at its next occurrence (a test case that must see its
+        line, after another that wrote the same kind: two loopback servers can get the same port)."""
+        self._last.clear()
+        self._since.clear()
+
     def warning(self, kind: str, message: str, *args: Any, **extra: Any) -> None:
         """Log `message % args` unless `kind` was logged less than `interval` seconds ago (then only count it)."""
         now = time.monotonic()
