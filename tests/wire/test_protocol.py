@@ -212,3 +212,127 @@ def test_an_app_that_answers_nothing_early_now_is_not_asked(serve: Callable[...,
     now[0] = True
     (answer,), _ = answers(port, request("/early/x", b"{}"), 1)
     assert answer[0] == 429 and len(app.asked) == 1
+
+
+# The app's answers: `_Cycle` writes the common one itself (a head with a content-length, then the whole body) and
+# leaves every other shape to uvicorn. Each case is served by Crank's protocol and by uvicorn's own, and the bytes
+# on the wire must be the same but for the date.
+
+LENGTH_2 = (b"content-length", b"2")
+ANSWERS: dict[str, list[dict[str, Any]]] = {
+    "content-length": [
+        {"type": "http.response.start", "status": 200,
+         "headers": [(b"content-type", b"application/json"), (b"Content-Length", b"2"), (b"vary", b"Accept")]},
+        {"type": "http.response.body", "body": b"{}"},
+    ],
+    "content-length-in-parts": [
+        {"type": "http.response.start", "status": 201, "headers": [(b"content-length", b"6")]},
+        {"type": "http.response.body", "body": b"abc", "more_body": True},
+        {"type": "http.response.body", "body": b"def"},
+    ],
+    "chunked": [
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]},
+        {"type": "http.response.body", "body": b"abc", "more_body": True},
+        {"type": "http.response.body", "body": b"def"},
+    ],
+    "app-closes": [
+        {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, (b"connection", b"close")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+    "invalid-header-value": [
+        {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, (b"x-a", b"1\r\nx-b: 2")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+    "invalid-header-name": [
+        {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, (b"x a", b"1")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+    "body-longer-than-its-length": [
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]},
+        {"type": "http.response.body", "body": b"toolong"},
+    ],
+    "body-shorter-than-its-length": [
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"9")]},
+        {"type": "http.response.body", "body": b"short"},
+    ],
+    "two-lengths": [
+        {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, LENGTH_2]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+}  # fmt: skip
+
+
+class Scripted:
+    """Answers a request for /NAME with the messages of ANSWERS[NAME]; records each request's headers."""
+
+    def __init__(self) -> None:
+        self.headers: list[list[tuple[bytes, bytes]]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        self.headers.append(list(scope["headers"]))
+        await read_body(receive)
+        for message in ANSWERS[scope["path"].strip("/")]:
+            await send(message)
+
+
+def wire(port: int, data: bytes) -> bytes:
+    """All the server writes for `data` until it closes the connection or pauses for half a second; its date
+    line taken out."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        sock.settimeout(0.5)
+        with contextlib.suppress(TimeoutError):
+            while chunk := sock.recv(65536):
+                received += chunk
+    return b"".join(line for line in received.splitlines(keepends=True) if not line.startswith(b"date: "))
+
+
+@pytest.fixture
+def crank_and_uvicorn(serve: Callable[..., str]) -> tuple[int, int, Scripted, Scripted]:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    crank, uvicorn = Scripted(), Scripted()
+    crank_url = serve(crank, http=protocol_for(ConnectionLimits()))
+    uvicorn_url = serve(uvicorn, http=HttpToolsProtocol)
+    return int(crank_url.rsplit(":", 1)[1]), int(uvicorn_url.rsplit(":", 1)[1]), crank, uvicorn
+
+
+@pytest.mark.parametrize("name", list(ANSWERS))
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_an_apps_answer_is_written_as_uvicorn_writes_it(
+    crank_and_uvicorn: tuple[int, int, Scripted, Scripted], name: str, version: str
+) -> None:
+    # A second request follows on the same connection: whether it is answered shows that the connection was kept.
+    crank_port, uvicorn_port, _, _ = crank_and_uvicorn
+    data = request(f"/{name}", b"{}", version=version) + request("/content-length", b"", version=version)
+    written = wire(crank_port, data)
+    assert written == wire(uvicorn_port, data)
+    # uvicorn closes without a word when a header is not valid: its head was started, so no 500 can follow
+    assert written.startswith(b"HTTP/1.1 ") != name.startswith("invalid-")
+
+
+def test_the_common_answer_is_one_head_and_its_body_and_the_connection_is_kept(
+    crank_and_uvicorn: tuple[int, int, Scripted, Scripted],
+) -> None:
+    crank_port = crank_and_uvicorn[0]
+    (first, second), closed = answers(crank_port, request("/content-length") + request("/content-length"), 2)
+    assert first == second and first[0] == 200 and first[2] == b"{}" and not closed
+    # (`answers` lowers each line)
+    assert first[1]["content-type"] == "application/json" and first[1]["vary"] == "accept"
+    assert "transfer-encoding" not in first[1] and "connection" not in first[1]
+
+
+def test_trailing_whitespace_of_a_header_value_is_not_part_of_it(
+    crank_and_uvicorn: tuple[int, int, Scripted, Scripted],
+) -> None:
+    # RFC 9110 §5.5: the parser keeps it; a token or a protocol version compared as sent would then not match.
+    crank_port, uvicorn_port, crank, uvicorn = crank_and_uvicorn
+    data = request("/content-length", b"", "Authorization: Bearer key \t", "Mcp-Protocol-Version:  2025-11-25  ")
+    wire(crank_port, data)
+    wire(uvicorn_port, data)
+    assert (b"authorization", b"Bearer key") in crank.headers[0]
+    assert (b"mcp-protocol-version", b"2025-11-25") in crank.headers[0]
+    assert crank.headers == uvicorn.headers

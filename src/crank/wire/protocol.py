@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import re
 import struct
 import sys
 import termios
+import urllib.parse
 from collections import deque
 from typing import Any
 
 import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from crank import _json
@@ -157,6 +160,69 @@ class _Writer:
             self.closing = True
         else:
             self.protocol.finish()
+
+
+_HEAD_FIELDS = re.compile(b'(?:[^\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]+: [^\x00-\x08\x0a-\x1f\x7f]*\r\n)*')
+"""What uvicorn's `send` allows in each header of an answer (its HEADER_RE and HEADER_VALUE_RE), as one match
+over the whole head's header lines."""
+
+
+class _Cycle(RequestResponseCycle):
+    """uvicorn's request cycle with a shorter `send` for the answer an app gives nearly always: a head with a
+    `content-length` (and no `connection` or `transfer-encoding`), then the whole body in one message, checked
+    as uvicorn checks it with one match for all its headers instead of two per header. Any other answer, and
+    any answer while the transport is paused, goes through uvicorn's `send` as it is."""
+
+    async def send(self, message: Any) -> None:
+        if self.flow.write_paused or self.disconnected or self.access_log or self.scope["method"] == "HEAD":
+            return await super().send(message)
+        if not self.response_started:
+            if message["type"] == "http.response.start" and self._start(message):
+                return None
+        elif (
+            not self.response_complete
+            and message["type"] == "http.response.body"
+            and not message.get("more_body", False)
+            and len(body := message.get("body", b"")) == self.expected_content_length
+        ):
+            self.expected_content_length = 0
+            self.transport.write(body)
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+            return None
+        return await super().send(message)
+
+    def _start(self, message: Any) -> bool:
+        """Write the head of a `content-length` answer; False (nothing written) for any other."""
+        fields: list[bytes] = []
+        length = -1
+        for name, value in message.get("headers", ()):
+            name = name.lower()
+            if name == b"content-length":
+                if length >= 0 or not value.isdigit():
+                    return False
+                length = int(value)
+            elif name == b"transfer-encoding" or name == b"connection":
+                return False
+            fields += (name, b": ", value, b"\r\n")
+        if length < 0:
+            return False
+        if not self.keep_alive:
+            fields.append(b"connection: close\r\n")
+        lines = b"".join(fields)
+        if _HEAD_FIELDS.fullmatch(lines) is None:
+            return False  # uvicorn's `send` says which header is not valid
+        head = [STATUS_LINE[message["status"]]]
+        for name, value in self.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        head += (lines, b"\r\n")
+        self.response_started, self.waiting_for_100_continue = True, False
+        self.chunked_encoding, self.expected_content_length = False, length
+        self.transport.write(b"".join(head))
+        return True
 
 
 class _HeadTooLarge(Exception):
@@ -399,6 +465,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         if self._head_bytes > self.limits.max_head_bytes:
             raise _HeadTooLarge
         name = name.lower()
+        value = value.rstrip(b" \t")  # trailing whitespace is not part of a value (RFC 9110 §5.5); llhttp keeps it
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
         self.headers.append((name, value))
@@ -415,16 +482,51 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     # the body: one deadline from the end of the head
 
     def on_headers_complete(self) -> None:
+        # uvicorn's, with the scope computed once for the early answers and the app both, and the cycle made
+        # positionally (keywords cost a third more) as a `_Cycle`, written through `_Writer`.
         self._in_head = False
-        if self.parser.should_upgrade() and self._refused_upgrade():
+        parser = self.parser
+        if parser.should_upgrade() and self._refused_upgrade():
             return
-        if self.answer_early is None or not self.answers_now() or not self._answered_early():
-            super().on_headers_complete()
-            cycle = self.cycle
-            cycle.transport = self.writer  # type: ignore[assignment]
-            # Until its body is whole, an answer closes the connection (a refusal: `finish`); given back then.
-            self._keep_alive, cycle.keep_alive = cycle.keep_alive and not self._upgrade, False
+        scope = self.scope
+        method = parser.get_method()
+        scope["method"] = method.decode("ascii")
+        http_version = parser.get_http_version()
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        url = httptools.parse_url(self.url)
+        raw_path = url.path
+        path = raw_path.decode("ascii")  # not ASCII: the parser's callback fails, a 400 (as uvicorn's)
+        plain = "%" not in path
+        scope["path"] = self.root_path + (path if plain else urllib.parse.unquote(path))
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = url.query or b""
+        keep_alive = http_version != "1.0" and parser.should_keep_alive()
+        if not (plain and self.answer_early is not None and self.answers_now() and self._answered_early(keep_alive)):
+            self._start_cycle(keep_alive)
         self.deadline, self._in_body = self.loop.time() + self.limits.body_timeout, True
+
+    def _start_cycle(self, keep_alive: bool) -> None:
+        """The app's answer to the request whose head came: its task starts now, or, behind an unanswered
+        request, once that one is answered (`on_response_complete`)."""
+        app = self.app
+        if self.limit_concurrency is not None and (
+            len(self.connections) >= self.limit_concurrency or len(self.tasks) >= self.limit_concurrency
+        ):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        existing, self.cycle = self.cycle, _Cycle(
+            self.scope, self.writer, self.flow, self.logger, self.access_logger, self.access_log,  # type: ignore[arg-type]
+            self.server_state.default_headers, asyncio.Event(), self.expect_100_continue,
+            False,  # until its body is whole, an answer closes the connection (a refusal: `finish`); given back then
+            self.on_response_complete,
+        )  # fmt: skip
+        self._keep_alive = keep_alive and not self._upgrade
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(self.cycle, app)
+        else:  # pipelined: queued behind the unanswered one
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, app))
 
     def _refused_upgrade(self) -> bool:
         """An upgrade to WebSocket is refused (400, closed: raises `_Answered`); any other upgrade is served as a
@@ -442,37 +544,27 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     # early answers: written from the head, without an ASGI call (the app's `answer_early`)
 
-    def _answered_early(self) -> bool:
+    def _answered_early(self, keep_alive: bool) -> bool:
         """Ask the app for an early answer to the request whose head just came: True when it has one, which is
         written when the body has come whole (`on_message_complete`), or at the end of this read with the
         connection closing after it (`data_received`). Only for a request with nothing before it on the
         connection (an answer never overtakes another), while the client reads what it was sent (else the app's
         path and its backpressure: a client that never reads cannot make answers pile up), not HEAD (its answer
-        has no body), no upgrade, no `Expect: 100-continue` (its client waits for a go-ahead before the body)
-        and a plain ASCII path (uvicorn decodes the rest its own way). An app whose `answer_early` fails answers
-        the request itself."""
+        has no body), no upgrade and no `Expect: 100-continue` (its client waits for a go-ahead before the body);
+        the caller asks only for a path without percent-escapes (the app decodes those its own way). An app
+        whose `answer_early` fails answers the request itself."""
         if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline or self.expect_100_continue:
             return False
-        method = self.parser.get_method()
-        if self.flow.write_paused or method == b"HEAD" or self._upgrade:
+        if self.flow.write_paused or self.scope["method"] == "HEAD" or self._upgrade:
             return False
-        url = httptools.parse_url(self.url)
-        if b"%" in url.path or not url.path.isascii():
-            return False
-        scope = self.scope
-        scope["method"] = method.decode("ascii")
-        scope["path"] = self.root_path + url.path.decode("ascii")
-        scope["raw_path"] = self.root_path.encode("ascii") + url.path
-        scope["query_string"] = url.query or b""
         assert self.answer_early is not None
         try:
-            answer = self.answer_early(scope)  # type: ignore[arg-type]
+            answer = self.answer_early(self.scope)  # type: ignore[arg-type]
         except Exception:  # inside the parser's callback it would be a 400: the app answers, and the log says why
             logger.exception("an early answer failed; the app answers the request")
             return False
         if answer is None:
             return False
-        keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
         cycle = RequestResponseCycle(
             scope=self.scope, transport=self.writer, flow=self.flow, logger=self.logger,  # type: ignore[arg-type]
             access_logger=self.access_logger, access_log=False, default_headers=self.server_state.default_headers,
