@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import uvicorn
 
 from crank.types import Receive, Scope, Send
 from crank.wire.asgi import EarlyAnswer, read_body, send_response
@@ -255,6 +259,28 @@ ANSWERS: dict[str, list[dict[str, Any]]] = {
         {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"9")]},
         {"type": "http.response.body", "body": b"short"},
     ],
+    "chunked-ending-empty": [  # an event stream's shape: its last message has no body
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]},
+        {"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True},
+        {"type": "http.response.body", "body": b"", "more_body": False},
+    ],
+    "no-content": [
+        {"type": "http.response.start", "status": 204, "headers": []},
+        {"type": "http.response.body", "body": b""},
+    ],
+    "invalid-header-value-of-two-lines": [
+        {"type": "http.response.start", "status": 200,
+         "headers": [LENGTH_2, (b"x-a", b"1\r\ntransfer-encoding: chunked")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+    "invalid-header-name-of-two-lines": [
+        {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, (b"x-a: 1\r\nset-cookie", b"s=1")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+    "invalid-status": [
+        {"type": "http.response.start", "status": 999, "headers": [LENGTH_2]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
     "two-lengths": [
         {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, LENGTH_2]},
         {"type": "http.response.body", "body": b"ok"},
@@ -263,15 +289,17 @@ ANSWERS: dict[str, list[dict[str, Any]]] = {
 
 
 class Scripted:
-    """Answers a request for /NAME with the messages of ANSWERS[NAME]; records each request's headers."""
+    """Answers a request for /NAME with the messages of ANSWERS[NAME]; records each request's scope."""
 
     def __init__(self) -> None:
         self.headers: list[list[tuple[bytes, bytes]]] = []
+        self.scopes: list[dict[str, Any]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         self.headers.append(list(scope["headers"]))
+        self.scopes.append({key: scope[key] for key in ("method", "path", "raw_path", "query_string", "http_version")})
         await read_body(receive)
         for message in ANSWERS[scope["path"].strip("/")]:
             await send(message)
@@ -310,7 +338,7 @@ def test_an_apps_answer_is_written_as_uvicorn_writes_it(
     data = request(f"/{name}", b"{}", version=version) + request("/content-length", b"", version=version)
     written = wire(crank_port, data)
     assert written == wire(uvicorn_port, data)
-    # uvicorn closes without a word when a header is not valid: its head was started, so no 500 can follow
+    # uvicorn closes without a word when a header or the status is not valid: its head was started, no 500 follows
     assert written.startswith(b"HTTP/1.1 ") != name.startswith("invalid-")
 
 
@@ -336,3 +364,107 @@ def test_trailing_whitespace_of_a_header_value_is_not_part_of_it(
     assert (b"authorization", b"Bearer key") in crank.headers[0]
     assert (b"mcp-protocol-version", b"2025-11-25") in crank.headers[0]
     assert crank.headers == uvicorn.headers
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "version"),
+    [("POST", "/content%2Dlength?x=1", "1.1"), ("HEAD", "/content-length", "1.1"), ("GET", "/chunked", "1.0")],
+    ids=["percent-encoded-path", "head", "http-1.0"],
+)
+def test_a_requests_scope_and_answer_are_uvicorns(
+    crank_and_uvicorn: tuple[int, int, Scripted, Scripted], method: str, target: str, version: str
+) -> None:
+    crank_port, uvicorn_port, crank, uvicorn = crank_and_uvicorn
+    data = request(target, b"", version=version, method=method)
+    assert wire(crank_port, data) == wire(uvicorn_port, data)
+    assert crank.scopes == uvicorn.scopes and len(crank.scopes) == 1
+
+
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_answers_are_not_logged_when_the_configuration_turns_the_access_log_off(
+    crank_and_uvicorn: tuple[int, int, Scripted, Scripted],
+) -> None:
+    # A handler on uvicorn's access logger (an operator's logging setup, or a test's) does not turn the access
+    # log on for Crank's protocol when the configuration turns it off (`crank serve` does); uvicorn's own logs.
+    access, kept = logging.getLogger("uvicorn.access"), Kept()
+    level = access.level
+    access.addHandler(kept)
+    access.setLevel(logging.INFO)
+    try:
+        answers(crank_and_uvicorn[0], request("/content-length"), 1)
+        assert not kept.records
+        answers(crank_and_uvicorn[1], request("/content-length"), 1)
+        assert len(kept.records) == 1  # uvicorn's protocol, served alike, logs its answer
+    finally:
+        access.removeHandler(kept)
+        access.setLevel(level)
+
+
+class _Server(uvicorn.Server):
+    def install_signal_handlers(self) -> None:  # in a thread: the test stops it
+        pass
+
+
+def test_a_request_whose_body_comes_during_shutdown_is_answered_and_its_connection_closed() -> None:
+    # uvicorn's graceful shutdown asks each connection to close after its answer; a request whose body was still
+    # coming then must not be given its keep-alive back when the body comes whole.
+    app = App()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
+                            http=protocol_for(ConnectionLimits()))  # fmt: skip
+    server = _Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    until(lambda: server.started, "the server to start")
+    try:
+        with socket.create_connection(listener.getsockname(), timeout=10) as sock:
+            sock.sendall(request("/x", b"12345")[:-3])  # the head and part of the body
+            until(lambda: app.seen == ["/x"], "the app to wait for the body")
+            server.should_exit = True
+            until(lambda: not server.servers or all(not s.is_serving() for s in server.servers), "the shutdown")
+            until(lambda: all(not c.cycle.keep_alive for c in server.server_state.connections), "the close asked")
+            sock.sendall(b"345")
+            answer = _read_to_close(sock)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"length":5}')
+        assert b"\r\nconnection: close\r\n" in answer
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"waited in vain for {what}"
+        time.sleep(0.01)
+
+
+def _read_to_close(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+@pytest.mark.parametrize("value", ["crank", "a\x01b"], ids=["valid", "not-valid"])
+def test_headers_of_the_configuration_are_written_and_checked_as_uvicorn_does(
+    serve: Callable[..., str], value: str
+) -> None:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    headers = [("x-served-by", value)]
+    crank = int(serve(Scripted(), http=protocol_for(ConnectionLimits()), headers=headers).rsplit(":", 1)[1])
+    uvicorn_port = int(serve(Scripted(), http=HttpToolsProtocol, headers=headers).rsplit(":", 1)[1])
+    data = request("/content-length") + request("/content-length")
+    written = wire(crank, data)
+    assert written == wire(uvicorn_port, data)
+    assert (b"\r\nx-served-by: crank\r\n" in written) == (value == "crank") and written.count(b"HTTP/1.1") < 3

@@ -164,14 +164,22 @@ class _Writer:
 
 _HEAD_FIELDS = re.compile(b'(?:[^\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]+: [^\x00-\x08\x0a-\x1f\x7f]*\r\n)*')
 """What uvicorn's `send` allows in each header of an answer (its HEADER_RE and HEADER_VALUE_RE), as one match
-over the whole head's header lines."""
+over the head's header lines. A CR or LF inside a name or a value could make two valid lines of one: the
+number of lines is checked too (`_Cycle._start`)."""
+
+
+def _valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether uvicorn's `send` would write these headers (`_HEAD_FIELDS`, one line each)."""
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    return head.count(b"\n") == len(headers) and _HEAD_FIELDS.fullmatch(head) is not None
 
 
 class _Cycle(RequestResponseCycle):
     """uvicorn's request cycle with a shorter `send` for the answer an app gives nearly always: a head with a
     `content-length` (and no `connection` or `transfer-encoding`), then the whole body in one message, checked
-    as uvicorn checks it with one match for all its headers instead of two per header. Any other answer, and
-    any answer while the transport is paused, goes through uvicorn's `send` as it is."""
+    as uvicorn checks it, with one match for all its headers instead of two per header. Any other answer, and
+    any answer while the transport is paused, goes through uvicorn's `send` as it is: tests/wire/test_protocol.py
+    compares the bytes of both for each shape."""
 
     async def send(self, message: Any) -> None:
         if self.flow.write_paused or self.disconnected or self.access_log or self.scope["method"] == "HEAD":
@@ -180,7 +188,8 @@ class _Cycle(RequestResponseCycle):
             if message["type"] == "http.response.start" and self._start(message):
                 return None
         elif (
-            not self.response_complete
+            self.chunked_encoding is False  # a head with a content-length (a chunked answer ends with a marker)
+            and not self.response_complete
             and message["type"] == "http.response.body"
             and not message.get("more_body", False)
             and len(body := message.get("body", b"")) == self.expected_content_length
@@ -197,7 +206,11 @@ class _Cycle(RequestResponseCycle):
 
     def _start(self, message: Any) -> bool:
         """Write the head of a `content-length` answer; False (nothing written) for any other."""
+        status_line = STATUS_LINE.get(message.get("status"))
+        if status_line is None:
+            return False  # uvicorn's `send` fails as it does
         fields: list[bytes] = []
+        lines = 0
         length = -1
         for name, value in message.get("headers", ()):
             name = name.lower()
@@ -208,20 +221,24 @@ class _Cycle(RequestResponseCycle):
             elif name == b"transfer-encoding" or name == b"connection":
                 return False
             fields += (name, b": ", value, b"\r\n")
+            lines += 1
         if length < 0:
             return False
         if not self.keep_alive:
             fields.append(b"connection: close\r\n")
-        lines = b"".join(fields)
-        if _HEAD_FIELDS.fullmatch(lines) is None:
+            lines += 1
+        head = b"".join(fields)
+        if head.count(b"\n") != lines or _HEAD_FIELDS.fullmatch(head) is None:
             return False  # uvicorn's `send` says which header is not valid
-        head = [STATUS_LINE[message["status"]]]
-        for name, value in self.default_headers:
-            head += (name, b": ", value, b"\r\n")
-        head += (lines, b"\r\n")
         self.response_started, self.waiting_for_100_continue = True, False
         self.chunked_encoding, self.expected_content_length = False, length
-        self.transport.write(b"".join(head))
+        # The server's own headers first, as uvicorn writes them: its date, and those of the configuration,
+        # checked once per connection (`CrankHTTPProtocol.__init__`).
+        content = [status_line]
+        for name, value in self.default_headers:
+            content += (name, b": ", value, b"\r\n")
+        content += (head, b"\r\n")
+        self.transport.write(b"".join(content))
         return True
 
 
@@ -264,6 +281,11 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # uvicorn logs each answer when its access logger has a handler, whatever the configuration says; off
+        # here when the configuration turns it off (`crank serve` does), whoever added a handler.
+        self.access_log = self.access_log and self.config.access_log
+        # Headers of the configuration that uvicorn's `send` would refuse: every answer goes through it.
+        self._cycle = _Cycle if _valid_fields(self.config.encoded_headers) else RequestResponseCycle
         self.deadline = 0.0  # loop time by which the head (or the body) must be complete; 0: none running
         self.writer: _Writer | None = None
         self.write_paused = False  # the transport asked for a pause (`pause_writing`)
@@ -515,7 +537,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         ):
             app = service_unavailable
             self.logger.warning("Exceeded concurrency limit.")
-        existing, self.cycle = self.cycle, _Cycle(
+        existing, self.cycle = self.cycle, self._cycle(
             self.scope, self.writer, self.flow, self.logger, self.access_logger, self.access_log,  # type: ignore[arg-type]
             self.server_state.default_headers, asyncio.Event(), self.expect_100_continue,
             False,  # until its body is whole, an answer closes the connection (a refusal: `finish`); given back then
@@ -642,4 +664,4 @@ class CrankHTTPProtocol(HttpToolsProtocol):
             assert self.writer is not None
             self.writer.close()
         else:
-            self.cycle.keep_alive = False
+            self.cycle.keep_alive = self._keep_alive = False  # (not given back when the body comes whole)
