@@ -277,6 +277,18 @@ ANSWERS: dict[str, list[dict[str, Any]]] = {
         {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, (b"x-a: 1\r\nset-cookie", b"s=1")]},
         {"type": "http.response.body", "body": b"ok"},
     ],
+    "invalid-header-name-with-a-colon": [
+        {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, (b"transfer-encoding: chunked", b"x")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+    "invalid-header-of-str": [
+        {"type": "http.response.start", "status": 200, "headers": [LENGTH_2, ("x-a", "1")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
+    "iterated-headers": [  # (`Scripted` sends them as an iterator): chunked, so uvicorn's `send` reads them
+        {"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]},
+        {"type": "http.response.body", "body": b"ok"},
+    ],
     "invalid-status": [
         {"type": "http.response.start", "status": 999, "headers": [LENGTH_2]},
         {"type": "http.response.body", "body": b"ok"},
@@ -301,7 +313,10 @@ class Scripted:
         self.headers.append(list(scope["headers"]))
         self.scopes.append({key: scope[key] for key in ("method", "path", "raw_path", "query_string", "http_version")})
         await read_body(receive)
-        for message in ANSWERS[scope["path"].strip("/")]:
+        name = scope["path"].strip("/")
+        for message in ANSWERS[name]:
+            if name.startswith("iterated-") and "headers" in message:
+                message = {**message, "headers": iter(message["headers"])}
             await send(message)
 
 
@@ -455,16 +470,42 @@ def _read_to_close(sock: socket.socket) -> bytes:
     return received
 
 
-@pytest.mark.parametrize("value", ["crank", "a\x01b"], ids=["valid", "not-valid"])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("x-served-by", "crank"), ("x-served-by", "a\x01b"), ("connection", "close")],
+    ids=["valid", "not-valid", "connection-close"],
+)
 def test_headers_of_the_configuration_are_written_and_checked_as_uvicorn_does(
-    serve: Callable[..., str], value: str
+    serve: Callable[..., str], name: str, value: str
 ) -> None:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    headers = [("x-served-by", value)]
+    headers = [(name, value)]
     crank = int(serve(Scripted(), http=protocol_for(ConnectionLimits()), headers=headers).rsplit(":", 1)[1])
     uvicorn_port = int(serve(Scripted(), http=HttpToolsProtocol, headers=headers).rsplit(":", 1)[1])
     data = request("/content-length") + request("/content-length")
     written = wire(crank, data)
     assert written == wire(uvicorn_port, data)
-    assert (b"\r\nx-served-by: crank\r\n" in written) == (value == "crank") and written.count(b"HTTP/1.1") < 3
+    assert (b"\r\nx-served-by: crank\r\n" in written) == (value == "crank")
+    assert written.count(b"HTTP/1.1 200") == (2 if value == "crank" else 1 if name == "connection" else 0)
+
+
+def test_the_common_answer_takes_the_short_path_and_the_others_uvicorns(
+    crank_and_uvicorn: tuple[int, int, Scripted, Scripted], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What uvicorn's `send` was given, for Crank's protocol: nothing for the common answer, every message of
+    # a chunked one. (The tests above show the bytes are the same either way.)
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    seen: list[str] = []
+    uvicorns = RequestResponseCycle.send
+
+    async def send(cycle: RequestResponseCycle, message: Any) -> None:
+        seen.append(message["type"])
+        await uvicorns(cycle, message)
+
+    monkeypatch.setattr(RequestResponseCycle, "send", send)
+    answers(crank_and_uvicorn[0], request("/content-length") + request("/content-length"), 2)
+    assert seen == []
+    wire(crank_and_uvicorn[0], request("/chunked"))
+    assert seen == ["http.response.start", "http.response.body", "http.response.body"]

@@ -168,10 +168,45 @@ over the head's header lines. A CR or LF inside a name or a value could make two
 number of lines is checked too (`_Cycle._start`)."""
 
 
+_COLON = ord(":")
+"""A colon in a header's name, looked for as a byte: `b":" in name` first tries b":" as an integer, and the
+TypeError it raises and drops costs eight times the search."""
+_FRAMING = (b"content-length", b"transfer-encoding", b"connection")
+"""Headers that change how uvicorn's `send` frames an answer or keeps its connection."""
+
+
 def _valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether uvicorn's `send` would write these headers (`_HEAD_FIELDS`, one line each)."""
+    """Whether uvicorn's `send` would write these headers of the configuration as they are (`_HEAD_FIELDS`, one
+    line each, no colon in a name), none of them changing how it frames an answer."""
+    if any(_COLON in name or name.lower() in _FRAMING for name, _ in headers):
+        return False
     head = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
     return head.count(b"\n") == len(headers) and _HEAD_FIELDS.fullmatch(head) is not None
+
+
+def _fields(
+    headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...], keep_alive: bool
+) -> tuple[bytes, int]:
+    """An answer's header lines as uvicorn's `send` writes them, and its `content-length`; a length of -1 when
+    uvicorn's `send` must write them: no length or two, `transfer-encoding` or `connection` (framing of its own),
+    or a header it refuses (`_HEAD_FIELDS`, one line each, no colon in a name)."""
+    fields: list[bytes] = []
+    length = -1
+    for name, value in headers:
+        name = name.lower()
+        if name == b"content-length":
+            if length >= 0 or not value.isdigit():
+                return b"", -1
+            length = int(value)
+        elif name == b"transfer-encoding" or name == b"connection" or _COLON in name:
+            return b"", -1
+        fields += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        fields.append(b"connection: close\r\n")
+    head = b"".join(fields)
+    if head.count(b"\n") != len(headers) + (not keep_alive) or _HEAD_FIELDS.fullmatch(head) is None:
+        return b"", -1
+    return head, length
 
 
 class _Cycle(RequestResponseCycle):
@@ -205,31 +240,18 @@ class _Cycle(RequestResponseCycle):
         return await super().send(message)
 
     def _start(self, message: Any) -> bool:
-        """Write the head of a `content-length` answer; False (nothing written) for any other."""
-        status_line = STATUS_LINE.get(message.get("status"))
-        if status_line is None:
-            return False  # uvicorn's `send` fails as it does
-        fields: list[bytes] = []
-        lines = 0
-        length = -1
-        for name, value in message.get("headers", ()):
-            name = name.lower()
-            if name == b"content-length":
-                if length >= 0 or not value.isdigit():
-                    return False
-                length = int(value)
-            elif name == b"transfer-encoding" or name == b"connection":
-                return False
-            fields += (name, b": ", value, b"\r\n")
-            lines += 1
-        if length < 0:
+        """Write the head of a `content-length` answer; False (nothing written, nothing changed) for any other,
+        and for anything uvicorn's `send` would refuse, which then refuses it as it does."""
+        headers = message.get("headers", ())
+        if not isinstance(headers, (list, tuple)):  # an iterator can be read only once: uvicorn's `send` reads it
             return False
-        if not self.keep_alive:
-            fields.append(b"connection: close\r\n")
-            lines += 1
-        head = b"".join(fields)
-        if head.count(b"\n") != lines or _HEAD_FIELDS.fullmatch(head) is None:
-            return False  # uvicorn's `send` says which header is not valid
+        try:
+            status_line = STATUS_LINE.get(message.get("status"))
+            head, length = _fields(headers, self.keep_alive)
+        except Exception:  # not pairs of bytes, a length too long for int: uvicorn's `send` says so
+            return False
+        if status_line is None or length < 0:
+            return False
         self.response_started, self.waiting_for_100_continue = True, False
         self.chunked_encoding, self.expected_content_length = False, length
         # The server's own headers first, as uvicorn writes them: its date, and those of the configuration,
