@@ -180,8 +180,13 @@ def _valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:
     line each, no colon in a name), none of them changing how it frames an answer."""
     if any(_COLON in name or name.lower() in _FRAMING for name, _ in headers):
         return False
-    head = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
-    return head.count(b"\n") == len(headers) and _HEAD_FIELDS.fullmatch(head) is not None
+    return _valid_lines(b"".join(name + b": " + value + b"\r\n" for name, value in headers), len(headers))
+
+
+def _valid_lines(head: bytes, lines: int) -> bool:
+    """Whether `head` is `lines` header lines that uvicorn's `send` would write: a CR LF inside a name or a
+    value would make two valid lines of one, so they are counted as well as matched."""
+    return head.count(b"\n") == lines and _HEAD_FIELDS.fullmatch(head) is not None
 
 
 def _fields(
@@ -204,7 +209,7 @@ def _fields(
     if not keep_alive:
         fields.append(b"connection: close\r\n")
     head = b"".join(fields)
-    if head.count(b"\n") != len(headers) + (not keep_alive) or _HEAD_FIELDS.fullmatch(head) is None:
+    if not _valid_lines(head, len(headers) + (not keep_alive)):
         return b"", -1
     return head, length
 
