@@ -5,12 +5,17 @@ uvicorn's configuration as `serve_on` builds it, the uvloop event loop's turns a
 
 `bench/count_gateway.py` counts the ASGI app alone; this script adds what the protocol and the loop do for
 every request. The same 1,000-tool agent with an API key, its upstream client stubbed (no I/O): each request is
-fed to one `CrankHTTPProtocol` over a transport that keeps what is written, one after another, in one run of
-the loop inside `math.fsum`, so that callgrind counts those requests (and the loop's start and stop, once):
+fed to a `CrankHTTPProtocol` over a transport that keeps what is written, in one run of the loop inside
+`math.fsum`, so that callgrind counts those requests (and the loop's start and stop, once):
 
     PYTHONHASHSEED=0 valgrind --tool=callgrind --collect-atstart=no --toggle-collect=math_fsum \\
-        --callgrind-out-file=served.out .venv/bin/python bench/count_served.py call 500
-    callgrind_annotate served.out | grep 'PROGRAM TOTALS'      # divide by 500
+        --callgrind-out-file=served.out .venv/bin/python bench/count_served.py call 512 --connections 32
+    callgrind_annotate served.out | grep 'PROGRAM TOTALS'      # divide by 512
+
+`--connections N` (default 1) serves N connections, one request at a time on each, as wrk's connections keep
+a server busy: each turn, every connection's request is read from the loop (`loop.call_soon(data_received)`,
+as a socket's transport does), and the next turn waits for all their answers. With one connection, each
+request also pays the loop's idle turns that many connections share.
 
 `call` sends the `tools/call` of bench/wrk/gateway_call.lua, `list` the first `tools/list` page, `refused` the
 same `tools/call` by a tenant over its plan (answered from the head: bench/refusals.py's request). `--profile`
@@ -87,6 +92,7 @@ def main() -> None:
     p.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to measure")
     p.add_argument("--profile", action="store_true", help="print cProfile's top functions instead")
     p.add_argument("--plain", action="store_true", help="uvicorn's own httptools protocol instead of Crank's")
+    p.add_argument("--connections", type=int, default=1, help="connections, each with one request at a time")
     args = p.parse_args()
     sys.path[:0] = [str(args.tree / "src"), str(args.tree)]
     os.environ.setdefault("BENCH_UPSTREAM", "http://127.0.0.1:9")  # never reached: the client is stubbed
@@ -95,13 +101,15 @@ def main() -> None:
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     with tempfile.TemporaryDirectory() as tmp:
-        run(loop, args.kind, args.requests, tmp, args.profile, args.plain)
+        run(loop, args.kind, args.requests, tmp, args.profile, args.plain, args.connections)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # the app's worker threads (registry reads) are not waited for: nothing of them is measured
 
 
-def run(loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, profile: bool, plain: bool) -> None:
+def run(
+    loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, profile: bool, plain: bool, connections: int
+) -> None:
     import uvicorn
     from uvicorn.server import ServerState
 
@@ -131,15 +139,23 @@ def run(loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, pro
     state.default_headers = [(b"date", b"Tue, 01 Dec 2026 22:00:00 GMT")]  # uvicorn.Server's (`server` is off)
     if plain:
         state.default_headers.append((b"server", b"uvicorn"))
-    transport = Transport()
-    protocol = protocol_class(config=config, server_state=state, app_state={}, _loop=loop)  # type: ignore[call-arg]
-    protocol.connection_made(transport)
+    transports = [Transport() for _ in range(connections)]
+    protocols = []
+    for transport in transports:
+        protocol = protocol_class(config=config, server_state=state, app_state={}, _loop=loop)  # type: ignore[call-arg]
+        protocol.connection_made(transport)
+        protocols.append(protocol)
+    transport = transports[0]
 
     async def serve(count: int) -> None:
-        """`count` requests one after another on the connection, the loop turning as it does when serving."""
-        for _ in range(count):
-            protocol.data_received(raw)
-            while state.tasks:
+        """`count` requests, one at a time on each of the connections, the loop turning as it does when serving:
+        each turn, every connection's request is read (from the loop, as a socket's transport calls
+        `data_received`), and the next turn waits for all their answers."""
+        for _ in range(count // connections):
+            answered = state.total_requests + connections
+            for protocol in protocols:
+                loop.call_soon(protocol.data_received, raw)
+            while state.total_requests < answered or state.tasks:
                 await asyncio.sleep(0)
 
     def batch(count: int) -> float:
@@ -148,7 +164,8 @@ def run(loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, pro
 
     batch(300)  # warm-up: caches, the watcher started
     print(b"".join(transport.written[-2:])[:200], file=sys.stderr)
-    transport.writes = 0
+    for each in transports:
+        each.writes = 0
     gc.collect()
     if profile:
         profiler = cProfile.Profile()
@@ -158,7 +175,7 @@ def run(loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, pro
         pstats.Stats(profiler).sort_stats("tottime").print_stats(int(os.environ.get("BENCH_PROFILE_LINES", "35")))
         return
     math.fsum(batch(requests) for _ in range(1))  # one loop run of all the requests: its start and stop once
-    assert transport.writes >= requests, "every request was answered"
+    assert sum(t.writes for t in transports) >= requests, "every request was answered"
 
 
 def refuse_every_call(app: Any) -> None:

@@ -155,8 +155,9 @@ def parse_args() -> argparse.Namespace:
         "--base",
         type=Path,
         default=None,
-        help="a checkout of an earlier Crank commit (git worktree add DIR COMMIT): adds `crank@base` and "
-        "`gateway-crank@base`, served from its src/ and bench/, to the same interleaved run",
+        help="a checkout of an earlier Crank commit (git worktree add DIR COMMIT): adds `crank@base`, "
+        "`gateway-crank@base` and `gateway-crank-serve@base` (those whose target is chosen; all three when none "
+        "is), served from its src/ and bench/, to the same interleaved run",
     )
     args = p.parse_args()
     for name, allowed in (("targets", [t.key for t in TARGETS]), ("scenarios", SCENARIOS), ("eras", ERAS)):
@@ -182,13 +183,19 @@ BASE_MAY_LACK = frozenset({"discovery_call"})
 """Scenarios a `--base` checkout may not serve (discovery agents came with issue 11)."""
 
 
-def base_targets(base: Path) -> list[Target]:
-    """The core and the keyed gateway of an earlier commit, beside today's in the same run."""
-    core = next(t for t in TARGETS if t.key == "crank")
-    gateway = next(t for t in TARGETS if t.key == "gateway-crank")
+BASE_TARGETS = ("crank", "gateway-crank", SERVED_GATEWAY)
+"""The targets an earlier commit (`--base`) is served as, beside today's."""
+
+
+def base_targets(base: Path, chosen: list[str]) -> list[Target]:
+    """The core, the keyed gateway and the served gateway of an earlier commit, beside today's in the same run:
+    those among `chosen`, or all three when none of them is."""
+    keys = [key for key in BASE_TARGETS if key in chosen] or list(BASE_TARGETS)
     return [
-        replace(core, key="crank@base", label=f"{core.label} ({base.name})", root=base.resolve()),
-        replace(gateway, key="gateway-crank@base", label=f"{gateway.label} ({base.name})", root=base.resolve()),
+        replace(target, key=f"{target.key}@base", label=f"{target.label} ({base.name})", root=base.resolve())
+        for key in keys
+        for target in TARGETS
+        if target.key == key
     ]
 
 
@@ -670,8 +677,9 @@ def main() -> int:
         if not Path(python).exists():
             raise SystemExit(f"{python} does not exist; see bench/README.md for the venv setup")
     print(f"targets run under {args.python} (FastMCP: {args.peers_python})", file=sys.stderr)
-    known = [*TARGETS, *(base_targets(args.base) if args.base is not None else [])]
-    wanted = {*args.targets, *((t.key for t in base_targets(args.base)) if args.base is not None else ())}
+    based = base_targets(args.base, args.targets) if args.base is not None else []
+    known = [*TARGETS, *based]
+    wanted = {*args.targets, *(t.key for t in based)}
     chosen = [t for t in known if t.key in wanted and scenarios_of(args, t)]
     rows: list[Row] = []
     skipped: list[str] = []

@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 
 from crank.types import Receive, Scope, Send
+from crank.wire import protocol
 from crank.wire.asgi import EarlyAnswer, read_body, send_response
 from crank.wire.listen import ConnectionLimits
 from crank.wire.protocol import protocol_for
@@ -509,3 +510,141 @@ def test_the_common_answer_takes_the_short_path_and_the_others_uvicorns(
     assert seen == []
     wire(crank_and_uvicorn[0], request("/chunked"))
     assert seen == ["http.response.start", "http.response.body", "http.response.body"]
+
+
+# The header lines of an app's answers, kept once checked (`_LINES`): bounded, and never a way around the check.
+
+
+@pytest.fixture
+def no_kept_lines(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[bytes, bytes], bytes]:
+    kept: dict[tuple[bytes, bytes], bytes] = {}
+    monkeypatch.setattr(protocol, "_LINES", kept)
+    return kept
+
+
+def test_header_lines_are_kept_up_to_a_bound_and_still_written_beyond_it(
+    no_kept_lines: dict[tuple[bytes, bytes], bytes],
+) -> None:
+    for number in range(protocol._LINES_MAX * 2):
+        head, length = protocol._fields([(b"Content-Length", b"2"), (b"X-Number", b"%d" % number)], True)
+        assert head == b"content-length: 2\r\nx-number: %d\r\n" % number and length == 2
+    assert len(no_kept_lines) == protocol._LINES_MAX
+    assert all(name == b"X-Number" for name, _ in no_kept_lines)  # a length is never kept: it changes each answer
+    assert protocol._fields([(b"X-Number", b"1")], False) == (b"x-number: 1\r\nconnection: close\r\n", -1)
+
+
+def test_a_long_header_line_is_written_and_not_kept(no_kept_lines: dict[tuple[bytes, bytes], bytes]) -> None:
+    value = b"v" * protocol._LINE_MAX_BYTES
+    assert protocol._fields([(b"x-long", value), (b"content-length", b"0")], True)[0] == b"x-long: %s\r\n" % value + (
+        b"content-length: 0\r\n"
+    )
+    assert not no_kept_lines
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [(b"x-a", b"1\r\nx-b: 2"), (b"x a", b"1"), (b"x-a: 1\r\nset-cookie", b"s"), (b"Connection", b"close"),
+     (b"transfer-encoding", b"chunked"), (b"x-a", b"\x00")],
+    ids=["two-lines", "space-in-name", "colon-in-name", "connection", "transfer-encoding", "control-byte"],
+)  # fmt: skip
+def test_a_header_line_uvicorn_must_write_is_never_kept(
+    no_kept_lines: dict[tuple[bytes, bytes], bytes], pair: tuple[bytes, bytes]
+) -> None:
+    for _ in range(2):  # asked again, it is still left to uvicorn's `send`
+        assert protocol._fields([pair, (b"content-length", b"0")], True) == (b"", -1)
+    assert not no_kept_lines
+
+
+def test_header_lines_not_of_bytes_are_not_kept(no_kept_lines: dict[tuple[bytes, bytes], bytes]) -> None:
+    class Name(bytes):
+        pass
+
+    assert protocol._fields([(Name(b"x-a"), b"1"), (b"content-length", b"0")], True)[1] == 0
+    with pytest.raises(TypeError):  # `_Cycle._start` leaves these to uvicorn's `send`
+        protocol._fields([("x-a", "1")], True)  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        protocol._fields([[b"x-a", b"1"]], True)  # type: ignore[list-item]
+    assert not no_kept_lines
+
+
+# Each request's task (`CrankHTTPProtocol._start_asgi_task`): its own, counted by the server while it runs.
+
+
+class Tasks:
+    """Answers whether the server counts the request's task; keeps each task. /fails raises after a timeout
+    and `asyncio.current_task` were used (both need a task)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.server: uvicorn.Server | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        task = asyncio.current_task()
+        assert task is not None and self.server is not None
+        self.tasks.append(task)
+        async with asyncio.timeout(10):
+            await read_body(receive)
+        if scope["path"] == "/fails":
+            raise RuntimeError("a bug in the app")
+        if scope["path"] == "/factory":  # the next task comes from a task factory
+            asyncio.get_running_loop().set_task_factory(_factory)
+        counted = task in self.server.server_state.tasks
+        await send_response(send, 200, b'{"counted":%s}' % (b"true" if counted else b"false"))
+
+
+FACTORY_MADE: list[asyncio.Task[Any]] = []
+
+
+def _factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+    loop.set_task_factory(None)
+    task = asyncio.Task(coro, loop=loop, **options)
+    FACTORY_MADE.append(task)
+    return task
+
+
+@contextlib.contextmanager
+def served_tasks(**options: Any) -> Any:
+    app = Tasks()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="critical", lifespan="off", access_log=False,
+                            http=protocol_for(ConnectionLimits()), **options)  # fmt: skip
+    server = app.server = _Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    until(lambda: server.started, "the server to start")
+    try:
+        yield app, server, listener.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_each_request_has_a_task_of_its_own_that_leaves_the_servers_tasks_as_it_ends() -> None:
+    with served_tasks() as (app, server, port):
+        data = request("/a") + request("/fails") + request("/b")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(data)
+            received = _read_to_close(sock)  # uvicorn closes the connection after the 500
+        assert received.count(b'{"counted":true}') == 1 and b" 500 Internal Server Error\r\n" in received
+        (answered,), _ = answers(port, request("/c"), 1)
+        assert answered[2] == b'{"counted":true}'
+        until(lambda: not server.server_state.tasks, "the tasks to leave the server's set")
+        assert len(set(app.tasks)) == len(app.tasks) == 3
+        assert all(task.done() and task.get_name() == protocol._TASK_NAME for task in app.tasks)
+
+
+@pytest.mark.parametrize("options", [{"reset_contextvars": True}, {}], ids=["contexts-reset", "task-factory"])
+def test_uvicorns_tasks_are_made_where_the_loop_or_the_configuration_asks_for_them(options: dict[str, Any]) -> None:
+    FACTORY_MADE.clear()
+    with served_tasks(**options) as (app, server, port):
+        if not options:
+            answers(port, request("/factory"), 1)
+        (answered,), _ = answers(port, request("/x"), 1)
+        assert answered[2] == b'{"counted":true}'
+        until(lambda: not server.server_state.tasks, "the tasks to leave the server's set")
+        made = app.tasks[-1]
+        assert made.get_name() != protocol._TASK_NAME  # uvicorn's `loop.create_task`
+        assert FACTORY_MADE == ([] if options else [made])

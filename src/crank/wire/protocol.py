@@ -189,6 +189,14 @@ def _valid_lines(head: bytes, lines: int) -> bool:
     return head.count(b"\n") == lines and _HEAD_FIELDS.fullmatch(head) is not None
 
 
+_LINES: dict[tuple[bytes, bytes], bytes] = {}
+"""Header lines already checked, by the app's (name, value): an app gives the same few headers with nearly every
+answer, and a look-up costs a tenth of the match. Bounded in entries and in each line's size
+(`_LINES_MAX`, `_LINE_MAX_BYTES`): varying values (a length, a date) are checked each time once it is full."""
+_LINES_MAX = 1024
+_LINE_MAX_BYTES = 256
+
+
 def _fields(
     headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...], keep_alive: bool
 ) -> tuple[bytes, int]:
@@ -197,21 +205,35 @@ def _fields(
     or a header it refuses (`_HEAD_FIELDS`, one line each, no colon in a name)."""
     fields: list[bytes] = []
     length = -1
-    for name, value in headers:
-        name = name.lower()
-        if name == b"content-length":
-            if length >= 0 or not value.isdigit():
+    for pair in headers:
+        line = _LINES.get(pair)
+        if line is None:
+            name, value = pair
+            name = name.lower()
+            if name == b"content-length":
+                if length >= 0 or not value.isdigit():
+                    return b"", -1
+                length = int(value)
+                line = b"content-length: " + value + b"\r\n"
+            elif (line := _checked_line(pair, name, value)) is None:
                 return b"", -1
-            length = int(value)
-        elif name == b"transfer-encoding" or name == b"connection" or _COLON in name:
-            return b"", -1
-        fields += (name, b": ", value, b"\r\n")
+        fields.append(line)
     if not keep_alive:
         fields.append(b"connection: close\r\n")
-    head = b"".join(fields)
-    if not _valid_lines(head, len(headers) + (not keep_alive)):
-        return b"", -1
-    return head, length
+    return b"".join(fields), length
+
+
+def _checked_line(pair: tuple[bytes, bytes], name: bytes, value: bytes) -> bytes | None:
+    """The line of one header other than `content-length` (`name` in lower case), kept in `_LINES`; None when
+    uvicorn's `send` must write it: it changes the framing, has a colon in its name, or is refused."""
+    if name in _FRAMING or _COLON in name:
+        return None
+    line = name + b": " + value + b"\r\n"
+    if not _valid_lines(line, 1):
+        return None
+    if len(line) <= _LINE_MAX_BYTES and len(_LINES) < _LINES_MAX and type(pair[0]) is bytes and type(value) is bytes:
+        _LINES[pair] = line
+    return line
 
 
 class _Cycle(RequestResponseCycle):
@@ -267,6 +289,20 @@ class _Cycle(RequestResponseCycle):
         content += (head, b"\r\n")
         self.transport.write(b"".join(content))
         return True
+
+
+_TASK_NAME = "crank-request"
+"""The name of every request's task (`CrankHTTPProtocol._start_asgi_task`)."""
+
+
+async def _served(cycle: RequestResponseCycle, app: Any, tasks: set[asyncio.Task[None]]) -> None:
+    """A request's task: the app's answer, then the task leaves the server's `tasks` (uvicorn's shutdown waits
+    for those). A task cancelled before its first step stays there: only the shutdown's cancellation does that,
+    after its wait."""
+    try:
+        await cycle.run_asgi(app)
+    finally:
+        tasks.discard(asyncio.current_task())
 
 
 class _HeadTooLarge(Exception):
@@ -576,6 +612,16 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         else:  # pipelined: queued behind the unanswered one
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, app))
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # uvicorn's, with a task that takes itself out of `tasks` as it ends (`_served`) and a name of its own:
+        # asyncio's "Task-N", formatted for each task, and a done callback, a turn of the loop for each, cost a
+        # quarter of what a task costs (docs/benchmarks.md). A task factory, or contexts reset, get uvicorn's.
+        loop = self.loop
+        if loop.get_task_factory() is not None or getattr(self.config, "reset_contextvars", False):
+            super()._start_asgi_task(cycle, app)
+            return
+        self.tasks.add(asyncio.Task(_served(cycle, app, self.tasks), loop=loop, name=_TASK_NAME))
 
     def _refused_upgrade(self) -> bool:
         """An upgrade to WebSocket is refused (400, closed: raises `_Answered`); any other upgrade is served as a
