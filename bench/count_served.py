@@ -20,7 +20,9 @@ request also pays the loop's idle turns that many connections share.
 `call` sends the `tools/call` of bench/wrk/gateway_call.lua, `list` the first `tools/list` page, `refused` the
 same `tools/call` by a tenant over its plan (answered from the head: bench/refusals.py's request). `--profile`
 prints cProfile's top functions instead (timing, not counting); `--plain` serves with uvicorn's own protocol
-(what Crank's adds); `--tree DIR` measures another checkout.
+(what Crank's adds); `--tree DIR` measures another checkout. `--target proxy` counts issue 19's reference
+instead: the simplest proxy (bench/apps/gateway_proxy.py, its httpx client stubbed at `send` as Crank's is at
+`request`), under uvicorn's own protocol as bench/run.py serves it; the difference is what Crank's gateway adds.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ LIST_BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
 
 class Transport(asyncio.Transport):
-    """What the protocol writes to: it drains at once, as a fast client's socket does; the last two writes are
-    kept (an answer's head and body), and how many there were."""
+    """What the protocol writes to: it drains at once, as a fast client's socket does; the last two pieces written
+    are kept (an answer's head and body), and how many writes there were."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,6 +55,12 @@ class Transport(asyncio.Transport):
     def write(self, data: Any) -> None:
         self.writes += 1
         self.written = [*self.written[-1:], bytes(data)]
+
+    def writelines(self, data: Any) -> None:
+        # One call, as a socket's `writev`: nothing joined (asyncio's default joins, and callgrind would count
+        # each byte of that copy).
+        self.writes += 1
+        self.written = [bytes(piece) for piece in data][-2:]
 
     def is_closing(self) -> bool:
         return self.closing
@@ -93,6 +101,7 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="print cProfile's top functions instead")
     p.add_argument("--plain", action="store_true", help="uvicorn's own httptools protocol instead of Crank's")
     p.add_argument("--connections", type=int, default=1, help="connections, each with one request at a time")
+    p.add_argument("--target", choices=("crank", "proxy"), default="crank", help="the gateway, or the simplest proxy")
     args = p.parse_args()
     sys.path[:0] = [str(args.tree / "src"), str(args.tree)]
     os.environ.setdefault("BENCH_UPSTREAM", "http://127.0.0.1:9")  # never reached: the client is stubbed
@@ -101,14 +110,21 @@ def main() -> None:
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     with tempfile.TemporaryDirectory() as tmp:
-        run(loop, args.kind, args.requests, tmp, args.profile, args.plain, args.connections)
+        run(loop, args.kind, args.requests, tmp, args.profile, args.plain, args.connections, args.target)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # the app's worker threads (registry reads) are not waited for: nothing of them is measured
 
 
 def run(
-    loop: asyncio.AbstractEventLoop, kind: str, requests: int, tmp: str, profile: bool, plain: bool, connections: int
+    loop: asyncio.AbstractEventLoop,
+    kind: str,
+    requests: int,
+    tmp: str,
+    profile: bool,
+    plain: bool,
+    connections: int,
+    target: str = "crank",
 ) -> None:
     import uvicorn
     from uvicorn.server import ServerState
@@ -117,19 +133,25 @@ def run(
     from crank.wire.listen import ConnectionLimits
     from crank.wire.protocol import protocol_for
 
-    app, path, headers = load("crank", tmp, True)
-    source = getattr(app, "source", None) or app.catalogs
-    source.poll_interval = 3600  # no registry poll among the counted requests
+    app, path, headers = load(target, tmp, True)
+    plain = plain or target == "proxy"
+    if target == "crank":
+        source = getattr(app, "source", None) or app.catalogs
+        source.poll_interval = 3600  # no registry poll among the counted requests
     if kind == "refused":
+        if target != "crank":
+            raise SystemExit("the proxy refuses nothing")
         refuse_every_call(app)
     body = LIST_BODY if kind == "list" else BODY
     raw = request(path, headers, body)
     limits = ConnectionLimits()
-    protocol_class: Any = protocol_for(limits, app.answer_early, app.answers_early_now)
+    protocol_class: Any = None
     if plain:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
         protocol_class = HttpToolsProtocol
+    else:
+        protocol_class = protocol_for(limits, app.answer_early, app.answers_early_now)
     # As `serve_on` configures uvicorn (crank.wire.listen).
     config = uvicorn.Config(app, log_config=None, access_log=False, http=protocol_class, ws="none",
                             proxy_headers=plain, server_header=plain,

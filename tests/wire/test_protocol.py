@@ -648,3 +648,94 @@ def test_uvicorns_tasks_are_made_where_the_loop_or_the_configuration_asks_for_th
         made = app.tasks[-1]
         assert made.get_name() != protocol._TASK_NAME  # uvicorn's `loop.create_task`
         assert FACTORY_MADE == ([] if options else [made])
+
+
+# The common answer's head and body go out together (`_Writer.write_answer`): one system call, where written
+# apart each was a send and a TCP segment of its own. Served over a transport that records each call the
+# protocol makes, as a socket's would be made (`writelines` is one `writev`).
+
+
+class RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[bytes]] = []
+        self.closing = False
+
+    def write(self, data: Any) -> None:
+        self.calls.append([bytes(data)])
+
+    def writelines(self, data: Any) -> None:
+        self.calls.append([bytes(piece) for piece in data])
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+
+def calls_for(app: Any, data: bytes) -> list[list[bytes]]:
+    """The transport calls of Crank's protocol serving `data` (requests on one connection) with `app`."""
+    from uvicorn.server import ServerState
+
+    loop = asyncio.new_event_loop()
+    config = uvicorn.Config(app, log_config=None, access_log=False, http=protocol_for(ConnectionLimits()), ws="none")
+    config.load()
+    state = ServerState()
+    connection = config.http_protocol_class(config=config, server_state=state, app_state={}, _loop=loop)
+    transport = RecordingTransport()
+    connection.connection_made(transport)
+
+    async def served() -> None:
+        connection.data_received(data)
+        while state.tasks or state.total_requests < data.count(b" HTTP/1.1\r\n"):
+            await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(asyncio.wait_for(served(), 10))
+        connection.connection_lost(None)
+    finally:
+        loop.close()
+    return transport.calls
+
+
+def test_the_common_answers_head_and_body_are_written_in_one_call() -> None:
+    calls = calls_for(Scripted(), request("/content-length") + request("/no-content"))
+    assert len(calls) == 3, calls
+    (head, body), (no_content_head,), _ = calls[0], calls[1], calls[2]
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n") and body == b"{}"
+    assert no_content_head.startswith(b"HTTP/1.1 204 No Content\r\n")  # no body: the head alone
+
+
+def test_an_answer_in_parts_writes_its_head_before_its_first_part() -> None:
+    calls = calls_for(Scripted(), request("/content-length-in-parts"))
+    assert [len(call) for call in calls] == [1, 1, 1]
+    assert calls[0][0].startswith(b"HTTP/1.1 201 Created\r\n") and calls[1:] == [[b"abc"], [b"def"]]
+
+
+async def large(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "http":
+        await read_body(receive)
+        await send_response(send, 200, b"x" * (protocol._PIECE + 1))
+
+
+def test_a_large_answer_writes_its_head_then_its_body_in_pieces() -> None:
+    calls = calls_for(large, request("/"))
+    assert [len(call) for call in calls] == [1, 1, 1]
+    assert calls[0][0].startswith(b"HTTP/1.1 200 OK\r\n") and calls[0][0].endswith(b"\r\n\r\n")
+    assert len(calls[1][0]) == protocol._PIECE and calls[2] == [b"x"]

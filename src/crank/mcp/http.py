@@ -618,7 +618,7 @@ def _is_plain_request(message: JSONObject) -> bool:
 
 def _format_query(scope: Scope) -> str | None:
     query: bytes = scope.get("query_string", b"")
-    if not query or b"format=" not in query:
+    if not query or query.find(b"format=") < 0:  # (`in` on bytes first tries an int and drops the error)
         return None
     return dict(parse_qsl(query.decode("latin-1"))).get("format")
 

@@ -186,7 +186,7 @@ class RequestInfo:
     """The request's ASGI scope (the client's address, for those who need it: `subscriptions/listen`)."""
 
     def accepts_stream(self) -> bool:
-        return self.send is not None and b"text/event-stream" in self.headers.get("accept", "").encode()
+        return self.send is not None and "text/event-stream" in self.headers.get("accept", "")
 
 
 class ResponseStream:

@@ -133,6 +133,16 @@ class _Writer:
         self.pending.append(memoryview(data))
         self.feed()
 
+    def write_answer(self, head: bytes, body: bytes) -> None:
+        """An answer's head and whole body, in one system call (a `writev`, one TCP segment where they fit)
+        when nothing is pending and both fit in one piece; else as two `write`s."""
+        if self.pending or not body or len(head) + len(body) > _PIECE:
+            self.write(head)
+            self.write(body)
+            return
+        self.written += len(head) + len(body)
+        self.transport.writelines((head, body))
+
     def feed(self) -> None:
         """Hand pending pieces to the transport until it asks for a pause, or all are handed on."""
         pending = self.pending
@@ -241,10 +251,18 @@ class _Cycle(RequestResponseCycle):
     `content-length` (and no `connection` or `transfer-encoding`), then the whole body in one message, checked
     as uvicorn checks it, with one match for all its headers instead of two per header. Any other answer, and
     any answer while the transport is paused, goes through uvicorn's `send` as it is: tests/wire/test_protocol.py
-    compares the bytes of both for each shape."""
+    compares the bytes of both for each shape.
+
+    The head of the common answer waits for its body, and both go out in one system call (`_Writer.write_answer`):
+    written apart, each is a send and a TCP segment of its own, which the client's kernel and the client handle
+    apart too (docs/benchmarks.md). Any message that does not end the answer that way first writes the head."""
+
+    _head: bytes | None = None
+    """The head `_start` made, until its body comes."""
 
     async def send(self, message: Any) -> None:
         if self.flow.write_paused or self.disconnected or self.access_log or self.scope["method"] == "HEAD":
+            self._write_head()
             return await super().send(message)
         if not self.response_started:
             if message["type"] == "http.response.start" and self._start(message):
@@ -257,14 +275,26 @@ class _Cycle(RequestResponseCycle):
             and len(body := message.get("body", b"")) == self.expected_content_length
         ):
             self.expected_content_length = 0
-            self.transport.write(body)
+            head, self._head = self._head, None
+            if head is None:
+                self.transport.write(body)
+            else:
+                self.transport.write_answer(head, body)  # type: ignore[attr-defined]
             self.response_complete = True
             self.message_event.set()
             if not self.keep_alive:
                 self.transport.close()
             self.on_response()
             return None
+        self._write_head()
         return await super().send(message)
+
+    def _write_head(self) -> None:
+        """Write the head `_start` kept, before a message that does not end its answer at once (or drop it, when
+        the client is gone: uvicorn's `send` then writes nothing more)."""
+        head, self._head = self._head, None
+        if head is not None and not self.disconnected:
+            self.transport.write(head)
 
     def _start(self, message: Any) -> bool:
         """Write the head of a `content-length` answer; False (nothing written, nothing changed) for any other,
@@ -287,7 +317,7 @@ class _Cycle(RequestResponseCycle):
         for name, value in self.default_headers:
             content += (name, b": ", value, b"\r\n")
         content += (head, b"\r\n")
-        self.transport.write(b"".join(content))
+        self._head = b"".join(content)  # written with the body (`send`), or before the next message
         return True
 
 
@@ -295,14 +325,17 @@ _TASK_NAME = "crank-request"
 """The name of every request's task (`CrankHTTPProtocol._start_asgi_task`)."""
 
 
-async def _served(cycle: RequestResponseCycle, app: Any, tasks: set[asyncio.Task[None]]) -> None:
+async def _served(
+    cycle: RequestResponseCycle, app: Any, tasks: set[asyncio.Task[None]], loop: asyncio.AbstractEventLoop
+) -> None:
     """A request's task: the app's answer, then the task leaves the server's `tasks` (uvicorn's shutdown waits
     for those). A task cancelled before its first step stays there: only the shutdown's cancellation does that,
-    after its wait."""
+    after its wait. The task is looked up with its loop given: without one, Python 3.11 asks for the running
+    loop, which makes a `getpid` system call each time (docs/benchmarks.md)."""
     try:
         await cycle.run_asgi(app)
     finally:
-        tasks.discard(asyncio.current_task())
+        tasks.discard(asyncio.current_task(loop))
 
 
 class _HeadTooLarge(Exception):
@@ -621,7 +654,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         if loop.get_task_factory() is not None or getattr(self.config, "reset_contextvars", False):
             super()._start_asgi_task(cycle, app)
             return
-        self.tasks.add(asyncio.Task(_served(cycle, app, self.tasks), loop=loop, name=_TASK_NAME))
+        self.tasks.add(asyncio.Task(_served(cycle, app, self.tasks, loop), loop=loop, name=_TASK_NAME))
 
     def _refused_upgrade(self) -> bool:
         """An upgrade to WebSocket is refused (400, closed: raises `_Answered`); any other upgrade is served as a
