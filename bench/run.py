@@ -3,7 +3,7 @@
 
 Two groups of targets: MCP servers with an in-process `echo` catalog (scenarios tools_call, tools_list)
 and gateways that turn a tool call into one request to an HTTP upstream, nginx, started here
-(scenarios gateway_call, gateway_list).
+(scenarios gateway_call, gateway_list, gateway_list_small).
 
 Usage: python bench/run.py [--duration 10 --warmup 3 --connections 32 ...]; see bench/README.md.
 The orchestrator needs only the standard library; the targets run under --python (or --peers-python).
@@ -38,21 +38,27 @@ from bench.apps.catalog import tool_specs  # noqa: E402
 DATA_FILE = BENCH / "data" / "tools_list_1000.json"
 HOST = "127.0.0.1"
 ERAS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
-SCENARIOS = ("tools_call", "tools_list", "gateway_call", "gateway_list", "discovery_call")
+SCENARIOS = ("tools_call", "tools_list", "gateway_call", "gateway_list", "gateway_list_small", "discovery_call")
 GROUP = {
     "tools_call": "echo",
     "tools_list": "echo",
     "gateway_call": "gateway",
     "gateway_list": "gateway",
+    "gateway_list_small": "gateway",
     "discovery_call": "gateway",
 }
 # discovery_call goes to the agent `discovery` (discovery mode) of the Crank gateway: only its targets serve it.
 DISCOVERY_PATH = ("/mcp/v1/bench/agent", "/mcp/v1/bench/discovery")
+# gateway_list_small lists the agent `small` (two tools): at /mcp/v1/bench/small on Crank's gateways, at /small on the
+# simplest proxies (bench/apps/gateway_proxy.py); FastMCP serves no such agent.
+SMALL_PATH = ("/mcp/v1/bench/agent", "/mcp/v1/bench/small")
+LIST_SCENARIOS = frozenset({"gateway_list", "gateway_list_small"})  # never reach the upstream
 REFERENCE, UPPER = "sdk-lowlevel", "bare"
 PROXY = "gateway-proxy"  # the simplest proxy on httpx: what Crank measured before it had its own upstream client
 FAST_PROXY = "gateway-proxy-aiohttp"  # the same proxy on aiohttp, the fastest common Python client: the reference
 CLIENT_PROXY = "gateway-proxy-crank-client"  # the same proxy on Crank's upstream client: Crank's own overhead
 RATIO_PROXIES = (FAST_PROXY, CLIENT_PROXY)
+SIMPLEST_PROXIES = (PROXY, *RATIO_PROXIES)  # bench/apps/gateway_proxy.py's app, each on its own client
 SERVED_GATEWAY = "gateway-crank-serve"  # issue 19's target: against gateway-proxy-aiohttp, as users run it
 CRANK_GATEWAYS = ("gateway-crank", "gateway-crank-open", SERVED_GATEWAY)
 # The gateway with rate limits and quotas that are never reached, counted in Redis (BENCH_GATEWAY_LIMITS): what
@@ -179,7 +185,7 @@ def target_env(extra: dict[str, str] | None = None, root: Path | None = None) ->
     return {**os.environ, "PYTHONPATH": path, **(extra or {})}
 
 
-BASE_MAY_LACK = frozenset({"discovery_call"})
+BASE_MAY_LACK = frozenset({"discovery_call", "gateway_list_small"})
 """Scenarios a `--base` checkout may not serve (discovery agents came with issue 11)."""
 
 
@@ -388,6 +394,10 @@ def check_response(scenario: str, request: dict[str, Any], status: int, ctype: s
             or result.get("isError", False) is not False
         ):
             return f"wrong gateway result: {json.dumps(result)[:400]}"
+    elif scenario == "gateway_list_small":
+        names = [tool.get("name") for tool in result.get("tools", [])]
+        if names != gateway_catalog.tool_names()[:2] or "nextCursor" in result:
+            return f"expected the small agent's two tools in one page, got {names[:5]}"
     elif scenario == "gateway_list":
         names = [tool.get("name") for tool in result.get("tools", [])]
         catalog = set(gateway_catalog.tool_names())
@@ -446,7 +456,8 @@ def timed(
     if upstream is not None:
         after = upstream.settled()  # this count includes the status requests made since `before`
         stats["upstream_requests"] = sent = after - before - (upstream.status_requests - asked)
-        low, high = (stats["requests"], stats["requests"] + args.connections) if scenario != "gateway_list" else (0, 0)
+        listed = scenario in LIST_SCENARIOS
+        low, high = (0, 0) if listed else (stats["requests"], stats["requests"] + args.connections)
         if not low <= sent <= high:
             raise SystemExit(
                 f"FAIL {name} ({phase}): the upstream served {sent} requests for {stats['requests']} completed "
@@ -482,11 +493,21 @@ def nginx_version() -> str:
     return (proc.stderr or proc.stdout).strip().rpartition("/")[2]
 
 
+def where_served(url: str, scenario: str, target: Target) -> str:
+    """The URL of `scenario` on `target`, whose MCP endpoint is `url`."""
+    if scenario == "discovery_call":
+        return url.replace(*DISCOVERY_PATH)
+    if scenario == "gateway_list_small":
+        return url.replace(*SMALL_PATH) if target.path == SMALL_PATH[0] else url.rstrip("/") + "/small"
+    return url
+
+
 def scenarios_of(args: argparse.Namespace, target: Target) -> list[str]:
     """The chosen scenarios this target serves."""
     return [
         s for s in args.scenarios
         if GROUP[s] == target.group and (s != "discovery_call" or target.path == DISCOVERY_PATH[0])
+        and (s != "gateway_list_small" or target.path == SMALL_PATH[0] or target.key in SIMPLEST_PROXIES)
     ]  # fmt: skip
 
 
@@ -523,6 +544,7 @@ def ratio(value: float, ref: float | None) -> str:
 
 SCENARIO_LABELS = {"tools_call": "tools/call", "tools_list": "tools/list", "gateway_call": "tools/call",
                    "gateway_list": "tools/list (first page)",
+                   "gateway_list_small": "tools/list (2-tool agent)",
                    "discovery_call": "tools/call through discovery"}  # fmt: skip
 
 
@@ -616,7 +638,7 @@ def gateway_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
     return ["", *out] if out else []
 
 
-SERVED_TARGETS = {"gateway_call": 1.4, "gateway_list": 0.8}
+SERVED_TARGETS = {"gateway_call": 1.4, "gateway_list": 0.8, "gateway_list_small": 0.8}
 """Issue 19's targets: the gateway as `crank serve` serves it, against the aiohttp proxy in the same run."""
 
 
@@ -734,7 +756,7 @@ def main() -> int:
                 auth = token_file.read_text().strip()
             for scenario in scenarios_of(args, target):
                 shapes = 0
-                where = url.replace(*DISCOVERY_PATH) if scenario == "discovery_call" else url
+                where = where_served(url, scenario, target)
                 for era in args.eras:
                     name = f"{target.key} {scenario} {era}"
                     problem, body = verify(args, where, scenario, era, auth)

@@ -33,7 +33,8 @@ from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
 from crank.state import RedisStore, StateStore
 
-WORKSPACE, AGENT, DISCOVERY_AGENT = "bench", "agent", "discovery"
+WORKSPACE, AGENT, DISCOVERY_AGENT, SMALL_AGENT = "bench", "agent", "discovery", "small"
+SMALL_TOOLS = 2  # issue 19 measured tools/list on an agent of two tools: its answer is all per-request work
 PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
 LOOPBACK_EGRESS = EgressPolicy(LOOPBACK)  # the bench's upstream runs on loopback, which the default refuses
 
@@ -63,6 +64,9 @@ def setup(db_path: str, upstream: str) -> str:
     # The same operations in discovery mode (bench/wrk/discovery_call.lua calls through `call_operation`).
     registry.put_agent(WORKSPACE, DISCOVERY_AGENT, {"bindings": bindings, "mode": "discovery"})
     registry.publish(WORKSPACE, DISCOVERY_AGENT, check=check_runtime)
+    # The first two operations alone (bench/wrk/gateway_list_small.lua lists them).
+    registry.put_agent(WORKSPACE, SMALL_AGENT, {"bindings": bindings[:SMALL_TOOLS]})
+    registry.publish(WORKSPACE, SMALL_AGENT, check=check_runtime)
     key = registry.create_api_key(WORKSPACE)
     engine.dispose()
     return key

@@ -5,8 +5,8 @@ one request through a pooled `httpx.AsyncClient` (default settings; the client l
 used before it moved to aiohttp, kept to show why it moved), and wrap the upstream JSON into a
 `CallToolResult` (the body as text, the parsed value as `structuredContent: {"result": ...}`, the
 shape Crank's gateway returns). No argument validation, no auth, no protocol-version handling.
-`tools/list` pages are serialized once at import, 100 tools a page. `gateway_proxy_aiohttp` is the
-same app with aiohttp as the client, and the reference of the gateway's targets.
+`tools/list` pages are serialized once at import, 100 tools a page (at `/small`, the one page of two tools).
+`gateway_proxy_aiohttp` is the same app with aiohttp as the client, and the reference of the gateway's targets.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ PAGES = [
     else orjson.dumps({"tools": _WIRE[start:]})
     for n, start in enumerate(range(0, N_TOOLS, PAGE_SIZE))
 ]
+SMALL_PATH = "/small"  # the agent of two tools (bench/wrk/gateway_list_small.lua): its whole list is one page
+SMALL_PAGE = orjson.dumps({"tools": _WIRE[:2]})
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -59,12 +61,12 @@ def make_app(fetch: Fetch) -> Callable[..., Awaitable[None]]:
                       "structuredContent": {"result": orjson.loads(body)}, "isError": False}  # fmt: skip
         return orjson.dumps(result)
 
-    async def respond(request: dict[str, Any]) -> bytes:
+    async def respond(request: dict[str, Any], small: bool) -> bytes:
         method = request.get("method")
         if method == "tools/call":
             result = await call(request["params"])
         elif method == "tools/list":
-            result = PAGES[int((request.get("params") or {}).get("cursor") or 0)]
+            result = SMALL_PAGE if small else PAGES[int((request.get("params") or {}).get("cursor") or 0)]
         else:
             error = {"code": -32601, "message": f"Method not found: {method}"}
             return orjson.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error})
@@ -79,7 +81,7 @@ def make_app(fetch: Fetch) -> Callable[..., Awaitable[None]]:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        out = await respond(orjson.loads(body))
+        out = await respond(orjson.loads(body), scope["path"] == SMALL_PATH)
         headers = [*JSON_HEADERS, (b"content-length", str(len(out)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": out})
