@@ -396,7 +396,7 @@ def check_response(scenario: str, request: dict[str, Any], status: int, ctype: s
             return f"wrong gateway result: {json.dumps(result)[:400]}"
     elif scenario == "gateway_list_small":
         names = [tool.get("name") for tool in result.get("tools", [])]
-        if names != gateway_catalog.tool_names()[:2] or "nextCursor" in result:
+        if names != gateway_catalog.tool_names()[: gateway_catalog.SMALL_TOOLS] or "nextCursor" in result:
             return f"expected the small agent's two tools in one page, got {names[:5]}"
     elif scenario == "gateway_list":
         names = [tool.get("name") for tool in result.get("tools", [])]

@@ -24,7 +24,15 @@ import uuid
 from typing import Any
 
 from bench.apps import serve_gateway
-from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, N_TOOLS, OUTPUT_SCHEMA, tool_name, tool_path
+from bench.apps.gateway_catalog import (
+    DESCRIPTION,
+    INPUT_SCHEMA,
+    N_TOOLS,
+    OUTPUT_SCHEMA,
+    SMALL_TOOLS,
+    tool_name,
+    tool_path,
+)
 from crank.admin.actions import check_runtime
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import LOOPBACK, EgressPolicy
@@ -34,7 +42,6 @@ from crank.server import GatewayService
 from crank.state import RedisStore, StateStore
 
 WORKSPACE, AGENT, DISCOVERY_AGENT, SMALL_AGENT = "bench", "agent", "discovery", "small"
-SMALL_TOOLS = 2  # issue 19 measured tools/list on an agent of two tools: its answer is all per-request work
 PATH = f"/mcp/v1/{WORKSPACE}/{AGENT}"
 LOOPBACK_EGRESS = EgressPolicy(LOOPBACK)  # the bench's upstream runs on loopback, which the default refuses
 

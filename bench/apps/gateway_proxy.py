@@ -24,6 +24,7 @@ from bench.apps.gateway_catalog import (
     N_TOOLS,
     OUTPUT_SCHEMA,
     PAGE_SIZE,
+    SMALL_TOOLS,
     tool_name,
     tool_path,
     upstream,
@@ -46,7 +47,7 @@ PAGES = [
     for n, start in enumerate(range(0, N_TOOLS, PAGE_SIZE))
 ]
 SMALL_PATH = "/small"  # the agent of two tools (bench/wrk/gateway_list_small.lua): its whole list is one page
-SMALL_PAGE = orjson.dumps({"tools": _WIRE[:2]})
+SMALL_PAGE = orjson.dumps({"tools": _WIRE[:SMALL_TOOLS]})
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
