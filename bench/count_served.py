@@ -145,13 +145,9 @@ def run(
     body = LIST_BODY if kind == "list" else BODY
     raw = request(path, headers, body)
     limits = ConnectionLimits()
-    protocol_class: Any = None
-    if plain:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-        protocol_class = HttpToolsProtocol
-    else:
-        protocol_class = protocol_for(limits, app.answer_early, app.answers_early_now)
+    protocol_class: Any = HttpToolsProtocol if plain else protocol_for(limits, app.answer_early, app.answers_early_now)
     # As `serve_on` configures uvicorn (crank.wire.listen).
     config = uvicorn.Config(app, log_config=None, access_log=False, http=protocol_class, ws="none",
                             proxy_headers=plain, server_header=plain,

@@ -49,8 +49,8 @@ GROUP = {
 }
 # discovery_call goes to the agent `discovery` (discovery mode) of the Crank gateway: only its targets serve it.
 DISCOVERY_PATH = ("/mcp/v1/bench/agent", "/mcp/v1/bench/discovery")
-# gateway_list_small lists the agent `small` (two tools): at /mcp/v1/bench/small on Crank's gateways, at /small on the
-# simplest proxies (bench/apps/gateway_proxy.py); FastMCP serves no such agent.
+# gateway_list_small lists the agent `small` (two tools): at /mcp/v1/bench/small on Crank's gateways, at
+# gateway_catalog.SMALL_PROXY_PATH on the simplest proxies; FastMCP serves no such agent.
 SMALL_PATH = ("/mcp/v1/bench/agent", "/mcp/v1/bench/small")
 LIST_SCENARIOS = frozenset({"gateway_list", "gateway_list_small"})  # never reach the upstream
 REFERENCE, UPPER = "sdk-lowlevel", "bare"
@@ -498,7 +498,9 @@ def where_served(url: str, scenario: str, target: Target) -> str:
     if scenario == "discovery_call":
         return url.replace(*DISCOVERY_PATH)
     if scenario == "gateway_list_small":
-        return url.replace(*SMALL_PATH) if target.path == SMALL_PATH[0] else url.rstrip("/") + "/small"
+        if target.path == SMALL_PATH[0]:
+            return url.replace(*SMALL_PATH)
+        return url.rstrip("/") + gateway_catalog.SMALL_PROXY_PATH
     return url
 
 

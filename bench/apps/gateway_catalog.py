@@ -16,6 +16,7 @@ from typing import Any
 N_TOOLS = 1000
 PAGE_SIZE = 100  # Crank's gateway pages tools/list by 100; the peers are configured the same
 SMALL_TOOLS = 2  # the agent `small`: issue 19 measured tools/list on an agent of two tools (all per-request work)
+SMALL_PROXY_PATH = "/small"  # where the simplest proxies (gateway_proxy.py) serve those two tools
 CALL_TOOL = "get_item"
 DESCRIPTION = "Fetch one catalog item by its id."
 INPUT_SCHEMA: dict[str, Any] = {

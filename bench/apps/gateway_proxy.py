@@ -24,6 +24,7 @@ from bench.apps.gateway_catalog import (
     N_TOOLS,
     OUTPUT_SCHEMA,
     PAGE_SIZE,
+    SMALL_PROXY_PATH,
     SMALL_TOOLS,
     tool_name,
     tool_path,
@@ -46,8 +47,7 @@ PAGES = [
     else orjson.dumps({"tools": _WIRE[start:]})
     for n, start in enumerate(range(0, N_TOOLS, PAGE_SIZE))
 ]
-SMALL_PATH = "/small"  # the agent of two tools (bench/wrk/gateway_list_small.lua): its whole list is one page
-SMALL_PAGE = orjson.dumps({"tools": _WIRE[:SMALL_TOOLS]})
+SMALL_PAGE = orjson.dumps({"tools": _WIRE[:SMALL_TOOLS]})  # bench/wrk/gateway_list_small.lua: one page
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -82,7 +82,7 @@ def make_app(fetch: Fetch) -> Callable[..., Awaitable[None]]:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        out = await respond(orjson.loads(body), scope["path"] == SMALL_PATH)
+        out = await respond(orjson.loads(body), scope["path"] == SMALL_PROXY_PATH)
         headers = [*JSON_HEADERS, (b"content-length", str(len(out)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": out})
