@@ -85,12 +85,13 @@ class Target:
     env: tuple[tuple[str, str], ...] = ()
     root: Path | None = None  # another checkout of Crank (--base): its src/ and bench/ serve this target
     crank_serve: bool = False  # served as `crank serve` serves it (`python -m MODULE --serve HOST PORT`)
+    only: tuple[str, ...] = ()  # the scenarios of its group it serves, when not all of them
 
 
 TARGETS = (
     Target("crank", "Crank", "bench.apps.crank_echo:app"),
     Target("crank-fixture", "Crank conformance fixture, as a user serves it (uvicorn examples.conformance_app:app)",
-           "examples.conformance_app:app", path="/mcp"),
+           "examples.conformance_app:app", path="/mcp", only=("tools_call",)),  # the suite's tools: no 1,000-tool list
     Target("sdk-lowlevel", "SDK low-level Server", "bench.apps.sdk_lowlevel:app"),
     Target("sdk-mcpserver", "SDK MCPServer", "bench.apps.sdk_mcpserver:app"),
     Target("bare", "bare ASGI + orjson", "bench.apps.bare:app"),
@@ -508,7 +509,8 @@ def scenarios_of(args: argparse.Namespace, target: Target) -> list[str]:
     """The chosen scenarios this target serves."""
     return [
         s for s in args.scenarios
-        if GROUP[s] == target.group and (s != "discovery_call" or target.path == DISCOVERY_PATH[0])
+        if GROUP[s] == target.group and (not target.only or s in target.only)
+        and (s != "discovery_call" or target.path == DISCOVERY_PATH[0])
         and (s != "gateway_list_small" or target.path == SMALL_PATH[0] or target.key in SIMPLEST_PROXIES)
     ]  # fmt: skip
 
