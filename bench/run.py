@@ -129,6 +129,7 @@ class Row:
     p99_ms: float
     runs_rps: list[float]
     wrk: dict[str, Any]  # done() output of the median run
+    cpu_us: float | None = None  # the median of the runs' server CPU time per request (`timed`)
 
 
 def parse_args() -> argparse.Namespace:
@@ -244,9 +245,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str  # the target's MCP endpoint
+    pid: int  # its server process (taskset execs it): whose CPU time `timed` reads
+
+
 @contextlib.contextmanager
-def serve(python: str, target: Target, cpu: str, log: Path, env: dict[str, str]) -> Iterator[str]:
-    """Run the target under uvicorn pinned to `cpu`; yield its MCP URL once the port accepts connections."""
+def serve(python: str, target: Target, cpu: str, log: Path, env: dict[str, str]) -> Iterator[Served]:
+    """Run the target under uvicorn pinned to `cpu`; yield its MCP URL and process once the port accepts
+    connections."""
     port = free_port()
     if target.crank_serve:  # Crank's protocol (connection limits, send timeout, early answers), uvloop, no access log
         module = target.app.split(":", 1)[0]
@@ -259,7 +267,7 @@ def serve(python: str, target: Target, cpu: str, log: Path, env: dict[str, str])
         proc = subprocess.Popen(cmd, cwd=target.root or ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     try:
         wait_listening(target.key, proc, port, log)
-        yield f"http://{HOST}:{port}{target.path}"
+        yield Served(f"http://{HOST}:{port}{target.path}", proc.pid)
     finally:
         stop(proc)
 
@@ -444,15 +452,28 @@ def require_clean(name: str, phase: str, stats: dict[str, Any]) -> None:
         )
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """The user and system CPU time a process has used so far (`/proc/PID/stat`: Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()  # from field 3, the state, on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14 and 15: utime, stime
+
+
 def timed(
     args: argparse.Namespace, name: str, phase: str, url: str, scenario: str, era: str, seconds: int,
-    upstream: Upstream | None, auth: str | None, count: bool = False,
+    upstream: Upstream | None, auth: str | None, count: bool = False, pid: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One clean wrk run; for the gateway scenarios also checks how many requests reached the upstream:
-    one per completed call (a few more for calls still in flight when wrk stopped), none for tools/list."""
+    one per completed call (a few more for calls still in flight when wrk stopped), none for tools/list.
+
+    Given the server's `pid`, also the server's CPU time per request over the run (`server_cpu_us`): what a
+    request costs the target itself, which time taken by other programs on a shared machine changes less than
+    its req/s."""
     before = upstream.settled() if upstream else 0
     asked = upstream.status_requests if upstream else 0
+    cpu = process_cpu_seconds(pid) if pid is not None else 0.0
     stats = wrk(args, url, scenario, era, seconds, count=count, auth=auth)
+    if pid is not None and stats["requests"]:
+        stats["server_cpu_us"] = (process_cpu_seconds(pid) - cpu) / stats["requests"] * 1e6
     require_clean(name, phase, stats)
     if upstream is not None:
         after = upstream.settled()  # this count includes the status requests made since `before`
@@ -470,10 +491,13 @@ def timed(
 def make_row(name: str, scenario: str, era: str, runs: list[dict[str, Any]]) -> Row:
     """The row of one (target, scenario, shape): the run with the median req/s."""
     stats = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
+    cpu = sorted(r["server_cpu_us"] for r in runs if "server_cpu_us" in r)
     row = Row(name.split()[0], scenario, era, stats["rps"], stats["p50_us"] / 1e3, stats["p99_us"] / 1e3,
-              [r["rps"] for r in runs], stats)  # fmt: skip
+              [r["rps"] for r in runs], stats, cpu[len(cpu) // 2] if cpu else None)  # fmt: skip
     spread = f" (runs: {', '.join(f'{r:,.0f}' for r in row.runs_rps)})" if len(runs) > 1 else ""
-    print(f"{name}: {row.rps:,.0f} req/s{spread}, p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms", file=sys.stderr)
+    cost = f", server CPU {row.cpu_us:.1f} µs/request" if row.cpu_us is not None else ""
+    print(f"{name}: {row.rps:,.0f} req/s{spread}, p50 {row.p50_ms:.2f} ms, p99 {row.p99_ms:.2f} ms{cost}",
+          file=sys.stderr)  # fmt: skip
     return row
 
 
@@ -554,8 +578,11 @@ SCENARIO_LABELS = {"tools_call": "tools/call", "tools_list": "tools/list", "gate
 
 def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
     best: dict[tuple[str, str], float] = {}
+    cheapest: dict[tuple[str, str], float] = {}  # the least server CPU per request of a target's shapes
     for r in rows:
         best[r.target, r.scenario] = max(best.get((r.target, r.scenario), 0.0), r.rps)
+        if r.cpu_us:
+            cheapest[r.target, r.scenario] = min(cheapest.get((r.target, r.scenario), r.cpu_us), r.cpu_us)
     versions = ", ".join(f"{k} {v}" for k, v in meta["packages"].items())
     lines = [
         f"# Crank MCP benchmark ({meta['date']})",
@@ -571,17 +598,22 @@ def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
     if echo:
         lines += [
             "",
-            "Ratios are req/s over the reference's best request shape in the same scenario.",
+            "Ratios are req/s over the reference's best request shape in the same scenario. The server's CPU "
+            "time per request (the median of the runs, from `/proc/PID/stat`) is what a request costs the target "
+            "itself; × bare by CPU is the bare app's least CPU per request over this row's.",
             "",
-            "| target | scenario | request shape | req/s | p50 ms | p99 ms | × SDK low-level | × bare |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+            "| target | scenario | request shape | req/s | p50 ms | p99 ms | × SDK low-level | × bare "
+            "| server CPU µs/req | × bare by CPU |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in sorted(echo, key=lambda r: (SCENARIOS.index(r.scenario), -r.rps)):
             mark = " (best)" if r.rps == best[r.target, r.scenario] else ""
+            cpu = f"{r.cpu_us:.1f}" if r.cpu_us else "–"
+            by_cpu = ratio(cheapest[UPPER, r.scenario], r.cpu_us) if (UPPER, r.scenario) in cheapest else "–"
             lines.append(
                 f"| {labels[r.target]} | {SCENARIO_LABELS[r.scenario]} | {ERAS[r.era]}{mark} | {r.rps:,.0f} "
                 f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {ratio(r.rps, best.get((REFERENCE, r.scenario)))} "
-                f"| {ratio(r.rps, best.get((UPPER, r.scenario)))} |"
+                f"| {ratio(r.rps, best.get((UPPER, r.scenario)))} | {cpu} | {by_cpu} |"
             )
     gateway = [r for r in rows if GROUP[r.scenario] == "gateway"]
     if gateway:
@@ -714,6 +746,7 @@ def main() -> int:
     # (name, url, scenario, era) of every verified combination, in target order, and the key each sends.
     combos: list[tuple[str, str, str, str]] = []
     keys: dict[str, str | None] = {}
+    pids: dict[str, int] = {}  # each (target, scenario, shape)'s server process
     upstream: Upstream | None = None
     gateway_key: str | None = None
     gateway_env: dict[str, str] = {}
@@ -755,7 +788,8 @@ def main() -> int:
                 source = data_source or "an earlier run"
                 print(f"bare tools/list bytes: {DATA_FILE.relative_to(ROOT)} from {source}", file=sys.stderr)
             log = args.out / "logs" / f"{target.key}.log"
-            url = servers.enter_context(serve(python, target, args.server_cpu, log, env))
+            served = servers.enter_context(serve(python, target, args.server_cpu, log, env))
+            url = served.url
             if target.key == JWT_GATEWAY:  # written by the app at import, before its port listened
                 auth = token_file.read_text().strip()
             for scenario in scenarios_of(args, target):
@@ -774,7 +808,7 @@ def main() -> int:
                         DATA_FILE.write_bytes(body)
                         data_source = f"{target.key} ({ERAS[era]} shape)"
                     combos.append((name, where, scenario, era))
-                    keys[name] = auth
+                    keys[name], pids[name] = auth, served.pid
                 # An earlier commit (--base) may lack a scenario added since (discovery): skipped, not a failure.
                 if shapes == 0 and not (target.root is not None and scenario in BASE_MAY_LACK):
                     unverified.append(f"{target.key} {scenario}")
@@ -790,7 +824,7 @@ def main() -> int:
                 for era in args.eras:
                     for name, url, _scenario, _era in (c for c in combos if c[2:] == (scenario, era)):
                         runs[name].append(timed(args, name, "timed run", url, scenario, era, args.duration,
-                                                *context(name, scenario)))  # fmt: skip
+                                                *context(name, scenario), pid=pids[name]))  # fmt: skip
         rows = [make_row(name, scenario, era, runs[name]) for name, _url, scenario, era in combos]
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
