@@ -68,15 +68,17 @@ from crank.mcp.streams import (
 )
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
-from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
+from crank.types import ASGIApp, JSONObject, Message, Receive, Scope, Send
 from crank.wire.asgi import (
     DEFAULT_MAX_BODY_SIZE,
+    HEADERS_SCOPE_KEY,
     JSON_CONTENT_TYPE_HEADER,
     EarlyAnswer,
     read_body,
     read_headers,
     send_response,
     serve_lifespan,
+    unique_headers,
 )
 from crank.wire.auth import Authenticator, challenge_header
 from crank.wire.http import accepts_json, is_json_media_type
@@ -100,6 +102,7 @@ from crank.wire.middleware import (
     BearerAuth,
     KnownRefusal,
     RequestChecksMiddleware,
+    declared_length,
     jsonrpc_refusal,
 )
 from crank.wire.security import HostOriginPolicy
@@ -233,7 +236,7 @@ class MCPEndpoint:
         if changes is not None:  # a listening stream ends once its caller's credentials no longer hold
             self.server.offer_list_changes(changes, still_valid=auth.still_valid if auth is not None else None)
         self._checks = RequestChecksMiddleware(self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth)
-        self.http_app: ASGIApp = self._checks
+        self.http_app: ASGIApp = self._common if auth is None and self._catalog is not None else self._checks
         """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
         gateway) calls it directly, one coroutine level less per request than through `__call__`."""
 
@@ -255,6 +258,70 @@ class MCPEndpoint:
         if self._changes is not None:
             self._changes.close_all()
         await self.server.streams.requests.aclose()
+
+    async def _common(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`http_app` of an endpoint that authenticates no one and serves a fixed catalog (the in-process case):
+        the common request, a JSON-RPC request POSTed to the endpoint's root with a declared length and no
+        query, answered in one coroutine, where `self._checks`, `_serve` and `_mcp_post` take three
+        (docs/benchmarks.md). Every check is the same rule those call, in the same order; any request that one
+        of them would not let through as the common one goes to them unchanged, with its body replayed once it
+        was read. tests/mcp/test_http_common.py holds the two paths to the same answers."""
+        headers = unique_headers(scope)
+        route: str = scope["path"]
+        root = scope.get("root_path")
+        if root and route.startswith(root):  # `_route`, inline on the hot path
+            route = route[len(root) :]
+        if (
+            headers is None  # a repeated header: refused, or joined, by the checks
+            or scope["method"] != "POST"
+            or scope.get("query_string")
+            or route not in ("", "/")
+            or self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None
+            or (length := declared_length(headers.get("content-length"))) is None
+            or length > self.max_body_size
+            or not accepts_json(headers.get("accept"))
+            or not is_json_media_type(headers.get("content-type"))
+        ):
+            await self._checks(scope, receive, send)
+            return
+        scope[HEADERS_SCOPE_KEY] = headers  # as the checks leave them, for whoever reads the scope's headers
+        after = start_after_response()
+        body = await read_body(receive)
+        try:
+            message = _json.loads_bounded(body)
+        except ValueError:  # not JSON, or too deep: answered by `_mcp_post`
+            message = None
+        if type(message) is not dict or not _is_plain_request(message):
+            await self._checks(scope, _replaying(body, receive), send)
+            return
+        info = RequestInfo(headers, None, scope.get(AUTH_SCOPE_KEY), send, receive, self._streams, None, scope)
+        # From here as `_mcp_post` and `_serve` answer a plain request.
+        try:
+            try:
+                exchange = await self.server.handle(message, self._catalog, info)  # type: ignore[arg-type]
+            except asyncio.CancelledError:
+                if not _closed_by_client(info):
+                    raise
+                logger.info("call cancelled: the client closed its stream (method %s)", message.get("method"))
+                return
+            if info.stream is not None:
+                await info.stream.finish(exchange.body)  # the answer ends the stream a handler opened
+                return
+        except AuthChallengeError as refused:  # a tool that runs another found scopes missing: 401/403
+            exchange = self._challenge(scope, refused)
+        except Exception as exc:
+            exchange = _internal(None, self.server.internal_error(exc))
+        answer = exchange.body
+        if answer is None:
+            await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
+        else:
+            head = [(b"content-length", b"%d" % len(answer)), JSON_CONTENT_TYPE_HEADER]
+            if exchange.headers:
+                head.extend(exchange.headers)
+            await send({"type": "http.response.start", "status": exchange.status, "headers": head})
+            await send({"type": "http.response.body", "body": answer})
+        if after:
+            await run_after_response(after)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         after = start_after_response()
@@ -541,6 +608,21 @@ class MCPEndpoint:
             else:
                 return _plain_failure(result)
         return Exchange(200, _json.dumps(result))
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """`receive` for a request whose body was already read: that body first, then whatever comes next (the
+    client leaving)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 def _closed_by_client(info: RequestInfo) -> bool:

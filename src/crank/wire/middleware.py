@@ -46,6 +46,7 @@ __all__ = [
     "HostOriginMiddleware",
     "RequestChecksMiddleware",
     "TokenTable",
+    "declared_length",
     "jsonrpc_refusal",
 ]
 
@@ -219,7 +220,7 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         else:
             host, origin, declared, authorization = _repeated_headers(scope)
         refused = self.policy.check(scope.get("server"), host, origin)
-        length = _declared_length(declared)
+        length = declared_length(declared)
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
         elif length is not None and length > self.max_body_size:
@@ -247,13 +248,13 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             return None
         if self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None:
             return None
-        length = _declared_length(headers.get("content-length"))
+        length = declared_length(headers.get("content-length"))
         if length is not None and length > self.max_body_size:
             return None
         return self.auth.answer_early(scope, headers.get("authorization"))
 
 
-def _declared_length(declared: str | None) -> int | None:
+def declared_length(declared: str | None) -> int | None:
     """A `Content-Length` value as a number; None when there is none or it is not one (the server refuses it)."""
     return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
 
