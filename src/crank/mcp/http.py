@@ -314,11 +314,8 @@ class MCPEndpoint:
         answer = exchange.body
         if answer is None:
             await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
-        else:
-            head = [(b"content-length", b"%d" % len(answer)), JSON_CONTENT_TYPE_HEADER]
-            if exchange.headers:
-                head.extend(exchange.headers)
-            await send({"type": "http.response.start", "status": exchange.status, "headers": head})
+        else:  # as `_serve` sends it
+            await send(_json_start(exchange, answer))
             await send({"type": "http.response.body", "body": answer})
         if after:
             await run_after_response(after)
@@ -367,10 +364,7 @@ class MCPEndpoint:
         if body is None:
             await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
         else:  # `send_response`, inline: one coroutine less per answer (docs/benchmarks.md)
-            head = [(b"content-length", b"%d" % len(body)), JSON_CONTENT_TYPE_HEADER]
-            if exchange.headers:
-                head.extend(exchange.headers)
-            await send({"type": "http.response.start", "status": exchange.status, "headers": head})
+            await send(_json_start(exchange, body))
             await send({"type": "http.response.body", "body": body})
         if after:
             await run_after_response(after)
@@ -608,6 +602,14 @@ class MCPEndpoint:
             else:
                 return _plain_failure(result)
         return Exchange(200, _json.dumps(result))
+
+
+def _json_start(exchange: Exchange, body: bytes) -> Message:
+    """The start of a JSON answer: its length, its type, and the exchange's own headers."""
+    head = [(b"content-length", b"%d" % len(body)), JSON_CONTENT_TYPE_HEADER]
+    if exchange.headers:
+        head.extend(exchange.headers)
+    return {"type": "http.response.start", "status": exchange.status, "headers": head}
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
