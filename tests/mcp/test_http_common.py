@@ -1,4 +1,4 @@
-"""An in-process endpoint answers the common request in one coroutine (`MCPEndpoint._common`), and every request,
+"""An in-process endpoint answers the common request in one coroutine (`MCPEndpoint._serve_common`), and every request,
 common or not, gets exactly the answer of the general path (`RequestChecksMiddleware` around `_serve`): the same
 status, headers and body, byte for byte (the random ids of internal errors, stream events and sessions aside)."""
 
@@ -38,6 +38,8 @@ BODIES = [
     call("test_image_content", {}),
     call("test_tool_with_progress", {}, _meta={"progressToken": "p1"}),
     call("echo", {"text": "hi"}, _meta=MODERN_META),
+    call("test_tool_with_progress", {}, _meta={**MODERN_META, "progressToken": "p2"}),
+    call("echo", {"text": "x" * 70_000}),  # over 64 KiB: the general path reads it
     b'{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{}}',
     b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
     b'{"jsonrpc":"2.0","id":null,"method":"ping"}',
@@ -109,10 +111,11 @@ COMMON: dict[str, Any] = {
     "length": "declared", "repeated": False,
 }  # fmt: skip
 VARIANTS: dict[str, list[Any]] = {
-    "method": ["GET", "DELETE"], "place": PLACES, "query": [b"format=json"], "host": HOSTS, "origin": ORIGINS,
+    "method": ["GET", "DELETE"], "place": PLACES, "query": [b"format=json", b"format=markdown", b"format=bogus"],
+    "host": HOSTS, "origin": ORIGINS,
     "accept": ACCEPTS, "content_type": CONTENT_TYPES, "version": VERSIONS, "length": LENGTHS, "repeated": [True],
 }  # fmt: skip
-# The common request with up to two of its parts changed: most examples are near what `_common` answers itself.
+# The common request with up to two of its parts changed: most examples are near what `_serve_common` answers itself.
 REQUESTS = st.lists(st.sampled_from(sorted(VARIANTS)), max_size=2, unique=True).flatmap(
     lambda names: st.fixed_dictionaries({name: st.sampled_from(VARIANTS[name]) for name in names})
 )
@@ -132,13 +135,45 @@ async def test_every_request_gets_the_answer_of_the_general_path(
 
 @pytest.mark.anyio
 async def test_the_common_request_is_answered_in_one_coroutine() -> None:
-    """The in-process endpoint serves through `_common`; the answer is the tool's, as the general path gives it."""
-    assert ENDPOINT.http_app.__func__ is MCPEndpoint._common  # type: ignore[attr-defined]
+    """The in-process endpoint answers the common request itself: with its general path made to fail, the call
+    still gets the tool's answer, and any other request reaches the general path."""
+    endpoint = MCPEndpoint(conformance_app.catalog)
+    assert endpoint.http_app.__func__ is MCPEndpoint._serve_common  # type: ignore[attr-defined]
+    reached: list[str] = []
+
+    async def general(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["method"])
+        await send({"type": "http.response.start", "status": 599, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    endpoint._checks.app = general  # what the checks let through goes here, not to `_serve`
     body = call("echo", {"text": "hi"})
-    scope = request_scope(body, **COMMON)
-    sent = await answer(ENDPOINT.http_app, scope, body, split=False)
+    sent = await answer(endpoint.http_app, request_scope(body, **COMMON), body, split=False)
     assert sent[0][0] == 200
     assert orjson.loads(sent[1])["result"]["content"] == [{"type": "text", "text": "hi"}]
+    assert reached == []
+    sent = await answer(endpoint.http_app, request_scope(body, **{**COMMON, "method": "PUT"}), body, split=False)
+    assert (sent[0][0], reached) == (599, ["PUT"])
+
+
+@pytest.mark.anyio
+async def test_a_receive_that_fails_is_answered_as_the_general_path_answers_it() -> None:
+    body = call("echo", {"text": "hi"})
+    answers = []
+    for app in (ENDPOINT.http_app, ENDPOINT._checks):
+        sent: list[Any] = []
+
+        async def receive() -> Message:
+            raise RuntimeError("the connection broke")
+
+        async def send(message: Message, sent: list[Any] = sent) -> None:
+            sent.append(message.get("status") or message.get("body", b""))
+
+        await app(request_scope(body, **COMMON), receive, send)
+        answers.append(sent)
+    assert answers[0][0] == answers[1][0] == 200
+    assert orjson.loads(answers[0][1])["error"]["code"] == orjson.loads(answers[1][1])["error"]["code"] == -32603
+    assert RANDOM_IDS.sub(b"", answers[0][1]) == RANDOM_IDS.sub(b"", answers[1][1])
 
 
 def test_an_endpoint_that_authenticates_or_looks_up_its_catalog_keeps_the_general_path() -> None:

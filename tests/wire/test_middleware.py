@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import socket
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -231,3 +232,25 @@ async def test_the_parsed_tokens_kept_are_bounded_in_number_and_size() -> None:
     assert auth._tokens == {}  # a longer value is parsed each time, never kept
     assert await auth.admitted(dict(scope), send, "Bearer " + "\u00e9" * 400)
     assert auth._tokens == {}  # nor a non-ASCII one, whose characters may each take more than a byte
+
+
+def _post_chunked_with_a_small_declared_length(url: str, size: int) -> int:
+    """POST `size` bytes framed by `Transfer-Encoding: chunked` while `Content-Length` says 5 (a smuggling
+    attempt: h11 frames the body by the chunks and hands the app both headers); the answer's status."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        body = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in _chunks(size, 100)) + b"0\r\n\r\n"
+        head = (f"POST / HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        sock.sendall(head.encode() + body)
+        return int(sock.recv(65536).split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("wrapper", ["BodyLimitMiddleware", "RequestChecksMiddleware"])
+def test_a_chunked_body_is_counted_whatever_content_length_declares(serve: Callable[..., str], wrapper: str) -> None:
+    policy = HostOriginPolicy.build(False, (), ())
+    checks = {"BodyLimitMiddleware": lambda: BodyLimitMiddleware(echo, 100),
+              "RequestChecksMiddleware": lambda: RequestChecksMiddleware(echo, policy, 100)}  # fmt: skip
+    url = serve(checks[wrapper](), http="h11")
+    assert _post_chunked_with_a_small_declared_length(url, 100) == 200
+    assert _post_chunked_with_a_small_declared_length(url, 1000) == 413

@@ -71,14 +71,12 @@ from crank.mcp.translations import negotiate_language
 from crank.types import ASGIApp, JSONObject, Message, Receive, Scope, Send
 from crank.wire.asgi import (
     DEFAULT_MAX_BODY_SIZE,
-    HEADERS_SCOPE_KEY,
     JSON_CONTENT_TYPE_HEADER,
     EarlyAnswer,
     read_body,
     read_headers,
     send_response,
     serve_lifespan,
-    unique_headers,
 )
 from crank.wire.auth import Authenticator, challenge_header
 from crank.wire.http import accepts_json, is_json_media_type
@@ -102,7 +100,6 @@ from crank.wire.middleware import (
     BearerAuth,
     KnownRefusal,
     RequestChecksMiddleware,
-    declared_length,
     jsonrpc_refusal,
 )
 from crank.wire.security import HostOriginPolicy
@@ -118,6 +115,9 @@ UNAUTHORIZED_MESSAGE = "A valid API key is required: Authorization: Bearer <key>
 _ROUTING_HEADERS = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PLAIN_ROUTES = ("/tools", "/call")
 _ID_TYPES = (str, int)
+_COMMON_MAX_BODY = 64 * 1024
+"""The largest body `_serve_common` reads: a larger one goes to the general path unread, so that a body it hands
+on after reading (a batch, say) is never parsed twice at more than this size."""
 _STREAMED = Exchange(0, None)
 """What `_mcp_post` returns once the answer went out on an SSE stream: nothing more to send."""
 
@@ -236,9 +236,11 @@ class MCPEndpoint:
         if changes is not None:  # a listening stream ends once its caller's credentials no longer hold
             self.server.offer_list_changes(changes, still_valid=auth.still_valid if auth is not None else None)
         self._checks = RequestChecksMiddleware(self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth)
-        self.http_app: ASGIApp = self._common if auth is None and self._catalog is not None else self._checks
+        self.http_app: ASGIApp = self._serve_common if auth is None and self._catalog is not None else self._checks
         """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
-        gateway) calls it directly, one coroutine level less per request than through `__call__`."""
+        gateway) calls it directly, one coroutine level less per request than through `__call__`. It is
+        `_serve_common` for an endpoint that authenticates no one and serves a fixed catalog, else the checks
+        around `_serve`."""
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """The 429 of a request whose caller's limit is known to be used up (`refused_now`), from its head alone
@@ -259,58 +261,60 @@ class MCPEndpoint:
             self._changes.close_all()
         await self.server.streams.requests.aclose()
 
-    async def _common(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """`http_app` of an endpoint that authenticates no one and serves a fixed catalog (the in-process case):
-        the common request, a JSON-RPC request POSTed to the endpoint's root with a declared length and no
-        query, answered in one coroutine, where `self._checks`, `_serve` and `_mcp_post` take three
-        (docs/benchmarks.md). Every check is the same rule those call, in the same order; any request that one
-        of them would not let through as the common one goes to them unchanged, with its body replayed once it
-        was read. tests/mcp/test_http_common.py holds the two paths to the same answers."""
-        headers = unique_headers(scope)
+    async def _serve_common(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`http_app` of an endpoint that authenticates no one and serves a fixed catalog (the in-process case).
+
+        The common request, a JSON-RPC request POSTed to the endpoint's root with a declared length (at most
+        `_COMMON_MAX_BODY`) and no query, is answered here in one coroutine, where `self._checks`, `_serve` and
+        `_mcp_post` take three (docs/benchmarks.md). The wire's checks are theirs (`straight_through`), then
+        `_serve`'s route and `_mcp_post`'s media types, body and envelope; a request that one of them would not
+        let through as the common one goes to the general path unchanged, its body replayed once it was read.
+        The protocol is `MCPServer.handle` on both paths, and a failure is answered by `_failure` on both.
+        tests/mcp/test_http_common.py holds the two paths to the same answers."""
+        headers = self._checks.straight_through(scope)
         route: str = scope["path"]
         root = scope.get("root_path")
         if root and route.startswith(root):  # `_route`, inline on the hot path
             route = route[len(root) :]
         if (
-            headers is None  # a repeated header: refused, or joined, by the checks
+            headers is None
             or scope["method"] != "POST"
             or scope.get("query_string")
             or route not in ("", "/")
-            or self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None
-            or (length := declared_length(headers.get("content-length"))) is None
-            or length > self.max_body_size
+            or int(headers["content-length"]) > _COMMON_MAX_BODY  # a larger body is parsed once, by `_mcp_post`
             or not accepts_json(headers.get("accept"))
             or not is_json_media_type(headers.get("content-type"))
         ):
             await self._checks(scope, receive, send)
             return
-        scope[HEADERS_SCOPE_KEY] = headers  # as the checks leave them, for whoever reads the scope's headers
         after = start_after_response()
-        body = await read_body(receive)
+        catalog = self._catalog
+        assert catalog is not None  # `http_app` is this method only for a fixed catalog
         try:
-            message = _json.loads_bounded(body)
-        except ValueError:  # not JSON, or too deep: answered by `_mcp_post`
-            message = None
-        if type(message) is not dict or not _is_plain_request(message):
-            await self._checks(scope, _replaying(body, receive), send)
-            return
-        info = RequestInfo(headers, None, scope.get(AUTH_SCOPE_KEY), send, receive, self._streams, None, scope)
-        # From here as `_mcp_post` and `_serve` answer a plain request.
-        try:
+            body = await read_body(receive)
+        except Exception as exc:  # a failing `receive`: what `_serve` answers for any failure
+            exchange = self._failure(scope, route, exc)
+        else:
             try:
-                exchange = await self.server.handle(message, self._catalog, info)  # type: ignore[arg-type]
-            except asyncio.CancelledError:
-                if not _closed_by_client(info):
-                    raise
-                logger.info("call cancelled: the client closed its stream (method %s)", message.get("method"))
+                message = _json.loads_bounded(body)
+            except Exception:  # not JSON, too deep, or failing: answered by `_mcp_post`
+                message = None
+            if type(message) is not dict or not _is_plain_request(message):
+                await self._checks(scope, _replaying(body, receive), send)
                 return
-            if info.stream is not None:
-                await info.stream.finish(exchange.body)  # the answer ends the stream a handler opened
-                return
-        except AuthChallengeError as refused:  # a tool that runs another found scopes missing: 401/403
-            exchange = self._challenge(scope, refused)
-        except Exception as exc:
-            exchange = _internal(None, self.server.internal_error(exc))
+            info = RequestInfo(headers, None, scope.get(AUTH_SCOPE_KEY), send, receive, self._streams, None, scope)
+            try:  # as `_mcp_post` answers a plain request, and `_serve` its failure
+                try:
+                    exchange = await self.server.handle(message, catalog, info)
+                except asyncio.CancelledError:
+                    if not _closed_by_client(info, message):
+                        raise
+                    return
+                if info.stream is not None:
+                    await info.stream.finish(exchange.body)  # the answer ends the stream a handler opened
+                    return
+            except Exception as exc:
+                exchange = self._failure(scope, route, exc)
         answer = exchange.body
         if answer is None:
             await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
@@ -346,20 +350,8 @@ class MCPEndpoint:
                 exchange = await self._plain_call(scope, receive, headers) if method == "POST" else _not_allowed("POST")
             else:
                 exchange = Exchange(404, _json.dumps({"error": "Not found"}))
-        except CatalogNotFoundError as missing:  # the provider's sentence for the client, or the plain one
-            exchange = Exchange(404, _refusal(scope, 404, str(missing) or "No MCP endpoint at this path"))
-        except CatalogUnauthorizedError:
-            exchange = self._challenge(scope, AuthChallengeError(UNAUTHORIZED_MESSAGE))
-        except AuthChallengeError as refused:  # a call that needs a token, or scopes the token lacks
-            exchange = self._challenge(scope, refused)
-        except RequestTooLargeError:
-            raise  # answered by RequestChecksMiddleware, around this app
         except Exception as exc:
-            # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees
-            # for the plain pair); the request id in its data is also in the log.
-            error = self.server.internal_error(exc)
-            plain = route in _PLAIN_ROUTES
-            exchange = _plain_error(200, error.code, error.message, error.data) if plain else _internal(None, error)
+            exchange = self._failure(scope, route, exc)
         body = exchange.body
         if body is None:
             await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
@@ -368,6 +360,23 @@ class MCPEndpoint:
             await send({"type": "http.response.body", "body": body})
         if after:
             await run_after_response(after)
+
+    def _failure(self, scope: Scope, route: str, exc: Exception) -> Exchange:
+        """The answer to a request whose handling raised `exc` (`_serve` and `_serve_common`)."""
+        if isinstance(exc, CatalogNotFoundError):  # the provider's sentence for the client, or the plain one
+            return Exchange(404, _refusal(scope, 404, str(exc) or "No MCP endpoint at this path"))
+        if isinstance(exc, CatalogUnauthorizedError):
+            return self._challenge(scope, AuthChallengeError(UNAUTHORIZED_MESSAGE))
+        if isinstance(exc, AuthChallengeError):  # a call that needs a token, or scopes the token lacks
+            return self._challenge(scope, exc)
+        if isinstance(exc, RequestTooLargeError):
+            raise exc  # answered by RequestChecksMiddleware, around this app
+        # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees for the
+        # plain pair); the request id in its data is also in the log.
+        error = self.server.internal_error(exc)
+        if route in _PLAIN_ROUTES:
+            return _plain_error(200, error.code, error.message, error.data)
+        return _internal(None, error)
 
     def _challenge(self, scope: Scope, refused: AuthChallengeError) -> Exchange:
         """A 401 or 403 with its Bearer challenge, as the request's checks answer one."""
@@ -458,9 +467,8 @@ class MCPEndpoint:
         try:
             exchange = await self.server.handle(message, catalog, info)
         except asyncio.CancelledError:
-            if not _closed_by_client(info):
+            if not _closed_by_client(info, message):
                 raise
-            logger.info("call cancelled: the client closed its stream (method %s)", message.get("method"))
             return _STREAMED
         if info.stream is None:
             return exchange
@@ -627,13 +635,14 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def _closed_by_client(info: RequestInfo) -> bool:
+def _closed_by_client(info: RequestInfo, message: JSONObject) -> bool:
     """2026-07-28: whether the cancellation is the client closing its stream (which cancels the call); if so,
-    the task's cancellation is taken back, as nothing else asked for it."""
+    the task's cancellation is taken back, as nothing else asked for it, and the log says so."""
     task = asyncio.current_task()
     if info.stream is None or not info.stream.closed_by_client or task is None:
         return False
     task.uncancel()
+    logger.info("call cancelled: the client closed its stream (method %s)", message.get("method"))
     return True
 
 

@@ -8,7 +8,7 @@ pass over the headers and one await level: what an endpoint puts around itself o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from crank import _json
@@ -47,6 +47,7 @@ __all__ = [
     "RequestChecksMiddleware",
     "TokenTable",
     "declared_length",
+    "framed_length",
     "jsonrpc_refusal",
 ]
 
@@ -147,7 +148,8 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = header(scope, b"content-length")
+        # A Transfer-Encoding frames the body, whatever Content-Length says (RFC 9112 §6.3): its body is counted.
+        declared = header(scope, b"content-length") if header(scope, b"transfer-encoding") is None else None
         if declared is not None and declared.isdigit():
             if int(declared) > self.max_body_size:
                 await self._refuse(scope, send)
@@ -213,14 +215,14 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         if headers is not None:
             scope[HEADERS_SCOPE_KEY] = headers
             host, origin = headers.get("host"), headers.get("origin")
-            declared, authorization = headers.get("content-length"), headers.get("authorization")
+            length, authorization = framed_length(headers), headers.get("authorization")
         elif (repeated := repeated_header(scope["headers"])) is not None:
             await _refuse_repeated(scope, send, repeated, self.refusal)
             return
         else:
             host, origin, declared, authorization = _repeated_headers(scope)
+            length = declared_length(declared)
         refused = self.policy.check(scope.get("server"), host, origin)
-        length = declared_length(declared)
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
         elif length is not None and length > self.max_body_size:
@@ -248,10 +250,26 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
             return None
         if self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None:
             return None
-        length = declared_length(headers.get("content-length"))
+        length = framed_length(headers)
         if length is not None and length > self.max_body_size:
             return None
         return self.auth.answer_early(scope, headers.get("authorization"))
+
+    def straight_through(self, scope: Scope) -> dict[str, str] | None:
+        """The headers of a request that `__call__` would hand to its app at once, as it is: no header repeated,
+        the Host/Origin policy met, a body framed by a declared length within the limit, and no authentication
+        to wait for (left in the scope, as `__call__` leaves them). None for any other request, which `__call__`
+        answers its own way."""
+        if self.auth is not None:
+            return None
+        headers = unique_headers(scope)
+        if headers is None or self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")):
+            return None
+        length = framed_length(headers)
+        if length is None or length > self.max_body_size:
+            return None
+        scope[HEADERS_SCOPE_KEY] = headers
+        return headers
 
 
 def declared_length(declared: str | None) -> int | None:
@@ -259,11 +277,20 @@ def declared_length(declared: str | None) -> int | None:
     return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
 
 
+def framed_length(headers: Mapping[str, str]) -> int | None:
+    """The length a request's body is framed by: its `Content-Length` (`declared_length`), or None when a
+    `Transfer-Encoding` frames it instead. That one wins over Content-Length (RFC 9112 §6.3), and h11 hands an
+    app both: a small declared length must not let a longer chunked body past the limit uncounted."""
+    return None if "transfer-encoding" in headers else declared_length(headers.get("content-length"))
+
+
 def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
     """Host, Origin, Content-Length and Authorization of a request that repeats some other header (Host and
     Authorization are never repeated here: `ONCE_ONLY_HEADERS`): the last Origin (as `HostOriginMiddleware`
-    reads it) and the first Content-Length (as `BodyLimitMiddleware`)."""
+    reads it) and the first Content-Length (as `BodyLimitMiddleware`), or None with a Transfer-Encoding
+    (`framed_length`)."""
     host = origin = declared = authorization = None
+    chunked = False
     for name, value in scope["headers"]:
         if name == b"host":
             host = value.decode("latin-1")
@@ -274,7 +301,9 @@ def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None,
                 declared = value.decode("latin-1")
         elif name == b"authorization" and authorization is None:
             authorization = value.decode("latin-1")
-    return host, origin, declared, authorization
+        elif name == b"transfer-encoding":
+            chunked = True
+    return host, origin, None if chunked else declared, authorization
 
 
 class BearerAuth:
