@@ -466,8 +466,8 @@ def timed(
     one per completed call (a few more for calls still in flight when wrk stopped), none for tools/list.
 
     Given the server's `pid`, also the server's CPU time per request over the run (`server_cpu_us`): what a
-    request costs the target itself, which time taken by other programs on a shared machine changes less than
-    its req/s."""
+    request costs the target itself. Other programs' time does not count in it, though their load on a shared
+    machine still moves it (bench/README.md)."""
     before = upstream.settled() if upstream else 0
     asked = upstream.status_requests if upstream else 0
     cpu = process_cpu_seconds(pid) if pid is not None else 0.0

@@ -271,7 +271,8 @@ class MCPEndpoint:
         let through as the common one goes to the general path unchanged, its body replayed once it was read.
         The protocol is `MCPServer.handle` on both paths, and a failure is answered by `_failure` on both.
         tests/mcp/test_http_common.py holds the two paths to the same answers."""
-        headers = self._checks.straight_through(scope)
+        # A body over _COMMON_MAX_BODY goes to the general path unread: it is parsed once, by `_mcp_post`.
+        headers = self._checks.straight_through(scope, _COMMON_MAX_BODY)
         route: str = scope["path"]
         root = scope.get("root_path")
         if root and route.startswith(root):  # `_route`, inline on the hot path
@@ -281,7 +282,6 @@ class MCPEndpoint:
             or scope["method"] != "POST"
             or scope.get("query_string")
             or route not in ("", "/")
-            or int(headers["content-length"]) > _COMMON_MAX_BODY  # a larger body is parsed once, by `_mcp_post`
             or not accepts_json(headers.get("accept"))
             or not is_json_media_type(headers.get("content-type"))
         ):

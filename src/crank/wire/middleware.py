@@ -46,8 +46,6 @@ __all__ = [
     "HostOriginMiddleware",
     "RequestChecksMiddleware",
     "TokenTable",
-    "declared_length",
-    "framed_length",
     "jsonrpc_refusal",
 ]
 
@@ -215,13 +213,13 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         if headers is not None:
             scope[HEADERS_SCOPE_KEY] = headers
             host, origin = headers.get("host"), headers.get("origin")
-            length, authorization = framed_length(headers), headers.get("authorization")
+            length, authorization = _framed_length(headers), headers.get("authorization")
         elif (repeated := repeated_header(scope["headers"])) is not None:
             await _refuse_repeated(scope, send, repeated, self.refusal)
             return
         else:
             host, origin, declared, authorization = _repeated_headers(scope)
-            length = declared_length(declared)
+            length = _declared_length(declared)
         refused = self.policy.check(scope.get("server"), host, origin)
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
@@ -245,50 +243,59 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         `__call__` makes first. None for any other request, which then goes through `__call__`."""
         if self.auth is None or self.auth.refused_now is None:
             return None
-        headers = unique_headers(scope)
-        if headers is None:  # a repeated header: `__call__` reads it its own way
+        passing = self._passing(scope)
+        if passing is None:
             return None
-        if self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None:
-            return None
-        length = framed_length(headers)
-        if length is not None and length > self.max_body_size:
-            return None
-        return self.auth.answer_early(scope, headers.get("authorization"))
+        return self.auth.answer_early(scope, passing[0].get("authorization"))
 
-    def straight_through(self, scope: Scope) -> dict[str, str] | None:
+    def straight_through(self, scope: Scope, limit: int) -> dict[str, str] | None:
         """The headers of a request that `__call__` would hand to its app at once, as it is: no header repeated,
-        the Host/Origin policy met, a body framed by a declared length within the limit, and no authentication
-        to wait for (left in the scope, as `__call__` leaves them). None for any other request, which `__call__`
-        answers its own way."""
+        the Host/Origin policy met, a body framed by a declared length within the limit and within the caller's
+        own `limit`, and no authentication to wait for (left in the scope, as `__call__` leaves them). None for
+        any other request, which `__call__` answers its own way."""
         if self.auth is not None:
             return None
-        headers = unique_headers(scope)
-        if headers is None or self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")):
+        passing = self._passing(scope)
+        if passing is None:
             return None
-        length = framed_length(headers)
-        if length is None or length > self.max_body_size:
+        headers, length = passing
+        if length is None or length > limit:
             return None
         scope[HEADERS_SCOPE_KEY] = headers
         return headers
 
+    def _passing(self, scope: Scope) -> tuple[dict[str, str], int | None] | None:
+        """The headers and framed length of a request that none of `__call__`'s header checks refuses: no header
+        repeated (`__call__` reads those its own way), the Host/Origin policy met, and no declared length over
+        the limit. None for any other request."""
+        headers = unique_headers(scope)
+        if headers is None:
+            return None
+        if self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None:
+            return None
+        length = _framed_length(headers)
+        if length is not None and length > self.max_body_size:
+            return None
+        return headers, length
 
-def declared_length(declared: str | None) -> int | None:
+
+def _declared_length(declared: str | None) -> int | None:
     """A `Content-Length` value as a number; None when there is none or it is not one (the server refuses it)."""
     return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
 
 
-def framed_length(headers: Mapping[str, str]) -> int | None:
-    """The length a request's body is framed by: its `Content-Length` (`declared_length`), or None when a
+def _framed_length(headers: Mapping[str, str]) -> int | None:
+    """The length a request's body is framed by: its `Content-Length` (`_declared_length`), or None when a
     `Transfer-Encoding` frames it instead. That one wins over Content-Length (RFC 9112 §6.3), and h11 hands an
     app both: a small declared length must not let a longer chunked body past the limit uncounted."""
-    return None if "transfer-encoding" in headers else declared_length(headers.get("content-length"))
+    return None if "transfer-encoding" in headers else _declared_length(headers.get("content-length"))
 
 
 def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
     """Host, Origin, Content-Length and Authorization of a request that repeats some other header (Host and
     Authorization are never repeated here: `ONCE_ONLY_HEADERS`): the last Origin (as `HostOriginMiddleware`
     reads it) and the first Content-Length (as `BodyLimitMiddleware`), or None with a Transfer-Encoding
-    (`framed_length`)."""
+    (`_framed_length`)."""
     host = origin = declared = authorization = None
     chunked = False
     for name, value in scope["headers"]:
