@@ -32,11 +32,12 @@ from starlette.routing import BaseRoute, Route
 from crank.admin.api import AdminAPI, registry_probe
 from crank.admin.console import Console
 from crank.admin.console.sso import SingleSignOn
+from crank.admin.guard import SignInGuard
 from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
-from crank.gateway.tokens import MAX_DOCUMENT_BYTES, TokenVerifier
-from crank.mcp.changes import ListChanges
+from crank.gateway.tokens import MAX_DOCUMENT_BYTES, TokenLimits, TokenVerifier
+from crank.mcp.changes import DEFAULT_MAX_LISTENERS_PER_GROUP, ListChanges
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
@@ -198,6 +199,8 @@ class GatewayService:
         public_url: str | None = None,
         request_state_secret: str | bytes | None = None,
         relay: Relay | None = None,
+        max_streams_per_workspace: int = DEFAULT_MAX_LISTENERS_PER_GROUP,
+        token_limits: TokenLimits | None = None,
     ) -> None:
         """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
         the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
@@ -206,10 +209,12 @@ class GatewayService:
         server's public base URL, which names each agent's resource for OAuth (a workspace's own audience wins);
         never taken from a request's `Host`. `request_state_secret` and `relay`: what lets replicas finish each
         other's questions to users (a confirmation): the same secret on every replica, and the answer relay
-        (`crank.state.relay`) over their Redis."""
+        (`crank.state.relay`) over their Redis. `max_streams_per_workspace`: list-change streams one workspace's
+        callers may hold open at once (`crank.mcp.changes`)."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
-        self.changes = ListChanges()  # a publish tells the clients of the agents whose lists it changed
+        # A publish tells the clients of the agents whose lists it changed.
+        self.changes = ListChanges(max_per_group=max_streams_per_workspace)
         self.source = AgentSource(
             registry,
             client,
@@ -228,7 +233,8 @@ class GatewayService:
         self.source.reload()
         # Issuers' documents are small: their own client, with the same egress policy and a small answer limit.
         issuers = UpstreamClient(egress=client.egress, max_response_bytes=MAX_DOCUMENT_BYTES)
-        self.auth = GatewayAuthenticator(self.source, TokenVerifier(issuers), public_url=public_url)
+        verifier = TokenVerifier(issuers, limits=token_limits)
+        self.auth = GatewayAuthenticator(self.source, verifier, public_url=public_url)
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
         endpoint = MCPEndpoint(
             self.source.provide,
@@ -393,8 +399,10 @@ class CrankServer:
         self.gateway: GatewayService | None = None
         self.probe = registry_probe(registry)  # one for the admin API and /readyz
         self.console: Console | None = None
+        self.sign_ins = SignInGuard()  # wrong admin tokens per address, through the admin API and the console alike
         if settings.role in ("admin", "all"):
-            self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe, egress=self.egress)
+            self.admin = AdminAPI(registry, token=settings.admin_secret(), probe=self.probe, egress=self.egress,
+                                  guard=self.sign_ins)  # fmt: skip
         if settings.role in ("mcp", "all"):
             self.gateway = GatewayService(
                 registry,
@@ -411,12 +419,16 @@ class CrankServer:
                 public_url=settings.public_url,
                 request_state_secret=settings.signing_secret(),
                 relay=RedisRelay(settings.redis_url) if settings.redis_url else None,
+                # A tenth of the connections at most for one workspace's list-change streams: docs/security.md.
+                max_streams_per_workspace=max(1, settings.max_connections // 10),
+                token_limits=settings.token_limits(),
             )
         if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one
             self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,
                                    idle_timeout=settings.console_idle_timeout, mcp=self.gateway,
                                    metrics=self.gateway.metrics if self.gateway is not None else None,
-                                   sso=self._single_sign_on(), public_url=settings.public_url)  # fmt: skip
+                                   sso=self._single_sign_on(), public_url=settings.public_url,
+                                   guard=self.sign_ins)  # fmt: skip
 
     def _single_sign_on(self) -> SingleSignOn | None:
         """The console's sign-in through an OpenID provider, when the settings name one."""

@@ -32,6 +32,15 @@ from sqlalchemy.exc import ArgumentError
 from crank.exceptions import ConfigurationError, SettingsError
 from crank.gateway.client import DEFAULT_LIMIT_PER_HOST, UpstreamClient
 from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
+from crank.gateway.tokens import (
+    INTROSPECTIONS_PER_ADDRESS,
+    INTROSPECTIONS_PER_SECOND,
+    SIGNATURE_CHECKS_PER_ADDRESS,
+    SIGNATURE_CHECKS_PER_SECOND,
+    TOKEN_CACHE_BYTES,
+    TOKEN_CACHE_TOTAL_BYTES,
+    TokenLimits,
+)
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.schema import problems_of
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
@@ -165,6 +174,30 @@ class Settings(BaseSettings):
         le=3600,
         description="Seconds an MCP replica accepts keys without the registry confirming its key list (then 503).",
     )
+    token_checks_per_second: float = Field(
+        SIGNATURE_CHECKS_PER_SECOND, gt=0, le=100_000,
+        description="New access tokens' signature checks a second, per workspace and issuer (then 503).",
+    )  # fmt: skip
+    token_checks_per_address: float = Field(
+        SIGNATURE_CHECKS_PER_ADDRESS, gt=0, le=100_000,
+        description="New access tokens' signature checks a second, per client address (IPv4, or IPv6 /64).",
+    )  # fmt: skip
+    introspections_per_second: float = Field(
+        INTROSPECTIONS_PER_SECOND, gt=0, le=10_000,
+        description="Introspection calls a second, per workspace and issuer (then 503).",
+    )  # fmt: skip
+    introspections_per_address: float = Field(
+        INTROSPECTIONS_PER_ADDRESS, gt=0, le=10_000,
+        description="Introspection calls a second, per client address (IPv4, or IPv6 /64).",
+    )  # fmt: skip
+    token_cache_bytes: int = Field(
+        TOKEN_CACHE_BYTES, ge=4096, le=1024 * 1024 * 1024,
+        description="Bytes of validated access tokens kept per workspace (its least recently used go first).",
+    )  # fmt: skip
+    token_cache_total_bytes: int = Field(
+        TOKEN_CACHE_TOTAL_BYTES, ge=4096, le=16 * 1024 * 1024 * 1024,
+        description="Bytes of validated access tokens kept for every workspace (the largest workspace's go first).",
+    )  # fmt: skip
     egress_allow: str = Field(
         "", description="Comma-separated networks, address:port or host:port the gateway may connect to besides "
         "public addresses (crank.gateway.egress)."
@@ -281,6 +314,17 @@ class Settings(BaseSettings):
             max_connections=self.max_connections,
             max_head_bytes=self.max_head_bytes,
             drain_bytes=min(DEFAULT_DRAIN_BYTES, self.max_body_bytes),  # never more of a refused body than a whole one
+        )
+
+    def token_limits(self) -> TokenLimits:
+        """What checking new access tokens may cost (`crank.gateway.tokens.TokenLimits`)."""
+        return TokenLimits(
+            checks_per_second=self.token_checks_per_second,
+            checks_per_address=self.token_checks_per_address,
+            introspections_per_second=self.introspections_per_second,
+            introspections_per_address=self.introspections_per_address,
+            cache_bytes=self.token_cache_bytes,
+            cache_total_bytes=self.token_cache_total_bytes,
         )
 
     def upstream_client(self, egress: EgressPolicy) -> UpstreamClient:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import secrets
 import time
 import uuid
 from typing import Any
@@ -30,10 +31,13 @@ class Issuer:
         self.requests: list[str] = []  # the paths asked, in order
         self.broken: str | None = None  # "garbage", "error", "slow" or None
         self.rfc8414 = True  # False: metadata only at the OpenID discovery URL, as many identity providers do
+        self.extra_keys: list[dict[str, Any]] = []  # more JWKs published beside the signing key (hostile ones, say)
+        self.jwks_uri = "/jwks"  # where the metadata says the keys are
         self.app = Starlette(routes=[
             Route("/.well-known/oauth-authorization-server", self.metadata),
             Route("/.well-known/openid-configuration", self.metadata),
             Route("/jwks", self.jwks),
+            Route("/jwks-moved", self.jwks),
             Route("/introspect", self.introspect, methods=["POST"]),
         ])  # fmt: skip
 
@@ -47,6 +51,15 @@ class Issuer:
         payload = {"iss": issuer or self.url, "sub": subject, "aud": audience, "scope": scope, "iat": int(now),
                    "exp": int(now + ttl), "client_id": "test-client", **claims}  # fmt: skip
         return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": self.kid, "typ": "at+jwt"})
+
+    def forged(self, audience: str, *, kid: str | None = None, **claims: Any) -> str:
+        """A token that names this issuer and one of its key ids (both public) with a signature of a key of its
+        own: what anyone can make, a new one each time (`jti`)."""
+        stranger = _STRANGER
+        now = time.time()
+        payload = {"iss": self.url, "sub": "mallory", "aud": audience, "scope": "tools:read tools:write",
+                   "exp": int(now + 300), "jti": uuid.uuid4().hex, **claims}  # fmt: skip
+        return jwt.encode(payload, stranger, algorithm="RS256", headers={"kid": kid or self.kid})
 
     def unsigned(self, audience: str) -> str:
         """`alg: none`: no signature at all."""
@@ -87,7 +100,7 @@ class Issuer:
         if self.broken == "error":
             return PlainTextResponse("down", 500)
         url = self.url
-        endpoints = {"jwks_uri": "/jwks", "introspection_endpoint": "/introspect", "token_endpoint": "/token"}
+        endpoints = {"jwks_uri": self.jwks_uri, "introspection_endpoint": "/introspect", "token_endpoint": "/token"}
         return JSONResponse({"issuer": url, **{name: url + path for name, path in endpoints.items()}})
 
     async def jwks(self, request: Request) -> Response:
@@ -97,7 +110,7 @@ class Issuer:
         if self.broken == "error":
             return PlainTextResponse("down", 500)
         jwk = json.loads(RSAAlgorithm.to_jwk(self.key.public_key()))
-        return JSONResponse({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]})
+        return JSONResponse({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}, *self.extra_keys]})
 
     async def introspect(self, request: Request) -> Response:
         self.requests.append(request.url.path)
@@ -109,3 +122,17 @@ class Issuer:
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+_STRANGER = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def rsa_jwk(modulus_bits: int, exponent: int, kid: str) -> dict[str, Any]:
+    """The public JWK of an RSA key of `modulus_bits` bits with public exponent `exponent` (any odd number below the
+    modulus: no private key is needed to publish one, only to sign, and a forger signs nothing valid anyway)."""
+    modulus = secrets.randbits(modulus_bits) | (1 << (modulus_bits - 1)) | 1  # odd, of exactly that size
+
+    def number(value: int) -> str:
+        return _b64(value.to_bytes((value.bit_length() + 7) // 8, "big"))
+
+    return {"kty": "RSA", "n": number(modulus), "e": number(exponent), "kid": kid, "use": "sig", "alg": "RS256"}

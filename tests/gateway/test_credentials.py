@@ -28,7 +28,7 @@ from starlette.routing import Route
 from crank.exceptions import ConfigurationError, ExternalServiceError, ToolConfigurationError, ToolError
 from crank.gateway import credentials
 from crank.gateway.client import UpstreamClient
-from crank.gateway.credentials import TOKEN_EXPIRY_MARGIN, TokenCache, TokenKey
+from crank.gateway.credentials import FAILURE_MEMORY, TOKEN_EXPIRY_MARGIN, TokenCache, TokenKey
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.registry import Registry, migrate, open_engine, tool_from_spec
 from crank.server import GatewayService
@@ -513,7 +513,9 @@ async def test_a_token_endpoint_that_gives_no_usable_token_fails_the_call_as_tok
     caplog.set_level(logging.DEBUG)
     site.token.answer = answer
     token_url = site.token_url if answer is not None else f"http://127.0.0.1:{free_port()}/token"
-    called = operation(client, site.base + "/api/items", {**oauth2(site), "token_url": token_url})
+    now = [0.0]
+    tokens = TokenCache(clock=lambda: now[0])
+    called = operation(client, site.base + "/api/items", {**oauth2(site), "token_url": token_url}, tokens=tokens)
     with pytest.raises(ExternalServiceError) as failed:
         await called.call({})
     payload = failed.value.to_payload("req-1")
@@ -530,10 +532,17 @@ async def test_a_token_endpoint_that_gives_no_usable_token_fails_the_call_as_tok
     assert line["cause"] == cause and line["origin"] == origin and line.get("detail") == detail
     assert_never_logged(caplog, SECRET, quote_plus(SECRET))
     assert SECRET not in json.dumps(payload)
-    # Nothing is kept of a failure: the next call asks again.
+    # A failure is remembered for FAILURE_MEMORY seconds: the calls meanwhile fail at once, without a request.
     site.token.answer = None
+    asked = len(site.token.requests)
+    with pytest.raises(ExternalServiceError) as again:
+        await called.call({})
+    assert again.value.to_payload("req-2")["error_code"] == "upstream_token_unavailable"
+    assert len(site.token.requests) == asked and site.api.seen == []
+    now[0] += FAILURE_MEMORY  # then the next call asks again
     if answer is not None:
         assert (await called.call({})).value == {"ok": True}
+        assert len(site.token.requests) == asked + 1
 
 
 async def test_a_token_url_the_egress_policy_refuses_is_a_configuration_error(

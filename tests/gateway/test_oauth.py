@@ -252,7 +252,12 @@ def test_lazy_sign_in_leaves_the_listing_open_and_asks_for_a_token_on_a_call(oau
     initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
     assert oauth.post(None, "initialize", initialize).status_code == 200
     listed = oauth.post(None, "tools/list")
-    assert listed.status_code == 200 and len(listed.json()["result"]["tools"]) > 1
+    # Listed what a token with the agent's own scopes would see: a tool that needs a scope of its own (write) is
+    # listed only once signed in with it (issue 36, hole 5).
+    reader = oauth.issuer.token(oauth.url, scope=READ)
+    as_reader = {tool["name"] for tool in oauth.post(reader, "tools/list").json()["result"]["tools"]}
+    assert listed.status_code == 200 and {tool["name"] for tool in listed.json()["result"]["tools"]} == as_reader
+    assert "create_user" not in as_reader and "get_user" in as_reader
     refused = oauth.call(None)
     assert refused.status_code == 401  # an HTTP status on the call itself, never an in-band tool error
     assert 'resource_metadata="' in _challenge(refused) and f'scope="{READ}"' in _challenge(refused)

@@ -229,16 +229,17 @@ def test_a_hostile_prompt_template_fails_the_publish(registry: Registry, templat
 
 async def test_a_rendered_prompt_is_bounded(registry: Registry, serve: Callable[..., str]) -> None:
     registry.create_workspace("acme", "Acme")
-    prompt = {"name": "echo", "arguments": [{"name": "text"}], "messages": [{"text": "{{ text }}" * 8}]}
+    # One budget for the whole prompt: each message is within it, all three together are not.
+    prompt = {"name": "echo", "arguments": [{"name": "text"}], "messages": [{"text": "{{ text }}" * 8}] * 3}
     registry.put_agent("acme", "desk", {"prompts": [prompt]})
     registry.publish("acme", "desk", check=check_runtime)
     url = serve(GatewayService(registry, require_api_keys=False)) + "/mcp/v1/acme/desk"
     async with Client(url) as client:
         fine = await client.get_prompt("echo", {"text": "x" * 1000})
         with pytest.raises(MCPError) as refused:
-            await client.get_prompt("echo", {"text": "x" * 60_000})  # 8 × 60,000 > 256 KiB
+            await client.get_prompt("echo", {"text": "x" * 60_000})  # 3 × 8 × 60,000 > 1 MiB > 8 × 60,000
     assert fine.messages[0].content.text == "x" * 8000  # type: ignore[union-attr]
-    assert refused.value.error.code == -32602 and "longer than 262144 characters" in refused.value.error.message
+    assert refused.value.error.code == -32602 and "longer than 1048576 characters" in refused.value.error.message
 
 
 @pytest.mark.parametrize(

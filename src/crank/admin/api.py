@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -32,6 +32,7 @@ from crank.admin.actions import bind_tool, credential_gaps, publish_agent, unbin
 from crank.admin.apply import apply_catalog
 from crank.admin.changes import reimport, republish_operation
 from crank.admin.documents import is_url
+from crank.admin.guard import SIGN_IN_RETRY_AFTER, TOO_MANY_ATTEMPTS, SignInGuard
 from crank.admin.models import (
     AgentIn,
     ApiKeyIn,
@@ -44,12 +45,14 @@ from crank.admin.models import (
     WorkspaceIn,
     problems,
 )
-from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError
+from crank.exceptions import AuthChallengeError, ConfigurationError, RegistryConflictError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
 from crank.registry.runtime import OAuthPolicy, SchemeCredential
 from crank.telemetry import Probe
 from crank.types import JSONObject, Scope
+from crank.wire.asgi import header, send_response
+from crank.wire.auth import Principal
 from crank.wire.middleware import BearerAuthMiddleware
 
 __all__ = ["AdminAPI", "registry_probe"]
@@ -98,20 +101,28 @@ class AdminAPI:
     imports may fetch and publishes may target (`CRANK_EGRESS_ALLOW` when None)."""
 
     def __init__(
-        self, registry: Registry, *, token: str, probe: Probe | None = None, egress: EgressPolicy | None = None
+        self,
+        registry: Registry,
+        *,
+        token: str,
+        probe: Probe | None = None,
+        egress: EgressPolicy | None = None,
+        guard: SignInGuard | None = None,
     ) -> None:
+        """`guard`: what bounds wrong admin tokens per address (shared with the console; one of its own if None)."""
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
         self.probe = probe or registry_probe(registry)
         self.egress = egress if egress is not None else EgressPolicy.from_environment()
+        self.guard = guard if guard is not None else SignInGuard()
         self._token = token.encode()
         routes = [Route(_OPENAPI_PATH, self._openapi, methods=["GET"])]
         routes += [Route(PREFIX + e.path, self._route(e), methods=[e.method]) for e in ENDPOINTS]
         # Every request but the OpenAPI document needs the admin token: checked around the whole app.
         self._app = BearerAuthMiddleware(
             Starlette(routes=routes, exception_handlers={HTTPException: _routing_error}),
-            self._authenticate,
+            _AdminToken(self._token, self.guard),
             realm="crank-admin",
             message=_UNAUTHORIZED,
             refusal=_refusal,
@@ -119,6 +130,10 @@ class AdminAPI:
         )
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.guard.refused(scope) and header(scope, b"authorization") is not None:
+            body = _json.dumps({"error": {"code": "too_many_attempts", "message": TOO_MANY_ATTEMPTS}})
+            await send_response(send, 429, body, [(b"retry-after", b"%d" % SIGN_IN_RETRY_AFTER)])
+            return
         await self._app(scope, receive, send)
 
     def _route(self, endpoint: _Endpoint) -> Callable[[Request], Awaitable[Response]]:
@@ -148,14 +163,30 @@ class AdminAPI:
 
         return handle
 
-    def _authenticate(self, token: str | None) -> bool | None:
-        """True for the admin token (compared in constant time), else None: refused with 401."""
-        if token is None or not hmac.compare_digest(token.encode(), self._token):
-            return None
-        return True
-
     async def _openapi(self, request: Request) -> Response:
         return _json_response(openapi_document())
+
+
+ADMIN: Final = Principal(None, id="admin")
+"""Who holds the admin token: every workspace's operator."""
+
+
+class _AdminToken:
+    """The admin API's `Authenticator`: the admin token, compared in constant time; a wrong one is the guard's."""
+
+    def __init__(self, token: bytes, guard: SignInGuard) -> None:
+        self._token = token
+        self._guard = guard
+
+    def authenticate(self, scope: Scope, token: str | None) -> Principal:
+        if token is not None and hmac.compare_digest(token.encode(), self._token):
+            return ADMIN
+        if token is not None:
+            self._guard.failed(scope, "the admin API")
+        raise AuthChallengeError(_UNAUTHORIZED)
+
+    async def verify(self, scope: Scope, token: str) -> Principal:
+        raise AuthChallengeError(_UNAUTHORIZED)  # `authenticate` always knows
 
 
 def _error(status: int, code: str, message: str) -> Response:

@@ -51,7 +51,7 @@ from crank.exceptions import (
     UpstreamRequestTooLargeError,
     UpstreamTooLargeError,
 )
-from crank.gateway.client import UpstreamClient
+from crank.gateway.client import UpstreamClient, placeholder_in_origin
 from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
 from crank.mcp.validation import checkable_pattern
 from crank.types import JSONObject
@@ -665,18 +665,30 @@ class Arguments:
         return schema
 
 
-def server_url(server: JSONObject, parts: Sequence[str | int], *, option: str) -> str:
-    """A (validated) server's URL with its `{variables}` replaced by their defaults; must be absolute http(s)."""
+def server_url(
+    server: JSONObject, parts: Sequence[str | int], *, option: str, operation: Sequence[str | int] = ()
+) -> str:
+    """A (validated) server's URL with its `{variables}` replaced by their defaults; must be absolute http(s), with
+    no placeholder left in its scheme, host or port (`placeholder_in_origin`): a call's arguments would fill it.
+    `operation`: where the operation that uses the server is, for the error."""
     url: str = server["url"]
     variables = server.get("variables") or {}
+    filled: dict[str, str] = {}
 
     def fill(match: re.Match[str]) -> str:
         variable = variables.get(match[1]) if isinstance(variables, dict) else None
         if not isinstance(variable, dict) or "default" not in variable:
             raise SpecError(f"{where([*parts, 'url'])}: variable {match[1]!r} has no default in 'variables'")
-        return str(variable["default"])
+        filled[match[1]] = str(variable["default"])
+        return filled[match[1]]
 
     url = _TEMPLATE.sub(fill, url)
+    if placeholder_in_origin(url):
+        named = [name for name, value in filled.items() if "{" in value or "}" in value] or ["(none)"]
+        used = f" (used by {where(operation)})" if operation else ""
+        raise SpecError(f"{where([*parts, 'url'])}{used}: server variable {named[0]!r} leaves a placeholder in the "
+                        f"host of {url!r}, which a call's arguments would fill; give it a real default or pass "
+                        f"{option}")  # fmt: skip
     split = urlsplit(url)
     if split.scheme not in ("http", "https") or not split.netloc:
         raise SpecError(f"{where([*parts, 'url'])}: {url!r} is not an absolute http(s) URL; pass {option}")

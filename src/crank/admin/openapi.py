@@ -67,6 +67,7 @@ from crank.admin.documents import (
     where,
 )
 from crank.exceptions import SpecError
+from crank.gateway.client import placeholder_in_origin
 from crank.registry.runtime import SCHEME_NAME, is_secure_url
 from crank.types import JSONObject
 
@@ -115,6 +116,8 @@ def import_openapi(
     tags and `METHOD /path`, e.g. `["pets*", "!delete_*"]`; or a callable `(name, source) -> bool`.
     `progress(done, total)` is called with 0 first, then after each converted operation.
     """
+    if base_url is not None and placeholder_in_origin(base_url):
+        raise SpecError(f"base_url {base_url!r} has a placeholder in its host, which a call's arguments would fill")
     contents = json_copy(document)
     version = _version(contents)
     doc = Document(contents)
@@ -472,7 +475,7 @@ class _Converter:
         for parts, owner in owners:
             servers = owner.get("servers")
             if servers:
-                return server_url(servers[0], (*parts, "servers", 0), option="base_url")
+                return server_url(servers[0], (*parts, "servers", 0), option="base_url", operation=op.parts)
         raise SpecError(f"{where(op.parts)}: the document names no server; pass base_url")
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "UpstreamResponse",
     "default_limit_per_tenant",
     "parse_upstream_url",
+    "placeholder_in_origin",
 ]
 
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
@@ -475,9 +476,21 @@ def _head_too_large(size: int) -> UpstreamRequestTooLargeError:
     )
 
 
+def placeholder_in_origin(url: str) -> bool:
+    """Whether a `{placeholder}` stands in a URL's scheme, host or port: filled from a call's arguments, it would
+    send the request, and the credentials bound to the operation's origin, wherever the arguments say."""
+    scheme, _, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return any(brace in scheme or brace in authority for brace in "{}")
+
+
 def parse_upstream_url(url: str) -> SplitResult:
-    """`url` split, if it can name an upstream: http(s) with a host and a usable port, no credentials, no
-    space or control character (they would break the request line); else a `ValueError` saying why."""
+    """`url` split, if it can name an upstream: http(s) with a host and a usable port, none of them a placeholder
+    (`placeholder_in_origin`), no credentials, no space or control character (they would break the request line);
+    else a `ValueError` saying why."""
+    if placeholder_in_origin(url):
+        raise ValueError(f"{url!r} has a placeholder in its scheme, host or port, which a call's arguments would "
+                         "fill: name the host itself")  # fmt: skip
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -80,6 +80,9 @@ TOKEN_EXPIRY_MARGIN: Final = 30.0
 """Seconds before its `expires_in` that a token stops being used: a call never sends one about to expire."""
 MAX_TOKEN_RESPONSE_BYTES: Final = 64 * 1024
 """The largest token endpoint answer read (a token response is a few hundred bytes; a JWT a few KiB)."""
+FAILURE_MEMORY: Final = 5.0
+"""Seconds a token request that failed is remembered: the calls meanwhile fail at once with the same error, and a
+failing token endpoint is asked once per interval, not once per call."""
 MAX_CACHED_TOKENS: Final = 1024
 """Tokens kept before the expired ones are swept (one per token URL, client, scopes and workspace in use)."""
 _MAX_TOKEN_CHARS = 16 * 1024
@@ -244,6 +247,7 @@ class TokenCache:
         self.clock = clock
         self._tokens: dict[TokenKey, tuple[str, float]] = {}  # key -> (token, when it stops being used)
         self._flights: dict[TokenKey, asyncio.Task[str]] = {}  # key -> the token request under way
+        self._failed: dict[TokenKey, tuple[Exception, float]] = {}  # key -> its last request's failure, until when
 
     def cached(self, key: TokenKey) -> str | None:
         """The token kept for `key`, unless it expired."""
@@ -278,6 +282,11 @@ class TokenCache:
             del self._tokens[key]
 
     async def _join(self, key: TokenKey, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+        failed = self._failed.get(key)
+        if failed is not None:  # a token endpoint that just failed is not asked again for FAILURE_MEMORY seconds
+            if self.clock() < failed[1]:
+                raise failed[0]
+            del self._failed[key]
         loop = asyncio.get_running_loop()
         flight = self._flights.get(key)
         if flight is None or flight.get_loop() is not loop:
@@ -289,7 +298,13 @@ class TokenCache:
 
     async def _fly(self, key: TokenKey, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
         started = self.clock()  # the lifetime counts from the request: the token is never kept past its expiry
-        token, lifetime = await fetch()
+        try:
+            token, lifetime = await fetch()
+        except _TokenFailure as failure:
+            if len(self._failed) >= MAX_CACHED_TOKENS:
+                self._failed.clear()
+            self._failed[key] = (failure, self.clock() + FAILURE_MEMORY)
+            raise
         if lifetime > 0:
             if len(self._tokens) >= MAX_CACHED_TOKENS:
                 now = self.clock()

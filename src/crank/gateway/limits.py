@@ -3,6 +3,8 @@ quotas), counted in the state store: in process, or in Redis where every replica
 
 - A workspace's limits count every request its keys send to any of its agents (the MCP endpoint and the
   plain pair, `tools/list` included), when the key is known and before the body is read: `admit_request`.
+  Requests without credentials (lazy sign-in) count against the workspace's `OAuthPolicy.anonymous` limits
+  instead, per workspace and per client address: never against the limits its users and keys share.
 - An agent's limits count the calls of its operations (`tools/call`, or discovery's `call_operation`), all
   keys together; an API key's, the calls made with that key, to any agent: `admit_call`.
 
@@ -29,7 +31,13 @@ __all__ = ["KEY_PREFIX", "CallLimits", "Limiter"]
 
 KEY_PREFIX: Final = "limit:"
 """The state store's keys of the counts, below the store's own prefix."""
-_WHOSE = {"workspace": "this workspace's", "agent": "this agent's", "key": "this API key's"}
+_WHOSE = {
+    "workspace": "this workspace's",
+    "agent": "this agent's",
+    "key": "this API key's",
+    "anonymous": "without credentials, this workspace's",
+    "anonymous_address": "without credentials, your address's",
+}
 _PLANS_KEPT = 4096  # owners' plans kept (`Limiter._plan`): bounded, like every cache fed by the registry
 _FULL_KEPT = 4096  # counts known to be full (`Limiter._full_until`): cleared when there are more
 
@@ -132,7 +140,15 @@ class Limiter:
         return plan
 
     def _request_checks(self, key: KeyScope, workspace_limits: Limits) -> list[_Check]:
-        return self._plan("workspace", f"ws:{key.workspace}", workspace_limits).checks(time.time())
+        now = time.time()
+        if key.method != "anonymous":  # `Principal.anonymous`, inline: every request with limits passes here
+            return self._plan("workspace", f"ws:{key.workspace}", workspace_limits).checks(now)
+        # Without credentials (lazy sign-in): counted apart from the workspace's own limits, per workspace and per
+        # client address (`crank.sources.access.anonymous_principal`), never spending its users' and keys' quota.
+        checks = self._plan("anonymous", f"anon:{key.workspace}", workspace_limits).checks(now)
+        if key.limits is not None:
+            checks += self._plan("anonymous_address", f"anon:{key.id}", key.limits).checks(now)
+        return checks
 
     def _call_checks(
         self, workspace: str, agent: str, agent_limits: Limits | None, key: KeyScope | None

@@ -8,12 +8,21 @@
 The audience is checked by the caller, per resource (`crank.wire.auth.same_resource`).
 
 Every document (metadata, JWKS, introspection answers) is fetched through the gateway's upstream client, so the
-egress policy applies, with `FETCH_TIMEOUT` and `MAX_DOCUMENT_BYTES`. The JWKS is kept `JWKS_MAX_AGE` seconds;
-an unknown `kid` refetches it once, at most every `MIN_REFETCH` seconds per issuer (signing keys rotate). A
-validated token is kept until it expires (at most `MAX_CACHED_TOKENS`; introspected ones at most
-`INTROSPECTION_MAX_AGE` seconds), so a request pays the signature check once per token. An issuer that cannot
-be reached or answers garbage is `DependencyUnavailableError` (503): the token may be good, and a 401 would send
-the client through sign-in again for a fault that is not its own.
+egress policy applies, with `FETCH_TIMEOUT` and `MAX_DOCUMENT_BYTES`. The metadata is kept `METADATA_MAX_AGE`
+seconds and the JWKS `JWKS_MAX_AGE`; an unknown `kid` refetches the JWKS once, at most every `MIN_REFETCH` seconds
+per issuer (signing keys rotate). A key of unbounded cost (`usable_key`: an RSA exponent or modulus past its bound,
+a curve outside the list) is skipped, with one log line per issuer and fetch.
+
+A validated token is kept until it expires (introspected ones at most `INTROSPECTION_MAX_AGE` seconds), in its
+workspace's own cache (`TOKEN_CACHE_BYTES`, all together `TOKEN_CACHE_TOTAL_BYTES`: `crank.wire.tenant_cache`), so
+a request pays the signature check once per token and no tenant's tokens push out another's. A token refused after
+its check (a bad signature, expired, introspected inactive) is remembered by its digest for `REFUSED_MEMORY` seconds
+and refused again without a check. New checks are budgeted per client address (`crank.wire.budgets`) and per
+workspace and issuer, never per process: a flood of made-up tokens spends its own address's budget and the
+budget of the workspace it names, not another's.
+
+An issuer that cannot be reached or answers garbage is `DependencyUnavailableError` (503): the token may be good,
+and a 401 would send the client through sign-in again for a fault that is not its own.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import hmac
 import logging
 import os
@@ -32,6 +42,8 @@ from typing import Any, Final, Literal
 from urllib.parse import quote_plus, urlencode, urlsplit
 
 import jwt
+from cachetools import LRUCache
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from jwt import PyJWK
 
 from crank import _json
@@ -39,7 +51,9 @@ from crank.exceptions import AuthChallengeError, ConfigurationError, DependencyU
 from crank.gateway.client import UpstreamClient
 from crank.gateway.secrets import resolve_secret
 from crank.registry.runtime import IntrospectionClient
+from crank.wire.budgets import NO_ADDRESS, KeyedBudgets
 from crank.wire.notices import ThrottledLog
+from crank.wire.tenant_cache import TenantCaches
 
 __all__ = [
     "ALLOWED_ALGORITHMS",
@@ -49,8 +63,10 @@ __all__ = [
     "MAX_DOCUMENT_BYTES",
     "MIN_REFETCH",
     "TokenClaims",
+    "TokenLimits",
     "TokenVerifier",
     "same_issuer",
+    "usable_key",
 ]
 
 logger = logging.getLogger("crank.gateway.tokens")
@@ -64,17 +80,41 @@ LEEWAY: Final = 30.0
 FETCH_TIMEOUT: Final = 5.0
 MAX_DOCUMENT_BYTES: Final = 256 * 1024
 JWKS_MAX_AGE: Final = 600.0
+METADATA_MAX_AGE: Final = 3600.0
+"""Seconds an issuer's metadata is kept: a changed `jwks_uri` or introspection endpoint is read within this."""
 MIN_REFETCH: Final = 10.0
 FAILURE_MEMORY: Final = 5.0
 """Seconds an issuer that failed to answer is not asked again: a flood of new tokens costs it one fetch."""
-MAX_CACHED_TOKENS: Final = 10_000
+TOKEN_CACHE_BYTES: Final = 4 * 1024 * 1024
+"""What one workspace's validated tokens may take in memory (the tokens' own length and about 300 bytes each):
+4 MiB is about 3,000 tokens of 1 KB. Past it, its least recently used are checked again when next seen."""
+TOKEN_CACHE_TOTAL_BYTES: Final = 64 * 1024 * 1024
+"""What every workspace's validated tokens may take together; past it the largest workspace's go first."""
+_ENTRY_OVERHEAD = 300  # bytes a cached token's claims and keys cost beside the token itself
 SIGNATURE_CHECKS_PER_SECOND: Final = 500.0
-"""New JWTs whose signature a verifier checks a second at most (about 0.2 ms of CPU each, so a tenth of a core at
-most); a token checked before costs a look-up and never counts. Past it a new token gets 503 (retry)."""
+"""New JWTs a workspace's trusted issuer gets checked a second at most (about 0.2 ms of CPU each, so a tenth of a
+core for one workspace); a token checked before costs a look-up and never counts. Past it a new token for that
+workspace gets 503 (retry); another workspace's do not."""
+SIGNATURE_CHECKS_PER_ADDRESS: Final = 50.0
+"""New JWTs one client address (an IPv4 address, an IPv6 /64) gets checked a second at most, whichever workspace
+they name: a flood from one address spends its own budget (503 for it), not the others'."""
 INTROSPECTIONS_PER_SECOND: Final = 20.0
-"""Introspection calls a verifier makes a second at most; past it a new opaque token is 503 (retry)."""
+"""Introspection calls a workspace's issuer gets a second at most; past it a new opaque token is 503 (retry)."""
+INTROSPECTIONS_PER_ADDRESS: Final = 5.0
+"""Introspection calls the tokens of one client address cost a second at most (bursts of 10)."""
 INTROSPECTION_MAX_AGE: Final = 60.0
 """Seconds an introspection answer is trusted: a token revoked at the issuer stops working within this."""
+REFUSED_MEMORY: Final = 600.0
+"""Seconds a token refused after its check (bad signature, expired, inactive) is refused again at no cost."""
+MAX_REFUSED_TOKENS: Final = 20_000
+"""Refused tokens remembered (by a 32-byte digest, about 150 bytes each: 3 MiB); the oldest go first."""
+RSA_MIN_BITS: Final = 2048
+RSA_MAX_BITS: Final = 4096
+"""An RSA key's modulus: at least 2048 bits (RFC 7518 §3.3), at most 4096 (a check costs about the square)."""
+RSA_MAX_EXPONENT: Final = 2**32
+"""An RSA key's public exponent, at most: a check costs one multiplication per bit of it (65537 has 17)."""
+EC_CURVES: Final = frozenset({"secp256r1", "secp384r1", "secp521r1"})
+"""The curves of ES256, ES384 and ES512: any other is skipped."""
 _ID_TOKEN_CLAIMS = ("nonce", "at_hash", "c_hash")
 _UNAVAILABLE_RETRY = 5
 
@@ -144,6 +184,7 @@ class _Issuer:
     def __init__(self, issuer: str) -> None:
         self.issuer = issuer
         self.metadata: dict[str, Any] | None = None
+        self.metadata_fetched = -float("inf")
         self.keys: dict[str, PyJWK] = {}
         self.keys_fetched = -float("inf")
         self.refetched = -float("inf")  # the last fetch an unknown kid caused
@@ -151,31 +192,60 @@ class _Issuer:
         self.lock = asyncio.Lock()  # one fetch at a time: concurrent new tokens share it
 
 
-class TokenVerifier:
-    """Checks access tokens for every workspace of a server (issuers are shared: one JWKS per issuer)."""
+_Key = tuple[str, Hashable]
+"""A cached token: the token, and the introspection client that vouched for it (None for a JWT)."""
 
-    def __init__(
-        self, client: UpstreamClient, *, leeway: float = LEEWAY, checks_per_second: float = SIGNATURE_CHECKS_PER_SECOND
-    ) -> None:
+
+def _entry_bytes(key: Hashable, _claims: object) -> int:
+    return len(key[0]) + _ENTRY_OVERHEAD if isinstance(key, tuple) else _ENTRY_OVERHEAD
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLimits:
+    """What checking new tokens may cost a process (settings `CRANK_TOKEN_CHECKS_PER_SECOND` and the rest,
+    docs/security.md): signature checks and introspections a second per workspace and issuer, and per client
+    address; the validated tokens kept per workspace, and for all workspaces together (bytes)."""
+
+    checks_per_second: float = SIGNATURE_CHECKS_PER_SECOND
+    checks_per_address: float = SIGNATURE_CHECKS_PER_ADDRESS
+    introspections_per_second: float = INTROSPECTIONS_PER_SECOND
+    introspections_per_address: float = INTROSPECTIONS_PER_ADDRESS
+    cache_bytes: int = TOKEN_CACHE_BYTES
+    cache_total_bytes: int = TOKEN_CACHE_TOTAL_BYTES
+
+
+class TokenVerifier:
+    """Checks access tokens for every workspace of a server (issuers are shared: one JWKS per issuer), within
+    `limits`."""
+
+    def __init__(self, client: UpstreamClient, *, leeway: float = LEEWAY, limits: TokenLimits | None = None) -> None:
         self.client = client
         self.leeway = leeway
-        self._checks = _Budget(checks_per_second)
+        self.limits = limits = limits or TokenLimits()
+        self._checks = _Budgets("signature checks", limits.checks_per_second, limits.checks_per_address)
+        self._introspections = _Budgets("introspections", limits.introspections_per_second,
+                                        limits.introspections_per_address,
+                                        burst=2 * limits.introspections_per_address)  # fmt: skip
         self._issuers: dict[str, _Issuer] = {}
-        # A JWT's claims are the token's own (its issuer signed them): one entry serves every workspace, each of
-        # which checks the issuer, audience and scopes itself. An introspection answer is what one endpoint said
-        # to one client: kept under that endpoint and client, never shared with another policy's.
-        self._valid: dict[tuple[str, Hashable], TokenClaims] = {}
-        self._introspections = _Budget(INTROSPECTIONS_PER_SECOND)
+        # Each workspace's validated tokens, apart (`crank.wire.tenant_cache`). A JWT's claims are the token's own;
+        # an introspection answer is what one endpoint said to one client: kept under that client, never shared
+        # with another policy's.
+        self._valid: TenantCaches[TokenClaims] = TenantCaches(limits.cache_bytes, limits.cache_total_bytes,
+                                                              _entry_bytes)  # fmt: skip
+        # Digests of tokens refused after their check, with when that stops holding (monotonic): never checked again.
+        self._refused: LRUCache[tuple[bytes, Hashable], float] = LRUCache(maxsize=MAX_REFUSED_TOKENS)
 
-    def cached(self, token: str, introspection: IntrospectionClient | None = None) -> TokenClaims | None:
-        """The claims of a token validated before (a JWT, or an opaque token through this `introspection` client)
-        and not expired since; None otherwise (then `verify`)."""
+    def cached(
+        self, token: str, introspection: IntrospectionClient | None = None, *, workspace: str = ""
+    ) -> TokenClaims | None:
+        """The claims of a token validated before for `workspace` (a JWT, or an opaque token through this
+        `introspection` client) and not expired since; None otherwise (then `verify`)."""
         key = (token, None if looks_like_jwt(token) else introspection)
-        claims = self._valid.get(key)
+        claims = self._valid.get(workspace, key)
         if claims is None:
             return None
         if time.time() > claims.expires_at + (self.leeway if claims.method == "jwt" else 0):
-            self._valid.pop(key, None)
+            self._valid.pop(workspace, key)
             return None
         return claims
 
@@ -186,27 +256,36 @@ class TokenVerifier:
         introspection: IntrospectionClient | None = None,
         *,
         workspace: str = "",
+        client: str = NO_ADDRESS,
     ) -> TokenClaims:
-        """Check a token that `cached` does not know: `AuthChallengeError` (401 `invalid_token`) when it is not
-        valid, `DependencyUnavailableError` (503) when its issuer cannot tell now."""
+        """Check a token that `cached` does not know, sent from `client` (`crank.wire.budgets.client_address`) to
+        `workspace`: `AuthChallengeError` (401 `invalid_token`) when it is not valid, `DependencyUnavailableError`
+        (503) when its issuer cannot tell now or the budget of new checks is spent."""
         if len(token) > 16 * 1024:
             raise _invalid("The access token is too long")
-        if looks_like_jwt(token):
-            claims = await self._verify_jwt(token, issuers)
-            key: tuple[str, Hashable] = (token, None)
-        elif introspection is not None:
-            claims = await self._introspect(token, issuers[0], introspection, workspace)
-            key = (token, introspection)
-        else:
+        jwt_shaped = looks_like_jwt(token)
+        if not jwt_shaped and introspection is None:
             raise _invalid("The access token is not a JWT, and this workspace does not introspect tokens")
-        if len(self._valid) >= MAX_CACHED_TOKENS:
-            self._valid.clear()  # bounded: a flood of valid tokens costs their signature checks again, no memory
-        self._valid[key] = claims
+        key: _Key = (token, None if jwt_shaped else introspection)
+        refused = (hashlib.sha256(token.encode()).digest(), key[1])
+        until = self._refused.get(refused)
+        if until is not None and time.monotonic() < until:
+            raise _invalid("The access token is not valid")  # refused before: no check, no budget spent
+        try:
+            if jwt_shaped:
+                claims = await self._verify_jwt(token, issuers, workspace, client)
+            else:
+                assert introspection is not None
+                claims = await self._introspect(token, issuers[0], introspection, workspace, client)
+        except _Refused as final:
+            self._refused[refused] = time.monotonic() + REFUSED_MEMORY
+            raise final.challenge from None
+        self._valid.put(workspace, key, claims)
         return claims
 
     # -- JWT ---------------------------------------------------------------------------------------------
 
-    async def _verify_jwt(self, token: str, issuers: tuple[str, ...]) -> TokenClaims:
+    async def _verify_jwt(self, token: str, issuers: tuple[str, ...], workspace: str, client: str) -> TokenClaims:
         try:  # one unverified parse gives the header and the claims to choose the key by
             complete = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
             header, unverified = complete["header"], complete["payload"]
@@ -223,23 +302,18 @@ class TokenVerifier:
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
         kid = header.get("kid")
         key = await self._key(self._issuer(trusted), kid if isinstance(kid, str) else None, algorithm)
-        if not self._checks.take():  # a flood of made-up tokens costs this much CPU a second at most
-            _notices.warning("signature-budget", "more than %g new access tokens a second to check: refused with "
-                             "503 until the budget refills", self._checks.rate)  # fmt: skip
-            raise DependencyUnavailableError(
-                "issuer", "This server checks too many new access tokens right now; retry in a second.", retry_after=1
-            )
+        self._checks.spend(client, (workspace, trusted))  # a flood of made-up tokens costs this much CPU at most
         try:
             claims = jwt.decode(
                 token, key.key, algorithms=[algorithm], leeway=self.leeway,
                 options={"verify_aud": False, "verify_iss": False, "require": ["exp", "iss"]},
             )  # fmt: skip
         except jwt.ExpiredSignatureError:
-            raise _invalid("The access token has expired") from None
+            raise _Refused(_invalid("The access token has expired")) from None
         except jwt.ImmatureSignatureError:
             raise _invalid("The access token is not valid yet") from None
         except jwt.PyJWTError as exc:
-            raise _invalid(f"The access token is not valid: {exc}") from None
+            raise _Refused(_invalid(f"The access token is not valid: {exc}")) from None
         return _claims(trusted, claims, float(claims["exp"]), "jwt")
 
     # -- OpenID Connect sign-in (the console's single sign-on) -------------------------------------------
@@ -317,20 +391,32 @@ class TokenVerifier:
         if not isinstance(keys, list):
             raise _unavailable(issuer.issuer, f"{jwks_uri} is not a JWKS")
         usable: dict[str, PyJWK] = {}
+        skipped: list[str] = []
         for index, entry in enumerate(keys[:100]):
             if not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or entry.get("kty") == "oct":
                 continue  # encryption keys and symmetric keys never verify an access token
             try:
-                usable[str(entry.get("kid", f"#{index}"))] = PyJWK(entry)
+                key = PyJWK(entry)
             except (jwt.PyJWTError, ValueError, TypeError, KeyError):
                 continue  # a key of a kind this library cannot use: the others still serve
+            name = str(entry.get("kid", f"#{index}"))
+            problem = usable_key(key)
+            if problem is None:
+                usable[name] = key
+            else:
+                skipped.append(f"{name[:64]!r} ({problem})")
+        if skipped:
+            _notices.warning(f"jwks-key:{issuer.issuer}", "OAuth issuer %s: skipped signing keys of unbounded cost: "
+                             "%s", issuer.issuer, ", ".join(skipped[:10]))  # fmt: skip
         issuer.keys = usable
         issuer.keys_fetched = time.monotonic()
 
     async def _metadata(self, issuer: _Issuer) -> dict[str, Any]:
-        """The issuer's authorization server metadata: RFC 8414's well-known URL, then OpenID discovery's."""
-        if issuer.metadata is not None:
-            return issuer.metadata
+        """The issuer's authorization server metadata: RFC 8414's well-known URL, then OpenID discovery's. Kept
+        `METADATA_MAX_AGE` seconds; while a refresh fails, the metadata read before still serves."""
+        known = issuer.metadata
+        if known is not None and time.monotonic() - issuer.metadata_fetched <= METADATA_MAX_AGE:
+            return known
         parts = urlsplit(issuer.issuer)
         path = parts.path.rstrip("/")
         origin = f"{parts.scheme}://{parts.netloc}"
@@ -338,7 +424,10 @@ class TokenVerifier:
             f"{origin}/.well-known/oauth-authorization-server{path}",
             f"{origin}{path}/.well-known/openid-configuration",
         ]
-        self._check_not_failing(issuer)
+        if known is None:
+            self._check_not_failing(issuer)
+        elif time.monotonic() < issuer.failed_until:
+            return known
         for url in candidates:
             try:
                 document = await self._fetch_json(issuer, "GET", url, remember=False)
@@ -346,8 +435,13 @@ class TokenVerifier:
                 continue  # many issuers publish only one of the two
             if isinstance(document, dict) and same_issuer(str(document.get("issuer", "")), issuer.issuer):
                 issuer.metadata = document
+                issuer.metadata_fetched = time.monotonic()
                 return document
         issuer.failed_until = time.monotonic() + FAILURE_MEMORY
+        if known is not None:
+            logger.warning("OAuth issuer %s: its metadata could not be read again; the metadata read before serves",
+                           issuer.issuer)  # fmt: skip
+            return known
         raise _unavailable(issuer.issuer, "no metadata at its RFC 8414 or OpenID discovery URL")
 
     @staticmethod
@@ -387,7 +481,7 @@ class TokenVerifier:
     # -- introspection ---------------------------------------------------------------------------------
 
     async def _introspect(
-        self, token: str, issuer_url: str, config: IntrospectionClient, workspace: str
+        self, token: str, issuer_url: str, config: IntrospectionClient, workspace: str, client: str
     ) -> TokenClaims:
         issuer = self._issuer(issuer_url)
         endpoint = config.endpoint or (await self._metadata(issuer)).get("introspection_endpoint")
@@ -397,8 +491,7 @@ class TokenVerifier:
             secret = _client_secret(config.client_secret, workspace)
         except ConfigurationError as exc:
             raise _unavailable(issuer_url, f"the introspection client's secret: {exc}") from None
-        if not self._introspections.take():  # a flood of made-up opaque tokens costs the issuer this much at most
-            raise _unavailable(issuer_url, f"more than {INTROSPECTIONS_PER_SECOND} introspections a second")
+        self._introspections.spend(client, (workspace, issuer_url))  # what made-up opaque tokens cost the issuer
         # RFC 6749 §2.3.1: the client id and secret are form-encoded before they are joined.
         basic = base64.b64encode(f"{quote_plus(config.client_id)}:{quote_plus(secret)}".encode()).decode()
         body = urlencode({"token": token, "token_type_hint": "access_token"}).encode()
@@ -407,13 +500,13 @@ class TokenVerifier:
         if not isinstance(answer, dict):
             raise _unavailable(issuer_url, "its introspection answer is not an object")
         if answer.get("active") is not True:
-            raise _invalid("The access token is not active")
+            raise _Refused(_invalid("The access token is not active"))
         if answer.get("token_type") not in (None, "access_token", "Bearer", "bearer"):
-            raise _invalid("The token is not an access token")
+            raise _Refused(_invalid("The token is not an access token"))
         now = time.time()
         expires = answer.get("exp")
         if isinstance(expires, int | float) and expires + self.leeway < now:
-            raise _invalid("The access token has expired")
+            raise _Refused(_invalid("The access token has expired"))
         reported = answer.get("iss")
         if isinstance(reported, str) and not same_issuer(reported, issuer_url):
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
@@ -438,22 +531,58 @@ def _client_secret(reference: str, workspace: str) -> str:
     raise ConfigurationError(f"{reference!r} does not resolve (env:NAME or file:/path)")
 
 
-class _Budget:
-    """At most `rate` takes a second, refilled continuously (a token bucket of `rate` at most)."""
+class _Refused(Exception):
+    """A token refused after its check, for good: remembered by its digest (`REFUSED_MEMORY`)."""
 
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self.left = rate
-        self.refilled = time.monotonic()
+    def __init__(self, challenge: AuthChallengeError) -> None:
+        self.challenge = challenge
 
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.left = min(self.rate, self.left + (now - self.refilled) * self.rate)
-        self.refilled = now
-        if self.left < 1:
-            return False
-        self.left -= 1
-        return True
+
+class _Budgets:
+    """The budget of one kind of work on new tokens: per client address, then per workspace and issuer."""
+
+    def __init__(self, what: str, per_tenant: float, per_address: float, *, burst: float | None = None) -> None:
+        self.what = what
+        self.per_tenant = KeyedBudgets(per_tenant)
+        self.per_address = KeyedBudgets(per_address, burst)
+
+    def spend(self, address: str, tenant: tuple[str, str]) -> None:
+        """One piece of work for a token from `address` to `tenant` (a workspace and issuer), or 503 (retry)."""
+        if not self.per_address.take(address):
+            _notices.warning(f"{self.what}-address", "more than %g new access tokens' %s a second from one address "
+                             "(%s): refused with 503 until its budget refills", self.per_address.rate, self.what,
+                             address)  # fmt: skip
+            raise DependencyUnavailableError(
+                "issuer", "This server checks too many new access tokens from your address right now; retry in a "
+                "second.", retry_after=1,
+            )  # fmt: skip
+        if not self.per_tenant.take(tenant):
+            _notices.warning(f"{self.what}-tenant:{tenant[0]}", "more than %g new access tokens' %s a second for "
+                             "workspace %r: refused with 503 until its budget refills", self.per_tenant.rate,
+                             self.what, tenant[0])  # fmt: skip
+            raise DependencyUnavailableError(
+                "issuer", "This server checks too many new access tokens for this workspace right now; retry in a "
+                "second.", retry_after=1,
+            )  # fmt: skip
+
+
+def usable_key(key: PyJWK) -> str | None:
+    """Why a published signing key is not used (its check would cost without bound), or None: an RSA modulus of
+    `RSA_MIN_BITS` to `RSA_MAX_BITS` and an odd public exponent of at most `RSA_MAX_EXPONENT`, a curve of
+    `EC_CURVES`, Ed25519 or Ed448."""
+    public = key.key
+    if isinstance(public, rsa.RSAPublicKey):
+        exponent = public.public_numbers().e
+        if not RSA_MIN_BITS <= public.key_size <= RSA_MAX_BITS:
+            return f"an RSA modulus of {public.key_size} bits, not {RSA_MIN_BITS} to {RSA_MAX_BITS}"
+        if not 3 <= exponent <= RSA_MAX_EXPONENT or exponent % 2 == 0:
+            return f"an RSA public exponent of {exponent.bit_length()} bits (at most 2^32, odd)"
+        return None
+    if isinstance(public, ec.EllipticCurvePublicKey):
+        return None if public.curve.name in EC_CURVES else f"the curve {public.curve.name}"
+    if isinstance(public, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
+        return None
+    return f"a key of kind {type(public).__name__}"
 
 
 def _claims(

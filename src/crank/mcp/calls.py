@@ -25,7 +25,7 @@ from crank.exceptions import (
     ToolError,
     Violation,
 )
-from crank.mcp.catalog import CatalogEntry
+from crank.mcp.catalog import Catalog, CatalogEntry
 from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired, NeedsInput
 from crank.mcp.tools import CallContext, CallObserver, NotedResult, Tool, ToolResult
@@ -37,6 +37,7 @@ from crank.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 __all__ = [
     "InvalidArgumentsMode",
     "authorize_call",
+    "authorize_request",
     "call_tool",
     "error_result",
     "failure_of",
@@ -67,6 +68,29 @@ def authorize_call(tool: Tool, caller: Any) -> None:
             f"Calling {tool.name} needs the scopes {', '.join(sorted(needed))} (missing: {missing})",
             status=403, error="insufficient_scope", scopes=sorted(needed),
         )  # fmt: skip
+
+
+def authorize_request(method: Any, params: Any, catalog: Catalog, caller: Any) -> None:
+    """Whether `caller` may make this request, decided before it runs: `tools/call` of a tool (its scopes, and its
+    own `Tool.authorize` over the arguments: the operation a discovery call names) and `resources/read` of a
+    resource a tool answers (that tool's scopes). Raises `AuthChallengeError`; any other request passes here (its
+    handler refuses what is malformed). What a batch checks for every item before any runs."""
+    if not isinstance(caller, Principal) or not isinstance(params, dict):
+        return
+    if method == "tools/call":
+        name = params.get("name")
+        entry = catalog.get(name) if isinstance(name, str) else None
+        if entry is None:
+            return
+        authorize_call(entry.tool, caller)
+        if entry.tool.authorize is not None:
+            arguments = params.get("arguments")
+            entry.tool.authorize(arguments if isinstance(arguments, dict) else {}, caller)
+    elif method == "resources/read":
+        uri = params.get("uri")
+        reader = catalog.reader_of(uri) if isinstance(uri, str) else None
+        if reader is not None:
+            authorize_call(reader.tool, caller)
 
 
 async def call_tool(

@@ -134,12 +134,18 @@ class Catalog:
 
     def listed_for(self, caller: Any) -> Catalog:
         """The catalog as `caller` sees it: for a scope-limited `Principal`, the tools whose `required_scopes` it
-        lacks left out of `tools/list` (still known, so that their call is answered 403, not "unknown tool").
-        Itself for anyone else (an API key, an anonymous caller before sign-in, no authentication) or when no
-        tool requires a scope; built once per distinct set of scopes."""
-        if not self._scopes or not isinstance(caller, Principal) or caller.scopes is None or caller.anonymous:
+        lacks left out of `tools/list` (still known, so that their call is answered 403, not "unknown tool"). An
+        anonymous caller (before sign-in) is listed what its `scopes` would open, none when it has none. Itself
+        for anyone else (an API key, no authentication) or when no tool requires a scope; built once per distinct
+        set of scopes."""
+        if not self._scopes or not isinstance(caller, Principal):
             return self
-        key = caller.scopes & self._scopes
+        granted = caller.scopes
+        if granted is None:
+            if not caller.anonymous:
+                return self
+            granted = frozenset()
+        key = granted & self._scopes
         if key == self._scopes:
             return self
         view = self._views.get(key)
@@ -229,6 +235,16 @@ class Catalog:
     def reading_entry(self, name: str) -> CatalogEntry | None:
         """The entry of the tool that answers a tool-backed resource (`Resource.tool`, `ResourceTemplate.tool`)."""
         return self._reads.get(name)
+
+    def reader_of(self, uri: str) -> CatalogEntry | None:
+        """The entry of the tool that answers a read of `uri` (a fixed resource's or the first matching template's
+        `tool`); None when nothing, or a reader of its own, answers it."""
+        resource = self.resource(uri)
+        if resource is not None:
+            return self.reading_entry(resource.tool) if resource.tool is not None else None
+        matched = self.match(uri)
+        tool = matched[0].template.tool if matched is not None else None
+        return self.reading_entry(tool) if tool is not None else None
 
     def template(self, uri_template: str) -> ResourceTemplate | None:
         entry = self._surface.templates_by_uri.get(uri_template)

@@ -9,8 +9,12 @@ each client listening to that catalog's identity is told, on its own stream:
   and carries only the kinds the client asked for, each tagged with the subscription's id.
 
 A listener holds no queue: pending kinds are a set, so a client that reads slowly, or never, costs three flags,
-however many versions are published meanwhile. Listeners are bounded per process and per owner (the caller's
-principal, else its address); past either bound a new one is refused with a clear error, and the ones open go on.
+however many versions are published meanwhile. Listeners are bounded per owner (the caller: a key, a token's
+subject, the anonymous callers of a workspace together, else an address) and per group (the caller's workspace):
+past either bound a new one is refused with a clear error, and the ones open go on. Past the process's bound, the
+oldest listener of the largest group is closed to make room: one tenant's streams never keep another's out. Each
+listening stream also marks its connection as one that `crank serve` may close at its connection cap
+(`crank.wire.asgi.hold_long_stream`), the most numerous group's oldest first.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from crank.exceptions import RPCError
 
 __all__ = [
     "DEFAULT_MAX_LISTENERS",
+    "DEFAULT_MAX_LISTENERS_PER_GROUP",
     "DEFAULT_MAX_LISTENERS_PER_OWNER",
     "HEARTBEAT_SECONDS",
     "LIST_KINDS",
@@ -41,20 +46,28 @@ DEFAULT_MAX_LISTENERS: Final = 1000
 """Listening streams one process holds open at once."""
 DEFAULT_MAX_LISTENERS_PER_OWNER: Final = 8
 """Listening streams one caller (a key, a token's subject, else an address) may hold open at once."""
+DEFAULT_MAX_LISTENERS_PER_GROUP: Final = 100
+"""Listening streams one workspace's callers may hold open at once: a tenth of the process's and of `crank serve`'s
+connections (`CRANK_MAX_CONNECTIONS`, 1,000), so that no tenant's many keys take every place."""
 HEARTBEAT_SECONDS: Final = 25.0
 """An idle listening stream gets an SSE comment this often, so that proxies keep it and a gone client is noticed."""
 TOO_MANY_LISTENERS: Final = -32000
 
 
-def listener_owner(caller: Any, client: Any) -> str:
-    """Whose listening stream it is, for the per-owner bound: a signed-in caller's workspace and id; else (no
-    credentials, or a lazy sign-in's anonymous caller) the client's address, so that no tenant's anonymous
-    clients can use up another's places."""
+def listener_owner(caller: Any, client: Any) -> tuple[str, str]:
+    """Whose listening stream it is: its group (the caller's workspace, `-` without one) and its owner, for the
+    bounds. A signed-in caller is its workspace and id; the anonymous callers of a workspace (lazy sign-in) are one
+    owner together, so that no number of addresses takes more than one caller's places; a caller without
+    credentials elsewhere is its address."""
+    workspace = getattr(caller, "workspace", None)
+    group = workspace if isinstance(workspace, str) and workspace else "-"
     ident = getattr(caller, "id", "")
+    if getattr(caller, "method", None) == "anonymous" and group != "-":
+        return group, f"{group}:anonymous"
     if isinstance(ident, str) and ident and getattr(caller, "method", None) != "anonymous":
-        return f"{getattr(caller, 'workspace', '')}:{ident}"
+        return group, f"{group if group != '-' else ''}:{ident}"
     host = client[0] if isinstance(client, tuple | list) and client else "-"
-    return f"address:{host}"
+    return group, f"address:{host}"
 
 
 def list_changed_method(kind: str) -> str:
@@ -70,11 +83,12 @@ class TooManyListenersError(RPCError):
 class Listener:
     """One client's listening stream: the kinds that changed since it last looked."""
 
-    __slots__ = ("identity", "owner", "_pending", "_event", "closed")
+    __slots__ = ("identity", "owner", "group", "_pending", "_event", "closed")
 
-    def __init__(self, identity: Hashable, owner: str) -> None:
+    def __init__(self, identity: Hashable, owner: str, group: str = "-") -> None:
         self.identity = identity
         self.owner = owner
+        self.group = group
         self._pending: set[str] = set()
         self._event = asyncio.Event()
         self.closed = False
@@ -100,33 +114,59 @@ class ListChanges:
     """The listeners of one process, by catalog identity (`Catalog.identity`)."""
 
     def __init__(
-        self, *, max_listeners: int = DEFAULT_MAX_LISTENERS, max_per_owner: int = DEFAULT_MAX_LISTENERS_PER_OWNER
+        self,
+        *,
+        max_listeners: int = DEFAULT_MAX_LISTENERS,
+        max_per_owner: int = DEFAULT_MAX_LISTENERS_PER_OWNER,
+        max_per_group: int = DEFAULT_MAX_LISTENERS_PER_GROUP,
     ) -> None:
         self.max_listeners = max_listeners
         self.max_per_owner = max_per_owner
+        self.max_per_group = max_per_group
         self._by_identity: dict[Hashable, set[Listener]] = {}
         self._per_owner: dict[str, int] = {}
+        self._groups: dict[str, dict[Listener, None]] = {}  # each group's listeners, the oldest first
         self._count = 0
         self.heartbeat = HEARTBEAT_SECONDS
 
     def __len__(self) -> int:
         return self._count
 
-    def listen(self, identity: Hashable, owner: str) -> Listener:
-        """A new listener; `TooManyListenersError` past a bound (nothing else changes)."""
-        if self._count >= self.max_listeners:
-            raise TooManyListenersError(
-                f"This server holds {self.max_listeners} listening streams already; try again later"
-            )
-        if self._per_owner.get(owner, 0) >= self.max_per_owner:
+    def listen(self, identity: Hashable, owner: tuple[str, str]) -> Listener:
+        """A new listener for `owner` (`listener_owner`: its group and owner); `TooManyListenersError` past the
+        owner's or the group's bound (nothing else changes). At the process's bound, the oldest listener of the
+        largest group is closed to make room."""
+        group, who = owner
+        if self._per_owner.get(who, 0) >= self.max_per_owner:
             raise TooManyListenersError(
                 f"At most {self.max_per_owner} listening streams per client; close one before opening another"
             )
-        listener = Listener(identity, owner)
+        if len(self._groups.get(group, ())) >= self.max_per_group:
+            raise TooManyListenersError(
+                f"This workspace holds {self.max_per_group} listening streams already; close one before opening another"
+            )
+        if self._count >= self.max_listeners and not self._evict():
+            raise TooManyListenersError(
+                f"This server holds {self.max_listeners} listening streams already; try again later"
+            )
+        listener = Listener(identity, who, group)
         self._by_identity.setdefault(identity, set()).add(listener)
-        self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
+        self._per_owner[who] = self._per_owner.get(who, 0) + 1
+        self._groups.setdefault(group, {})[listener] = None
         self._count += 1
         return listener
+
+    def _evict(self) -> bool:
+        """Close the oldest listener of the group that holds the most: its stream ends (its client may come back,
+        within its group's bound)."""
+        if not self._groups:
+            return False
+        largest = max(self._groups.values(), key=len)
+        oldest = next(iter(largest))
+        oldest.closed = True
+        oldest._event.set()
+        self.close(oldest)
+        return True
 
     def close(self, listener: Listener) -> None:
         listeners = self._by_identity.get(listener.identity)
@@ -140,6 +180,10 @@ class ListChanges:
             self._per_owner[listener.owner] = left
         else:
             del self._per_owner[listener.owner]
+        group = self._groups[listener.group]
+        del group[listener]
+        if not group:
+            del self._groups[listener.group]
         self._count -= 1
 
     def changed(self, identity: Hashable, kinds: Iterable[str]) -> None:

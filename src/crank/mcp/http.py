@@ -38,7 +38,7 @@ from crank.exceptions import (
     UnknownFormatError,
 )
 from crank.mcp.after_response import run_after_response, start_after_response
-from crank.mcp.calls import InvalidArgumentsMode, authorize_call, call_tool
+from crank.mcp.calls import InvalidArgumentsMode, authorize_call, authorize_request, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.changes import (
     LIST_KINDS,
@@ -73,6 +73,7 @@ from crank.wire.asgi import (
     DEFAULT_MAX_BODY_SIZE,
     JSON_CONTENT_TYPE_HEADER,
     EarlyAnswer,
+    hold_long_stream,
     read_body,
     read_headers,
     send_response,
@@ -398,8 +399,9 @@ class MCPEndpoint:
         if "text/event-stream" not in headers.get("accept", ""):
             return _protocol_error(406, INVALID_REQUEST, "Accept must allow text/event-stream")
         catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        owner = listener_owner(scope.get(AUTH_SCOPE_KEY), scope.get("client"))
         try:
-            listener = changes.listen(catalog.identity, listener_owner(scope.get(AUTH_SCOPE_KEY), scope.get("client")))
+            listener = changes.listen(catalog.identity, owner)
         except TooManyListenersError as busy:
             return Exchange(429, encode_error(None, busy), [(b"retry-after", b"30")])
         kinds = frozenset(LIST_KINDS)
@@ -407,6 +409,7 @@ class MCPEndpoint:
         stream.prefix = offer_tag(catalog.offers())  # what a resuming client sends back: see `changed_since`
         try:
             await stream.open()
+            hold_long_stream(scope, owner[0])
 
             async def tell(kind: str) -> None:
                 try:  # the agent as this caller sees it now: an agent no longer served ends the stream
@@ -518,9 +521,10 @@ class MCPEndpoint:
             exchange = await self._single(item, catalog, info)
             return exchange.body if exchange is not None else None
 
-        if info.caller is not None:  # every call's scopes first: a refusal (401/403) answers the whole batch
-            for item in messages:  # before any item has run, never after some took effect
-                _authorize_item(item, catalog, info.caller)
+        if info.caller is not None:  # every item's authorization first: a refusal (401/403) answers the whole
+            for item in messages:  # batch before any item has run, never after some took effect
+                if isinstance(item, dict):
+                    authorize_request(item.get("method"), item.get("params"), catalog, info.caller)
         admitted, refusal = await self._admit_batch(scope, info.caller, len(messages))
         answers = await gather_batch(
             messages[:admitted], one, size=len, refused=_batch_refusal, max_answer_bytes=self.max_batch_answer_bytes
@@ -656,15 +660,6 @@ def _plain_failure(result: JSONObject) -> Exchange:
         return Exchange(200, _json.dumps(result))
     status = 429 if error.get("error_code") == LimitReachedError.default_code else 200
     return Exchange(status, _json.dumps(result), [(b"retry-after", str(retry_after).encode())])
-
-
-def _authorize_item(item: Any, catalog: Catalog, caller: Any) -> None:
-    """`authorize_call` for a batch item that calls a tool the catalog has (any other item is answered alone)."""
-    params = item.get("params") if isinstance(item, dict) and item.get("method") == "tools/call" else None
-    name = params.get("name") if isinstance(params, dict) else None
-    entry = catalog.get(name) if isinstance(name, str) else None
-    if entry is not None:
-        authorize_call(entry.tool, caller)
 
 
 def _fixed(catalog: Catalog) -> CatalogProvider:

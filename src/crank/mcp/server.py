@@ -65,6 +65,7 @@ from crank.mcp.streams import (
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
 from crank.types import JSONObject, Scope
+from crank.wire.asgi import hold_long_stream
 from crank.wire.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -399,11 +400,14 @@ class MCPServer:
         # Every kind asked for is agreed to, offered now or not: a publish may add the first prompt.
         kinds = frozenset(kind for key, kind in _LISTEN_FILTER.items() if asked.get(key) is True)
         client = info.scope.get("client") if info.scope is not None else None
-        listener = self.changes.listen(catalog.identity, listener_owner(info.caller, client))  # bounded
+        owner = listener_owner(info.caller, client)
+        listener = self.changes.listen(catalog.identity, owner)  # bounded
         tag = {SUBSCRIPTION_ID_META_KEY: request_id}
         stream = info.stream = ResponseStream(info.send, info.receive, cancel_on_close=True)
         try:
             await stream.open()
+            if info.scope is not None:
+                hold_long_stream(info.scope, owner[0])
             agreed = {key: True for key, kind in _LISTEN_FILTER.items() if kind in kinds}
             ack = {"notifications": agreed, "_meta": tag}  # not `resourceSubscriptions`: see docs/mcp.md
             await stream.message(_notification("notifications/subscriptions/acknowledged", ack))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -294,6 +294,10 @@ class Tool:
     plain_fields: JSONObject | None = None
     """Fields that only the plain `GET <base>/tools` listing shows for this tool, after its description
     (seed 002's `roles`, which the rpc source sets); never part of MCP `tools/list`."""
+    authorize: Callable[[Mapping[str, Any], Any], None] | None = None
+    """A check of a call's arguments against its caller, made before anything runs (besides `required_scopes`):
+    raises `AuthChallengeError` to refuse (discovery's `call_operation` checks the operation it names). A batch's
+    items are all checked before any of them runs (`crank.mcp.calls.authorize_request`)."""
     validate_arguments: bool = True
     """False: the invoker is the one judge of the arguments, so the catalog does not check them against
     `input_schema` first (an rpc method: its pydantic conversion is the rule, on /rpc and over MCP alike).

@@ -68,6 +68,7 @@ __all__ = [
     "QUOTA_PERIODS",
     "MIN_TIMEOUT",
     "AgentInfo",
+    "AnonymousLimits",
     "AgentMode",
     "ArgumentRule",
     "AuthConfig",
@@ -206,6 +207,15 @@ def _secure_url(url: str) -> str:
     return url
 
 
+class AnonymousLimits(_Model):
+    """What callers without credentials may send to a workspace with lazy sign-in (`sign_in: calls`): counted on
+    their own, never against the workspace's limits, which its users and keys share. `per_address` holds one
+    client address (an IPv4 address, an IPv6 /64), `per_workspace` all of them together."""
+
+    per_address: Limits = Limits(rate=RateLimit(calls=10, window=1))
+    per_workspace: Limits = Limits(rate=RateLimit(calls=100, window=1))
+
+
 class IntrospectionClient(_Model):
     """How Crank authenticates to the issuer's RFC 7662 introspection endpoint, for opaque tokens."""
 
@@ -240,6 +250,8 @@ class OAuthPolicy(_Model):
     """Scopes a call of a tool needs besides its agent's, by tool name, or by class (`read`, `write`,
     `destructive`); a tool's own entry wins over its class."""
     introspection: IntrospectionClient | None = None
+    anonymous: AnonymousLimits = AnonymousLimits()
+    """With `sign_in: calls`, what requests without credentials may cost (docs/security.md, Lazy sign-in)."""
 
     @field_validator("issuers", "audience")
     @classmethod

@@ -16,13 +16,15 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from crank.exceptions import AuthChallengeError, DependencyUnavailableError
-from crank.gateway.tokens import LEEWAY, TokenClaims, TokenVerifier, same_issuer
+from crank.gateway.tokens import LEEWAY, TokenClaims, TokenLimits, TokenVerifier, same_issuer
 from crank.registry import API_KEY_PREFIX, KeyScope, WorkspaceOAuth
 from crank.registry.runtime import Limits, OAuthPolicy
 from crank.sources.agents import AgentSource
 from crank.types import JSONObject, Scope
-from crank.wire.auth import ANONYMOUS, Principal, metadata_path, protected_resource_metadata, same_resource
+from crank.wire.auth import Principal, metadata_path, protected_resource_metadata, same_resource
+from crank.wire.budgets import client_address
 from crank.wire.notices import ThrottledLog
+from crank.wire.tenant_cache import TenantCaches
 
 __all__ = [
     "AGENT_PATH",
@@ -39,7 +41,33 @@ _notices = ThrottledLog(logger)
 AGENT_PATH: Final = "/mcp/v1/{workspace}/{agent}"
 UNAUTHORIZED_MESSAGE: Final = "A valid API key or access token is required: Authorization: Bearer <token>"
 UNAUTHORIZED_TOKEN_MESSAGE: Final = "A valid access token is required: Authorization: Bearer <token>"
-_MAX_PRINCIPALS = 10_000
+_PRINCIPAL_OVERHEAD = 600  # bytes a kept principal costs beside its token
+
+
+def _principal_bytes(key: object, _value: object) -> int:
+    token = key[0] if isinstance(key, tuple) else key
+    return (len(token) if isinstance(token, str) else 0) + _PRINCIPAL_OVERHEAD
+
+
+def _principal_caches(limits: TokenLimits) -> TenantCaches[tuple[object, KeyScope]]:
+    """The principals of tokens seen lately, per workspace, bounded as the verifier's tokens are: no tenant's
+    tokens push out another's."""
+    return TenantCaches(limits.cache_bytes, limits.cache_total_bytes, _principal_bytes)
+
+
+def anonymous_principal(scope: Scope, workspace: str | None, needs: frozenset[str], oauth: WorkspaceOAuth | None
+                        ) -> KeyScope:  # fmt: skip
+    """Who calls without credentials where the listing is open (lazy sign-in, `sign_in: calls`): one caller per
+    workspace (its list-change streams share one owner's places), listed what a caller with the agent's own scopes
+    (`needs`) and no more would be, its requests counted on their own (`OAuthPolicy.anonymous`: per client address
+    and per workspace, never against the workspace's limits), and asked to sign in for any call."""
+    address = client_address(scope)
+    anonymous = oauth.policy.anonymous if oauth is not None else None
+    return KeyScope(
+        workspace, method="anonymous", id=f"{workspace or ''}|anonymous|{address}", scopes=needs,
+        limits=anonymous.per_address if anonymous is not None else None,
+        workspace_limits=anonymous.per_workspace if anonymous is not None else None,
+    )  # fmt: skip
 
 
 class GatewayAuthenticator:
@@ -49,9 +77,9 @@ class GatewayAuthenticator:
         self.source = source
         self.verifier = verifier
         self.public_url = public_url.rstrip("/") if public_url else None
-        # (token, workspace, agent) -> the policy it was checked under and its principal: a request with a token seen
-        # before costs one look-up, until the policy changes (a reload makes new policy objects).
-        self._principals: dict[tuple[str, str, str], tuple[WorkspaceOAuth, KeyScope]] = {}
+        # Per workspace, (token, agent) -> the policy it was checked under and its principal: a request with a token
+        # seen before costs one look-up, until the policy changes (a reload makes new policy objects).
+        self._principals = _principal_caches(verifier.limits)
 
     # -- the Authenticator -------------------------------------------------------------------------------
 
@@ -61,17 +89,17 @@ class GatewayAuthenticator:
         if token is None:
             if oauth is None:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
-            if oauth.policy.sign_in == "calls":  # counted against the workspace's limits like anyone
-                return KeyScope(workspace, method="anonymous", id="anonymous", workspace_limits=oauth.limits)
+            if oauth.policy.sign_in == "calls":
+                return anonymous_principal(scope, workspace, oauth.policy.agent_needs(agent), oauth)
             raise AuthChallengeError(UNAUTHORIZED_MESSAGE, scopes=sorted(oauth.policy.agent_needs(agent)))
         if oauth is None or token.startswith(API_KEY_PREFIX):  # told apart by shape: a token never costs a key lookup
             if oauth is not None and oauth.policy.credentials == "oauth":
                 raise AuthChallengeError("This workspace takes access tokens, not API keys", error="invalid_token")
             return self.source.authenticate(token)  # None: `verify` asks the registry for a key made since
-        known = self._principals.get((token, workspace, agent))
+        known = self._principals.get(workspace, (token, agent))
         if known is not None and known[0] is oauth and _fresh(known[1]):
             return known[1]
-        claims = self.verifier.cached(token, oauth.policy.introspection)
+        claims = self.verifier.cached(token, oauth.policy.introspection, workspace=workspace)
         return None if claims is None else self._principal(claims, workspace, agent, oauth, token)
 
     async def verify(self, scope: Scope, token: str) -> Principal:
@@ -84,7 +112,8 @@ class GatewayAuthenticator:
             return key
         policy = oauth.policy
         try:
-            claims = await self.verifier.verify(token, policy.issuers, policy.introspection, workspace=workspace)
+            claims = await self.verifier.verify(token, policy.issuers, policy.introspection, workspace=workspace,
+                                                client=client_address(scope))  # fmt: skip
         except AuthChallengeError as refused:  # the scopes to ask for with a new token (MCP: SHOULD)
             refused.scopes = refused.scopes or tuple(sorted(policy.agent_needs(agent)))
             raise
@@ -136,10 +165,8 @@ class GatewayAuthenticator:
             claims, oauth.policy, resource, oauth.policy.agent_needs(agent), workspace=workspace,
             agents=frozenset({agent}), limits=oauth.key_limits, workspace_limits=oauth.limits,
         )  # fmt: skip
-        if len(self._principals) >= _MAX_PRINCIPALS:
-            self._principals.clear()
         logger.info("access token accepted for %s/%s", workspace, agent, extra=principal.log_fields())
-        self._principals[(token, workspace, agent)] = (oauth, principal)
+        self._principals.put(workspace, (token, agent), (oauth, principal))
         return principal
 
 
@@ -192,28 +219,27 @@ class ResourceAuthenticator:
         self.policy = policy
         self.resource = resource.rstrip("/")
         self.metadata_path = metadata_path(self.resource)
-        self._principals: dict[str, KeyScope] = {}
+        self._principals = _principal_caches(verifier.limits)
 
     def authenticate(self, scope: Scope, token: str | None) -> Principal | None:
         if token is None:
             if self.policy.sign_in == "calls":
-                return ANONYMOUS
+                return anonymous_principal(scope, None, self.policy.agent_needs("*"), None)
             raise AuthChallengeError(UNAUTHORIZED_TOKEN_MESSAGE, scopes=sorted(self.policy.agent_needs("*")))
-        known = self._principals.get(token)
-        if known is not None and _fresh(known):
-            return known
+        known = self._principals.get("", (token, None))
+        if known is not None and _fresh(known[1]):
+            return known[1]
         claims = self.verifier.cached(token, self.policy.introspection)
         return None if claims is None else self._principal(token, claims)
 
     async def verify(self, scope: Scope, token: str) -> Principal:
         policy = self.policy
-        return self._principal(token, await self.verifier.verify(token, policy.issuers, policy.introspection))
+        claims = await self.verifier.verify(token, policy.issuers, policy.introspection, client=client_address(scope))
+        return self._principal(token, claims)
 
     def _principal(self, token: str, claims: TokenClaims) -> KeyScope:
         principal = token_principal(claims, self.policy, self.resource, self.policy.agent_needs("*"))
-        if len(self._principals) >= _MAX_PRINCIPALS:
-            self._principals.clear()
-        self._principals[token] = principal
+        self._principals.put("", (token, None), (self.policy, principal))
         return principal
 
     def metadata_url(self, scope: Scope) -> str:

@@ -28,7 +28,7 @@ from crank.mcp.resources import Resource, ResourceContents, ResourceTemplate
 from crank.mcp.tools import CallContext
 from crank.registry.runtime import AgentDocument, AgentPrompt, RuntimeTool, RuntimeView
 from crank.sources import discovery
-from crank.sources.prompt_templates import PromptTemplate
+from crank.sources.prompt_templates import PromptTemplate, RenderBudget
 from crank.types import JSONObject
 
 __all__ = ["AgentSurface", "agent_surface"]
@@ -156,19 +156,20 @@ def _prompt(prompt: AgentPrompt, documents: Mapping[str, AgentDocument], where: 
             if argument in arguments and arguments[argument] not in allowed:
                 raise InvalidParamsError(f"Prompt {prompt.name!r}: {argument!r} must be one of its listed values")
         messages = []
+        budget = RenderBudget(f"Prompt {prompt.name!r}")  # one for the whole prompt, every message together
         for message, template in compiled:
             if message.image is not None:
                 content = {"type": "image", "data": message.image.data, "mimeType": message.image.mime_type}
             elif message.resource is not None:
                 assert template is not None
-                uri = template.render(arguments)
+                uri = await template.render(arguments, budget)
                 document = documents.get(uri)
                 if document is None:
                     raise InvalidParamsError(f"Prompt {prompt.name!r}: {uri[:200]!r} is not a document of this agent")
                 content = _embedded(document)
             else:
                 assert template is not None
-                content = {"type": "text", "text": template.render(arguments)}
+                content = {"type": "text", "text": await template.render(arguments, budget)}
             messages.append(PromptMessage(message.role, content))
         return PromptResult(messages, description=prompt.description)
 

@@ -16,7 +16,7 @@ agent (or is malformed itself) is counted under `call_operation`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from crank.exceptions import UnknownOperationError
@@ -125,6 +125,7 @@ class Discovery:
                     ["name"],
                 ),
                 invoker=self._call,
+                authorize=self._authorize,  # a batch checks the operation's scopes before any item runs
             ),
         ]
 
@@ -153,12 +154,19 @@ class Discovery:
         listed = self.operations.tool_entry(name, self.operations.default_language) or {}
         return {key: listed[key] for key in _DESCRIBED if key in listed}
 
+    def _authorize(self, arguments: Mapping[str, Any], caller: Any) -> None:
+        """The scopes of the operation a `call_operation` names, as a direct tool's call checks them."""
+        name = arguments.get("name")
+        entry = self.operations.get(name) if isinstance(name, str) else None
+        if entry is not None:
+            authorize_call(entry.tool, caller)
+
     async def _call(self, arguments: dict[str, Any], context: CallContext) -> Any:
         name = arguments["name"]
         entry = self.operations.get(name)
         if entry is None:
             raise _unknown(name)
-        authorize_call(entry.tool, context.caller)  # the operation's own scopes, as a direct tool's call checks them
+        self._authorize(arguments, context.caller)
         inner = CallContext(
             tool_name=name,
             protocol_version=context.protocol_version,

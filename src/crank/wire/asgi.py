@@ -19,7 +19,9 @@ __all__ = [
     "EarlyAnswersNow",
     "JSON_CONTENT_TYPE",
     "JSON_CONTENT_TYPE_HEADER",
+    "LONG_STREAM_EXTENSION",
     "header",
+    "hold_long_stream",
     "read_body",
     "read_headers",
     "send_response",
@@ -52,6 +54,20 @@ an ordinary request pays one call for the hook."""
 HEADERS_SCOPE_KEY: Final = "crank.headers"
 """Where a wrapper that already decoded a request's headers (`unique_headers`) leaves them for the app, so
 that `read_headers` does not decode them again."""
+
+LONG_STREAM_EXTENSION: Final = "crank.long_stream"
+"""An ASGI scope extension of `crank serve`'s protocol (`crank.wire.protocol`): its `hold` marks the request's
+connection as holding a long stream of a group (a workspace), until its answer ends. At the connection cap such a
+connection may be closed to make room, the most numerous group's oldest first (`hold_long_stream`)."""
+
+
+def hold_long_stream(scope: Scope, group: str) -> None:
+    """Say that this request's answer is a stream that may never end (a list-change listener) on behalf of `group`:
+    under `crank serve` its connection may then be closed to let another tenant's connection in. Nothing under a
+    server without the extension."""
+    mark = scope.get("extensions", {}).get(LONG_STREAM_EXTENSION, {}).get("hold")
+    if mark is not None:
+        mark(group)
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

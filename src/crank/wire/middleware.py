@@ -131,6 +131,23 @@ async def _refuse_host_or_origin(scope: Scope, send: Send, status: int, refusal:
     await send_response(send, status, body)
 
 
+AMBIGUOUS_FRAMING_MESSAGE = "Bad request: Content-Length and Transfer-Encoding together (RFC 9112 §6.1)"
+
+
+def _ambiguous_framing(scope: Scope) -> bool:
+    """Whether a request sends both `Content-Length` and `Transfer-Encoding`: a smuggling attempt (RFC 9112 §6.1
+    says the server MUST close the connection after it), which some servers (uvicorn's h11) hand to the app."""
+    names = {name for name, _ in scope["headers"]}
+    return b"transfer-encoding" in names and b"content-length" in names
+
+
+async def _refuse_ambiguous_framing(scope: Scope, send: Send, refusal: Refusal) -> None:
+    """400, and `Connection: close`: whatever server runs the app, the connection ends with this answer, so that
+    what the other framing would make of the body is never read as a request of its own."""
+    body = refusal(scope, 400, AMBIGUOUS_FRAMING_MESSAGE)
+    await send_response(send, 400, body, [(b"connection", b"close")])
+
+
 class BodyLimitMiddleware:
     """Refuses a request body larger than `max_body_size` with 413, before the app reads it when the body
     declares its length, and as soon as the limit is passed when it is streamed (chunked)."""
@@ -146,8 +163,12 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        chunked = header(scope, b"transfer-encoding") is not None
+        if chunked and header(scope, b"content-length") is not None:
+            await _refuse_ambiguous_framing(scope, send, self.refusal)
+            return
         # A Transfer-Encoding frames the body, whatever Content-Length says (RFC 9112 §6.3): its body is counted.
-        declared = header(scope, b"content-length") if header(scope, b"transfer-encoding") is None else None
+        declared = header(scope, b"content-length") if not chunked else None
         if declared is not None and declared.isdigit():
             if int(declared) > self.max_body_size:
                 await self._refuse(scope, send)
@@ -223,6 +244,8 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         refused = self.policy.check(scope.get("server"), host, origin)
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
+        elif length is None and _ambiguous_framing(scope):
+            await _refuse_ambiguous_framing(scope, send, self.refusal)
         elif length is not None and length > self.max_body_size:
             await self._refuse(scope, send)
         elif (

@@ -21,7 +21,7 @@ from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from crank import _json
-from crank.wire.asgi import EarlyAnswer, EarlyAnswers, EarlyAnswersNow
+from crank.wire.asgi import LONG_STREAM_EXTENSION, EarlyAnswer, EarlyAnswers, EarlyAnswersNow
 from crank.wire.listen import DRAIN_TIMEOUT, ConnectionLimits, logger
 from crank.wire.notices import ThrottledLog
 
@@ -39,6 +39,7 @@ def protocol_for(
         pass
 
     Protocol.limits, Protocol.idle, Protocol.stalled, Protocol.notices = limits, {}, {}, ThrottledLog(logger)
+    Protocol.streams = {}
     timeouts = (limits.head_timeout, limits.body_timeout, limits.send_timeout)
     interval = max(_SWEEP_MIN_INTERVAL, min(_SWEEP_INTERVAL, *(timeout / 4 for timeout in timeouts)))
     Protocol.sweeper = _Sweeper(interval)
@@ -370,6 +371,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     limits: ConnectionLimits = ConnectionLimits()
     idle: dict[CrankHTTPProtocol, None]  # connections waiting for a request's first byte, the longest first
     stalled: dict[CrankHTTPProtocol, float]  # connections that cannot write now or are closing: since when
+    streams: dict[CrankHTTPProtocol, str]  # connections holding a long stream (`hold_long_stream`): its group
     notices: ThrottledLog
     sweeper: _Sweeper
     answer_early: EarlyAnswers | None = None
@@ -395,6 +397,8 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self._send_mark = 0  # bytes sent then
         self._upgrade = False  # the request asks for an upgrade the protocol does not make: close after it
         self._between = False  # answered, waiting for the next request: the deadline is the keep-alive one
+        # Given to each request's scope: ASGI extensions are dicts (`crank.wire.asgi.hold_long_stream` reads it).
+        self._extensions: dict[str, dict[object, object]] = {LONG_STREAM_EXTENSION: {"hold": self._hold_stream}}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -409,9 +413,15 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self.sweeper.start(self.loop, self.connections)
         self.idle[self] = None
 
+    def _hold_stream(self, group: str) -> None:
+        """`crank.wire.asgi.LONG_STREAM_EXTENSION`: this connection's answer is a long stream of `group`."""
+        self.streams[self] = group
+
     def _make_room(self) -> bool:
         """Close the connection idle the longest, else the one stalled the longest (for `_STALL_GRACE` at
-        least), if any: it costs an idle client a reconnect, a stalled one the answer it does not take."""
+        least), else the oldest long stream of the group that holds the most, if any: it costs an idle client a
+        reconnect, a stalled one the answer it does not take, a listener its stream (which it may open again,
+        within its group's bounds). So one tenant's streams never keep another tenant's connection out."""
         oldest = next(iter(self.idle), None)
         if oldest is not None:
             del self.idle[oldest]
@@ -421,17 +431,33 @@ class CrankHTTPProtocol(HttpToolsProtocol):
             return True
         stalled, since = next(iter(self.stalled.items()), (None, 0.0))
         if stalled is None or self.loop.time() - since < _STALL_GRACE:
-            return False
+            return self._close_a_stream()
         stalled.abort()
         self.notices.warning("max_connections_stalled", "closed the connection stalled the longest (its answer "
                              "not taken, or closing after a refusal): %d connections are open "
                              "(CRANK_MAX_CONNECTIONS)", self.limits.max_connections)  # fmt: skip
         return True
 
+    def _close_a_stream(self) -> bool:
+        """Close the oldest long stream of the group with the most of them (`_make_room`'s last resort)."""
+        if not self.streams:
+            return False
+        counts: dict[str, int] = {}
+        for group in self.streams.values():
+            counts[group] = counts.get(group, 0) + 1
+        largest = max(counts, key=counts.__getitem__)
+        oldest = next(connection for connection, group in self.streams.items() if group == largest)
+        oldest.abort()
+        self.notices.warning("max_connections_stream", "closed the oldest list-change stream of %s, which holds the "
+                             "most (%d): %d connections are open (CRANK_MAX_CONNECTIONS)", largest, counts[largest],
+                             self.limits.max_connections)  # fmt: skip
+        return True
+
     def abort(self) -> None:
         """Close at once, dropping what is unsent (a client that does not take it)."""
         self.stalled.pop(self, None)
         self.idle.pop(self, None)
+        self.streams.pop(self, None)
         if self.writer is not None:
             self.writer.pending.clear()
         self.transport.abort()
@@ -439,6 +465,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.idle.pop(self, None)
         self.stalled.pop(self, None)
+        self.streams.pop(self, None)
         self._cancel_deadline()
         if self.writer is not None:
             self.writer.pending.clear()  # the answer's bytes go with the connection
@@ -565,6 +592,7 @@ class CrankHTTPProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = self._extensions
         self._head_bytes = 0
         self._in_head = True
         if not self.deadline:
@@ -743,6 +771,8 @@ class CrankHTTPProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         # uvicorn's, with the keep-alive wait a deadline of the sweep instead of a timer of its own per answer.
         self.server_state.total_requests += 1
+        if self.streams:
+            self.streams.pop(self, None)
         if self._drained >= 0 or self.transport.is_closing():  # closing: no next request on this connection
             return
         self.flow.resume_reading()

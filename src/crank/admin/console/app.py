@@ -47,6 +47,7 @@ from crank.admin.console.trying import MAX_ARGUMENTS_BYTES, read_arguments
 from crank.admin.console.trying import call_tool as call_mcp_tool
 from crank.admin.console.usage import Usage
 from crank.admin.documents import is_url, parse_document
+from crank.admin.guard import SIGN_IN_RETRY_AFTER, TOO_MANY_ATTEMPTS, SignInGuard
 from crank.exceptions import ConfigurationError, RegistryConflictError, RegistryNotFoundError, SpecError
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
@@ -95,10 +96,13 @@ class Console:
         metrics: Metrics | None = None,
         sso: SingleSignOn | None = None,
         public_url: str | None = None,
+        guard: SignInGuard | None = None,
     ) -> None:
+        """`guard`: what bounds wrong admin tokens per address (shared with the admin API; its own if None)."""
         if len(token) < 16:
             raise ConfigurationError("the admin token must be at least 16 characters")
         self.registry = registry
+        self.guard = guard if guard is not None else SignInGuard()
         self.mcp = mcp
         self.sso = sso
         self.public_url = public_url.rstrip("/") if public_url else None
@@ -226,7 +230,13 @@ class Console:
         if session is None or not session.checks(_field(form, "csrf")):
             stale = "The form was stale or not this browser's: open the sign-in page again."
             return self.render(request, "error.html", None, 403, title="Refused", message=stale)
+        if self.guard.refused(request.scope):
+            refused = self.render(request, "error.html", None, 429, title="Too many attempts",
+                                  message=TOO_MANY_ATTEMPTS + ".")  # fmt: skip
+            refused.headers["retry-after"] = str(SIGN_IN_RETRY_AFTER)
+            return refused
         if not hmac.compare_digest(_field(form, "token").encode(), self._token):
+            self.guard.failed(request.scope, "the console")
             return self.render(request, "login.html", session, 401, next=_next(_field(form, "next")), failed=True,
                                sso=self.sso, refused=None)  # fmt: skip
         fresh = self.sessions.start(via="token")  # a new id and CSRF token: nothing planted before survives

@@ -160,12 +160,13 @@ class HTTPAdapter(Adapter):
             details={"retry_after": _BUSY_RETRY_AFTER},
         )  # fmt: skip
 
-    def _refused(self, reason: str) -> ToolConfigurationError:
-        """The egress policy refuses the upstream's address: one warning line for the operator, never a client."""
+    def _refused(
+        self, reason: str, message: str = "this server's egress policy does not allow its address"
+    ) -> ToolConfigurationError:
+        """The upstream's address is refused (the egress policy, a URL off the operation's origin): one warning
+        line for the operator, never a client."""
         logger.warning("%s: %s", self._where, reason, extra={"origin": self._origin})
-        return ToolConfigurationError(
-            "The tool cannot call its upstream: this server's egress policy does not allow its address."
-        )
+        return ToolConfigurationError(f"The tool cannot call its upstream: {message}.")
 
     def _logged(self, error: ExternalServiceError, cause: str, detail: str | None = None) -> ExternalServiceError:
         """The error with what the operator's log line names: why, and which upstream (never sent to clients)."""
@@ -182,6 +183,8 @@ class HTTPAdapter(Adapter):
             missing = url[url.index("{") + 1 : url.index("}")] if "}" in url else url
             raise MappingError(f"no value for path parameter {missing!r}", recoverable=True,
                                suggested_action=f"Pass {missing!r}.")  # fmt: skip
+        if not _within(url, self._origin):  # the credentials go to the origin they were bound to, or nowhere
+            raise self._refused("the resolved URL left the operation's origin", "its URL left the operation's origin")
         headers = parts.headers
         if self._accept is not None and not any(name.lower() == "accept" for name in headers):
             headers = {**self._accept, **headers}  # a mapping's own Accept header wins
@@ -249,6 +252,12 @@ def _path_segment(name: str, value: Any) -> str:
         raise MappingError(f"path parameter {name!r} may not be {text!r}", recoverable=True,
                            suggested_action=f"Pass the real value of {name!r}.")  # fmt: skip
     return quote(text, safe="")
+
+
+def _within(url: str, origin: str) -> bool:
+    """Whether a resolved URL is on `origin` (its scheme, host and port as the target names them): arguments fill
+    path segments only (`_path_segment` encodes `/`, `@` and `:`), so this holds unless a target was never checked."""
+    return url.startswith(origin) and url[len(origin) : len(origin) + 1] in ("", "/", "?", "#")
 
 
 def _origin(url: str) -> str:
