@@ -3,6 +3,14 @@
 
     python bench/hostile.py                      # ~2 minutes: warm-up 10 s, alone 30 s, hostile 60 s, after 20 s
     python bench/hostile.py --tiny               # a few seconds, to check that it works (tests/test_bench_hostile.py)
+    python bench/hostile.py --attack forged-tokens   # one of issue 36's attacks instead of the junk requests
+
+`--attack` replaces the hostile tenant's junk load with one attack (`wrk/hostile_attack.lua`), the hostile
+workspace trusting an issuer of its own (`bench/apps/issuer.py`) with lazy sign-in: `forged-tokens` (a new
+made-up token each request, naming the issuer's ordinary key: each would cost a signature check), `costly-key`
+(the same, naming its key of unbounded cost), `prompt` (its heaviest stored prompt, anonymously, with a 16 KiB
+argument), `anonymous` (tools/list without credentials). What matters is the honest tenant's p50 and p99 under
+the attack against alone; the attack's own answers may be 401, 429 or 503 (its spent budget), never another 5xx.
 
 The gateway (`bench/apps/gateway_hostile.py`, `GatewayService` with API keys, as `crank serve` runs it) serves
 the agents of workspaces `honest` and `hostile` on `--server-cpu`, with `crank serve`'s HTTP protocol (uvicorn's
@@ -55,6 +63,7 @@ HONEST_PATH = "/mcp/v1/honest/agent"
 HOSTILE_PATH = "/mcp/v1/hostile/agent"
 PHASES = ("warm-up", "alone", "hostile", "after")
 SERVERS = {"crank": "served as `crank serve` serves", "uvicorn": "under plain uvicorn"}
+ATTACKS = ("junk", "forged-tokens", "costly-key", "prompt", "anonymous")
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_item", "arguments": {"id": 7}}}
 
 
@@ -89,12 +98,16 @@ def parse_args() -> argparse.Namespace:
         default="crank",
         help="crank: as `crank serve` serves (its HTTP protocol, with early answers); uvicorn: plain uvicorn",
     )
+    p.add_argument("--attack", choices=ATTACKS, default="junk", help="the hostile tenant's attack (default: junk)")
+    p.add_argument("--src", type=Path, default=ROOT / "src", help="the Crank sources the gateway runs (another "
+                   "checkout's src/, to measure it in the same harness)")  # fmt: skip
     p.add_argument("--sample", type=float, default=0.25, help="seconds between two RSS samples")
     p.add_argument("--server-cpu", default="0", help="taskset CPU list of the gateway")
     p.add_argument("--client-cpu", default="1", help="taskset CPU list of wrk and nginx")
     p.add_argument("--out", type=Path, default=BENCH / "results" / "hostile", help="latest.md and latest.json")
     p.add_argument("--tiny", action="store_true", help="1-second phases, to check that the run works")
     args = p.parse_args()
+    SOURCES[0] = args.src.resolve()
     if args.tiny:
         args.warmup = args.alone = args.hostile = args.after = 1
     return args
@@ -103,16 +116,20 @@ def parse_args() -> argparse.Namespace:
 # -- the gateway and its memory -----------------------------------------------------------------------------
 
 
+SOURCES = [ROOT / "src"]  # `--src`: the Crank the gateway runs
+
+
 def gateway_env(extra: dict[str, str]) -> dict[str, str]:
-    # This checkout's src/ first: the venv may have another checkout installed in editable mode.
-    path = os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")]))
+    # This checkout's src/ first (or `--src`): the venv may have another checkout installed in editable mode.
+    path = os.pathsep.join(filter(None, [str(SOURCES[0]), str(ROOT), os.environ.get("PYTHONPATH")]))
     # nginx listens on loopback, which the gateway's egress policy refuses unless the operator allows it.
     return {**os.environ, "PYTHONPATH": path, "CRANK_EGRESS_ALLOW": "127.0.0.0/8,::1", **extra}
 
 
-def make_registry(python: str, upstream: str, directory: Path, limits: dict[str, int]) -> tuple[Path, dict[str, str]]:
+def make_registry(python: str, upstream: str, directory: Path, limits: dict[str, int],
+                  issuer: str = "") -> tuple[Path, dict[str, str]]:  # fmt: skip
     db = directory / "registry.sqlite3"
-    env = gateway_env({"BENCH_UPSTREAM": upstream, "BENCH_LIMITS": json.dumps(limits)})
+    env = gateway_env({"BENCH_UPSTREAM": upstream, "BENCH_LIMITS": json.dumps(limits), "BENCH_ISSUER": issuer})
     proc = subprocess.run([python, "-m", "bench.apps.gateway_hostile", str(db)], cwd=ROOT, env=env,
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode != 0:
@@ -137,6 +154,21 @@ def gateway(args: argparse.Namespace, db: Path, upstream: str, log: Path) -> Ite
     try:
         wait_listening("gateway", proc, port, log)
         yield f"http://{HOST}:{port}", proc.pid
+    finally:
+        stop(proc)
+
+
+@contextlib.contextmanager
+def issuer_server(args: argparse.Namespace, log: Path) -> Iterator[str]:
+    """The hostile tenant's own issuer (`bench/apps/issuer.py`) on the client CPU; yields its URL."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ["taskset", "-c", args.client_cpu, args.python, "-m", "bench.apps.issuer", str(port)]
+    with log.open("wb") as log_file:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=gateway_env({}), stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        wait_listening("issuer", proc, port, log)
+        yield f"http://{HOST}:{port}"
     finally:
         stop(proc)
 
@@ -200,8 +232,8 @@ def result(name: str, proc: subprocess.Popen[str], seconds: int) -> dict[str, An
 
 
 def phase(args: argparse.Namespace, root: str, keys: dict[str, str], loads: tuple[str, ...],
-          seconds: int) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """Run the named loads at once for `seconds`: honest, hostile (its valid calls), junk."""
+          seconds: int, issuer: str = "") -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Run the named loads at once for `seconds`: honest, hostile (its valid calls), junk (or `--attack`'s)."""
     valid = {"BENCH_COUNT": "1", "BENCH_ERA": "legacy"}
     specs = {
         "honest": ("hostile_valid.lua", root + HONEST_PATH, args.honest_connections,
@@ -211,8 +243,22 @@ def phase(args: argparse.Namespace, root: str, keys: dict[str, str], loads: tupl
         "junk": ("hostile_junk.lua", root, args.junk_connections,
                  {"BENCH_HOSTILE_KEY": keys["hostile"], "BENCH_PACE_MS": str(args.junk_pace_ms)}),
     }  # fmt: skip
+    if args.attack != "junk":  # the junk load's place: one attack
+        specs["junk"] = ("hostile_attack.lua", root, args.junk_connections, {
+            "BENCH_ATTACK": args.attack, "BENCH_PACE_MS": str(args.junk_pace_ms),
+            "BENCH_TOKEN_PREFIX": token_prefix(issuer, "big" if args.attack == "costly-key" else "k1"),
+            "BENCH_SIGNATURE_BYTES": "384" if args.attack == "costly-key" else "256",  # the key's modulus
+        })  # fmt: skip
     running = {name: wrk(args, *specs[name][:3], seconds, specs[name][3]) for name in loads}
     return {name: result(name, proc, seconds) for name, proc in running.items()}
+
+
+def token_prefix(issuer: str, kid: str) -> str:
+    if not issuer:
+        return ""
+    from bench.apps.issuer import prefix  # Starlette: only where the attack runs
+
+    return prefix(issuer, kid)
 
 
 def failed_calls(name: str, stats: dict[str, Any]) -> int:
@@ -229,7 +275,7 @@ def failures(phase_name: str, results: dict[str, dict[str, Any]]) -> list[str]:
     tenant's would be."""
     found = []
     for name, stats in results.items():
-        if name == "junk":
+        if name == "junk":  # (an attack's 503s, counted apart as s503, are its spent budget's answer)
             if stats["s5xx"] or stats["leaks"]:
                 found.append(f"{phase_name}/junk: {stats['s5xx']} answers 5xx, {stats['leaks']} leaked a traceback")
         elif failed_calls(name, stats):
@@ -268,7 +314,8 @@ def markdown(meta: dict[str, Any], runs: dict[str, dict[str, dict[str, Any]]], m
         f"# Hostile tenant run ({meta['date']})", "",
         f"Crank {meta['crank']}, {meta['cpu']}; gateway ({SERVERS[meta['server']]}) on CPU {meta['server_cpu']}, "
         f"wrk and nginx on CPU "
-        f"{meta['client_cpu']}. Honest tenant: {meta['honest']}; hostile tenant: {meta['hostile']}.", "",
+        f"{meta['client_cpu']}. Honest tenant: {meta['honest']}; hostile tenant: {meta['hostile']}; its attack: "
+        f"{meta['attack']}.", "",
         f"Plans (requests and tool calls per second per workspace): {meta['limits']}.", "",
         "| phase | load | requests | req/s | p50 ms | p99 ms | max ms | failed valid calls | refused by its limit | "
         "2xx / 4xx / 5xx | gateway CPU |",
@@ -277,7 +324,9 @@ def markdown(meta: dict[str, Any], runs: dict[str, dict[str, dict[str, Any]]], m
     for phase_name, results in runs.items():
         for name, s in results.items():
             failed = "–" if name == "junk" else str(failed_calls(name, s))
-            classes = f"{s['s2xx']:,} / {s['s4xx']:,} / {s['s5xx']:,}" if name == "junk" else "–"
+            classes = "–"
+            if name == "junk":
+                classes = f"{s['s2xx']:,} / {s['s4xx']:,} / {s['s5xx'] + s.get('s503', 0):,}"
             latency = f"{ms(s['p50_us'])} | {ms(s['p99_us'])} | {ms(s['max_us'])}"
             refused = "–" if name == "junk" else f"{s.get('limited', 0):,}"
             lines.append(f"| {phase_name} | {name} | {s['requests']:,} | {s['rps']:,.0f} | {latency} | {failed} | "
@@ -295,8 +344,9 @@ def markdown(meta: dict[str, Any], runs: dict[str, dict[str, dict[str, Any]]], m
 
 
 def crank_version() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True, text=True)
+    checkout = SOURCES[0].parent
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=checkout, capture_output=True, text=True)
     return (head.stdout.strip() or "src/") + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
@@ -311,7 +361,10 @@ def main() -> int:
         upstream = stack.enter_context(upstream_server(args.client_cpu, args.out / "logs" / "nginx.log"))
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-hostile-")))
         limits = {name: n for name, n in (("honest", args.honest_limit), ("hostile", args.hostile_limit)) if n}
-        db, keys = make_registry(args.python, upstream.url, directory, limits)
+        issuer = ""
+        if args.attack != "junk":
+            issuer = stack.enter_context(issuer_server(args, args.out / "logs" / "issuer.log"))
+        db, keys = make_registry(args.python, upstream.url, directory, limits, issuer)
         root, pid = stack.enter_context(gateway(args, db, upstream.url, args.out / "logs" / "gateway.log"))
         check_gateway(root, keys["honest"], HONEST_PATH)
         sampler = stack.enter_context(Sampler(pid, args.sample).running())
@@ -319,7 +372,7 @@ def main() -> int:
         for name in PHASES:
             sampler.phase = name
             before = cpu_seconds(pid)
-            runs[name] = phase(args, root, keys, loads[name], seconds[name])
+            runs[name] = phase(args, root, keys, loads[name], seconds[name], issuer)
             cpu[name] = (cpu_seconds(pid) - before) / seconds[name]
             print(f"{name}: " + ", ".join(f"{load} {s['requests']} requests, p99 {ms(s['p99_us'])} ms"
                                           for load, s in runs[name].items()), file=sys.stderr)  # fmt: skip
@@ -336,6 +389,7 @@ def main() -> int:
         "server_cpu": args.server_cpu, "client_cpu": args.client_cpu, "seconds": seconds, "server": args.server,
         "limits": ", ".join(f"{name} {n}/s" for name, n in limits.items()) or "none",
         "honest": f"{args.honest_connections} connections, {args.honest_pace_ms} ms between a connection's calls",
+        "attack": args.attack,
         "hostile": f"valid calls on {args.hostile_connections} connections paced {args.hostile_pace_ms} ms, "
                    f"junk on {args.junk_connections} connections paced {args.junk_pace_ms} ms",
     }  # fmt: skip

@@ -48,3 +48,28 @@ def test_a_tiny_refusal_run_measures_refusals_under_each_server() -> None:
     lines = proc.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["crank", "uvicorn"]
     assert all("µs of gateway CPU per request" in line and "refused" in line for line in lines)
+
+
+@pytest.mark.skipif(
+    not all(shutil.which(tool) or Path(f"/usr/sbin/{tool}").exists() for tool in ("wrk", "nginx", "taskset")),
+    reason="needs wrk, nginx and taskset (scripts/bench installs them)",
+)
+@pytest.mark.parametrize("attack", ["costly-key", "prompt"])
+def test_a_tiny_attack_run_refuses_the_attack_and_serves_every_valid_call(tmp_path: Path, attack: str) -> None:
+    command = [sys.executable, str(ROOT / "bench" / "hostile.py"), "--tiny", "--attack", attack, "--out", str(tmp_path)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "latest.json").read_text())
+    assert report["meta"]["attack"] == attack
+    hostile = report["runs"]["hostile"]
+    assert hostile["honest"]["non2xx"] == hostile["honest"]["body_errors"] == 0
+    attack_answers = hostile["junk"]
+    assert attack_answers["s4xx"] > 0 and attack_answers["s5xx"] == 0 and attack_answers["leaks"] == 0
+
+
+def test_the_key_cost_bench_measures_each_bound() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "key_cost.py"), "--checks", "3"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3 and lines[0].endswith("used") and lines[1].endswith("used") and "skipped" in lines[2]

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 from bench.apps import serve_gateway
 from bench.apps.gateway_catalog import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA, tool_name, tool_path
 from crank.admin.actions import check_runtime
 from crank.registry import Registry, migrate, open_engine
-from crank.registry.runtime import Limits, RateLimit
+from crank.registry.runtime import Limits, OAuthPolicy, RateLimit
 from crank.server import GatewayService
 
 WORKSPACES = ("honest", "hostile")
@@ -28,9 +29,17 @@ AGENT = "agent"
 N_TOOLS = 10  # one small tools/list page: wrk grows a response buffer 1 KiB at a time, so long answers stall it
 
 
-def setup(db_path: str, upstream: str, limits: dict[str, int] | None = None) -> dict[str, str]:
+PROMPTS = [{
+    "name": "heavy", "arguments": [{"name": "text", "required": True}],
+    "messages": [{"text": " ".join(["{{ text|title }}"] * 16)} for _ in range(16)],
+}]  # fmt: skip
+"""The hostile tenant's prompt: 16 messages of 16 costly filters (as many as a prompt may have)."""
+
+
+def setup(db_path: str, upstream: str, limits: dict[str, int] | None = None, issuer: str = "") -> dict[str, str]:
     """Create and publish both tenants' agents in a new SQLite registry; returns a key per workspace.
-    `limits`: requests and tool calls per second, by workspace (none: no limit)."""
+    `limits`: requests and tool calls per second, by workspace (none: no limit). `issuer`: an issuer the hostile
+    workspace trusts, with lazy sign-in, and its agent's prompts (bench/hostile.py's token and prompt attacks)."""
     engine = open_engine(f"sqlite:///{db_path}")
     migrate(engine)
     registry = Registry(engine)
@@ -48,7 +57,11 @@ def setup(db_path: str, upstream: str, limits: dict[str, int] | None = None) -> 
                 "output_schema": OUTPUT_SCHEMA,
             }
             registry.put_operation(workspace, tool_name(i), spec)
-        registry.put_agent(workspace, AGENT, {"bindings": [{"operation": tool_name(i)} for i in range(N_TOOLS)]})
+        agent: dict[str, Any] = {"bindings": [{"operation": tool_name(i)} for i in range(N_TOOLS)]}
+        if workspace == "hostile" and issuer:  # an attack through its own issuer, lazy sign-in and prompts
+            agent["prompts"] = PROMPTS
+            registry.set_workspace_oauth("hostile", OAuthPolicy(issuers=(issuer,), sign_in="calls"))
+        registry.put_agent(workspace, AGENT, agent)
         registry.publish(workspace, AGENT, check=check_runtime)
         keys[workspace] = registry.create_api_key(workspace)
     engine.dispose()
@@ -72,4 +85,4 @@ if __name__ == "__main__":
         serve(sys.argv[2], int(sys.argv[3]))
     else:  # DB_PATH
         limits = json.loads(os.environ.get("BENCH_LIMITS", "{}"))
-        print(json.dumps(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"], limits)))
+        print(json.dumps(setup(sys.argv[1], os.environ["BENCH_UPSTREAM"], limits, os.environ.get("BENCH_ISSUER", ""))))

@@ -86,6 +86,34 @@ def test_a_relative_server_needs_base_url_and_an_operation_may_name_its_own_serv
         import_openapi(document)
 
 
+@pytest.mark.parametrize(
+    ("url", "default"),
+    [("http://{item_id}:8080/api", "{item_id}"), ("{scheme}://api.example.com", "{scheme}"),
+     ("https://api.example.com:{port}/v1", "{port}"), ("https://{host}/v1", "{host}")],
+)  # fmt: skip
+def test_a_server_variable_that_leaves_a_placeholder_in_the_host_is_refused(url: str, default: str) -> None:
+    """A call's arguments fill `{placeholders}`: one left in the scheme, host or port would send the request, and
+    the credentials bound to the operation's origin, wherever the arguments say (issue 36, hole 7)."""
+    name = default.strip("{}")
+    document = {
+        "openapi": "3.1.0", "info": {"title": "Items", "version": "1"},
+        "servers": [{"url": url, "variables": {name: {"default": default}}}],
+        "paths": {"/items/{item_id}": {"get": {
+            "operationId": "getItem", "responses": {"200": {"description": "ok"}},
+            "parameters": [{"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+        }}},
+    }  # fmt: skip
+    with pytest.raises(SpecError) as refused:
+        import_openapi(document)
+    message = str(refused.value)
+    assert message.startswith("servers[0].url (used by paths./items/{item_id}.get): ")
+    assert f"server variable {name!r} leaves a placeholder in the host" in message and "\n" not in message
+    with pytest.raises(SpecError, match="base_url .* has a placeholder in its host"):
+        import_openapi(document, base_url="http://{tenant}.example.com")
+    fine = import_openapi(document, base_url="https://api.example.com")  # a placeholder in the path is an argument's
+    assert fine[0].spec["target"]["url"] == "https://api.example.com/items/{item_id}"
+
+
 def test_description_keeps_summary_and_description(
     petstore: dict[str, JSONObject], library: dict[str, JSONObject]
 ) -> None:

@@ -159,7 +159,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
         issuer, own = Issuer(), Issuer()
         issuer.url, own.url = start(issuer.app), start(own.app)
         # The hostile tenant's own issuer publishes keys whose checks would cost without bound, beside its own.
-        own.extra_keys = [rsa_jwk(4096, secrets.randbits(3000) | (1 << 2999) | 1, "big"), rsa_jwk(8192, 65537, "huge")]
+        own.extra_keys = [rsa_jwk(3072, secrets.randbits(3000) | (1 << 2999) | 1, "big"), rsa_jwk(8192, 65537, "huge")]
         base = start(upstream.app)
         database = f"sqlite:///{tmp / 'registry.sqlite3'}"
         engine = open_engine(database, pooled=False)

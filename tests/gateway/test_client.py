@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from crank.exceptions import UpstreamBusyError, UpstreamConnectionError, UpstreamTimeoutError, UpstreamTooLargeError
-from crank.gateway.client import UpstreamClient
+from crank.gateway.client import UpstreamClient, parse_upstream_url
 
 pytestmark = pytest.mark.anyio
 
@@ -570,3 +570,17 @@ def test_one_client_serves_successive_event_loops(plain_upstream: str) -> None:
     finally:
         for loop in loops:
             loop.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://{item_id}:8080/items", "{scheme}://api.example.com/x", "https://api.example.com:{port}/x",
+     "https://{sub}.example.com/x", "https://api.example.com{path}"],
+)  # fmt: skip
+def test_a_placeholder_in_an_upstream_origin_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="placeholder in its scheme, host or port"):
+        parse_upstream_url(url)
+
+
+def test_a_placeholder_in_an_upstream_path_or_query_is_an_arguments_place() -> None:
+    assert parse_upstream_url("https://api.example.com/items/{id}?q={q}").hostname == "api.example.com"

@@ -1,35 +1,157 @@
 """`crank.gateway.tokens.TokenVerifier` on its own, against the test issuer on loopback (tests/gateway/issuer.py):
-what no request through the gateway shows directly."""
+what no request through the gateway shows directly (tests/deploy/test_hostile_clients.py tries the same through
+`crank serve`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
 
 import pytest
+from jwt import PyJWK
 
-from crank.exceptions import DependencyUnavailableError
+from crank.exceptions import AuthChallengeError, DependencyUnavailableError
+from crank.gateway import tokens as tokens_module
 from crank.gateway.client import UpstreamClient
-from crank.gateway.tokens import TokenVerifier
-from tests.gateway.issuer import Issuer
+from crank.gateway.tokens import RSA_MAX_EXPONENT, TokenLimits, TokenVerifier, usable_key
+from tests.gateway.issuer import Issuer, rsa_jwk
 
 pytestmark = pytest.mark.anyio
 AUDIENCE = "https://mcp.example.com/mcp/v1/acme/support"
 
 
-async def test_new_signatures_are_checked_within_a_budget_and_known_tokens_never_count(
-    serve: Callable[..., str],
-) -> None:
+@pytest.fixture
+async def client() -> AsyncIterator[UpstreamClient]:
+    upstream = UpstreamClient()
+    yield upstream
+    await upstream.aclose()
+
+
+@pytest.fixture
+def issuer(serve: Callable[..., str]) -> Issuer:
     issuer = Issuer()
     issuer.url = serve(issuer.app)
-    client = UpstreamClient()
-    verifier = TokenVerifier(client, checks_per_second=3)
-    try:
-        tokens = [issuer.token(AUDIENCE, subject=f"user-{n}") for n in range(4)]
-        for token in tokens[:3]:
-            assert (await verifier.verify(token, (issuer.url,))).audiences == (AUDIENCE,)
-        with pytest.raises(DependencyUnavailableError) as refused:  # a flood of new tokens: 503, retry
-            await verifier.verify(tokens[3], (issuer.url,))
-        assert refused.value.retry_after == 1
-        assert all(verifier.cached(token) is not None for token in tokens[:3])  # checked before: a look-up
-    finally:
-        await client.aclose()
+    return issuer
+
+
+async def test_new_signatures_are_checked_within_a_budget_and_known_tokens_never_count(
+    issuer: Issuer, client: UpstreamClient
+) -> None:
+    verifier = TokenVerifier(client, limits=TokenLimits(checks_per_second=3))
+    tokens = [issuer.token(AUDIENCE, subject=f"user-{n}") for n in range(4)]
+    for token in tokens[:3]:
+        assert (await verifier.verify(token, (issuer.url,))).audiences == (AUDIENCE,)
+    with pytest.raises(DependencyUnavailableError) as refused:  # a flood of new tokens: 503, retry
+        await verifier.verify(tokens[3], (issuer.url,))
+    assert refused.value.retry_after == 1
+    assert all(verifier.cached(token) is not None for token in tokens[:3])  # checked before: a look-up
+
+
+async def test_one_addresss_flood_spends_its_own_budget_and_one_workspaces_its_own(
+    issuer: Issuer, client: UpstreamClient
+) -> None:
+    verifier = TokenVerifier(client, limits=TokenLimits(checks_per_second=4, checks_per_address=2))
+    forged = [issuer.forged(AUDIENCE) for _ in range(3)]
+    for token in forged[:2]:
+        with pytest.raises(AuthChallengeError):
+            await verifier.verify(token, (issuer.url,), workspace="mallory", client="10.0.0.66")
+    with pytest.raises(DependencyUnavailableError, match="from your address"):
+        await verifier.verify(forged[2], (issuer.url,), workspace="mallory", client="10.0.0.66")
+    # Another address is checked, in that workspace or another, until that workspace's own budget is spent.
+    good = [issuer.token(AUDIENCE, subject=f"u{n}") for n in range(4)]
+    await verifier.verify(good[0], (issuer.url,), workspace="mallory", client="10.0.0.1")
+    await verifier.verify(good[1], (issuer.url,), workspace="mallory", client="10.0.0.2")
+    with pytest.raises(DependencyUnavailableError, match="for this workspace"):
+        await verifier.verify(good[2], (issuer.url,), workspace="mallory", client="10.0.0.3")
+    assert (await verifier.verify(good[3], (issuer.url,), workspace="victim", client="10.0.0.3")).subject == "u3"
+
+
+async def test_a_refused_token_is_remembered_and_refused_again_without_a_check(
+    issuer: Issuer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verifier = TokenVerifier(client, limits=TokenLimits(checks_per_address=1))
+    forged = issuer.forged(AUDIENCE)
+    with pytest.raises(AuthChallengeError, match="Signature verification failed"):
+        await verifier.verify(forged, (issuer.url,), client="10.0.0.66")
+    checks: list[str] = []
+    monkeypatch.setattr(tokens_module.jwt, "decode", lambda *args, **kwargs: checks.append("decode"))
+    for _ in range(5):  # the address's budget is spent, yet the same token is refused as invalid (401), not 503
+        with pytest.raises(AuthChallengeError, match="not valid"):
+            await verifier.verify(forged, (issuer.url,), client="10.0.0.66")
+    assert checks == []
+    expired = issuer.token(AUDIENCE, ttl=-3600)
+    monkeypatch.undo()
+    with pytest.raises(AuthChallengeError, match="expired"):
+        await verifier.verify(expired, (issuer.url,), client="10.0.0.7")
+    with pytest.raises(AuthChallengeError, match="not valid"):  # an expired token is never valid again
+        await verifier.verify(expired, (issuer.url,), client="10.0.0.7")
+
+
+async def test_an_inactive_opaque_token_is_introspected_once(issuer: Issuer, client: UpstreamClient,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from crank.registry.runtime import IntrospectionClient
+
+    monkeypatch.setenv("TEST_INTROSPECTION", "introspection-secret")
+    introspection = IntrospectionClient(client_id="crank", client_secret="env:TEST_INTROSPECTION")
+    verifier = TokenVerifier(client)
+    made_up = secrets.token_hex(16)
+    for _ in range(10):
+        with pytest.raises(AuthChallengeError, match="not"):
+            await verifier.verify(made_up, (issuer.url,), introspection, client="10.0.0.66")
+    assert issuer.requests.count("/introspect") == 1
+    active = issuer.opaque_token(AUDIENCE)
+    assert (await verifier.verify(active, (issuer.url,), introspection)).subject == "olga"
+
+
+async def test_one_workspaces_tokens_never_push_out_anothers(issuer: Issuer, client: UpstreamClient) -> None:
+    verifier = TokenVerifier(client, limits=TokenLimits(cache_bytes=8 * 1024, cache_total_bytes=12 * 1024,
+                                                        checks_per_second=1000, checks_per_address=1000))  # fmt: skip
+    kept = issuer.token(AUDIENCE, subject="victim")
+    await verifier.verify(kept, (issuer.url,), workspace="victim")
+    for n in range(40):  # 40 tokens of 1 KB and more: five times the hostile workspace's share
+        await verifier.verify(issuer.token(AUDIENCE, subject=f"m{n}", pad="x" * 1000), (issuer.url,),
+                              workspace="mallory")  # fmt: skip
+    assert verifier.cached(kept, workspace="victim") is not None
+    assert verifier.cached(kept, workspace="mallory") is None  # a workspace's own cache: never another's
+    assert verifier._valid.bytes() <= 12 * 1024 and verifier._valid.bytes("mallory") <= 8 * 1024
+
+
+@pytest.mark.parametrize(
+    ("jwk", "problem"),
+    [
+        (rsa_jwk(3072, secrets.randbits(3000) | (1 << 2999) | 1, "big"), "an RSA public exponent of 3000 bits"),
+        (rsa_jwk(8192, 65537, "huge"), "an RSA modulus of 8192 bits"),
+        (rsa_jwk(1024, 65537, "small"), "an RSA modulus of 1024 bits"),
+        (rsa_jwk(2048, RSA_MAX_EXPONENT + 1, "e33"), "an RSA public exponent of 33 bits"),
+        (rsa_jwk(4096, RSA_MAX_EXPONENT - 1, "worst"), None),  # the costliest key still used
+        (rsa_jwk(2048, 65537, "usual"), None),
+    ],
+)
+def test_a_key_is_used_only_within_bounds_of_cost(jwk: dict[str, object], problem: str | None) -> None:
+    found = usable_key(PyJWK(jwk))
+    assert found is None if problem is None else found is not None and found.startswith(problem)
+
+
+def test_only_the_curves_of_es256_es384_and_es512_are_used() -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from jwt.algorithms import ECAlgorithm
+
+    def jwk(curve: ec.EllipticCurve) -> PyJWK:
+        return PyJWK(json.loads(ECAlgorithm.to_jwk(ec.generate_private_key(curve).public_key())))
+
+    assert usable_key(jwk(ec.SECP256R1())) is None and usable_key(jwk(ec.SECP521R1())) is None
+    assert usable_key(jwk(ec.SECP256K1())) == "the curve secp256k1"
+
+
+async def test_an_issuers_metadata_is_read_again_after_its_max_age(
+    issuer: Issuer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verifier = TokenVerifier(client)
+    await verifier.verify(issuer.token(AUDIENCE), (issuer.url,))
+    issuer.jwks_uri = "/jwks-moved"  # the issuer moves its keys, and says so in its metadata
+    issuer.rotate()
+    monkeypatch.setattr(tokens_module, "METADATA_MAX_AGE", 0.0)
+    monkeypatch.setattr(tokens_module, "MIN_REFETCH", 0.0)
+    await verifier.verify(issuer.token(AUDIENCE, subject="after"), (issuer.url,))  # an unknown kid: refetched
+    assert issuer.requests[-2:] == ["/.well-known/oauth-authorization-server", "/jwks-moved"]
