@@ -85,3 +85,49 @@ async def test_a_render_hands_the_loop_back_between_pieces(monkeypatch: pytest.M
     assert not rendering.done()
     await asyncio.gather(rendering, other)
     assert others == [0, 1, 2, 3, 4]
+
+
+async def test_one_workspaces_prompts_render_one_at_a_time_within_their_share_of_each_second() -> None:
+    from crank.exceptions import RateLimitedError
+    from crank.sources.prompt_templates import MAX_RENDER_WAITERS, RENDER_SHARE, RenderGates
+
+    gates = RenderGates()
+    mallory, victim = gates.gate("mallory"), gates.gate("victim")
+    assert gates.gate("mallory") is mallory and victim is not mallory
+    order: list[str] = []
+
+    async def render(name: str, seconds: float) -> None:
+        budget = RenderBudget(name)
+        async with mallory.turn(budget):
+            order.append(f"{name} starts")
+            await asyncio.sleep(0)  # another render of the workspace would start here if it could
+            budget.spent = seconds
+            order.append(f"{name} ends")
+
+    await asyncio.gather(render("a", 0.1), render("b", 0.1))
+    assert order == ["a starts", "a ends", "b starts", "b ends"]  # one at a time
+    await render("c", 2 * RENDER_SHARE)  # past its share of the second (bursts of twice the share)
+    with pytest.raises(RateLimitedError, match="share of rendering time") as refused:
+        await render("d", 0.0)
+    assert refused.value.retry_after == 1
+    async with victim.turn(RenderBudget("v")):  # another workspace's share is its own
+        pass
+    # No more than MAX_RENDER_WAITERS wait for a turn: past that, refused at once.
+    fresh = RenderGates().gate("w")
+    hold = asyncio.Event()
+
+    async def holding() -> None:
+        async with fresh.turn(RenderBudget("holder")):
+            await hold.wait()
+
+    holder = asyncio.ensure_future(holding())
+    await asyncio.sleep(0)
+    waiters = [asyncio.ensure_future(fresh.turn(RenderBudget(f"w{n}")).__aenter__()) for n in range(MAX_RENDER_WAITERS)]
+    await asyncio.sleep(0)
+    with pytest.raises(RateLimitedError):
+        async with fresh.turn(RenderBudget("one too many")):
+            pass
+    hold.set()
+    await holder
+    for waiter in waiters:
+        waiter.cancel()

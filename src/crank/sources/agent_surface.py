@@ -26,9 +26,9 @@ from crank.mcp.completions import Completer
 from crank.mcp.prompts import Prompt, PromptArgument, PromptMessage, PromptResult
 from crank.mcp.resources import Resource, ResourceContents, ResourceTemplate
 from crank.mcp.tools import CallContext
-from crank.registry.runtime import AgentDocument, AgentPrompt, RuntimeTool, RuntimeView
+from crank.registry.runtime import AgentDocument, AgentPrompt, PromptMessageSpec, RuntimeTool, RuntimeView
 from crank.sources import discovery
-from crank.sources.prompt_templates import PromptTemplate, RenderBudget
+from crank.sources.prompt_templates import PromptTemplate, RenderBudget, RenderGate, RenderGates
 from crank.types import JSONObject
 
 __all__ = ["AgentSurface", "agent_surface"]
@@ -46,8 +46,9 @@ class AgentSurface:
     """Translations of documents and prompts: language -> name -> {title, description}."""
 
 
-def agent_surface(runtime: RuntimeView) -> AgentSurface:
-    """The resources, templates and prompts of one agent version; `ConfigurationError` naming what is wrong."""
+def agent_surface(runtime: RuntimeView, renders: RenderGates | None = None) -> AgentSurface:
+    """The resources, templates and prompts of one agent version; `ConfigurationError` naming what is wrong.
+    `renders`: the process's turns at rendering per workspace (a gate of its own for this version when None)."""
     surface = AgentSurface()
     where = f"agent {runtime.workspace.slug}/{runtime.agent.slug}"
     tools = {tool.tool_name for tool in runtime.tools} | discovery.TOOL_NAMES  # whatever the mode: it can change
@@ -65,7 +66,8 @@ def agent_surface(runtime: RuntimeView) -> AgentSurface:
     for spec in runtime.tools:
         if spec.resource is not None:
             _tool_resource(spec, runtime, surface, where)
-    surface.prompts.extend(_prompt(prompt, documents, where) for prompt in runtime.agent.prompts)
+    gate = (renders or RenderGates()).gate(runtime.workspace.slug)
+    surface.prompts.extend(_prompt(prompt, documents, where, gate) for prompt in runtime.agent.prompts)
     return surface
 
 
@@ -139,7 +141,7 @@ def _enum_of(schema: Any) -> tuple[str, ...]:
 # -- prompts ---------------------------------------------------------------------------------------------
 
 
-def _prompt(prompt: AgentPrompt, documents: Mapping[str, AgentDocument], where: str) -> Prompt:
+def _prompt(prompt: AgentPrompt, documents: Mapping[str, AgentDocument], where: str, gate: RenderGate) -> Prompt:
     at = f"{where}, prompt {prompt.name!r}"
     names = frozenset(argument.name for argument in prompt.arguments)
     compiled = []
@@ -155,23 +157,26 @@ def _prompt(prompt: AgentPrompt, documents: Mapping[str, AgentDocument], where: 
         for argument, allowed in limits.items():
             if argument in arguments and arguments[argument] not in allowed:
                 raise InvalidParamsError(f"Prompt {prompt.name!r}: {argument!r} must be one of its listed values")
-        messages = []
         budget = RenderBudget(f"Prompt {prompt.name!r}")  # one for the whole prompt, every message together
-        for message, template in compiled:
-            if message.image is not None:
-                content = {"type": "image", "data": message.image.data, "mimeType": message.image.mime_type}
-            elif message.resource is not None:
-                assert template is not None
-                uri = await template.render(arguments, budget)
-                document = documents.get(uri)
-                if document is None:
-                    raise InvalidParamsError(f"Prompt {prompt.name!r}: {uri[:200]!r} is not a document of this agent")
-                content = _embedded(document)
-            else:
-                assert template is not None
-                content = {"type": "text", "text": await template.render(arguments, budget)}
-            messages.append(PromptMessage(message.role, content))
+        async with gate.turn(budget):  # the workspace's turn: one prompt at a time, a share of each second
+            messages = [await _message(message, template, arguments, budget) for message, template in compiled]
         return PromptResult(messages, description=prompt.description)
+
+    async def _message(message: PromptMessageSpec, template: PromptTemplate | None, arguments: Mapping[str, str],
+                       budget: RenderBudget) -> PromptMessage:  # fmt: skip
+        if message.image is not None:
+            content: JSONObject = {"type": "image", "data": message.image.data, "mimeType": message.image.mime_type}
+        elif message.resource is not None:
+            assert template is not None
+            uri = await template.render(arguments, budget)
+            document = documents.get(uri)
+            if document is None:
+                raise InvalidParamsError(f"Prompt {prompt.name!r}: {uri[:200]!r} is not a document of this agent")
+            content = _embedded(document)
+        else:
+            assert template is not None
+            content = {"type": "text", "text": await template.render(arguments, budget)}
+        return PromptMessage(message.role, content)
 
     arguments = tuple(
         PromptArgument(

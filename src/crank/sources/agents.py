@@ -64,6 +64,7 @@ from crank.registry.runtime import Limits, OAuthPolicy, RuntimeView, ToolHints, 
 from crank.schema import wrap_output
 from crank.sources.agent_surface import agent_surface
 from crank.sources.discovery import Discovery, observer_for
+from crank.sources.prompt_templates import RenderGates
 from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
@@ -101,6 +102,7 @@ def build_catalog(
     limiter: Limiter | None = None,
     oauth: OAuthPolicy | None = None,
     tokens: TokenCache | None = None,
+    renders: RenderGates | None = None,
 ) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong.
     With a `limiter`, each call is held to the agent's limits and the calling key's first. With its workspace's
@@ -111,14 +113,15 @@ def build_catalog(
 
     Without a `client` (a publish check, the linter) each build gets its own, which opens nothing until a
     call is made through it. `tokens`: the process's OAuth client-credentials tokens (crank.gateway.credentials);
-    without it the build's operations share a cache of their own."""
+    without it the build's operations share a cache of their own. `renders`: the process's turns at rendering
+    stored prompts, per workspace (`crank.sources.prompt_templates.RenderGates`); a gate of its own when None."""
     client = client or UpstreamClient()
     labels = {"workspace": runtime.workspace.slug, "agent": runtime.agent.slug}
     placement = Placement(labels["workspace"], labels["agent"], version)
     observer = metrics.observer(**labels) if metrics is not None else None
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
     tools, layer, confirmed = _tools(runtime, client, placement, state, limits, oauth, tokens or TokenCache())
-    surface = agent_surface(runtime)
+    surface = agent_surface(runtime, renders)
     for language, texts in surface.texts.items():
         layer.setdefault(language, {}).update(texts)
     translations = Translations(layer, default_language=runtime.workspace.default_language)
@@ -479,6 +482,7 @@ class AgentSource:
         self.limiter = Limiter(self.state, metrics)
         self.client = client
         self.tokens = TokenCache()  # OAuth client-credentials tokens to the upstreams, shared by every build
+        self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
         self._keys: dict[str, KeyScope] = {}
@@ -572,7 +576,7 @@ class AgentSource:
     def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(
             published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state,
-            limiter=self.limiter, oauth=oauth, tokens=self.tokens,
+            limiter=self.limiter, oauth=oauth, tokens=self.tokens, renders=self.renders,
         )  # fmt: skip
 
     def serves(self, workspace: str, agent: str) -> bool:

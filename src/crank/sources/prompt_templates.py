@@ -8,6 +8,9 @@ template can loop or reach a Python object. A template uses arguments at most `M
 of filters multiplies (`GROWING_FILTERS`), so one expression is a few MiB at worst. Rendering also runs in
 Jinja2's `SandboxedEnvironment`, with no globals, as a second wall.
 
+One workspace's prompts render one at a time (`RenderGates`), at most `MAX_RENDER_WAITERS` more waiting, and
+together they take at most `RENDER_SHARE` of a second of rendering each second: past it a new render is refused
+(-32003, retry in a second), so no tenant's prompts take more than a quarter of the process's time from the others.
 A whole prompt renders within one `RenderBudget`: `RENDER_TIMEOUT` seconds and `MAX_RENDERED` characters for all
 its messages together, each answered with an error naming the prompt. The budget is checked between the pieces of
 a message and inside a piece, before every filter runs; a filter whose cost grows faster than its input
@@ -19,19 +22,32 @@ piece. With arguments of at most 64 KiB and templates of 16 KiB, no template tha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from cachetools import LRUCache
 from jinja2 import Template, TemplateError, TemplateSyntaxError, nodes
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
-from crank.exceptions import ConfigurationError, InvalidParamsError
+from crank.exceptions import ConfigurationError, InvalidParamsError, RateLimitedError
+from crank.wire.budgets import Budget
 
-__all__ = ["ALLOWED_FILTERS", "MAX_RENDERED", "RENDER_TIMEOUT", "PromptTemplate", "RenderBudget"]
+__all__ = [
+    "ALLOWED_FILTERS",
+    "MAX_RENDERED",
+    "MAX_RENDER_WAITERS",
+    "RENDER_SHARE",
+    "RENDER_TIMEOUT",
+    "PromptTemplate",
+    "RenderBudget",
+    "RenderGate",
+    "RenderGates",
+]
 
 MAX_RENDERED: Final = 1024 * 1024
 """The longest text a whole prompt may render to (characters, every message together)."""
@@ -39,6 +55,10 @@ RENDER_TIMEOUT: Final = 0.25
 """Seconds a whole prompt may take to render (every message together)."""
 RENDER_SLICE: Final = 0.002
 """Seconds of rendering after which the renderer hands the event loop back to other requests (between pieces)."""
+RENDER_SHARE: Final = 0.25
+"""Seconds of rendering one workspace's prompts may take each second, all together (bursts of twice as much)."""
+MAX_RENDER_WAITERS: Final = 8
+"""Renders of one workspace that may wait for their turn; past it a new one is refused at once (-32003)."""
 MAX_FILTER_INPUT: Final = 16 * 1024
 """The longest value a filter of `COSTLY_FILTERS` takes (characters): about 3 ms of work at most."""
 ALLOWED_FILTERS: Final = frozenset({
@@ -73,6 +93,8 @@ class RenderBudget:
     where: str
     deadline: float = field(default_factory=lambda: time.monotonic() + RENDER_TIMEOUT)
     characters: int = MAX_RENDERED
+    spent: float = 0.0
+    """Seconds spent rendering so far (not those other requests took between its slices)."""
 
     def check(self) -> None:
         if time.monotonic() > self.deadline:
@@ -150,9 +172,12 @@ class PromptTemplate:
                 budget.spend(len(piece))
                 budget.check()
                 pieces.append(piece)
-                if time.monotonic() - sliced > RENDER_SLICE:
+                now = time.monotonic()
+                if now - sliced > RENDER_SLICE:
+                    budget.spent += now - sliced
                     await asyncio.sleep(0)  # the others' turn (the budget is this task's): its deadline keeps running
                     sliced = time.monotonic()
+            budget.spent += time.monotonic() - sliced
         except (SecurityError, UndefinedError) as exc:
             raise InvalidParamsError(f"{self.where}: the template was refused: {str(exc)[:200]}") from None
         except (TemplateError, TypeError, ValueError, RecursionError) as exc:  # a filter given what it cannot take
@@ -161,6 +186,49 @@ class PromptTemplate:
         finally:
             _BUDGET.reset(token)
         return "".join(pieces)
+
+
+class RenderGate:
+    """One workspace's turn at rendering: one prompt at a time, and `RENDER_SHARE` of each second at most."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._share = Budget(RENDER_SHARE * 1000, 2 * RENDER_SHARE * 1000)  # in milliseconds of rendering
+        self._waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def turn(self, budget: RenderBudget) -> AsyncIterator[None]:
+        """Wait for this workspace's turn, render (the block), and charge what `budget` spent; `RateLimitedError`
+        when the workspace's share is spent or too many of its renders wait."""
+        if not self._share.available() or self._waiting >= MAX_RENDER_WAITERS:
+            raise RateLimitedError(
+                "This workspace's prompts have used their share of rendering time; retry in a second.",
+                retry_after=1, data={"retry_after": 1},
+            )  # fmt: skip
+        self._waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            budget.deadline = time.monotonic() + RENDER_TIMEOUT  # the wait for the turn is not the render's time
+            yield
+        finally:
+            self._share.spend(budget.spent * 1000)
+            self._lock.release()
+
+
+class RenderGates:
+    """Each workspace's `RenderGate`, as one process serves them (`AgentSource` keeps one for every build)."""
+
+    def __init__(self, max_workspaces: int = 4096) -> None:
+        self._gates: LRUCache[str, RenderGate] = LRUCache(maxsize=max_workspaces)
+
+    def gate(self, workspace: str) -> RenderGate:
+        found = self._gates.get(workspace)
+        if found is None:
+            found = self._gates[workspace] = RenderGate()
+        return found
 
 
 def _check(node: nodes.Node, arguments: frozenset[str], where: str, depth: int) -> int:

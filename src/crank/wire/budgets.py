@@ -68,6 +68,12 @@ class Budget:
         self.refilled = now
         return self.left >= 1
 
+    def spend(self, amount: float) -> None:
+        """Take `amount` after the fact (work measured once done): the budget may go below zero, and is not
+        `available` again until it has refilled past one."""
+        self.available()
+        self.left -= amount
+
 
 class KeyedBudgets:
     """One `Budget` per key (an address, a workspace), at most `max_keys` kept: a key forgotten is refilled."""
