@@ -199,7 +199,8 @@ def serve(
         if app is not None:
             sys.path.insert(0, app_dir)
             # uvicorn imports `app` when it starts serving: in each worker, after the fork.
-            _serve_workers(settings, lambda: serve_on(app, sock, settings.connection_limits()))
+            _serve_workers(settings, lambda: serve_on(app, sock, settings.connection_limits(),
+                                                      trusted_proxies=settings.trusted_proxies))  # fmt: skip
         elif spec is not None:
             _serve_openapi(settings, sock, spec, base_url, workspace, include, auth, credentials)
         else:
@@ -258,6 +259,7 @@ def _serve_crank(settings: Any, sock: Any) -> None:
         answer_early=server.answer_early,
         answers_early_now=server.answers_early_now,
         stopping=server.stopping,
+        trusted_proxies=settings.trusted_proxies,
     )
 
 
@@ -321,7 +323,8 @@ def _serve_openapi(
                                 credentials=credentials, workspace=workspace, progress=progress)  # fmt: skip
     click.echo(instant.banner())
     sys.stdout.flush()
-    serve_on(instant.server, sock, settings.connection_limits(), stopping=instant.server.stopping)
+    serve_on(instant.server, sock, settings.connection_limits(), stopping=instant.server.stopping,
+             trusted_proxies=settings.trusted_proxies)  # fmt: skip
 
 
 def _announce(settings: Any) -> None:

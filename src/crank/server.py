@@ -56,6 +56,7 @@ from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, EarlyAnswer, serve_lifespan
 from crank.wire.auth import PROTECTED_RESOURCE_PATH, metadata_path
+from crank.wire.middleware import ambiguous_framing, refuse_ambiguous_framing
 
 __all__ = ["CrankServer", "GatewayService", "MCPConfig", "RPCService"]
 
@@ -483,6 +484,8 @@ class CrankServer:
             unavailable = await _unavailable([self.probe])
             body = {"status": "not_ready", "unavailable": unavailable} if unavailable else {"status": "ready"}
             await JSONResponse(body, 503 if unavailable else 200)(scope, receive, send)
+        elif path.startswith(("/admin/", "/console")) and scope["type"] == "http" and ambiguous_framing(scope):
+            await refuse_ambiguous_framing(scope, send)  # the MCP endpoints' own checks refuse it there
         elif self.admin is not None and path.startswith("/admin/"):
             await self.admin(scope, receive, send)
         elif self.console is not None and (path == "/console" or path.startswith("/console/")):

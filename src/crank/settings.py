@@ -174,6 +174,10 @@ class Settings(BaseSettings):
         le=3600,
         description="Seconds an MCP replica accepts keys without the registry confirming its key list (then 503).",
     )
+    trusted_proxies: str = Field(
+        "", description="Comma-separated addresses or networks of reverse proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto name the client (its address counts for the per-address budgets and limits)."
+    )  # fmt: skip
     token_checks_per_second: float = Field(
         SIGNATURE_CHECKS_PER_SECOND, gt=0, le=100_000,
         description="New access tokens' signature checks a second, per workspace and issuer (then 503).",

@@ -52,6 +52,7 @@ SETTINGS = {
     "CRANK_TOKEN_CACHE_BYTES": str(128 * 1024),
     "CRANK_TOKEN_CACHE_TOTAL_BYTES": str(160 * 1024),
     "CRANK_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+    "CRANK_TRUSTED_PROXIES": "127.0.0.9",  # a reverse proxy's address: its X-Forwarded-For names the client
 }
 LAZY_PROMPT_ARGUMENT = "text"
 
@@ -196,17 +197,20 @@ def _names(answer: httpx.Response, kind: str = "tools", field: str = "name") -> 
 # -- 1. signature checks: budgeted per address and per workspace, never per process ----------------------
 
 
-def test_forged_tokens_from_one_address_leave_every_other_callers_new_tokens_working(hostile: Hostile) -> None:
+def test_forged_tokens_from_many_addresses_leave_every_other_callers_new_tokens_working(hostile: Hostile) -> None:
     target = hostile.url("victim")
+    with client() as http:  # the victim's users have signed in from here before
+        assert rpc(http, target, hostile.issuer.token(target, subject="returning"), "tools/list").status_code == 200
     stop = threading.Event()
     flood: list[int] = []
 
-    def forge() -> None:  # made-up tokens naming the trusted issuer and its real key id (both public)
-        with client("127.0.0.2") as http:
+    def forge(address: str) -> None:  # made-up tokens naming the trusted issuer and its real key id (both public)
+        with client(address) as http:
             while not stop.is_set():
                 flood.append(rpc(http, target, hostile.issuer.forged(target), "tools/list").status_code)
 
-    threads = [threading.Thread(target=forge) for _ in range(4)]
+    # Five addresses of 10 new tokens a second each: more than the attacked workspace's 40 a second.
+    threads = [threading.Thread(target=forge, args=(f"127.0.0.{n}",)) for n in range(2, 7)]
     for thread in threads:
         thread.start()
     signed_in = []
@@ -223,7 +227,8 @@ def test_forged_tokens_from_one_address_leave_every_other_callers_new_tokens_wor
         for thread in threads:
             thread.join()
     assert signed_in == [200] * 20
-    # The flood spent its own address's budget (503, retry) and was refused; no forged token got through.
+    # The flood spent its addresses' budgets and the half of the workspace's not kept for known addresses (503,
+    # retry), and was refused; no forged token got through.
     assert set(flood) <= {401, 503} and flood.count(503) > 0 and flood.count(401) > 0
 
 
@@ -468,8 +473,14 @@ def test_wrong_admin_tokens_are_slowed_and_logged_per_address(hostile: Hostile) 
     assert set(statuses) == {401, 429} and statuses.count(401) <= 10 + 10 * elapsed + 1  # 10 a second at most
     assert all(answer.headers["retry-after"] == "1" for answer in answers if answer.status_code == 429)
     assert console.status_code == 429  # one guard for the admin API and the console
+    right = {"authorization": f"Bearer {ADMIN_TOKEN}"}
     with client("127.0.0.41") as http:  # another address, meanwhile: the right token works
-        assert http.get(workspaces, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}).status_code == 200
+        assert http.get(workspaces, headers=right).status_code == 200
+    with client("127.0.0.40") as http:  # the guessing address too, once its budget refills (a second at most)
+        deadline = time.monotonic() + 10
+        while (status := http.get(workspaces, headers=right).status_code) == 429 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status == 200
     logged = [line for line in hostile.logged() if "a wrong admin token from 127.0.0.40" in line]
     assert logged and "through the admin API" in logged[0]
     assert all("wrong-guess" not in line for line in hostile.logged())  # never the token itself
@@ -495,3 +506,22 @@ def test_requests_without_credentials_never_spend_the_workspaces_quota(hostile: 
         assert rpc(http, url, token, "tools/list").status_code == 200
         called = rpc(http, url, token, "tools/call", {"name": "get_user", "arguments": {"id": 2}})
         assert called.status_code == 200 and called.json()["result"]["isError"] is False
+
+
+# -- behind a reverse proxy: the client's address from the proxy's X-Forwarded-For, and only from there -----------
+
+
+def test_a_trusted_proxy_names_the_client_and_nobody_else_can(hostile: Hostile) -> None:
+    url = hostile.url("mallory")
+
+    def anonymous(address: str, forwarded: str, count: int) -> list[int]:
+        with client(address) as http:
+            return [rpc(http, url, None, "tools/list", **{"x-forwarded-for": forwarded}).status_code
+                    for _ in range(count)]  # fmt: skip
+
+    # Through the proxy (127.0.0.9): each client has its own 10 requests a second without credentials.
+    assert 429 in anonymous("127.0.0.9", "198.51.100.1", 15)
+    assert anonymous("127.0.0.9", "198.51.100.2", 5) == [200] * 5
+    # Anyone else's X-Forwarded-For is not read: a client cannot make itself many clients.
+    assert 429 in anonymous("127.0.0.8", "198.51.100.3", 15)
+    assert anonymous("127.0.0.8", "198.51.100.4", 3) == [429] * 3

@@ -51,20 +51,46 @@ async def test_new_signatures_are_checked_within_a_budget_and_known_tokens_never
 async def test_one_addresss_flood_spends_its_own_budget_and_one_workspaces_its_own(
     issuer: Issuer, client: UpstreamClient
 ) -> None:
-    verifier = TokenVerifier(client, limits=TokenLimits(checks_per_second=4, checks_per_address=2))
+    verifier = TokenVerifier(client, limits=TokenLimits(checks_per_second=8, checks_per_address=2))
     forged = [issuer.forged(AUDIENCE) for _ in range(3)]
     for token in forged[:2]:
         with pytest.raises(AuthChallengeError):
             await verifier.verify(token, (issuer.url,), workspace="mallory", client="10.0.0.66")
     with pytest.raises(DependencyUnavailableError, match="from your address"):
         await verifier.verify(forged[2], (issuer.url,), workspace="mallory", client="10.0.0.66")
-    # Another address is checked, in that workspace or another, until that workspace's own budget is spent.
+    # Another address is checked, in that workspace or another, until that workspace's budget is down to the half
+    # kept for addresses known to send valid tokens (these are new).
     good = [issuer.token(AUDIENCE, subject=f"u{n}") for n in range(4)]
     await verifier.verify(good[0], (issuer.url,), workspace="mallory", client="10.0.0.1")
     await verifier.verify(good[1], (issuer.url,), workspace="mallory", client="10.0.0.2")
     with pytest.raises(DependencyUnavailableError, match="for this workspace"):
         await verifier.verify(good[2], (issuer.url,), workspace="mallory", client="10.0.0.3")
     assert (await verifier.verify(good[3], (issuer.url,), workspace="victim", client="10.0.0.3")).subject == "u3"
+
+
+async def test_a_flood_from_many_new_addresses_leaves_half_a_workspaces_budget_to_known_ones(
+    issuer: Issuer, client: UpstreamClient
+) -> None:
+    verifier = TokenVerifier(client, limits=TokenLimits(checks_per_second=10, checks_per_address=5))
+    known = issuer.token(AUDIENCE, subject="returning")
+    await verifier.verify(known, (issuer.url,), workspace="victim", client="10.9.9.9")  # signed in from here before
+    flooded = 0
+    for address in range(20):  # made-up tokens from many new addresses, a few each
+        for _ in range(2):
+            try:
+                await verifier.verify(issuer.forged(AUDIENCE), (issuer.url,), workspace="victim",
+                                      client=f"10.1.0.{address}")  # fmt: skip
+            except DependencyUnavailableError:
+                flooded += 1
+            except AuthChallengeError:
+                pass
+    assert flooded > 0  # the flood met the reserve: it may spend the upper half of the budget only
+    for n in range(4):  # the known address's users get their new tokens checked
+        token = issuer.token(AUDIENCE, subject=f"fine-{n}")
+        assert (await verifier.verify(token, (issuer.url,), workspace="victim", client="10.9.9.9")).subject
+    with pytest.raises(DependencyUnavailableError, match="for this workspace"):  # a new address waits its turn
+        await verifier.verify(issuer.token(AUDIENCE, subject="new"), (issuer.url,), workspace="victim",
+                              client="10.7.7.7")  # fmt: skip
 
 
 async def test_a_refused_token_is_remembered_and_refused_again_without_a_check(
@@ -105,16 +131,17 @@ async def test_an_inactive_opaque_token_is_introspected_once(issuer: Issuer, cli
 
 
 async def test_one_workspaces_tokens_never_push_out_anothers(issuer: Issuer, client: UpstreamClient) -> None:
-    verifier = TokenVerifier(client, limits=TokenLimits(cache_bytes=8 * 1024, cache_total_bytes=12 * 1024,
+    verifier = TokenVerifier(client, limits=TokenLimits(cache_bytes=8 * 1024, cache_total_bytes=10 * 1024,
                                                         checks_per_second=1000, checks_per_address=1000))  # fmt: skip
-    kept = issuer.token(AUDIENCE, subject="victim")
-    await verifier.verify(kept, (issuer.url,), workspace="victim")
-    for n in range(40):  # 40 tokens of 1 KB and more: five times the hostile workspace's share
+    kept = [issuer.token(AUDIENCE, subject=f"victim-{n}") for n in range(3)]
+    for token in kept:
+        await verifier.verify(token, (issuer.url,), workspace="victim")
+    for n in range(40):  # 40 tokens of 1 KB and more: five times the hostile workspace's share, past the total
         await verifier.verify(issuer.token(AUDIENCE, subject=f"m{n}", pad="x" * 1000), (issuer.url,),
                               workspace="mallory")  # fmt: skip
-    assert verifier.cached(kept, workspace="victim") is not None
-    assert verifier.cached(kept, workspace="mallory") is None  # a workspace's own cache: never another's
-    assert verifier._valid.bytes() <= 12 * 1024 and verifier._valid.bytes("mallory") <= 8 * 1024
+    assert all(verifier.cached(token, workspace="victim") is not None for token in kept)
+    assert verifier.cached(kept[0], workspace="mallory") is None  # a workspace's own cache: never another's
+    assert verifier._valid.bytes() <= 10 * 1024 and verifier._valid.bytes("mallory") <= 10 * 1024 - 3 * 600
 
 
 @pytest.mark.parametrize(

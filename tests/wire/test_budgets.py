@@ -34,12 +34,17 @@ def test_each_key_has_a_budget_of_its_own_that_refills() -> None:
     assert budgets.left("mallory") and budgets.take("mallory")
 
 
-def test_a_budget_forgotten_past_its_bound_is_whole_again() -> None:
+def test_past_its_bound_a_flood_of_new_keys_shares_one_budget_and_a_whole_one_is_forgotten() -> None:
     budgets = KeyedBudgets(rate=0.001, burst=1, max_keys=2)
     assert budgets.take("a") and not budgets.take("a")
-    budgets.take("b")
-    budgets.take("c")  # "a" is the least recently used: forgotten
-    assert budgets.take("a")
+    assert budgets.take("b")
+    # "a" and "b" still spend: "c", "d" and every newcomer share one budget instead of a fresh one each.
+    assert budgets.take("c") and not budgets.take("d") and not budgets.left("e")
+    assert not budgets.take("a")  # and "a" was not forgotten
+    refilling = KeyedBudgets(rate=1000.0, burst=1, max_keys=1)
+    assert refilling.take("a")
+    time.sleep(0.01)  # "a" is whole again: forgotten for a newcomer, which gets a budget of its own
+    assert refilling.take("b") and refilling.take("a")
 
 
 def test_a_budget_never_holds_more_than_its_burst() -> None:

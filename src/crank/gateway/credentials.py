@@ -237,6 +237,10 @@ class _TokenFailure(Exception):
         self.detail = detail
         self.refused = refused  # the egress policy refuses the token URL: the operator's, like a missing secret
 
+    def again(self) -> _TokenFailure:
+        """The same failure, for a call that meets it remembered (`FAILURE_MEMORY`)."""
+        return _TokenFailure(self.cause, self.detail, refused=self.refused)
+
 
 class TokenCache:
     """OAuth 2 client-credentials access tokens of one process, by `TokenKey`: each kept until shortly before it
@@ -247,7 +251,7 @@ class TokenCache:
         self.clock = clock
         self._tokens: dict[TokenKey, tuple[str, float]] = {}  # key -> (token, when it stops being used)
         self._flights: dict[TokenKey, asyncio.Task[str]] = {}  # key -> the token request under way
-        self._failed: dict[TokenKey, tuple[Exception, float]] = {}  # key -> its last request's failure, until when
+        self._failed: dict[TokenKey, tuple[_TokenFailure, float]] = {}  # key -> its request's failure, until when
 
     def cached(self, key: TokenKey) -> str | None:
         """The token kept for `key`, unless it expired."""
@@ -285,7 +289,7 @@ class TokenCache:
         failed = self._failed.get(key)
         if failed is not None:  # a token endpoint that just failed is not asked again for FAILURE_MEMORY seconds
             if self.clock() < failed[1]:
-                raise failed[0]
+                raise failed[0].again()  # a fresh one: the first keeps its own traceback, not every call's since
             del self._failed[key]
         loop = asyncio.get_running_loop()
         flight = self._flights.get(key)

@@ -60,13 +60,20 @@ class _Plan:
     quota: _Check | None
     quota_period: QuotaPeriod | None
 
-    def checks(self, now: float) -> list[_Check]:
-        """The checks at `now` (seconds since the epoch)."""
-        checks = [self.rate] if self.rate is not None else []
+    def checks(self, now: float, whose: str = "") -> list[_Check]:
+        """The checks at `now` (seconds since the epoch), of the counts of `whose` when the plan is shared by many
+        owners counted apart (the addresses of a workspace's callers without credentials)."""
+        rate = self.rate
+        if rate is not None and whose:
+            rate = _Check(rate.name, Counter(f"{rate.counter.key}:{whose}", rate.counter.limit, rate.counter.window),
+                          rate.text)  # fmt: skip
+        checks = [rate] if rate is not None else []
         if self.quota is not None and self.quota_period is not None:
             label, seconds_left = _period(self.quota_period, now)
-            counter = Counter(self.quota.counter.key + label, self.quota.counter.limit, seconds_left)
-            checks.append(_Check(self.quota.name, counter, self.quota.text))
+            key = self.quota.counter.key + label + (f":{whose}" if whose else "")
+            checks.append(
+                _Check(self.quota.name, Counter(key, self.quota.counter.limit, seconds_left), self.quota.text)
+            )
         return checks
 
 
@@ -146,8 +153,8 @@ class Limiter:
         # Without credentials (lazy sign-in): counted apart from the workspace's own limits, per workspace and per
         # client address (`crank.sources.access.anonymous_principal`), never spending its users' and keys' quota.
         checks = self._plan("anonymous", f"anon:{key.workspace}", workspace_limits).checks(now)
-        if key.limits is not None:
-            checks += self._plan("anonymous_address", f"anon:{key.id}", key.limits).checks(now)
+        if key.limits is not None:  # one plan per workspace (never per address: a client could choose those)
+            checks += self._plan("anonymous_address", f"anon-address:{key.workspace}", key.limits).checks(now, key.id)
         return checks
 
     def _call_checks(

@@ -51,7 +51,7 @@ from crank.exceptions import AuthChallengeError, ConfigurationError, DependencyU
 from crank.gateway.client import UpstreamClient
 from crank.gateway.secrets import resolve_secret
 from crank.registry.runtime import IntrospectionClient
-from crank.wire.budgets import NO_ADDRESS, KeyedBudgets
+from crank.wire.budgets import DEFAULT_MAX_KEYS, NO_ADDRESS, Budget, KeyedBudgets
 from crank.wire.notices import ThrottledLog
 from crank.wire.tenant_cache import TenantCaches
 
@@ -104,10 +104,21 @@ INTROSPECTIONS_PER_ADDRESS: Final = 5.0
 """Introspection calls the tokens of one client address cost a second at most (bursts of 10)."""
 INTROSPECTION_MAX_AGE: Final = 60.0
 """Seconds an introspection answer is trusted: a token revoked at the issuer stops working within this."""
+SIGNATURE_CHECKS_PER_PROCESS: Final = 2000.0
+"""New JWTs a process checks a second at most, every workspace together (about 0.4 s of CPU): what many
+addresses flooding many workspaces at once cost at most."""
+INTROSPECTIONS_PER_PROCESS: Final = 100.0
+"""Introspection calls a process makes a second at most, every workspace together."""
+KNOWN_ADDRESS_MEMORY: Final = 3600.0
+"""Seconds an address whose token was valid stays known: half of each workspace's budget is kept for known addresses,
+so that a flood from many new addresses (or ones whose tokens were refused) takes the other half at most, and the
+workspace's users signing in again from where they did before keep theirs."""
 REFUSED_MEMORY: Final = 600.0
-"""Seconds a token refused after its check (bad signature, expired, inactive) is refused again at no cost."""
-MAX_REFUSED_TOKENS: Final = 20_000
-"""Refused tokens remembered (by a 32-byte digest, about 150 bytes each: 3 MiB); the oldest go first."""
+"""Seconds a token refused after its check (bad signature, expired, inactive) is refused again at no cost (for a
+JWT, until its issuer's keys are read again: a key that changed may make it valid)."""
+MAX_REFUSED_TOKENS: Final = 10_000
+"""Refused tokens remembered per issuer, and opaque ones per process (a 32-byte digest, about 150 bytes each);
+the oldest go first."""
 RSA_MIN_BITS: Final = 2048
 RSA_MAX_BITS: Final = 4096
 """An RSA key's modulus: at least 2048 bits (RFC 7518 §3.3), at most 4096 (a check costs about the square)."""
@@ -190,6 +201,9 @@ class _Issuer:
         self.refetched = -float("inf")  # the last fetch an unknown kid caused
         self.failed_until = -float("inf")
         self.lock = asyncio.Lock()  # one fetch at a time: concurrent new tokens share it
+        self.metadata_lock = asyncio.Lock()  # one metadata read at a time (the keys' fetch holds `lock`)
+        self.refused: LRUCache[bytes, float] = LRUCache(maxsize=MAX_REFUSED_TOKENS)
+        """Digests of tokens refused after their check, until when (forgotten when the keys are read again)."""
 
 
 _Key = tuple[str, Hashable]
@@ -208,8 +222,10 @@ class TokenLimits:
 
     checks_per_second: float = SIGNATURE_CHECKS_PER_SECOND
     checks_per_address: float = SIGNATURE_CHECKS_PER_ADDRESS
+    checks_per_process: float = SIGNATURE_CHECKS_PER_PROCESS
     introspections_per_second: float = INTROSPECTIONS_PER_SECOND
     introspections_per_address: float = INTROSPECTIONS_PER_ADDRESS
+    introspections_per_process: float = INTROSPECTIONS_PER_PROCESS
     cache_bytes: int = TOKEN_CACHE_BYTES
     cache_total_bytes: int = TOKEN_CACHE_TOTAL_BYTES
 
@@ -222,9 +238,10 @@ class TokenVerifier:
         self.client = client
         self.leeway = leeway
         self.limits = limits = limits or TokenLimits()
-        self._checks = _Budgets("signature checks", limits.checks_per_second, limits.checks_per_address)
+        self._checks = _Budgets("signature checks", limits.checks_per_second, limits.checks_per_address,
+                                limits.checks_per_process)  # fmt: skip
         self._introspections = _Budgets("introspections", limits.introspections_per_second,
-                                        limits.introspections_per_address,
+                                        limits.introspections_per_address, limits.introspections_per_process,
                                         burst=2 * limits.introspections_per_address)  # fmt: skip
         self._issuers: dict[str, _Issuer] = {}
         # Each workspace's validated tokens, apart (`crank.wire.tenant_cache`). A JWT's claims are the token's own;
@@ -232,8 +249,9 @@ class TokenVerifier:
         # with another policy's.
         self._valid: TenantCaches[TokenClaims] = TenantCaches(limits.cache_bytes, limits.cache_total_bytes,
                                                               _entry_bytes)  # fmt: skip
-        # Digests of tokens refused after their check, with when that stops holding (monotonic): never checked again.
-        self._refused: LRUCache[tuple[bytes, Hashable], float] = LRUCache(maxsize=MAX_REFUSED_TOKENS)
+        # Opaque tokens refused after their introspection, by digest, workspace and introspection client, until when
+        # (a JWT's are its issuer's: `_Issuer.refused`).
+        self._refused: LRUCache[tuple[bytes, str, Hashable], float] = LRUCache(maxsize=MAX_REFUSED_TOKENS)
 
     def cached(
         self, token: str, introspection: IntrospectionClient | None = None, *, workspace: str = ""
@@ -267,25 +285,26 @@ class TokenVerifier:
         if not jwt_shaped and introspection is None:
             raise _invalid("The access token is not a JWT, and this workspace does not introspect tokens")
         key: _Key = (token, None if jwt_shaped else introspection)
-        refused = (hashlib.sha256(token.encode()).digest(), key[1])
-        until = self._refused.get(refused)
-        if until is not None and time.monotonic() < until:
-            raise _invalid("The access token is not valid")  # refused before: no check, no budget spent
+        digest = hashlib.sha256(token.encode()).digest()
         try:
             if jwt_shaped:
-                claims = await self._verify_jwt(token, issuers, workspace, client)
+                claims = await self._verify_jwt(token, digest, issuers, workspace, client)
             else:
                 assert introspection is not None
-                claims = await self._introspect(token, issuers[0], introspection, workspace, client)
+                claims = await self._introspect(token, digest, issuers[0], introspection, workspace, client)
         except _Refused as final:
-            self._refused[refused] = time.monotonic() + REFUSED_MEMORY
+            final.memory[final.key] = time.monotonic() + REFUSED_MEMORY
             raise final.challenge from None
+        self._checks.known(client)
+        self._introspections.known(client)
         self._valid.put(workspace, key, claims)
         return claims
 
     # -- JWT ---------------------------------------------------------------------------------------------
 
-    async def _verify_jwt(self, token: str, issuers: tuple[str, ...], workspace: str, client: str) -> TokenClaims:
+    async def _verify_jwt(
+        self, token: str, digest: bytes, issuers: tuple[str, ...], workspace: str, client: str
+    ) -> TokenClaims:
         try:  # one unverified parse gives the header and the claims to choose the key by
             complete = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
             header, unverified = complete["header"], complete["payload"]
@@ -300,8 +319,10 @@ class TokenVerifier:
         trusted = next((known for known in issuers if isinstance(issuer, str) and same_issuer(known, issuer)), None)
         if trusted is None:
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
+        issuer = self._issuer(trusted)
+        _refused_before(issuer.refused, digest)
         kid = header.get("kid")
-        key = await self._key(self._issuer(trusted), kid if isinstance(kid, str) else None, algorithm)
+        key = await self._key(issuer, kid if isinstance(kid, str) else None, algorithm)
         self._checks.spend(client, (workspace, trusted))  # a flood of made-up tokens costs this much CPU at most
         try:
             claims = jwt.decode(
@@ -309,11 +330,11 @@ class TokenVerifier:
                 options={"verify_aud": False, "verify_iss": False, "require": ["exp", "iss"]},
             )  # fmt: skip
         except jwt.ExpiredSignatureError:
-            raise _Refused(_invalid("The access token has expired")) from None
+            raise _Refused(_invalid("The access token has expired"), issuer.refused, digest) from None
         except jwt.ImmatureSignatureError:
             raise _invalid("The access token is not valid yet") from None
         except jwt.PyJWTError as exc:
-            raise _Refused(_invalid(f"The access token is not valid: {exc}")) from None
+            raise _Refused(_invalid(f"The access token is not valid: {exc}"), issuer.refused, digest) from None
         return _claims(trusted, claims, float(claims["exp"]), "jwt")
 
     # -- OpenID Connect sign-in (the console's single sign-on) -------------------------------------------
@@ -410,6 +431,7 @@ class TokenVerifier:
                              "%s", issuer.issuer, ", ".join(skipped[:10]))  # fmt: skip
         issuer.keys = usable
         issuer.keys_fetched = time.monotonic()
+        issuer.refused.clear()  # a token refused with the keys before may be valid with these
 
     async def _metadata(self, issuer: _Issuer) -> dict[str, Any]:
         """The issuer's authorization server metadata: RFC 8414's well-known URL, then OpenID discovery's. Kept
@@ -417,6 +439,13 @@ class TokenVerifier:
         known = issuer.metadata
         if known is not None and time.monotonic() - issuer.metadata_fetched <= METADATA_MAX_AGE:
             return known
+        async with issuer.metadata_lock:  # concurrent new tokens share one read
+            if issuer.metadata is not known:
+                assert issuer.metadata is not None
+                return issuer.metadata
+            return await self._read_metadata(issuer, known)
+
+    async def _read_metadata(self, issuer: _Issuer, known: dict[str, Any] | None) -> dict[str, Any]:
         parts = urlsplit(issuer.issuer)
         path = parts.path.rstrip("/")
         origin = f"{parts.scheme}://{parts.netloc}"
@@ -481,8 +510,10 @@ class TokenVerifier:
     # -- introspection ---------------------------------------------------------------------------------
 
     async def _introspect(
-        self, token: str, issuer_url: str, config: IntrospectionClient, workspace: str, client: str
+        self, token: str, digest: bytes, issuer_url: str, config: IntrospectionClient, workspace: str, client: str
     ) -> TokenClaims:
+        refused = (digest, workspace, config)
+        _refused_before(self._refused, refused)
         issuer = self._issuer(issuer_url)
         endpoint = config.endpoint or (await self._metadata(issuer)).get("introspection_endpoint")
         if not isinstance(endpoint, str):
@@ -500,13 +531,13 @@ class TokenVerifier:
         if not isinstance(answer, dict):
             raise _unavailable(issuer_url, "its introspection answer is not an object")
         if answer.get("active") is not True:
-            raise _Refused(_invalid("The access token is not active"))
+            raise _Refused(_invalid("The access token is not active"), self._refused, refused)
         if answer.get("token_type") not in (None, "access_token", "Bearer", "bearer"):
-            raise _Refused(_invalid("The token is not an access token"))
+            raise _Refused(_invalid("The token is not an access token"), self._refused, refused)
         now = time.time()
         expires = answer.get("exp")
         if isinstance(expires, int | float) and expires + self.leeway < now:
-            raise _Refused(_invalid("The access token has expired"))
+            raise _Refused(_invalid("The access token has expired"), self._refused, refused)
         reported = answer.get("iss")
         if isinstance(reported, str) and not same_issuer(reported, issuer_url):
             raise _invalid("The access token was issued by an issuer this workspace does not trust")
@@ -532,19 +563,39 @@ def _client_secret(reference: str, workspace: str) -> str:
 
 
 class _Refused(Exception):
-    """A token refused after its check, for good: remembered by its digest (`REFUSED_MEMORY`)."""
+    """A token refused after its check, for good: remembered by its digest in `memory` (`REFUSED_MEMORY`)."""
 
-    def __init__(self, challenge: AuthChallengeError) -> None:
+    def __init__(self, challenge: AuthChallengeError, memory: LRUCache[Any, float], key: Hashable) -> None:
         self.challenge = challenge
+        self.memory = memory
+        self.key = key
+
+
+def _refused_before(memory: LRUCache[Any, float], key: Hashable) -> None:
+    """Refuse (401) a token refused after its check before, while that holds: no check, no budget spent."""
+    until = memory.get(key)
+    if until is not None and time.monotonic() < until:
+        raise _invalid("The access token is not valid")
 
 
 class _Budgets:
-    """The budget of one kind of work on new tokens: per client address, then per workspace and issuer."""
+    """The budget of one kind of work on new tokens: per client address, per workspace and issuer, and for the
+    process. Half of each workspace's budget is kept for known addresses (`KNOWN_ADDRESS_MEMORY`): any other may
+    spend it only while it is more than half full."""
 
-    def __init__(self, what: str, per_tenant: float, per_address: float, *, burst: float | None = None) -> None:
+    def __init__(
+        self, what: str, per_tenant: float, per_address: float, per_process: float, *, burst: float | None = None
+    ) -> None:
         self.what = what
         self.per_tenant = KeyedBudgets(per_tenant)
         self.per_address = KeyedBudgets(per_address, burst)
+        self.per_process = Budget(per_process)
+        self._reserve = max(per_tenant, 1.0) / 2  # what an address not known may not take of a workspace's budget
+        self._known: LRUCache[str, float] = LRUCache(maxsize=DEFAULT_MAX_KEYS)
+
+    def known(self, address: str) -> None:
+        """A valid token came from `address`."""
+        self._known[address] = time.monotonic() + KNOWN_ADDRESS_MEMORY
 
     def spend(self, address: str, tenant: tuple[str, str]) -> None:
         """One piece of work for a token from `address` to `tenant` (a workspace and issuer), or 503 (retry)."""
@@ -552,18 +603,24 @@ class _Budgets:
             _notices.warning(f"{self.what}-address", "more than %g new access tokens' %s a second from one address "
                              "(%s): refused with 503 until its budget refills", self.per_address.rate, self.what,
                              address)  # fmt: skip
-            raise DependencyUnavailableError(
-                "issuer", "This server checks too many new access tokens from your address right now; retry in a "
-                "second.", retry_after=1,
-            )  # fmt: skip
-        if not self.per_tenant.take(tenant):
+            raise _busy("from your address")
+        until = self._known.get(address)
+        reserve = 0.0 if until is not None and time.monotonic() < until else self._reserve
+        if not self.per_tenant.take(tenant, reserve):
             _notices.warning(f"{self.what}-tenant:{tenant[0]}", "more than %g new access tokens' %s a second for "
                              "workspace %r: refused with 503 until its budget refills", self.per_tenant.rate,
                              self.what, tenant[0])  # fmt: skip
-            raise DependencyUnavailableError(
-                "issuer", "This server checks too many new access tokens for this workspace right now; retry in a "
-                "second.", retry_after=1,
-            )  # fmt: skip
+            raise _busy("for this workspace")
+        if not self.per_process.take():
+            _notices.warning(f"{self.what}-process", "more than %g new access tokens' %s a second in all: refused "
+                             "with 503 until the budget refills", self.per_process.rate, self.what)  # fmt: skip
+            raise _busy("in all")
+
+
+def _busy(whose: str) -> DependencyUnavailableError:
+    return DependencyUnavailableError(
+        "issuer", f"This server checks too many new access tokens {whose} right now; retry in a second.", retry_after=1
+    )
 
 
 def usable_key(key: PyJWK) -> str | None:

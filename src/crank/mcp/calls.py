@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from crank import _json
@@ -52,11 +52,12 @@ InvalidArgumentsMode = Literal["result", "error"]
 model can correct itself. `error`: JSON-RPC -32602, as seed 001 describes."""
 
 
-def authorize_call(tool: Tool, caller: Any) -> None:
-    """Whether `caller` may call `tool`: an anonymous principal (an endpoint that leaves its listing open) is
-    asked to sign in (401), a principal without the tool's `required_scopes` to get them (403
-    `insufficient_scope`, naming every scope the call needs). Anyone else, or a caller that is no `Principal`
-    (an endpoint without authentication), may."""
+def authorize_call(tool: Tool, caller: Any, arguments: Mapping[str, Any] | None = None) -> None:
+    """Whether `caller` may call `tool` with `arguments`: an anonymous principal (an endpoint that leaves its listing
+    open) is asked to sign in (401), a principal without the tool's `required_scopes` to get them (403
+    `insufficient_scope`, naming every scope the call needs), and the tool's own `Tool.authorize` judges the
+    arguments (the operation a discovery call names). Anyone else, or a caller that is no `Principal` (an endpoint
+    without authentication), may. The one rule for a single call, a batch's items and a tool-backed read."""
     if not isinstance(caller, Principal):
         return
     needed = tool.required_scopes
@@ -68,6 +69,8 @@ def authorize_call(tool: Tool, caller: Any) -> None:
             f"Calling {tool.name} needs the scopes {', '.join(sorted(needed))} (missing: {missing})",
             status=403, error="insufficient_scope", scopes=sorted(needed),
         )  # fmt: skip
+    if tool.authorize is not None:
+        tool.authorize(arguments or {}, caller)
 
 
 def authorize_request(method: Any, params: Any, catalog: Catalog, caller: Any) -> None:
@@ -82,10 +85,8 @@ def authorize_request(method: Any, params: Any, catalog: Catalog, caller: Any) -
         entry = catalog.get(name) if isinstance(name, str) else None
         if entry is None:
             return
-        authorize_call(entry.tool, caller)
-        if entry.tool.authorize is not None:
-            arguments = params.get("arguments")
-            entry.tool.authorize(arguments if isinstance(arguments, dict) else {}, caller)
+        arguments = params.get("arguments")
+        authorize_call(entry.tool, caller, arguments if isinstance(arguments, dict) else None)
     elif method == "resources/read":
         uri = params.get("uri")
         reader = catalog.reader_of(uri) if isinstance(uri, str) else None

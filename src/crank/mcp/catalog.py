@@ -82,7 +82,11 @@ class Catalog:
         logging: bool = False,
         asks: bool = False,
         reads: Catalog | None = None,
+        anonymous_scopes: frozenset[str] = frozenset(),
     ) -> None:
+        """`anonymous_scopes`: what a caller without credentials (lazy sign-in) is listed as if it held: the
+        scopes every caller the endpoint admits holds (an agent's own), so that it sees what signing in with the
+        least opens, never a tool or template that needs a scope of its own."""
         if page_size < 1:
             raise ConfigurationError(f"page_size must be at least 1, got {page_size}")
         self.version = version
@@ -109,6 +113,7 @@ class Catalog:
         self.scoped = bool(self._scopes)
         """Whether some tool requires a scope: only then may a caller's listing differ (`listed_for`)."""
         self._views: dict[frozenset[str], Catalog] = {}
+        self._anonymous_scopes = anonymous_scopes
         listed = [entry.tool for entry in self._entries.values() if entry.tool.listed]
         wire = {language: [self._wire_entry(tool, language) for tool in listed] for language in self.languages}
         self._listing = {
@@ -135,16 +140,13 @@ class Catalog:
     def listed_for(self, caller: Any) -> Catalog:
         """The catalog as `caller` sees it: for a scope-limited `Principal`, the tools whose `required_scopes` it
         lacks left out of `tools/list` (still known, so that their call is answered 403, not "unknown tool"). An
-        anonymous caller (before sign-in) is listed what its `scopes` would open, none when it has none. Itself
-        for anyone else (an API key, no authentication) or when no tool requires a scope; built once per distinct
-        set of scopes."""
+        anonymous caller (before sign-in) is listed what `anonymous_scopes` open. Itself for anyone else (an API
+        key, no authentication) or when no tool requires a scope; built once per distinct set of scopes."""
         if not self._scopes or not isinstance(caller, Principal):
             return self
-        granted = caller.scopes
+        granted = self._anonymous_scopes if caller.anonymous else caller.scopes
         if granted is None:
-            if not caller.anonymous:
-                return self
-            granted = frozenset()
+            return self
         key = granted & self._scopes
         if key == self._scopes:
             return self
@@ -241,10 +243,13 @@ class Catalog:
         `tool`); None when nothing, or a reader of its own, answers it."""
         resource = self.resource(uri)
         if resource is not None:
-            return self.reading_entry(resource.tool) if resource.tool is not None else None
-        matched = self.match(uri)
-        tool = matched[0].template.tool if matched is not None else None
-        return self.reading_entry(tool) if tool is not None else None
+            own_reader, tool = resource.reader is not None, resource.tool
+        else:
+            matched = self.match(uri)
+            if matched is None:
+                return None
+            own_reader, tool = matched[0].template.reader is not None, matched[0].template.tool
+        return self.reading_entry(tool) if not own_reader and tool is not None else None
 
     def template(self, uri_template: str) -> ResourceTemplate | None:
         entry = self._surface.templates_by_uri.get(uri_template)

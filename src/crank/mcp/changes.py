@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Final
 
 from crank.exceptions import RPCError
+from crank.wire.budgets import client_address
 
 __all__ = [
     "DEFAULT_MAX_LISTENERS",
@@ -66,8 +67,7 @@ def listener_owner(caller: Any, client: Any) -> tuple[str, str]:
         return group, f"{group}:anonymous"
     if isinstance(ident, str) and ident and getattr(caller, "method", None) != "anonymous":
         return group, f"{group if group != '-' else ''}:{ident}"
-    host = client[0] if isinstance(client, tuple | list) and client else "-"
-    return group, f"address:{host}"
+    return group, f"address:{client_address({'client': client})}"
 
 
 def list_changed_method(kind: str) -> str:
@@ -145,7 +145,7 @@ class ListChanges:
             raise TooManyListenersError(
                 f"This workspace holds {self.max_per_group} listening streams already; close one before opening another"
             )
-        if self._count >= self.max_listeners and not self._evict():
+        if self._count >= self.max_listeners and not self._evict(group):
             raise TooManyListenersError(
                 f"This server holds {self.max_listeners} listening streams already; try again later"
             )
@@ -156,12 +156,18 @@ class ListChanges:
         self._count += 1
         return listener
 
-    def _evict(self) -> bool:
-        """Close the oldest listener of the group that holds the most: its stream ends (its client may come back,
-        within its group's bound)."""
+    def _evict(self, asking: str) -> bool:
+        """Close the oldest listener of the group that holds the most (the `asking` one when it is among them: a
+        tie never costs another group): its stream ends (its client may come back, within its group's bound)."""
         if not self._groups:
             return False
-        largest = max(self._groups.values(), key=len)
+        most = max(len(listeners) for listeners in self._groups.values())
+        own = self._groups.get(asking)
+        largest = (
+            own
+            if own is not None and len(own) >= most
+            else next(listeners for listeners in self._groups.values() if len(listeners) >= most)
+        )
         oldest = next(iter(largest))
         oldest.closed = True
         oldest._event.set()

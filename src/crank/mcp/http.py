@@ -583,7 +583,7 @@ class MCPEndpoint:
         entry = catalog.get(request["name"])
         if entry is None:
             return _plain_error(404, METHOD_NOT_FOUND, f"Unknown tool: {request['name']}")
-        authorize_call(entry.tool, scope.get(AUTH_SCOPE_KEY))
+        authorize_call(entry.tool, scope.get(AUTH_SCOPE_KEY), arguments)
         try:
             requested = self.server.requested_format(RequestInfo(headers, _format_query(scope)))
         except UnknownFormatError as exc:

@@ -474,8 +474,9 @@ class MCPServer:
         if entry is None:
             raise InvalidParamsError(f"Unknown tool: {name}")
         caller = info.caller  # a `Principal` (`crank.wire.auth`) whenever the endpoint authenticates
-        if caller is not None and (entry.tool.required_scopes or caller.method == "anonymous"):
-            authorize_call(entry.tool, caller)  # only a scoped tool, or an anonymous caller, can be refused
+        tool = entry.tool
+        if caller is not None and (tool.required_scopes or caller.method == "anonymous" or tool.authorize is not None):
+            authorize_call(tool, caller, arguments)  # a scoped tool, an anonymous caller or a tool's own check
         requested = None
         if info.format_query is not None or "x-mcp-format" in info.headers:  # most calls ask for no format
             try:
@@ -582,7 +583,7 @@ class MCPServer:
         assert found is not None  # checked when the catalog was built
         caller = context.caller
         if caller is not None and (found.tool.required_scopes or caller.method == "anonymous"):
-            authorize_call(found.tool, caller)  # only a scoped tool, or an anonymous caller, can be refused
+            authorize_call(found.tool, caller, arguments)  # only a scoped tool, or an anonymous caller, is refused
         result = await call_tool(found, arguments, context, result_format="json", debug=self.debug,
                                  observer=catalog.observer)  # fmt: skip
         return tool_contents(uri, result, mime_type)

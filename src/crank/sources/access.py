@@ -55,16 +55,14 @@ def _principal_caches(limits: TokenLimits) -> TenantCaches[tuple[object, KeyScop
     return TenantCaches(limits.cache_bytes, limits.cache_total_bytes, _principal_bytes)
 
 
-def anonymous_principal(scope: Scope, workspace: str | None, needs: frozenset[str], oauth: WorkspaceOAuth | None
-                        ) -> KeyScope:  # fmt: skip
+def anonymous_principal(scope: Scope, workspace: str | None, oauth: WorkspaceOAuth | None) -> KeyScope:
     """Who calls without credentials where the listing is open (lazy sign-in, `sign_in: calls`): one caller per
-    workspace (its list-change streams share one owner's places), listed what a caller with the agent's own scopes
-    (`needs`) and no more would be, its requests counted on their own (`OAuthPolicy.anonymous`: per client address
+    workspace (its list-change streams share one owner's places), granted no scope (what it is listed: the
+    catalog's `anonymous_scopes`), its requests counted on their own (`OAuthPolicy.anonymous`: per client address
     and per workspace, never against the workspace's limits), and asked to sign in for any call."""
-    address = client_address(scope)
     anonymous = oauth.policy.anonymous if oauth is not None else None
     return KeyScope(
-        workspace, method="anonymous", id=f"{workspace or ''}|anonymous|{address}", scopes=needs,
+        workspace, method="anonymous", id=f"{workspace or ''}|anonymous|{client_address(scope)}",
         limits=anonymous.per_address if anonymous is not None else None,
         workspace_limits=anonymous.per_workspace if anonymous is not None else None,
     )  # fmt: skip
@@ -90,7 +88,7 @@ class GatewayAuthenticator:
             if oauth is None:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
             if oauth.policy.sign_in == "calls":
-                return anonymous_principal(scope, workspace, oauth.policy.agent_needs(agent), oauth)
+                return anonymous_principal(scope, workspace, oauth)
             raise AuthChallengeError(UNAUTHORIZED_MESSAGE, scopes=sorted(oauth.policy.agent_needs(agent)))
         if oauth is None or token.startswith(API_KEY_PREFIX):  # told apart by shape: a token never costs a key lookup
             if oauth is not None and oauth.policy.credentials == "oauth":
@@ -224,7 +222,7 @@ class ResourceAuthenticator:
     def authenticate(self, scope: Scope, token: str | None) -> Principal | None:
         if token is None:
             if self.policy.sign_in == "calls":
-                return anonymous_principal(scope, None, self.policy.agent_needs("*"), None)
+                return anonymous_principal(scope, None, None)
             raise AuthChallengeError(UNAUTHORIZED_TOKEN_MESSAGE, scopes=sorted(self.policy.agent_needs("*")))
         known = self._principals.get("", (token, None))
         if known is not None and _fresh(known[1]):

@@ -130,8 +130,10 @@ def build_catalog(
     offered: dict[str, Any] = dict(resources=surface.resources, resource_templates=surface.templates,
                                    prompts=surface.prompts)  # fmt: skip
     # `asks`: a tool may ask the user to confirm, so legacy clients get a session that says whether they can
+    # A caller without credentials (lazy sign-in) is listed what the agent's own scopes open.
+    anonymous_scopes = oauth.agent_needs(placement.agent) if oauth is not None else frozenset()
     operations = Catalog(tools, version=str(version), translations=translations, labels=labels, observer=observer,
-                         asks=asks, **(offered if direct else {}))  # fmt: skip
+                         asks=asks, anonymous_scopes=anonymous_scopes, **(offered if direct else {}))  # fmt: skip
     if direct:
         return operations
     # Discovery mode: the same compiled operations, unlisted, behind three fixed tools (crank.sources.discovery).
@@ -156,7 +158,7 @@ def build_catalog(
                                  default_language=runtime.workspace.default_language)  # fmt: skip
     return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer),
                    translations=surface_texts, asks="asks" in operations.features, reads=operations,
-                   **offered)  # fmt: skip
+                   anonymous_scopes=anonymous_scopes, **offered)  # fmt: skip
 
 
 def _tools(

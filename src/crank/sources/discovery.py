@@ -155,7 +155,8 @@ class Discovery:
         return {key: listed[key] for key in _DESCRIBED if key in listed}
 
     def _authorize(self, arguments: Mapping[str, Any], caller: Any) -> None:
-        """The scopes of the operation a `call_operation` names, as a direct tool's call checks them."""
+        """`call_operation`'s `Tool.authorize`: the scopes of the operation it names, as a direct tool's call checks
+        them (the MCP core asks before the call runs, and before any item of a batch runs)."""
         name = arguments.get("name")
         entry = self.operations.get(name) if isinstance(name, str) else None
         if entry is not None:
@@ -166,7 +167,6 @@ class Discovery:
         entry = self.operations.get(name)
         if entry is None:
             raise _unknown(name)
-        self._authorize(arguments, context.caller)
         inner = CallContext(
             tool_name=name,
             protocol_version=context.protocol_version,

@@ -9,11 +9,13 @@ of filters multiplies (`GROWING_FILTERS`), so one expression is a few MiB at wor
 Jinja2's `SandboxedEnvironment`, with no globals, as a second wall.
 
 One workspace's prompts render one at a time (`RenderGates`), at most `MAX_RENDER_WAITERS` more waiting, and
-together they take at most `RENDER_SHARE` of a second of rendering each second: past it a new render is refused
-(-32003, retry in a second), so no tenant's prompts take more than a quarter of the process's time from the others.
-A whole prompt renders within one `RenderBudget`: `RENDER_TIMEOUT` seconds and `MAX_RENDERED` characters for all
-its messages together, each answered with an error naming the prompt. The budget is checked between the pieces of
-a message and inside a piece, before every filter runs; a filter whose cost grows faster than its input
+together they take at most `RENDER_SHARE` of a second of rendering each second, and every workspace's together
+`RENDER_PROCESS_SHARE`: past either a new render is refused (-32003, retry in a second), so no tenant's prompts
+take more than a quarter of the process's time from the others, nor all of them more than half.
+A whole prompt renders within one `RenderBudget`: `RENDER_TIMEOUT` seconds of its own work (`RENDER_WALL_TIMEOUT`
+with the other requests' turns between its slices) and `MAX_RENDERED` characters for all its messages together,
+each answered with an error naming the prompt. The budget is checked between the pieces of a message and inside a
+piece, before every filter runs; a filter whose cost grows faster than its input
 (`COSTLY_FILTERS`) takes at most `MAX_FILTER_INPUT` characters. Between pieces the renderer hands the event loop
 back every `RENDER_SLICE` seconds, so one prompt never holds the other requests of the process for longer than a
 piece. With arguments of at most 64 KiB and templates of 16 KiB, no template that means no harm reaches a bound.
@@ -41,8 +43,10 @@ __all__ = [
     "ALLOWED_FILTERS",
     "MAX_RENDERED",
     "MAX_RENDER_WAITERS",
+    "RENDER_PROCESS_SHARE",
     "RENDER_SHARE",
     "RENDER_TIMEOUT",
+    "RENDER_WALL_TIMEOUT",
     "PromptTemplate",
     "RenderBudget",
     "RenderGate",
@@ -55,8 +59,12 @@ RENDER_TIMEOUT: Final = 0.25
 """Seconds a whole prompt may take to render (every message together)."""
 RENDER_SLICE: Final = 0.002
 """Seconds of rendering after which the renderer hands the event loop back to other requests (between pieces)."""
+RENDER_WALL_TIMEOUT: Final = 5.0
+"""Seconds a prompt may take from its turn to its answer, the other requests' turns between its slices included."""
 RENDER_SHARE: Final = 0.25
 """Seconds of rendering one workspace's prompts may take each second, all together (bursts of twice as much)."""
+RENDER_PROCESS_SHARE: Final = 0.5
+"""Seconds of rendering every workspace's prompts may take each second, all together: the rest is the others'."""
 MAX_RENDER_WAITERS: Final = 8
 """Renders of one workspace that may wait for their turn; past it a new one is refused at once (-32003)."""
 MAX_FILTER_INPUT: Final = 16 * 1024
@@ -88,17 +96,23 @@ _ENVIRONMENT.globals.clear()  # no `range`, `lipsum`, `cycler`...: a name is a d
 
 @dataclass(slots=True)
 class RenderBudget:
-    """What one prompt may still spend rendering: its deadline (monotonic seconds) and characters left."""
+    """What one prompt may still spend rendering: `RENDER_TIMEOUT` seconds of its own work (`spent`, and the slice
+    under way since `slice_started`), `RENDER_WALL_TIMEOUT` seconds in all (`deadline`), and characters left."""
 
     where: str
-    deadline: float = field(default_factory=lambda: time.monotonic() + RENDER_TIMEOUT)
+    deadline: float = field(default_factory=lambda: time.monotonic() + RENDER_WALL_TIMEOUT)
     characters: int = MAX_RENDERED
     spent: float = 0.0
     """Seconds spent rendering so far (not those other requests took between its slices)."""
+    slice_started: float = field(default_factory=time.monotonic)
 
     def check(self) -> None:
-        if time.monotonic() > self.deadline:
+        now = time.monotonic()
+        if self.spent + (now - self.slice_started) > RENDER_TIMEOUT:
             raise InvalidParamsError(f"{self.where}: rendering took longer than {RENDER_TIMEOUT:g} s")
+        if now > self.deadline:
+            raise InvalidParamsError(f"{self.where}: rendering took longer than {RENDER_WALL_TIMEOUT:g} s, with the "
+                                     "other requests' turns")  # fmt: skip
 
     def spend(self, characters: int) -> None:
         self.characters -= characters
@@ -167,17 +181,18 @@ class PromptTemplate:
         token = _BUDGET.set(budget)
         try:
             generated = self.template.generate(dict(arguments))
-            sliced = time.monotonic()
+            budget.slice_started = time.monotonic()
             for piece in generated:
                 budget.spend(len(piece))
                 budget.check()
                 pieces.append(piece)
                 now = time.monotonic()
-                if now - sliced > RENDER_SLICE:
-                    budget.spent += now - sliced
-                    await asyncio.sleep(0)  # the others' turn (the budget is this task's): its deadline keeps running
-                    sliced = time.monotonic()
-            budget.spent += time.monotonic() - sliced
+                if now - budget.slice_started > RENDER_SLICE:
+                    budget.spent += now - budget.slice_started
+                    await asyncio.sleep(0)  # the others' turn: not counted as this prompt's work
+                    budget.slice_started = time.monotonic()
+            budget.spent += time.monotonic() - budget.slice_started
+            budget.slice_started = time.monotonic()
         except (SecurityError, UndefinedError) as exc:
             raise InvalidParamsError(f"{self.where}: the template was refused: {str(exc)[:200]}") from None
         except (TemplateError, TypeError, ValueError, RecursionError) as exc:  # a filter given what it cannot take
@@ -189,45 +204,60 @@ class PromptTemplate:
 
 
 class RenderGate:
-    """One workspace's turn at rendering: one prompt at a time, and `RENDER_SHARE` of each second at most."""
+    """One workspace's turn at rendering: one prompt at a time, `RENDER_SHARE` of each second at most, and within the
+    process's `RENDER_PROCESS_SHARE` for every workspace together."""
 
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
+    def __init__(self, process: Budget) -> None:
+        self._process = process
         self._share = Budget(RENDER_SHARE * 1000, 2 * RENDER_SHARE * 1000)  # in milliseconds of rendering
         self._waiting = 0
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @contextlib.asynccontextmanager
     async def turn(self, budget: RenderBudget) -> AsyncIterator[None]:
         """Wait for this workspace's turn, render (the block), and charge what `budget` spent; `RateLimitedError`
-        when the workspace's share is spent or too many of its renders wait."""
-        if not self._share.available() or self._waiting >= MAX_RENDER_WAITERS:
+        when the workspace's share or the process's is spent, or too many of its renders wait."""
+        if not self._share.available() or not self._process.available() or self._waiting >= MAX_RENDER_WAITERS:
             raise RateLimitedError(
                 "This workspace's prompts have used their share of rendering time; retry in a second.",
                 retry_after=1, data={"retry_after": 1},
             )  # fmt: skip
+        lock = self._own_lock()
         self._waiting += 1
         try:
-            await self._lock.acquire()
+            await lock.acquire()
         finally:
             self._waiting -= 1
         try:
-            budget.deadline = time.monotonic() + RENDER_TIMEOUT  # the wait for the turn is not the render's time
+            budget.deadline = time.monotonic() + RENDER_WALL_TIMEOUT  # the wait for the turn is not the render's
             yield
         finally:
-            self._share.spend(budget.spent * 1000)
-            self._lock.release()
+            milliseconds = budget.spent * 1000
+            self._share.spend(milliseconds)
+            self._process.spend(milliseconds)
+            lock.release()
+
+    def _own_lock(self) -> asyncio.Lock:
+        """The lock of the event loop that serves now (a lock is bound to the loop it first waits in)."""
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._loop is not loop:
+            self._lock, self._loop = asyncio.Lock(), loop
+        return self._lock
 
 
 class RenderGates:
-    """Each workspace's `RenderGate`, as one process serves them (`AgentSource` keeps one for every build)."""
+    """Each workspace's `RenderGate`, as one process serves them (`AgentSource` keeps one for every build); past
+    `max_workspaces` the least recently used is forgotten (a render under way keeps its own gate)."""
 
     def __init__(self, max_workspaces: int = 4096) -> None:
         self._gates: LRUCache[str, RenderGate] = LRUCache(maxsize=max_workspaces)
+        self._process = Budget(RENDER_PROCESS_SHARE * 1000, 2 * RENDER_PROCESS_SHARE * 1000)
 
     def gate(self, workspace: str) -> RenderGate:
         found = self._gates.get(workspace)
         if found is None:
-            found = self._gates[workspace] = RenderGate()
+            found = self._gates[workspace] = RenderGate(self._process)
         return found
 
 

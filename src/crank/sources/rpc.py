@@ -142,6 +142,7 @@ class RPCSource:
                 resource_templates=[item for needed, item in self.templates if opens(needed, roles)],
                 prompts=[item for needed, item in self.prompts if opens(needed, roles)],
                 logging=self.reaches_client, asks=self.reaches_client,
+                anonymous_scopes=self.config.oauth.agent_needs("*") if self.config.oauth is not None else frozenset(),
             )  # fmt: skip
         return catalog
 

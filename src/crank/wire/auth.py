@@ -21,7 +21,6 @@ from crank.exceptions import AuthChallengeError
 from crank.types import JSONObject, Scope
 
 __all__ = [
-    "ANONYMOUS",
     "PROTECTED_RESOURCE_PATH",
     "AuthMethod",
     "Authenticator",
@@ -79,17 +78,13 @@ class Principal:
         return fields
 
 
-ANONYMOUS = Principal(None, method="anonymous", id="anonymous")
-"""A request without credentials to an endpoint that leaves its listing open (sign-in when it is needed)."""
-
-
 class Authenticator(Protocol):
     """Who a request's bearer token proves, in two steps so that the common request pays for a dictionary look-up
     only:
 
     - `authenticate` (synchronous): the principal when it is known at once (a loaded API key, a token validated
       before and not expired), None when it takes a slower look, or `AuthChallengeError` to refuse. With no token
-      (None) it refuses, or answers `ANONYMOUS` where that is allowed.
+      (None) it refuses, or answers an anonymous principal (`method="anonymous"`) where that is allowed.
     - `verify`: the slower look (a registry look-up, a signature check, an introspection call): a principal, or
       `AuthChallengeError`.
 

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any, Final
-
-from cachetools import LRUCache
 
 __all__ = ["DEFAULT_MAX_KEYS", "NO_ADDRESS", "Budget", "KeyedBudgets", "client_address"]
 
 NO_ADDRESS: Final = "-"
 """The address of a request whose server does not say where it came from (a Unix socket, a test client)."""
 DEFAULT_MAX_KEYS: Final = 10_000
-"""Budgets `KeyedBudgets` keeps (the least recently used goes first: it is refilled or nearly so)."""
+"""Budgets `KeyedBudgets` keeps (the least recently used goes first, once whole again)."""
 _IPV6_NETWORK = 64
 
 
@@ -55,18 +54,19 @@ class Budget:
         self.left = self.burst
         self.refilled = time.monotonic()
 
-    def take(self) -> bool:
-        if not self.available():
+    def take(self, reserve: float = 0.0) -> bool:
+        """One from the budget; False when fewer than one are left above `reserve` (what this take may not use)."""
+        if not self.available(reserve):
             return False
         self.left -= 1
         return True
 
-    def available(self) -> bool:
-        """Whether one take would succeed now (nothing is taken)."""
+    def available(self, reserve: float = 0.0) -> bool:
+        """Whether one take would succeed now, leaving `reserve` (nothing is taken)."""
         now = time.monotonic()
         self.left = min(self.burst, self.left + (now - self.refilled) * self.rate)
         self.refilled = now
-        return self.left >= 1
+        return self.left >= 1 + reserve
 
     def spend(self, amount: float) -> None:
         """Take `amount` after the fact (work measured once done): the budget may go below zero, and is not
@@ -74,23 +74,41 @@ class Budget:
         self.available()
         self.left -= amount
 
+    def whole(self) -> bool:
+        """Whether the budget has refilled to its burst (forgetting it gives nothing away)."""
+        self.available()
+        return self.left >= self.burst
+
 
 class KeyedBudgets:
-    """One `Budget` per key (an address, a workspace), at most `max_keys` kept: a key forgotten is refilled."""
+    """One `Budget` per key (an address, a workspace), at most `max_keys` kept. A key is forgotten only once its
+    budget is whole again; while the least recently used one is not, new keys share one more budget of the same
+    size, so that a flood of new keys (addresses) gets no fresh budget each."""
 
     def __init__(self, rate: float, burst: float | None = None, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
         self.rate = rate
         self.burst = burst
-        self._budgets: LRUCache[Hashable, Budget] = LRUCache(maxsize=max_keys)
+        self.max_keys = max_keys
+        self._budgets: OrderedDict[Hashable, Budget] = OrderedDict()
+        self._overflow = Budget(rate, burst)
 
-    def take(self, key: Hashable) -> bool:
-        """One from `key`'s budget: False when it is spent."""
-        budget = self._budgets.get(key)
-        if budget is None:
-            budget = self._budgets[key] = Budget(self.rate, self.burst)
-        return budget.take()
+    def take(self, key: Hashable, reserve: float = 0.0) -> bool:
+        """One from `key`'s budget, leaving `reserve` in it: False when it is spent."""
+        return self._budget(key).take(reserve)
 
     def left(self, key: Hashable) -> bool:
         """Whether `key`'s budget has one left (nothing is taken)."""
+        return self._budget(key).available()
+
+    def _budget(self, key: Hashable) -> Budget:
         budget = self._budgets.get(key)
-        return budget is None or budget.available()
+        if budget is not None:
+            self._budgets.move_to_end(key)
+            return budget
+        if len(self._budgets) >= self.max_keys:
+            oldest = next(iter(self._budgets))
+            if not self._budgets[oldest].whole():
+                return self._overflow  # every kept key is still spending: the newcomers share one budget
+            del self._budgets[oldest]
+        budget = self._budgets[key] = Budget(self.rate, self.burst)
+        return budget

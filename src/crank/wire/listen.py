@@ -135,13 +135,17 @@ def serve_on(
     answer_early: EarlyAnswers | None = None,
     answers_early_now: EarlyAnswersNow | None = None,
     stopping: Callable[[], None] | None = None,
+    trusted_proxies: str = "",
     **options: Any,
 ) -> None:
     """Run `app` with uvicorn on an already listening socket until it is stopped (Ctrl+C), each connection
     bounded by `limits` (the defaults when None); `answer_early`: the app's early answers, which the protocol
     writes without calling the app (`crank.wire.asgi.EarlyAnswers`), asked only while `answers_early_now` says
     it may answer anything (`crank.wire.asgi.EarlyAnswersNow`; None: always); `stopping`: called when the server
-    stops taking connections, before it waits for the open ones to close (to end streams that never would)."""
+    stops taking connections, before it waits for the open ones to close (to end streams that never would);
+    `trusted_proxies`: the addresses or networks (comma-separated, `CRANK_TRUSTED_PROXIES`) of reverse proxies whose
+    `X-Forwarded-For` and `X-Forwarded-Proto` name the client and its scheme (uvicorn's proxy headers); none: the
+    peer is the client."""
     import uvicorn
 
     from crank.wire.protocol import protocol_for  # uvicorn's modules: imported only to serve
@@ -161,10 +165,12 @@ def serve_on(
     host, port = sock.getsockname()[:2]
     protocol = protocol_for(limits, answer_early, answers_early_now)
     # ws="none": no WebSocket (not part of MCP); the protocol answers an upgrade to one with 400.
-    # proxy_headers=False: nothing in Crank reads the client's address or scheme, and uvicorn's rewriting of
-    # them from X-Forwarded-* cost every request a wrapper; server_header=False: no `server: uvicorn`.
+    # Proxy headers only from trusted proxies (the per-address budgets and limits, crank.wire.budgets, read the
+    # client's address): uvicorn's rewriting of them costs every request a wrapper, so none when there is no proxy.
+    # server_header=False: no `server: uvicorn`.
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, http=protocol, ws="none",
-                            proxy_headers=False, server_header=False,
+                            proxy_headers=bool(trusted_proxies), forwarded_allow_ips=trusted_proxies or None,
+                            server_header=False,
                             timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]
                             **options)  # fmt: skip
     Server(config).run(sockets=[sock])

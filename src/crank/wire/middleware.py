@@ -46,7 +46,9 @@ __all__ = [
     "HostOriginMiddleware",
     "RequestChecksMiddleware",
     "TokenTable",
+    "ambiguous_framing",
     "jsonrpc_refusal",
+    "refuse_ambiguous_framing",
 ]
 
 _TOKEN_CACHE_SIZE = 2048
@@ -134,17 +136,19 @@ async def _refuse_host_or_origin(scope: Scope, send: Send, status: int, refusal:
 AMBIGUOUS_FRAMING_MESSAGE = "Bad request: Content-Length and Transfer-Encoding together (RFC 9112 §6.1)"
 
 
-def _ambiguous_framing(scope: Scope) -> bool:
+def ambiguous_framing(scope: Scope) -> bool:
     """Whether a request sends both `Content-Length` and `Transfer-Encoding`: a smuggling attempt (RFC 9112 §6.1
-    says the server MUST close the connection after it), which some servers (uvicorn's h11) hand to the app."""
+    says the server MUST close the connection after it), which some servers (uvicorn's h11) hand to the app. The
+    one owner of the rule: the request checks, and `crank serve`'s own routes to the admin API and the console."""
     names = {name for name, _ in scope["headers"]}
     return b"transfer-encoding" in names and b"content-length" in names
 
 
-async def _refuse_ambiguous_framing(scope: Scope, send: Send, refusal: Refusal) -> None:
+async def refuse_ambiguous_framing(scope: Scope, send: Send, refusal: Refusal | None = None) -> None:
     """400, and `Connection: close`: whatever server runs the app, the connection ends with this answer, so that
     what the other framing would make of the body is never read as a request of its own."""
-    body = refusal(scope, 400, AMBIGUOUS_FRAMING_MESSAGE)
+    message = AMBIGUOUS_FRAMING_MESSAGE
+    body = _json.dumps({"error": message}) if refusal is None else refusal(scope, 400, message)
     await send_response(send, 400, body, [(b"connection", b"close")])
 
 
@@ -164,8 +168,8 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         chunked = header(scope, b"transfer-encoding") is not None
-        if chunked and header(scope, b"content-length") is not None:
-            await _refuse_ambiguous_framing(scope, send, self.refusal)
+        if chunked and ambiguous_framing(scope):
+            await refuse_ambiguous_framing(scope, send, self.refusal)
             return
         # A Transfer-Encoding frames the body, whatever Content-Length says (RFC 9112 §6.3): its body is counted.
         declared = header(scope, b"content-length") if not chunked else None
@@ -241,11 +245,12 @@ class RequestChecksMiddleware(BodyLimitMiddleware):
         else:
             host, origin, declared, authorization = _repeated_headers(scope)
             length = _declared_length(declared)
+        if length is None and ambiguous_framing(scope):  # first: whatever else is wrong, the connection closes
+            await refuse_ambiguous_framing(scope, send, self.refusal)
+            return
         refused = self.policy.check(scope.get("server"), host, origin)
         if refused is not None:
             await _refuse_host_or_origin(scope, send, refused, self.refusal)
-        elif length is None and _ambiguous_framing(scope):
-            await _refuse_ambiguous_framing(scope, send, self.refusal)
         elif length is not None and length > self.max_body_size:
             await self._refuse(scope, send)
         elif (

@@ -414,7 +414,11 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         self.idle[self] = None
 
     def _hold_stream(self, group: str) -> None:
-        """`crank.wire.asgi.LONG_STREAM_EXTENSION`: this connection's answer is a long stream of `group`."""
+        """`crank.wire.asgi.LONG_STREAM_EXTENSION`: this connection's answer is a long stream of `group` (not for a
+        connection already gone: `connection_lost` took it out of every list, and nothing would again)."""
+        cycle = self.cycle
+        if cycle is None or cycle.disconnected or cycle.response_complete or self.transport.is_closing():
+            return
         self.streams[self] = group
 
     def _make_room(self) -> bool:

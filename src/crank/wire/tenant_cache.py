@@ -27,6 +27,7 @@ class TenantCaches(Generic[V]):
         self.total = total
         self._size = size
         self._caches: dict[Hashable, LRUCache[Hashable, tuple[V, int]]] = {}
+        self._bytes = 0.0  # every tenant's together, kept as entries come and go (cachetools counts in floats)
 
     def get(self, tenant: Hashable, key: Hashable) -> V | None:
         cache = self._caches.get(tenant)
@@ -43,24 +44,40 @@ class TenantCaches(Generic[V]):
         cache = self._caches.get(tenant)
         if cache is None:
             cache = self._caches[tenant] = LRUCache(maxsize=self.per_tenant, getsizeof=_entry_size)
-        cache[key] = (value, size)
-        while self.bytes() > self.total:
-            largest = max(self._caches, key=lambda name: self._caches[name].currsize)
-            self._caches[largest].popitem()
-            if not self._caches[largest]:
-                del self._caches[largest]
+        before = cache.currsize
+        cache[key] = (value, size)  # past the tenant's share, its own least recently used go
+        self._bytes += cache.currsize - before
+        while self._bytes > self.total:
+            self._evict_from(self._largest(tenant))
+
+    def _largest(self, inserting: Hashable) -> Hashable:
+        """The tenant holding the most, the one inserting when it is among them (a tie never costs another)."""
+        most = max(cache.currsize for cache in self._caches.values())
+        if self._caches[inserting].currsize >= most:
+            return inserting
+        return next(name for name, cache in self._caches.items() if cache.currsize >= most)
+
+    def _evict_from(self, tenant: Hashable) -> None:
+        cache = self._caches[tenant]
+        before = cache.currsize
+        cache.popitem()
+        self._bytes -= before - cache.currsize
+        if not cache:
+            del self._caches[tenant]
 
     def pop(self, tenant: Hashable, key: Hashable) -> None:
         cache = self._caches.get(tenant)
-        if cache is not None:
-            cache.pop(key, None)
+        if cache is not None and key in cache:
+            before = cache.currsize
+            del cache[key]
+            self._bytes -= before - cache.currsize
 
     def bytes(self, tenant: Hashable | None = None) -> int:
         """What one tenant's entries cost, or (None) every tenant's."""
-        if tenant is not None:
-            cache = self._caches.get(tenant)
-            return 0 if cache is None else int(cache.currsize)
-        return sum(int(cache.currsize) for cache in self._caches.values())
+        if tenant is None:
+            return int(self._bytes)
+        cache = self._caches.get(tenant)
+        return 0 if cache is None else int(cache.currsize)
 
     def __len__(self) -> int:
         return sum(len(cache) for cache in self._caches.values())

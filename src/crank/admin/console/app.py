@@ -592,7 +592,7 @@ def _int(value: str | None) -> int | None:
 
 
 def _secure(request: Request) -> bool:
-    """Whether cookies are `Secure`: the request came over TLS, or the server's public URL is https (a proxy in
-    front ends TLS, and `crank serve` takes no forwarded headers)."""
+    """Whether cookies are `Secure`: the request came over TLS (or a trusted proxy says so, `CRANK_TRUSTED_PROXIES`),
+    or the server's public URL is https (a proxy in front ends TLS)."""
     public_url = request.app.state.console.public_url
     return request.url.scheme == "https" or (public_url is not None and public_url.startswith("https://"))
