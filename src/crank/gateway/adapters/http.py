@@ -45,7 +45,6 @@ _BUSY_RETRY_AFTER = 5  # seconds: what `upstream_busy` suggests waiting before a
 
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
-_AFTER_ORIGIN = ("", "/", "?", "#")
 
 
 class HTTPAdapter(Adapter):
@@ -76,8 +75,8 @@ class HTTPAdapter(Adapter):
         self._accept = {"Accept": config.accept} if config.accept != DEFAULT_ACCEPT else None
         self._origin = _origin(self.url)
         # What every URL with its path parameters filled starts with: the target's own scheme and authority, as
-        # written (`urlsplit` lower-cases the scheme), followed by a path, a query, a fragment or nothing.
-        self._origin_literal = self.url[: self.url.index("://") + 3 + len(parse_upstream_url(self.url).netloc)]
+        # written (`urlsplit` lower-cases the scheme), and the character that ends them (`/`, `?` or `#`).
+        self._origin_prefix = self.url[: self.url.index("://") + 4 + len(parse_upstream_url(self.url).netloc)]
 
     async def call(self, parts: RequestParts) -> Any:
         if self._refusal is not None:
@@ -187,8 +186,7 @@ class HTTPAdapter(Adapter):
             # The credentials go to the origin they were bound to, or nowhere. Arguments fill path segments only
             # (`_path_segment` encodes `/`, `@` and `:`) and the target's origin has no placeholder (the build
             # refuses one), so this holds for every version built: one prefix test, never a parse.
-            end = len(self._origin_literal)
-            if not url.startswith(self._origin_literal) or url[end : end + 1] not in _AFTER_ORIGIN:
+            if not url.startswith(self._origin_prefix):
                 raise self._refused("the resolved URL left the operation's origin", "its URL left its origin")
         if "{" in url:
             missing = url[url.index("{") + 1 : url.index("}")] if "}" in url else url
