@@ -9,10 +9,11 @@
 // is the login); the test posts the login and consent forms itself (tests/oauth.py). Everything is in memory
 // and the signing key is made at start: nothing outlives the process, which ends on SIGTERM or when its
 // stdin closes (the test that started it is gone).
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createPublicKey, generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 
-import Provider from 'oidc-provider';
+import { SignJWT, jwtVerify } from 'jose';
+import Provider, { errors } from 'oidc-provider';
 
 const RESOURCE_SCOPES = 'tools:read tools:write tools:delete';
 
@@ -39,8 +40,23 @@ const UPSTREAM_CLIENT = {
   token_endpoint_auth_method: 'client_secret_basic',
 };
 
+// Crank's own client for RFC 8693 token exchange (tests/gateway/test_token_exchange.py): it may exchange a user's
+// access token issued here for one of an upstream API (grant registered below). oidc-provider has none built in.
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
+const EXCHANGE_CLIENT = {
+  client_id: 'crank-exchange',
+  client_secret: 'exchange-secret',
+  grant_types: [TOKEN_EXCHANGE],
+  response_types: [],
+  redirect_uris: [],
+  token_endpoint_auth_method: 'client_secret_basic',
+};
+// Users whose exchanges the provider refuses (no consent for the API): `access_denied`, as a real one would say.
+const REFUSED_SUBJECTS = new Set(['mallory']);
+
 const configuration = {
-  clients: [UPSTREAM_CLIENT],
+  clients: [UPSTREAM_CLIENT, EXCHANGE_CLIENT],
   jwks: { keys: [signingKey] },
   cookies: { keys: [randomBytes(32).toString('base64url')] },
   scopes: ['openid', 'offline_access', ...RESOURCE_SCOPES.split(' ')],
@@ -90,6 +106,47 @@ const configuration = {
 
 const provider = new Provider(issuer, configuration);
 provider.on('server_error', (ctx, error) => console.error('server_error', error));
+
+// RFC 8693: the subject token must be a JWT access token this provider issued (any audience); the answer is a JWT
+// for the requested audience (or resource), for the same subject, with the acting client in `act` (RFC 8693 4.1).
+const publicKey = createPublicKey({ key: signingKey, format: 'jwk' });
+const privateKey2 = privateKey;
+let exchanges = 0;
+provider.registerGrantType(TOKEN_EXCHANGE, async (ctx) => {
+  const { params, client } = ctx.oidc;
+  if (params.subject_token_type !== ACCESS_TOKEN_TYPE) {
+    throw new errors.InvalidRequest('subject_token_type must be an access token');
+  }
+  let subject;
+  try {
+    ({ payload: subject } = await jwtVerify(params.subject_token, publicKey, { issuer }));
+  } catch {
+    throw new errors.InvalidGrant('the subject token is not a valid access token of this issuer');
+  }
+  if (REFUSED_SUBJECTS.has(subject.sub)) {
+    throw new errors.AccessDenied('this user has not consented to the requested audience');
+  }
+  const audience = params.audience ?? params.resource;
+  if (!audience) throw new errors.InvalidTarget('an audience or resource is required');
+  exchanges += 1;
+  const now = Math.floor(Date.now() / 1000);
+  const token = await new SignJWT({ scope: params.scope ?? '', act: { sub: client.clientId }, jti: randomUUID() })
+    .setProtectedHeader({ alg: 'RS256', kid: signingKey.kid, typ: 'at+jwt' })
+    .setIssuer(issuer).setSubject(subject.sub).setAudience(audience)
+    .setIssuedAt(now).setExpirationTime(now + 300)
+    .sign(privateKey2);
+  ctx.body = { access_token: token, issued_token_type: ACCESS_TOKEN_TYPE, token_type: 'Bearer', expires_in: 300 };
+}, ['subject_token', 'subject_token_type', 'requested_token_type', 'audience', 'resource', 'scope'],
+['audience', 'resource']);
+
+// How many exchanges were made (tests count them: a cached exchanged token costs none).
+provider.use(async (ctx, next) => {
+  if (ctx.path === '/test/exchanges') {
+    ctx.body = { exchanges };
+    return;
+  }
+  await next();
+});
 server.on('request', provider.callback());
 
 function stop() {

@@ -468,15 +468,23 @@ def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, c
 @click.option("--origin", "origins", multiple=True, metavar="URL",
               help="Where the credential may be sent: the API's origin (https://api.example.com), and for OAuth 2 "
               "the token URL's too (repeatable; at least one).")  # fmt: skip
+@click.option("--token-exchange", "exchange_url", default=None, metavar="TOKEN_URL",
+              help="Act as the signed-in user: exchange the user's access token at this token endpoint (RFC 8693) "
+              "for one of the API; Crank's own client there is --client-id and REFERENCE.")  # fmt: skip
+@click.option("--audience", default=None, help="With --token-exchange: the API as its authorization server names it.")
+@click.option("--resource", default=None, help="With --token-exchange: the API's URL (RFC 8707), instead of or "
+              "beside --audience.")  # fmt: skip
+@click.option("--scope", "scopes", multiple=True, help="With --token-exchange: a scope to ask for (repeatable).")
 @click.option("--remove", is_flag=True, help="Take the scheme's credential away.")
 def workspace_credential(
     slug: str, scheme: str | None, reference: str | None, client_id: str | None, origins: tuple[str, ...],
-    remove: bool,
+    exchange_url: str | None, audience: str | None, resource: str | None, scopes: tuple[str, ...], remove: bool,
 ) -> None:  # fmt: skip
     """Give the workspace a credential for a security scheme of its API descriptions, by reference (env:NAME or
     file:/path: a token, an API key, user:password for basic, an OAuth 2 client secret). Every operation that
-    requires the scheme and has no credential of its own takes it at its agents' next publish. Without SCHEME,
-    list the workspace's credentials (references, never values)."""
+    requires the scheme and has no credential of its own takes it at its agents' next publish. With
+    --token-exchange, the scheme's calls act as the signed-in user instead of one account (docs/gateway.md, Acting
+    as the user). Without SCHEME, list the workspace's credentials (references, never values)."""
     from crank.registry.runtime import SchemeCredential
 
     registry = _registry()
@@ -491,7 +499,11 @@ def workspace_credential(
             return
         if reference is None:
             raise click.UsageError("give the credential's REFERENCE (env:NAME or file:/path), or --remove")
-        credential = _validated(SchemeCredential, {"secret": reference, "client_id": client_id, "origins": origins})
+        data: dict[str, Any] = {"secret": reference, "client_id": client_id, "origins": origins}
+        if exchange_url is not None:
+            data["exchange"] = {"token_url": exchange_url, "audience": audience, "resource": resource,
+                                "scopes": scopes}  # fmt: skip
+        credential = _validated(SchemeCredential, data)
         registry.set_workspace_credential(slug, scheme, credential)
     click.echo(f"workspace {slug}: {scheme} uses {reference} (publish its agents to apply it)")
 

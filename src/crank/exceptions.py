@@ -54,6 +54,8 @@ CrankError
     ├── LimitReachedError           a rate limit or quota of the workspace, agent or API key is used up: nothing
     │                                   was sent (class `rate_limit`, code `rate_limited`, `details.retry_after`)
     ├── OutputValidationError       an answer that fails the tool's published outputSchema (class `output_validation`)
+    ├── UserCredentialsError        the tool acts as the signed-in user, and the call has none (an API key), or
+    │                                   the user's token was refused for the API: nothing sent (`user_credentials`)
     ├── ToolConfigurationError      a secret the tool needs is missing or not allowed on this server, or its
     │                                   upstream's address is refused by the egress policy (class `configuration`)
     ├── ClientRequestError          a question to the client (`elicit`, `sample`) that cannot be asked or was not
@@ -611,6 +613,16 @@ class OutputValidationError(ToolError):
         "or another tool; if it keeps failing, report the request_id to the operator (the upstream's answers "
         "no longer match this tool's output schema)."
     )
+
+
+class UserCredentialsError(ToolError):
+    """The tool acts as the signed-in user (its upstream credentials are the user's own: a token exchange), and this
+    call cannot: it has no user (an API key, no credentials), or the user's token was refused for the API. Nothing
+    was sent (class `user_credentials`)."""
+
+    error_class = "user_credentials"
+    default_code = "user_credentials_required"
+    may_have_taken_effect = False
 
 
 class ToolConfigurationError(ToolError):

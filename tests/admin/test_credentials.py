@@ -134,6 +134,16 @@ def test_credentials_from_the_cli_and_the_import_options(
         "apiKey_header",
         "oauth2",
     }
+    # Acting as the signed-in user: the scheme's token comes from an exchange of the user's own (RFC 8693).
+    exchange = ["workspace", "credential", "sec", "bearer", "env:SEC_EXCHANGE", "--client-id", "crank",
+                "--token-exchange", "https://id.example.com/token", "--audience", "https://api.example.com",
+                "--scope", "people:read", "--origin", upstream, "--origin", "https://id.example.com"]  # fmt: skip
+    assert runner.invoke(main, exchange).exit_code == 0
+    as_user = json.loads(runner.invoke(main, ["workspace", "credential", "sec"]).output)["bearer"]
+    assert as_user["exchange"] == {"token_url": "https://id.example.com/token", "audience": "https://api.example.com",
+                                   "scopes": ["people:read"]}  # fmt: skip
+    without_client = runner.invoke(main, [*exchange[:5], *exchange[7:]])
+    assert without_client.exit_code != 0 and "client id" in without_client.output
 
 
 def test_serve_openapi_says_which_scheme_the_train_travel_api_needs(

@@ -36,7 +36,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Final, NamedTuple
 from urllib.parse import quote_plus, urlencode
 
@@ -45,16 +45,19 @@ from crank.exceptions import (
     ConfigurationError,
     ExternalServiceError,
     ToolConfigurationError,
+    ToolError,
     UpstreamBusyError,
     UpstreamConnectionError,
     UpstreamRefusedError,
     UpstreamRequestTooLargeError,
     UpstreamTimeoutError,
     UpstreamTooLargeError,
+    UserCredentialsError,
 )
 from crank.gateway.client import UpstreamClient, parse_upstream_url
 from crank.gateway.secrets import resolve_secret
 from crank.registry.runtime import DEFAULT_TIMEOUT, AuthConfig
+from crank.wire.auth import Principal
 from crank.wire.http import is_token
 from crank.wire.notices import ThrottledLog
 
@@ -65,6 +68,7 @@ __all__ = [
     "TOKEN_EXPIRY_MARGIN",
     "TOKEN_UNAVAILABLE_ACTION",
     "Credential",
+    "ExchangeKey",
     "Sent",
     "TokenCache",
     "TokenKey",
@@ -83,8 +87,22 @@ MAX_TOKEN_RESPONSE_BYTES: Final = 64 * 1024
 FAILURE_MEMORY: Final = 5.0
 """Seconds a token request that failed is remembered: the calls meanwhile fail at once with the same error, and a
 failing token endpoint is asked once per interval, not once per call."""
-MAX_CACHED_TOKENS: Final = 1024
-"""Tokens kept before the expired ones are swept (one per token URL, client, scopes and workspace in use)."""
+MAX_CACHED_TOKENS: Final = 10_000
+"""Tokens kept (one per token URL, client, scopes and workspace in use, and per user for exchanged ones): past it
+the expired ones are swept, then the oldest go."""
+TOKEN_EXCHANGE_GRANT: Final = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:access_token"
+_USER_REFUSALS: Final = frozenset({"invalid_grant", "access_denied", "consent_required", "interaction_required",
+                                   "invalid_target", "unauthorized_client"})  # fmt: skip
+"""A token endpoint's refusals of an exchange that are about the user (its token, access or consent)."""
+USER_REQUIRED_ACTION: Final = (
+    "Do not retry: this tool needs a signed-in user. Tell the user to connect through an MCP client that signs "
+    "them in (OAuth), not with an API key."
+)
+USER_REFUSED_ACTION: Final = (
+    "Do not retry with other arguments: tell the user that their account has no access to this API, or that they "
+    "must consent to it at the identity provider, and ask the operator if it should."
+)
 _MAX_TOKEN_CHARS = 16 * 1024
 
 MISSING_SECRET_MESSAGE: Final = (
@@ -132,20 +150,21 @@ class Credential:
     renewable: bool = False
     """Whether a 401 may be a token revoked or rotated early, which `renew` replaces (oauth2)."""
 
-    def ready(self) -> Sent | None:
-        """What to send, if known without waiting; None: await `obtain()`."""
+    def ready(self, caller: Principal | None = None) -> Sent | None:
+        """What to send for `caller` (who made the call: a kind that acts as the user needs its token), if known
+        without waiting; None: await `obtain(caller)`."""
         return NO_CREDENTIALS
 
-    async def obtain(self) -> Sent:
-        sent = self.ready()
+    async def obtain(self, caller: Principal | None = None) -> Sent:
+        sent = self.ready(caller)
         assert sent is not None  # pragma: no cover - kinds that may wait override this
         return sent
 
-    async def renew(self, refused: Sent) -> Sent:
+    async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
         """Credentials in place of `refused`, which the upstream answered with 401."""
         return refused
 
-    def drop(self, refused: Sent) -> None:
+    def drop(self, refused: Sent, caller: Principal | None = None) -> None:
         """The upstream answered `refused` with 401 and the call is not retried: the next call gets fresh ones."""
 
 
@@ -193,7 +212,7 @@ class _Static(Credential):
         self._secret = _Secret(auth.secret, check, workspace=workspace, where=where)
         self._sent: Sent | None = None
 
-    def ready(self) -> Sent:
+    def ready(self, caller: Principal | None = None) -> Sent:
         if self._sent is None:
             secret = self._secret.value()
             if self._type == "bearer":
@@ -243,17 +262,18 @@ class _TokenFailure(Exception):
 
 
 class TokenCache:
-    """OAuth 2 client-credentials access tokens of one process, by `TokenKey`: each kept until shortly before it
-    expires, and fetched once for every call that needs it at the same time (single flight)."""
+    """OAuth 2 access tokens of one process, by `TokenKey` (client credentials) or `ExchangeKey` (a user's exchanged
+    token): each kept until shortly before it expires, at most `MAX_CACHED_TOKENS` (the expired go first, then the
+    oldest), and fetched once for every call that needs it at the same time (single flight)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         """`clock`: monotonic seconds (a test's own, to expire tokens without waiting)."""
         self.clock = clock
-        self._tokens: dict[TokenKey, tuple[str, float]] = {}  # key -> (token, when it stops being used)
-        self._flights: dict[TokenKey, asyncio.Task[str]] = {}  # key -> the token request under way
-        self._failed: dict[TokenKey, tuple[_TokenFailure, float]] = {}  # key -> its request's failure, until when
+        self._tokens: dict[Hashable, tuple[str, float]] = {}  # key -> (token, when it stops being used)
+        self._flights: dict[Hashable, asyncio.Task[str]] = {}  # key -> the token request under way
+        self._failed: dict[Hashable, tuple[_TokenFailure, float]] = {}  # key -> its request's failure, until when
 
-    def cached(self, key: TokenKey) -> str | None:
+    def cached(self, key: Hashable) -> str | None:
         """The token kept for `key`, unless it expired."""
         held = self._tokens.get(key)
         if held is None:
@@ -263,14 +283,14 @@ class TokenCache:
             return None
         return held[0]
 
-    async def get(self, key: TokenKey, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+    async def get(self, key: Hashable, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
         """The kept token, else the one `fetch` gets ((token, seconds it may be used)), fetched once for all."""
         token = self.cached(key)
         if token is not None:
             return token
         return await self._join(key, fetch)
 
-    async def renew(self, key: TokenKey, refused: str, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+    async def renew(self, key: Hashable, refused: str, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
         """A token in place of `refused`: the one another call already renewed or is renewing, else a new one."""
         if key not in self._flights:
             token = self.cached(key)
@@ -279,13 +299,13 @@ class TokenCache:
             self._tokens.pop(key, None)
         return await self._join(key, fetch)
 
-    def drop(self, key: TokenKey, refused: str) -> None:
+    def drop(self, key: Hashable, refused: str) -> None:
         """Forget `refused`, unless another token replaced it already."""
         held = self._tokens.get(key)
         if held is not None and held[0] == refused:
             del self._tokens[key]
 
-    async def _join(self, key: TokenKey, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+    async def _join(self, key: Hashable, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
         failed = self._failed.get(key)
         if failed is not None:  # a token endpoint that just failed is not asked again for FAILURE_MEMORY seconds
             if self.clock() < failed[1]:
@@ -300,7 +320,7 @@ class TokenCache:
         # Shielded: a caller that gives up (its deadline, a cancelled request) does not end the others' request.
         return await asyncio.shield(flight)
 
-    async def _fly(self, key: TokenKey, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+    async def _fly(self, key: Hashable, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
         started = self.clock()  # the lifetime counts from the request: the token is never kept past its expiry
         try:
             token, lifetime = await fetch()
@@ -313,89 +333,53 @@ class TokenCache:
             if len(self._tokens) >= MAX_CACHED_TOKENS:
                 now = self.clock()
                 self._tokens = {held: value for held, value in self._tokens.items() if value[1] > now}
+                while len(self._tokens) >= MAX_CACHED_TOKENS:  # none expired: the oldest go
+                    del self._tokens[next(iter(self._tokens))]
             self._tokens[key] = (token, started + lifetime)
         return token
 
-    def _landed(self, key: TokenKey, flight: asyncio.Task[str]) -> None:
+    def _landed(self, key: Hashable, flight: asyncio.Task[str]) -> None:
         if self._flights.get(key) is flight:
             del self._flights[key]
         if not flight.cancelled():
             flight.exception()  # retrieved here too: no warning when every caller had given up waiting
 
 
-class _ClientCredentials(Credential):
-    """oauth2: a bearer access token of the client credentials grant, from the shared `TokenCache`."""
+class _TokenEndpoint:
+    """One authorization server's token endpoint as an operation's credential asks it: Crank's own client
+    authenticated with HTTP Basic (RFC 6749 2.3.1), through the operation's `UpstreamClient` (the egress policy
+    applies), within the operation's timeout and `MAX_TOKEN_RESPONSE_BYTES`. `request` gives the access token and
+    how long it may be used, or a `_TokenFailure` with the operator's warning line."""
 
-    renewable = True
-
-    def __init__(
-        self, auth: AuthConfig, client: UpstreamClient, tokens: TokenCache, *, workspace: str, where: str,
-        timeout: float,
-    ) -> None:  # fmt: skip
-        assert auth.client_id is not None and auth.token_url is not None  # AuthConfig requires both for oauth2
-        self.scheme = auth.scheme or auth.type
+    def __init__(self, auth: AuthConfig, client: UpstreamClient, *, workspace: str, where: str, timeout: float) -> None:
+        assert auth.client_id is not None and auth.token_url is not None  # AuthConfig requires both for these kinds
         try:
             parts = parse_upstream_url(auth.token_url)
         except ValueError as exc:
             raise ConfigurationError(f"{where}: token_url: {exc}") from None
-        self._origin = f"{parts.scheme}://{parts.netloc}"
-        self._token_url = auth.token_url
-        self._client_id = auth.client_id
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.url = auth.token_url
+        self.client_id = auth.client_id
+        self.secret = _Secret(auth.secret, _no_check, workspace=workspace, where=where)
         self._client = client
-        self._tokens = tokens
         self._timeout = timeout
         self._workspace = workspace
         self._where = where
-        scopes = tuple(sorted(set(auth.scopes)))
-        self._key = TokenKey(auth.token_url, auth.client_id, auth.secret, scopes, workspace)
-        form = {"grant_type": "client_credentials"} | ({"scope": " ".join(scopes)} if scopes else {})
-        self._form = urlencode(form).encode()
-        self._secret = _Secret(auth.secret, _no_check, workspace=workspace, where=where)
         self._refusal = client.egress.target_refusal(auth.token_url)  # a stricter replica: checked on each call
-        self._sent: Sent | None = None  # the last token's parts, built once per token
 
-    def ready(self) -> Sent | None:
-        token = self._tokens.cached(self._key)
-        return None if token is None else self._parts(token)
-
-    async def obtain(self) -> Sent:
-        self._secret.value()  # a missing secret fails before any request, even when another operation's token is kept
-        try:
-            return self._parts(await self._tokens.get(self._key, self._fetch))
-        except _TokenFailure as failure:
-            raise self._unavailable(failure) from None
-
-    async def renew(self, refused: Sent) -> Sent:
-        assert refused.token is not None
-        self._secret.value()  # its token may have come from another operation's request
-        try:
-            return self._parts(await self._tokens.renew(self._key, refused.token, self._fetch))
-        except _TokenFailure as failure:
-            raise self._unavailable(failure) from None
-
-    def drop(self, refused: Sent) -> None:
-        if refused.token is not None:
-            self._tokens.drop(self._key, refused.token)
-
-    def _parts(self, token: str) -> Sent:
-        sent = self._sent
-        if sent is None or sent.token != token:
-            sent = self._sent = Sent({"Authorization": f"Bearer {token}"}, token=token)
-        return sent
-
-    async def _fetch(self) -> tuple[str, float]:
-        """One token request: (the access token, seconds it may be used); a `_TokenFailure` saying why not."""
+    async def request(self, form: Mapping[str, str]) -> tuple[str, float]:
+        """One token request of `form`: (the access token, seconds it may be used); a `_TokenFailure` saying why not."""
         if self._refusal is not None:
             raise self._failed("egress", refused=True)
-        secret = self._secret.value()
-        pair = f"{quote_plus(self._client_id)}:{quote_plus(secret)}"  # RFC 6749 2.3.1: form-urlencoded first
+        secret = self.secret.value()
+        pair = f"{quote_plus(self.client_id)}:{quote_plus(secret)}"  # RFC 6749 2.3.1: form-urlencoded first
         headers = {
             "Authorization": f"Basic {base64.b64encode(pair.encode()).decode()}",
             "Content-Type": "application/x-www-form-urlencoded",
         }
         try:
             answer = await self._client.request(
-                "POST", self._token_url, params=None, headers=headers, body=self._form, timeout=self._timeout,
+                "POST", self.url, params=None, headers=headers, body=urlencode(form).encode(), timeout=self._timeout,
                 tenant=self._workspace,
             )  # fmt: skip
         except UpstreamRefusedError:
@@ -426,39 +410,189 @@ class _ClientCredentials(Credential):
         if len(token) > _MAX_TOKEN_CHARS or not _VISIBLE.fullmatch(token):
             raise self._failed("bad_access_token")
         token_type = payload.get("token_type")
-        if isinstance(token_type, str) and token_type.lower() != "bearer":
+        if isinstance(token_type, str) and token_type.lower() not in ("bearer", "n_a"):  # RFC 8693 2.2.1: N_A too
             raise self._failed("token_type", token_type if _ERROR_CODE.fullmatch(token_type) else None)
         return token, _lifetime(payload.get("expires_in"))
 
     def _failed(self, cause: str, detail: str | None = None, *, refused: bool = False) -> _TokenFailure:
         """The failure, with the operator's warning line (at most one per interval and token URL)."""
         if refused:
-            logger.warning("%s: token_url %s is refused by this server's egress policy", self._where, self._origin,
-                           extra={"origin": self._origin})  # fmt: skip
+            logger.warning("%s: token_url %s is refused by this server's egress policy", self._where, self.origin,
+                           extra={"origin": self.origin})  # fmt: skip
         else:
             _notices.warning(
-                f"upstream_token:{self._origin}", "%s: no OAuth access token from %s (%s%s)", self._where,
-                self._origin, cause, f", {detail}" if detail else "", origin=self._origin, cause=cause,
+                f"upstream_token:{self.origin}", "%s: no OAuth access token from %s (%s%s)", self._where,
+                self.origin, cause, f", {detail}" if detail else "", origin=self.origin, cause=cause,
             )  # fmt: skip
         return _TokenFailure(cause, detail, refused=refused)
 
-    def _unavailable(self, failure: _TokenFailure) -> ToolConfigurationError | ExternalServiceError:
+    def unavailable(self, failure: _TokenFailure, scheme: str) -> ToolError:
+        """What a call is told of a token request that failed (never a secret, nor the token endpoint's address)."""
         if failure.refused:
             return ToolConfigurationError(
                 "The tool cannot obtain its upstream credentials: this server's egress policy does not allow the "
                 "address of the API's authorization server."
             )
-        error = ExternalServiceError(
-            "The API's credentials could not be obtained: its authorization server gave this server no access token.",
-            error_code="upstream_token_unavailable",
-            recoverable=False,
-            suggested_action=TOKEN_UNAVAILABLE_ACTION,
-        )
+        error: ToolError
+        if failure.detail in _USER_REFUSALS:  # a token exchange the server refused for this user: the user's to fix
+            error = UserCredentialsError(
+                "The API's authorization server refused to give this server a token for the signed-in user: the "
+                "user has no access to the API, or has not consented to it. Nothing was sent.",
+                error_code="upstream_token_refused", suggested_action=USER_REFUSED_ACTION,
+            )  # fmt: skip
+        else:
+            error = ExternalServiceError(
+                "The API's credentials could not be obtained: its authorization server gave this server no access "
+                "token.", error_code="upstream_token_unavailable", recoverable=False,
+                suggested_action=TOKEN_UNAVAILABLE_ACTION,
+            )  # fmt: skip
         error.may_have_taken_effect = False  # nothing went to the API
-        error.log_context = {"cause": failure.cause, "origin": self._origin, "scheme": self.scheme}
+        error.log_context = {"cause": failure.cause, "origin": self.origin, "scheme": scheme}
         if failure.detail:
             error.log_context["detail"] = failure.detail
         return error
+
+
+class _ClientCredentials(Credential):
+    """oauth2: a bearer access token of the client credentials grant, from the shared `TokenCache`."""
+
+    renewable = True
+
+    def __init__(
+        self, auth: AuthConfig, client: UpstreamClient, tokens: TokenCache, *, workspace: str, where: str,
+        timeout: float,
+    ) -> None:  # fmt: skip
+        self.scheme = auth.scheme or auth.type
+        self._endpoint = _TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
+        self._tokens = tokens
+        scopes = tuple(sorted(set(auth.scopes)))
+        self._key = TokenKey(self._endpoint.url, self._endpoint.client_id, auth.secret, scopes, workspace)
+        self._form = {"grant_type": "client_credentials"} | ({"scope": " ".join(scopes)} if scopes else {})
+        self._sent: Sent | None = None  # the last token's parts, built once per token
+
+    def ready(self, caller: Principal | None = None) -> Sent | None:
+        token = self._tokens.cached(self._key)
+        return None if token is None else self._parts(token)
+
+    async def obtain(self, caller: Principal | None = None) -> Sent:
+        self._endpoint.secret.value()  # a missing secret fails before any request, even when another's token is kept
+        try:
+            return self._parts(await self._tokens.get(self._key, self._fetch))
+        except _TokenFailure as failure:
+            raise self._endpoint.unavailable(failure, self.scheme) from None
+
+    async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
+        assert refused.token is not None
+        self._endpoint.secret.value()  # its token may have come from another operation's request
+        try:
+            return self._parts(await self._tokens.renew(self._key, refused.token, self._fetch))
+        except _TokenFailure as failure:
+            raise self._endpoint.unavailable(failure, self.scheme) from None
+
+    def drop(self, refused: Sent, caller: Principal | None = None) -> None:
+        if refused.token is not None:
+            self._tokens.drop(self._key, refused.token)
+
+    def _parts(self, token: str) -> Sent:
+        sent = self._sent
+        if sent is None or sent.token != token:
+            sent = self._sent = Sent({"Authorization": f"Bearer {token}"}, token=token)
+        return sent
+
+    async def _fetch(self) -> tuple[str, float]:
+        return await self._endpoint.request(self._form)
+
+
+class ExchangeKey(NamedTuple):
+    """What makes two calls' exchanged tokens the same token: the same user (a principal's id names its workspace,
+    issuer and subject), token endpoint, client, secret reference, audience, resource and scopes."""
+
+    principal: str
+    token_url: str
+    client_id: str
+    secret: str  # the reference, never the value
+    audience: str | None
+    resource: str | None
+    scopes: tuple[str, ...]
+
+
+class _TokenExchange(Credential):
+    """token_exchange (RFC 8693): the signed-in user's access token is the `subject_token` of a token request at the
+    identity provider, whose answer is a token of the API for that user; cached per user in the shared `TokenCache`
+    until shortly before it expires, exchanged once for every call that needs it at the same time. The user's own
+    token goes to the token endpoint only, never upstream. A call without a user's token (an API key, a caller
+    without credentials) is refused before anything is sent: such a tool never falls back to a shared account."""
+
+    renewable = True
+
+    def __init__(
+        self, auth: AuthConfig, client: UpstreamClient, tokens: TokenCache, *, workspace: str, where: str,
+        timeout: float,
+    ) -> None:  # fmt: skip
+        self.scheme = auth.scheme or auth.type
+        self._endpoint = _TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
+        self._tokens = tokens
+        self._scopes = tuple(sorted(set(auth.scopes)))
+        self._key = (self._endpoint.url, self._endpoint.client_id, auth.secret, auth.audience, auth.resource,
+                     self._scopes)  # fmt: skip
+        self._form = {
+            "grant_type": TOKEN_EXCHANGE_GRANT,
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+            "requested_token_type": ACCESS_TOKEN_TYPE,
+            **({"audience": auth.audience} if auth.audience else {}),
+            **({"resource": auth.resource} if auth.resource else {}),
+            **({"scope": " ".join(self._scopes)} if self._scopes else {}),
+        }
+
+    def ready(self, caller: Principal | None = None) -> Sent | None:
+        if caller is None or caller.token is None:
+            return None  # `obtain` refuses it
+        token = self._tokens.cached(ExchangeKey(caller.id, *self._key))
+        return None if token is None else _bearer(token)
+
+    async def obtain(self, caller: Principal | None = None) -> Sent:
+        user = _user(caller)
+        self._endpoint.secret.value()
+        try:
+            return _bearer(await self._tokens.get(ExchangeKey(user.id, *self._key), self._fetcher(user)))
+        except _TokenFailure as failure:
+            raise self._endpoint.unavailable(failure, self.scheme) from None
+
+    async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
+        assert refused.token is not None
+        user = _user(caller)
+        try:
+            key = ExchangeKey(user.id, *self._key)
+            return _bearer(await self._tokens.renew(key, refused.token, self._fetcher(user)))
+        except _TokenFailure as failure:
+            raise self._endpoint.unavailable(failure, self.scheme) from None
+
+    def drop(self, refused: Sent, caller: Principal | None = None) -> None:
+        if refused.token is not None and caller is not None:
+            self._tokens.drop(ExchangeKey(caller.id, *self._key), refused.token)
+
+    def _fetcher(self, user: Principal) -> Callable[[], Awaitable[tuple[str, float]]]:
+        assert user.token is not None
+        form = {**self._form, "subject_token": user.token}
+
+        async def fetch() -> tuple[str, float]:
+            return await self._endpoint.request(form)
+
+        return fetch
+
+
+def _user(caller: Principal | None) -> Principal:
+    """The signed-in user a tool acting as the user needs: a principal of an access token, else refused."""
+    if caller is None or caller.token is None or caller.anonymous:
+        raise UserCredentialsError(
+            "This tool acts as the signed-in user, and this call has no user: it came with an API key, or without "
+            "credentials. Nothing was sent.", suggested_action=USER_REQUIRED_ACTION,
+        )  # fmt: skip
+    return caller
+
+
+def _bearer(token: str) -> Sent:
+    return Sent({"Authorization": f"Bearer {token}"}, token=token)
 
 
 MAX_TOKEN_LIFETIME = 3600.0
@@ -491,9 +625,10 @@ def compile_credential(
     `TokenCache` (a fresh one when None)."""
     if auth is None:
         return Credential()
-    if auth.type == "oauth2":
-        return _ClientCredentials(auth, client, tokens if tokens is not None else TokenCache(), workspace=workspace,
-                                  where=where, timeout=timeout)  # fmt: skip
+    if auth.type in ("oauth2", "token_exchange"):
+        kind = _ClientCredentials if auth.type == "oauth2" else _TokenExchange
+        return kind(auth, client, tokens if tokens is not None else TokenCache(), workspace=workspace, where=where,
+                    timeout=timeout)  # fmt: skip
     reserved = auth.type == "header" and auth.name.lower() in _RESERVED_HEADERS
     if auth.type in ("header", "cookie") and (not is_token(auth.name) or reserved):
         raise ConfigurationError(f"{where}: {auth.name!r} cannot name a {auth.type} that carries a credential")

@@ -17,6 +17,7 @@ from crank.gateway.safety import Confirmation, Idempotency, fingerprint
 from crank.registry.runtime import RuntimeTool
 from crank.state import MemoryStore, StateStore
 from crank.types import JSONObject
+from crank.wire.auth import Principal
 
 __all__ = ["Outcome", "Placement", "RemoteOperation"]
 
@@ -65,7 +66,8 @@ class RemoteOperation:
         definition = fingerprint(placement.agent, placement.version, operation, tool.to_json())
         self.confirmation = Confirmation.compile(config.confirmation, method, definition)
         # oauth2: a token request, and after a 401 a renewal and the one request sent again, may come on top.
-        attempts = self.adapter.retries + 1 + (3 if config.auth is not None and config.auth.type == "oauth2" else 0)
+        fetched = config.auth is not None and config.auth.type in ("oauth2", "token_exchange")
+        attempts = self.adapter.retries + 1 + (3 if fetched else 0)
         self.in_flight_ttl = self.adapter.timeout * attempts + 10
         url = tool.target.url if tool.protocol == "http" else ""
         self.target = f"{method} {url}" if url else f"the JSON-RPC method {tool.target.method} at {tool.target.url}"
@@ -79,27 +81,29 @@ class RemoteOperation:
         self,
         arguments: dict[str, Any],
         client_headers: Mapping[str, str] | None = None,
-        who: str = "",
+        caller: Principal | None = None,
         *,
         confirmed: bool = False,
     ) -> Outcome:
         """Confirmation (destructive operations), then idempotency, then the request.
 
         `client_headers` (lower-case names) are the MCP request's; only `forward_headers` of them go on (never
-        its credentials). `who` is the caller's identity, which confirmation tokens and idempotency keys are
-        bound to. `confirmed`: the user confirmed this very call through the client (no token is asked for).
+        its credentials). `caller` is who made the call: its id is what confirmation tokens and idempotency keys
+        are bound to, and a tool acting as the user sends its credentials (a token exchange). `confirmed`: the
+        user confirmed this very call through the client (no token is asked for).
         """
+        who = caller.id if caller is not None else ""
         if self.confirmation is not None:
             if confirmed:
                 arguments = self.confirmation.without_token(arguments)
             else:
                 arguments = await self.confirmation.check(self.state, arguments, who)
         if self.idempotency is None:  # the common case, awaited here: one coroutine level less per call
-            value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers)))
+            value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers), caller))
             return Outcome(value, omitted)
 
         async def once() -> JSONObject:
-            value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers)))
+            value, omitted = self.output.apply(await self.adapter.call(self._parts(arguments, client_headers), caller))
             return {"value": value, "omitted": omitted}
 
         stored = await self.idempotency.run(self.state, arguments, self.in_flight_ttl, once, who)

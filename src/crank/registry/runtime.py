@@ -76,6 +76,8 @@ __all__ = [
     "SCHEME_NAME",
     "SchemeCredential",
     "SecurityRequirement",
+    "TokenExchange",
+    "USER_AUTH_TYPES",
     "ConfirmationConfig",
     "ConstantRule",
     "ExecutionConfig",
@@ -288,10 +290,15 @@ class OAuthPolicy(_Model):
 # -- execution config --------------------------------------------------------------------------------
 
 
-AuthType = Literal["bearer", "header", "query", "cookie", "basic", "oauth2"]
+AuthType = Literal["bearer", "header", "query", "cookie", "basic", "oauth2", "token_exchange"]
 """How an upstream credential is sent: `bearer` (`Authorization: Bearer <secret>`), `header`, `query` or `cookie`
 (the secret as the value of `name`), `basic` (the secret is `user:password`, sent base64-encoded), `oauth2` (the
-secret is the client secret of the OAuth 2 client-credentials grant at `token_url`; the token goes as bearer)."""
+secret is the client secret of the OAuth 2 client-credentials grant at `token_url`; the token goes as bearer),
+`token_exchange` (RFC 8693: the signed-in user's access token is exchanged at `token_url` for one the API takes,
+for `audience` or `resource`; the secret is Crank's own client secret there; the token goes as bearer: acting as
+the user, docs/gateway.md)."""
+USER_AUTH_TYPES: Final = frozenset({"token_exchange"})
+"""The kinds that act as the signed-in user: a call needs a user's access token, never an API key's."""
 
 
 class AuthConfig(_Model):
@@ -307,17 +314,30 @@ class AuthConfig(_Model):
     client_id: str | None = Field(default=None, max_length=256)
     """`oauth2`: the client's id (not a secret)."""
     token_url: str | None = None
-    """`oauth2`: the authorization server's token endpoint."""
+    """`oauth2`, `token_exchange`: the authorization server's token endpoint."""
     scopes: tuple[str, ...] = ()
-    """`oauth2`: the scopes to ask for."""
+    """`oauth2`, `token_exchange`: the scopes to ask for."""
+    audience: str | None = Field(default=None, min_length=1, max_length=512)
+    """`token_exchange`: the API as its authorization server names it (RFC 8693 `audience`)."""
+    resource: str | None = Field(default=None, min_length=1, max_length=512)
+    """`token_exchange`: the API's URL, when its authorization server names APIs so (RFC 8707 `resource`)."""
 
     @model_validator(mode="after")
     def _complete(self) -> AuthConfig:
-        if self.type == "oauth2":
+        if self.type in ("oauth2", "token_exchange"):
             if not self.client_id or not self.token_url:
-                raise ValueError("oauth2 credentials need client_id and token_url")
+                raise ValueError(f"{self.type} credentials need client_id and token_url")
             _secure_url(self.token_url)
+        if self.type == "token_exchange" and self.audience is None and self.resource is None:
+            raise ValueError("token_exchange credentials need the API's audience or resource")
+        if self.type != "token_exchange" and (self.audience is not None or self.resource is not None):
+            raise ValueError("only token_exchange credentials name an audience or resource")
         return self
+
+    @property
+    def acts_as_user(self) -> bool:
+        """Whether a call needs the signed-in user's token (`USER_AUTH_TYPES`)."""
+        return self.type in USER_AUTH_TYPES
 
 
 SCHEME_NAME = r"^[A-Za-z0-9._-]{1,128}$"
@@ -330,17 +350,44 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
+class TokenExchange(_Model):
+    """How a scheme's calls act as the signed-in user (RFC 8693): the user's access token is exchanged at
+    `token_url` (the identity provider the MCP client signs in with, or one that trusts it) for a token of the API,
+    named by `audience` or `resource`, with `scopes`."""
+
+    token_url: str
+    audience: str | None = Field(default=None, min_length=1, max_length=512)
+    resource: str | None = Field(default=None, min_length=1, max_length=512)
+    scopes: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _complete(self) -> TokenExchange:
+        _secure_url(self.token_url)
+        if self.audience is None and self.resource is None:
+            raise ValueError("a token exchange needs the API's audience or resource")
+        return self
+
+
 class SchemeCredential(_Model):
     """A workspace's credential for one security scheme of its API descriptions: the secret by reference (a
     token, an API key, `user:password` for basic, an OAuth 2 client secret) and, for OAuth 2, the client id.
     Every operation that requires the scheme, has no `auth` of its own, and calls one of `origins` (for OAuth 2,
     with its token URL there too) is published with it: a scheme name another document of the workspace reuses
-    for another API never sends this secret there."""
+    for another API never sends this secret there. With `exchange`, the scheme acts as the signed-in user: the
+    secret and client id are Crank's own at the exchange's token endpoint (an http bearer or OAuth 2 scheme)."""
 
     secret: str = Field(min_length=1, max_length=1024)
     client_id: str | None = Field(default=None, max_length=256)
     origins: tuple[str, ...] = Field(min_length=1, max_length=16)
     """The upstream origins (`https://api.example.com`) the credential may be sent to."""
+    exchange: TokenExchange | None = None
+    """Act as the signed-in user through a token exchange (`token_exchange` credentials) instead of one account."""
+
+    @model_validator(mode="after")
+    def _exchange_client(self) -> SchemeCredential:
+        if self.exchange is not None and not self.client_id:
+            raise ValueError("a token exchange needs Crank's client id at its token endpoint")
+        return self
 
     @field_validator("origins")
     @classmethod
@@ -356,9 +403,14 @@ class SchemeCredential(_Model):
     def opens(self, requirement: SecurityRequirement, target: str) -> bool:
         """Whether this credential may serve `requirement` for a call to `target`: the kind fits (a client id only
         for OAuth 2) and every address it would go to is one of its origins."""
-        if (self.client_id is not None) != (requirement.type == "oauth2"):
+        if self.exchange is not None:  # the user's token for the API: what a bearer or OAuth 2 scheme takes
+            if requirement.type not in ("bearer", "oauth2"):
+                return False
+            addresses = [target, self.exchange.token_url]
+        elif (self.client_id is not None) != (requirement.type == "oauth2"):
             return False
-        addresses = [target, *([requirement.token_url] if requirement.token_url else [])]
+        else:
+            addresses = [target, *([requirement.token_url] if requirement.token_url else [])]
         return all(origin_of(address) in self.origins for address in addresses)
 
     @field_validator("secret")
@@ -380,6 +432,11 @@ class SecurityRequirement(_Model):
 
     def credential(self, given: SchemeCredential) -> AuthConfig:
         """The operation's `auth` once the workspace gives the scheme a credential."""
+        exchange = given.exchange
+        if exchange is not None:
+            return AuthConfig(type="token_exchange", secret=given.secret, scheme=self.scheme, client_id=given.client_id,
+                              token_url=exchange.token_url, audience=exchange.audience, resource=exchange.resource,
+                              scopes=exchange.scopes or self.scopes)  # fmt: skip
         return AuthConfig(type=self.type, secret=given.secret, name=self.name, scheme=self.scheme,
                           client_id=given.client_id, token_url=self.token_url, scopes=self.scopes)  # fmt: skip
 

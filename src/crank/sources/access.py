@@ -161,7 +161,7 @@ class GatewayAuthenticator:
             raise DependencyUnavailableError("configuration", "This server has no public URL to check tokens with.")
         principal = token_principal(
             claims, oauth.policy, resource, oauth.policy.agent_needs(agent), workspace=workspace,
-            agents=frozenset({agent}), limits=oauth.key_limits, workspace_limits=oauth.limits,
+            agents=frozenset({agent}), limits=oauth.key_limits, workspace_limits=oauth.limits, token=token,
         )  # fmt: skip
         logger.info("access token accepted for %s/%s", workspace, agent, extra=principal.log_fields())
         self._principals.put(workspace, (token, agent), (oauth, principal))
@@ -178,9 +178,11 @@ def token_principal(
     agents: frozenset[str] | None = None,
     limits: Limits | None = None,
     workspace_limits: Limits | None = None,
+    token: str | None = None,
 ) -> KeyScope:
     """The principal of a valid token at `resource`, or the challenge that refuses it there: an issuer the policy
-    does not trust or another audience (401 `invalid_token`), or a scope of `needed` missing (403)."""
+    does not trust or another audience (401 `invalid_token`), or a scope of `needed` missing (403). `token`: the
+    token itself, which a tool acting as the user exchanges (`Principal.token`)."""
     if not any(same_issuer(claims.issuer, issuer) for issuer in policy.issuers):
         raise AuthChallengeError("The access token was issued by an issuer this resource does not trust",
                                  error="invalid_token")  # fmt: skip
@@ -204,6 +206,7 @@ def token_principal(
         expires_at=claims.expires_at,
         limits=limits,  # per subject, as per key
         workspace_limits=workspace_limits,
+        token=token,
     )
 
 
@@ -236,7 +239,7 @@ class ResourceAuthenticator:
         return self._principal(token, claims)
 
     def _principal(self, token: str, claims: TokenClaims) -> KeyScope:
-        principal = token_principal(claims, self.policy, self.resource, self.policy.agent_needs("*"))
+        principal = token_principal(claims, self.policy, self.resource, self.policy.agent_needs("*"), token=token)
         self._principals.put("", (token, None), (self.policy, principal))
         return principal
 

@@ -236,17 +236,18 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
     agent_limited = limits is not None and limits.limits is not None
 
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
-        caller = context.caller
+        # Who calls, typed from here to the adapter (`AgentSource` authenticates every request as a `KeyScope`).
+        caller = context.caller if type(context.caller) is KeyScope else None
         # Counted when the agent has limits or the key its own (`CallLimits`): two attribute checks, no call
         if limits is not None and (agent_limited or (caller is not None and caller.limits is not None)):
             if not limits.admit_now(caller):
                 await limits.admit(caller)  # LimitReachedError: nothing is sent
-        who = caller.id if caller is not None else ""
         if operation.confirmation is None:  # the common case, as short as before confirmations could ask
-            pending = operation.call(arguments, context.headers, who)
+            pending = operation.call(arguments, context.headers, caller)
         else:
+            who = caller.id if caller is not None else ""
             confirmed = await ask_user(operation, arguments, context, who)
-            pending = operation.call(arguments, context.headers, who, confirmed=confirmed)
+            pending = operation.call(arguments, context.headers, caller, confirmed=confirmed)
         try:  # `CallContext.progress_token`, inline and cheap first: most calls ask for no progress
             asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
         except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta

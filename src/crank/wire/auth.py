@@ -13,7 +13,7 @@ This module also owns what the challenges and the protected resource metadata lo
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
@@ -57,6 +57,9 @@ class Principal:
     scopes: frozenset[str] | None = None
     expires_at: float | None = None
     """When the credentials stop being valid (epoch seconds); None: when revoked."""
+    token: str | None = field(default=None, repr=False, compare=False)
+    """An access token's own text, for a tool that acts as the user (the subject token of a token exchange): never
+    logged, never sent upstream as it is. None for an API key or a caller without credentials."""
 
     @property
     def anonymous(self) -> bool:

@@ -227,10 +227,14 @@ async def test_a_re_import_is_previewed_without_change_then_applied(
 async def test_the_oauth_policy_is_set_refused_when_wrong_and_removed(
     console_url: str, sqlite_registry: Registry
 ) -> None:
-    from crank.registry.runtime import SchemeCredential
+    from crank.registry.runtime import SchemeCredential, TokenExchange
 
     credential = SchemeCredential(secret="env:SHOP_TOKEN", origins=("https://api.shop.example",))
     sqlite_registry.set_workspace_credential("shop", "bearer", credential)
+    exchange = TokenExchange(token_url="https://id.shop.example/token", audience="https://api.shop.example")
+    as_user = SchemeCredential(secret="env:SHOP_EXCHANGE", client_id="crank", exchange=exchange,
+                               origins=("https://api.shop.example", "https://id.shop.example"))  # fmt: skip
+    sqlite_registry.set_workspace_credential("shop", "user", as_user)
     access = console_url + "/workspaces/shop/access"
     policy = {
         "issuers": "https://id.shop.example\n", "audience": "https://mcp.shop.example", "credentials": "oauth",
@@ -242,6 +246,7 @@ async def test_the_oauth_policy_is_set_refused_when_wrong_and_removed(
         assert (
             "API keys only: no OAuth policy" in page and "env:SHOP_TOKEN" in page and "https://api.shop.example" in page
         )
+        assert "one account" in page and "the signed-in user (token exchange at" in page  # who each scheme's calls are
         saved = await client.post(access, data={"csrf": csrf, **policy})
         assert saved.status_code == 303 and saved.headers["location"].endswith("?oauth_saved=1")
         stored = sqlite_registry.workspace_oauth_policy("shop")

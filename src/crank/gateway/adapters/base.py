@@ -7,6 +7,7 @@ from typing import Any
 
 from crank.gateway.mapping import RequestParts
 from crank.registry.runtime import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from crank.wire.auth import Principal
 
 __all__ = ["Adapter"]
 
@@ -17,5 +18,7 @@ class Adapter:
     retries: int = DEFAULT_RETRIES
     """Attempts after the first (idempotent operations only)."""
 
-    async def call(self, parts: RequestParts) -> Any:
+    async def call(self, parts: RequestParts, caller: Principal | None = None) -> Any:
+        """Send the request for `caller`, who made the call (the credentials of a tool acting as the user are
+        theirs); the upstream's decoded answer."""
         raise NotImplementedError

@@ -34,6 +34,7 @@ from crank.gateway.client import MAX_REQUEST_HEAD_BYTES, UpstreamClient, Upstrea
 from crank.gateway.credentials import Sent, TokenCache, compile_credential
 from crank.gateway.mapping import RequestParts
 from crank.registry.runtime import DEFAULT_ACCEPT, DEFAULT_HTTP_METHOD, ExecutionConfig, Target
+from crank.wire.auth import Principal
 from crank.wire.http import IDEMPOTENT_METHODS, is_token
 
 __all__ = ["HTTPAdapter", "trimmed"]
@@ -78,14 +79,14 @@ class HTTPAdapter(Adapter):
         # written (`urlsplit` lower-cases the scheme), and the character that ends them (`/`, `?` or `#`).
         self._origin_prefix = self.url[: self.url.index("://") + 4 + len(parse_upstream_url(self.url).netloc)]
 
-    async def call(self, parts: RequestParts) -> Any:
+    async def call(self, parts: RequestParts, caller: Principal | None = None) -> Any:
         if self._refusal is not None:
             raise self._refused(self._refusal)
         url, mapped_headers, mapped_query, body = self._request(parts)
         credential = self._credential
-        sent = credential.ready()  # the common case: known at once, no coroutine
+        sent = credential.ready(caller)  # the common case: known at once, no coroutine
         if sent is None:
-            sent = await credential.obtain()  # an oauth2 token to fetch (or to wait for another call's fetch)
+            sent = await credential.obtain(caller)  # a token to fetch (or to wait for another call's fetch)
         headers, query = _credentialed(mapped_headers, mapped_query, sent)
         # Whether an earlier attempt may have acted upstream (sent, then timed out, dropped or answered 5xx): a
         # later attempt that was never sent does not undo it, so the error says so and the key stays claimed.
@@ -128,13 +129,13 @@ class HTTPAdapter(Adapter):
                     renewed = True
                     attempt -= 1  # not one of the operation's retries
                     try:
-                        sent = await credential.renew(sent)
+                        sent = await credential.renew(sent, caller)
                     except ToolError as exc:
                         exc.may_have_taken_effect = exc.may_have_taken_effect or maybe_applied
                         raise
                     headers, query = _credentialed(mapped_headers, mapped_query, sent)
                     continue
-                credential.drop(sent)  # not sent again; the next call fetches a fresh token
+                credential.drop(sent, caller)  # not sent again; the next call fetches a fresh token
             if response.status in _RETRY_STATUSES and not last:
                 maybe_applied = maybe_applied or response.status != 503  # a 503 says it did not act
                 continue

@@ -16,6 +16,7 @@ from crank.gateway.client import UpstreamClient
 from crank.gateway.credentials import TokenCache
 from crank.gateway.mapping import RequestParts
 from crank.registry.runtime import ExecutionConfig, Target
+from crank.wire.auth import Principal
 from crank.wire.jsonrpc import is_response, request_message
 
 __all__ = ["JSONRPCAdapter"]
@@ -35,10 +36,11 @@ class JSONRPCAdapter(HTTPAdapter):
         # A POST: the http adapter retries it only when the operation says `"idempotent": true`.
         self.remote_method = target.method
 
-    async def call(self, parts: RequestParts) -> Any:
+    async def call(self, parts: RequestParts, caller: Principal | None = None) -> Any:
         params = parts.body if parts.body is not None else {}
         body = request_message(next(_ids), self.remote_method, params)
-        answer = await super().call(RequestParts(path=parts.path, query=parts.query, headers=parts.headers, body=body))
+        request = RequestParts(path=parts.path, query=parts.query, headers=parts.headers, body=body)
+        answer = await super().call(request, caller)
         if not is_response(answer):
             raise AdapterError(
                 "The upstream did not answer with a JSON-RPC response.", error_code="upstream_bad_response"
