@@ -68,6 +68,10 @@ LIMITED_GATEWAYS = ("gateway-crank-limited", "gateway-crank-limited-all")
 # 20's target is within 10% of gateway-crank's tools/call in the same interleaved run. Its app mints the token and
 # writes it to BENCH_GATEWAY_TOKEN_FILE, which run.py reads once the target listens and sends as wrk's BENCH_AUTH.
 JWT_GATEWAY = "gateway-crank-jwt"
+# The same, the agent's operations with upstream credentials (issue 37): one account's bearer token, and the signed-in
+# user's through a token exchange (kept after the first). The exchange's tools/call within 10% of the static one's.
+STATIC_GATEWAY, EXCHANGE_GATEWAY = "gateway-crank-jwt-static", "gateway-crank-exchange"
+TOKEN_GATEWAYS = (JWT_GATEWAY, STATIC_GATEWAY, EXCHANGE_GATEWAY)
 DATA_SOURCES = ("crank", "sdk-lowlevel")  # first one that verifies tools/list supplies the bare app's bytes
 PEER_PACKAGES = ("crank", "mcp", "fastmcp", "uvicorn", "uvloop", "httptools", "starlette", "orjson", "pydantic",
                  "httpx", "httpx2", "aiohttp")  # fmt: skip
@@ -102,6 +106,12 @@ TARGETS = (
            crank_serve=True),
     Target(JWT_GATEWAY, "Crank gateway (OAuth JWT, validation cached)", "bench.apps.gateway_crank_jwt:app", "gateway",
            "/mcp/v1/bench/agent"),
+    Target(STATIC_GATEWAY, "Crank gateway (OAuth JWT; the upstream's one account, a bearer token)",
+           "bench.apps.gateway_crank_jwt:app", "gateway", "/mcp/v1/bench/agent",
+           env=(("BENCH_GATEWAY_CREDENTIAL", "static"),), only=("gateway_call",)),
+    Target(EXCHANGE_GATEWAY, "Crank gateway (OAuth JWT; the user's own upstream token, a token exchange kept)",
+           "bench.apps.gateway_crank_jwt:app", "gateway", "/mcp/v1/bench/agent",
+           env=(("BENCH_GATEWAY_CREDENTIAL", "exchange"),), only=("gateway_call",)),
     Target("gateway-crank-open", "Crank gateway (no key)", "bench.apps.gateway_crank:app", "gateway",
            "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "0"),)),
     Target(LIMITED_GATEWAYS[0], "Crank gateway (API key; key rate limit and quota in Redis)",
@@ -645,6 +655,7 @@ def markdown(meta: dict[str, Any], rows: list[Row], skipped: list[str]) -> str:
         lines += gateway_verdict(gateway, labels)
         lines += limits_verdict(gateway, labels)
         lines += jwt_verdict(gateway, labels)
+        lines += exchange_verdict(gateway, labels)
         lines += served_verdict(gateway, labels)
     if skipped:
         lines += ["", "Skipped:", *(f"- {s}" for s in skipped)]
@@ -712,6 +723,20 @@ def limits_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
     return ["", *out] if out else []
 
 
+def exchange_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
+    """Issue 37's target: `gateway-crank-exchange`'s tools/call (the user's exchanged token, kept) within 10% of
+    `gateway-crank-jwt-static`'s (one account's token), each request shape against the same shape."""
+    static = {r.era: r for r in rows if r.target == STATIC_GATEWAY and r.scenario == "gateway_call"}
+    out = []
+    for r in (r for r in rows if r.target == EXCHANGE_GATEWAY and r.scenario == "gateway_call" and r.era in static):
+        share = r.rps / static[r.era].rps
+        out.append(
+            f"- {labels[EXCHANGE_GATEWAY]}, {SCENARIO_LABELS['gateway_call']} ({ERAS[r.era]}): {share:.3f}× "
+            f"{labels[STATIC_GATEWAY]}'s req/s (target ≥ 0.90): {'met' if share >= 0.90 else 'NOT met'}"
+        )
+    return out
+
+
 def jwt_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
     """Issue 20's target: `gateway-crank-jwt`'s tools/call within 10% of `gateway-crank`'s req/s, each request
     shape against the same shape (tools/list for information)."""
@@ -773,7 +798,7 @@ def main() -> int:
             python = args.peers_python if target.peers else args.python
             own_env = base_env if target.root is not None and target.group == "gateway" else gateway_env
             extra = {**own_env, **dict(target.env)} if target.group == "gateway" else None
-            if target.key == JWT_GATEWAY:
+            if target.key in TOKEN_GATEWAYS:
                 token_file = workdir / f"{target.key}.token"
                 extra = {**(extra or {}), "BENCH_GATEWAY_TOKEN_FILE": str(token_file)}
             env = target_env(extra, target.root)
@@ -790,8 +815,8 @@ def main() -> int:
             log = args.out / "logs" / f"{target.key}.log"
             served = servers.enter_context(serve(python, target, args.server_cpu, log, env))
             url = served.url
-            if target.key == JWT_GATEWAY:  # written by the app at import, before its port listened
-                auth = token_file.read_text().strip()
+            if target.key in TOKEN_GATEWAYS:  # written by the app at import, before its port listened
+                auth = token_file.read_text().split()[0]
             for scenario in scenarios_of(args, target):
                 shapes = 0
                 where = where_served(url, scenario, target)

@@ -16,6 +16,11 @@ The app mints one RS256 token valid for 30 days whose audiences are the resource
 `Host`, so it need not be the port the bench listens on), and writes it to `BENCH_GATEWAY_TOKEN_FILE`;
 `bench/run.py` reads it once the port listens and sends it as wrk's `BENCH_AUTH` (`Authorization: Bearer
 <token>`), exactly where `gateway-crank` sends its API key.
+
+`BENCH_GATEWAY_CREDENTIAL` gives agent `agent`'s operations upstream credentials (issue 37): `static`, a bearer
+token by reference (one account, as a workspace credential is); `exchange`, a token exchange (RFC 8693) at the
+issuer's `/token`, which answers any exchange with a new opaque token valid for an hour (`Issuer.exchanges`
+counts them): the signed-in user's token, exchanged once and then kept. nginx, the upstream, reads neither.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -38,7 +44,10 @@ from crank.gateway.client import UpstreamClient
 from crank.registry import Registry, open_engine
 from crank.registry.runtime import OAuthPolicy
 from crank.server import GatewayService
+from crank.types import JSONObject
 
+STATIC_SECRET, EXCHANGE_SECRET = "BENCH_STATIC_TOKEN", "BENCH_EXCHANGE_SECRET"
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 PUBLIC_URL = "http://gateway.bench.test"
 """The gateway's public base URL (`CRANK_PUBLIC_URL`): the token's audience is this plus the agent's path."""
 ISSUER_PATH = "/bench-issuer"
@@ -54,6 +63,7 @@ class Issuer:
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.requests: list[str] = []  # the paths asked, in order
+        self.exchanges = 0
         jwk = json.loads(RSAAlgorithm.to_jwk(self.key.public_key()))
         documents: dict[str, bytes] = {}
         issuer = self
@@ -66,6 +76,18 @@ class Issuer:
                 body = documents.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 body = body if body is not None else b'{"error":"not_found"}'
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name): a token exchange, whoever asks
+                issuer.requests.append(self.path)
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                issuer.exchanges += 1
+                body = json.dumps({"access_token": f"exchanged.{uuid.uuid4().hex}", "token_type": "Bearer",
+                                   "issued_token_type": ACCESS_TOKEN_TYPE, "expires_in": 3600}).encode()  # fmt: skip
+                self.send_response(200 if self.path == ISSUER_PATH + "/token" else 404)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
@@ -109,13 +131,33 @@ def resource(agent: str = AGENT) -> str:
     return f"{PUBLIC_URL}/mcp/v1/{WORKSPACE}/{agent}"
 
 
-def oauth_registry(db_path: str, issuer_url: str) -> str:
+def upstream_auth(kind: str, issuer_url: str) -> JSONObject | None:
+    """The upstream credentials of `BENCH_GATEWAY_CREDENTIAL`: none, one account's, or the signed-in user's."""
+    if kind == "static":
+        return {"type": "bearer", "secret": f"env:{STATIC_SECRET}"}
+    if kind == "exchange":
+        return {"type": "token_exchange", "secret": f"env:{EXCHANGE_SECRET}", "client_id": "bench-crank",
+                "token_url": issuer_url + "/token", "audience": "https://upstream.bench.test"}  # fmt: skip
+    return None
+
+
+def oauth_registry(db_path: str, issuer_url: str, credential: str = "") -> str:
     """A copy of the registry whose workspace takes this issuer's tokens (one per process: the import check of
-    `bench/run.py` makes one too)."""
+    `bench/run.py` makes one too), agent `agent`'s operations with `credential`'s upstream credentials."""
     copy = f"{db_path}.oauth-{os.getpid()}"
     shutil.copyfile(db_path, copy)
     engine = open_engine(f"sqlite:///{copy}")
-    Registry(engine).set_workspace_oauth(WORKSPACE, policy(issuer_url))
+    registry = Registry(engine)
+    registry.set_workspace_oauth(WORKSPACE, policy(issuer_url))
+    auth = upstream_auth(credential, issuer_url)
+    if auth is not None:
+        os.environ.setdefault("CRANK_SECRET_ENV_ALLOW", f"{WORKSPACE}:{STATIC_SECRET},{WORKSPACE}:{EXCHANGE_SECRET}")
+        os.environ.setdefault(STATIC_SECRET, "one-account-token")
+        os.environ.setdefault(EXCHANGE_SECRET, "bench-exchange-secret")
+        specs = registry.operations(WORKSPACE)
+        registry.put_operations(WORKSPACE, {name: {**spec, "execution_config": {"auth": auth}}
+                                            for name, spec in specs.items()})  # fmt: skip
+        registry.publish(WORKSPACE, AGENT)
     engine.dispose()
     return copy
 
@@ -123,11 +165,16 @@ def oauth_registry(db_path: str, issuer_url: str) -> str:
 def make_app(token_file: str | None = None) -> tuple[GatewayService, Issuer, str]:
     """The gateway, its issuer and the token, written to `token_file` when given."""
     issuer = Issuer()
-    registry = Registry(open_engine(f"sqlite:///{oauth_registry(os.environ['BENCH_GATEWAY_DB'], issuer.url)}"))
+    credential = os.environ.get("BENCH_GATEWAY_CREDENTIAL", "")
+    copy = oauth_registry(os.environ["BENCH_GATEWAY_DB"], issuer.url, credential)
+    registry = Registry(open_engine(f"sqlite:///{copy}"))
     gateway = GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), public_url=PUBLIC_URL)
-    token = issuer.token([resource(AGENT), resource(DISCOVERY_AGENT)])
-    if token_file:
-        Path(token_file).write_text(token + "\n")
+    audiences = [resource(AGENT), resource(DISCOVERY_AGENT)]
+    token = issuer.token(audiences)
+    if token_file:  # the bench's token first; with BENCH_GATEWAY_TOKENS=N, N-1 more, each another user's
+        users = int(os.environ.get("BENCH_GATEWAY_TOKENS", "1"))
+        tokens = [token, *(issuer.token(audiences, sub=f"user-{n}") for n in range(1, users))]
+        Path(token_file).write_text("\n".join(tokens) + "\n")
     return gateway, issuer, token
 
 

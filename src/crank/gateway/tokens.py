@@ -33,11 +33,9 @@ import binascii
 import hashlib
 import hmac
 import logging
-import os
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import quote_plus, urlencode, urlsplit
 
@@ -50,6 +48,7 @@ from crank import _json
 from crank.exceptions import AuthChallengeError, ConfigurationError, DependencyUnavailableError, UpstreamError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.secrets import resolve_secret
+from crank.references import read_reference
 from crank.registry.runtime import IntrospectionClient
 from crank.wire.budgets import DEFAULT_MAX_KEYS, NO_ADDRESS, Budget, KeyedBudgets
 from crank.wire.notices import ThrottledLog
@@ -551,15 +550,7 @@ def _client_secret(reference: str, workspace: str) -> str:
     in-process endpoint's (no workspace) straight from the environment or the file its developer named."""
     if workspace:
         return resolve_secret(reference, workspace=workspace, where=f"workspace {workspace} oauth")
-    kind, _, name = reference.partition(":")
-    if kind == "env" and name in os.environ:
-        return os.environ[name]
-    if kind == "file" and name:
-        try:
-            return Path(name).read_text().strip()
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read {name!r}: {exc.strerror}") from None
-    raise ConfigurationError(f"{reference!r} does not resolve (env:NAME or file:/path)")
+    return read_reference(reference)
 
 
 class _Refused(Exception):

@@ -7,11 +7,11 @@ import datetime
 import uuid
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, LargeBinary, String, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Agent", "AgentVersion", "ApiKey", "Base", "Operation", "RegistryState", "Workspace"]
+__all__ = ["Agent", "AgentVersion", "ApiKey", "Base", "Operation", "RegistryState", "VaultEntry", "Workspace"]
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -108,6 +108,26 @@ class ApiKey(Base):
     limits: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     """The limits of the key's tool calls (`crank.registry.runtime.Limits`); null: its workspace's `key_limits`."""
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class VaultEntry(Base):
+    """One user's secret for one security scheme of a workspace (`crank.registry.vault`): encrypted with AES-GCM under
+    the vault key `key_id` names, its identity (workspace, scheme, issuer, subject) bound in as associated data, so
+    that the database alone reveals nothing and a row copied to another user does not decrypt."""
+
+    __tablename__ = "vault_entries"
+    __table_args__ = (UniqueConstraint("workspace_id", "scheme", "issuer", "subject"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=_id)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    scheme: Mapped[str] = mapped_column(String(128))
+    issuer: Mapped[str] = mapped_column(String(512))
+    subject: Mapped[str] = mapped_column(String(256))
+    key_id: Mapped[str] = mapped_column(String(16))
+    nonce: Mapped[bytes] = mapped_column(LargeBinary(12))
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    updated_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now, onupdate=_now)
 
 
 class RegistryState(Base):
