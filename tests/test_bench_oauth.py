@@ -68,3 +68,42 @@ def test_run_py_registers_the_jwt_target() -> None:
 
     target = next(t for t in run.TARGETS if t.key == run.JWT_GATEWAY)
     assert target.app == "bench.apps.gateway_crank_jwt:app" and target.group == "gateway"
+
+
+def test_the_exchange_target_exchanges_once_per_user_and_keeps_it(
+    tmp_path: Path, serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "registry.sqlite3"
+    gateway_crank.setup(str(db), serve(upstream))
+    monkeypatch.setenv("BENCH_GATEWAY_DB", str(db))
+    monkeypatch.setenv("BENCH_GATEWAY_CREDENTIAL", "exchange")
+    monkeypatch.setenv("BENCH_GATEWAY_TOKENS", "3")
+    secrets = (gateway_crank_jwt.STATIC_SECRET, gateway_crank_jwt.EXCHANGE_SECRET)
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", ",".join(f"bench:{name}" for name in secrets))
+    for name in secrets:  # what the app would set for itself: set here, so that it is taken away after the test
+        monkeypatch.setenv(name, "bench-secret")
+    token_file = tmp_path / "tokens"
+    gateway, issuer, _ = gateway_crank_jwt.make_app(str(token_file))
+    url = serve(gateway) + gateway_crank.PATH
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": gateway_catalog.CALL_TOOL, "arguments": {"id": 7}}}  # fmt: skip
+    for token in token_file.read_text().split():  # three users, two calls each
+        for _ in range(2):
+            headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {token}"}
+            answer = httpx.post(url, json=call, headers=headers, timeout=30).json()["result"]
+            assert answer.get("isError", False) is False, answer
+    assert issuer.exchanges == 3  # one exchange per user, kept for the user's second call
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/nginx").exists(), reason="needs nginx (scripts/bench installs it)")
+def test_the_first_exchange_bench_runs(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    command = [sys.executable, str(root / "bench" / "token_exchange.py"), "--users", "3", "--out", str(tmp_path)]
+    proc = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "latest.json").read_text())
+    assert report["users"] == 3 and report["exchange_ms"]["first"] > 0 and report["static_ms"]["second"] > 0

@@ -137,6 +137,19 @@ class Sent:
         self.header_names = frozenset(name.lower() for name in headers)
         self.query_names = frozenset(name for name, _ in query)
 
+    @classmethod
+    def bearer(cls, token: str) -> Sent:
+        """`Authorization: Bearer <token>`, made without a pass over its names: a user's exchanged token is one per
+        user, so one of these is made per call."""
+        sent = cls.__new__(cls)
+        sent.headers, sent.query, sent.token = {"Authorization": f"Bearer {token}"}, (), token
+        sent.header_names, sent.query_names = _AUTHORIZATION, _NO_NAMES
+        return sent
+
+
+_AUTHORIZATION: Final = frozenset({"authorization"})
+_NO_NAMES: Final[frozenset[str]] = frozenset()
+
 
 NO_CREDENTIALS: Final = Sent({})
 
@@ -503,17 +516,11 @@ class _ClientCredentials(Credential):
         return await self._endpoint.request(self._form)
 
 
-class ExchangeKey(NamedTuple):
-    """What makes two calls' exchanged tokens the same token: the same user (a principal's id names its workspace,
-    issuer and subject), token endpoint, client, secret reference, audience, resource and scopes."""
-
-    principal: str
-    token_url: str
-    client_id: str
-    secret: str  # the reference, never the value
-    audience: str | None
-    resource: str | None
-    scopes: tuple[str, ...]
+ExchangeTarget = tuple[str, str, str, str | None, str | None, tuple[str, ...]]
+"""An operation's token endpoint, client, secret reference (never the value), audience, resource and scopes."""
+ExchangeKey = tuple[str, ExchangeTarget]
+"""What makes two calls' exchanged tokens the same token: the same user (a principal's id names its workspace, issuer
+and subject) and the same `ExchangeTarget` (made once per operation: a call builds only the pair)."""
 
 
 class _TokenExchange(Credential):
@@ -533,8 +540,8 @@ class _TokenExchange(Credential):
         self._endpoint = _TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
         self._tokens = tokens
         self._scopes = tuple(sorted(set(auth.scopes)))
-        self._key = (self._endpoint.url, self._endpoint.client_id, auth.secret, auth.audience, auth.resource,
-                     self._scopes)  # fmt: skip
+        self._key: ExchangeTarget = (self._endpoint.url, self._endpoint.client_id, auth.secret, auth.audience,
+                                     auth.resource, self._scopes)  # fmt: skip
         self._form = {
             "grant_type": TOKEN_EXCHANGE_GRANT,
             "subject_token_type": ACCESS_TOKEN_TYPE,
@@ -547,14 +554,14 @@ class _TokenExchange(Credential):
     def ready(self, caller: Principal | None = None) -> Sent | None:
         if caller is None or caller.token is None:
             return None  # `obtain` refuses it
-        token = self._tokens.cached(ExchangeKey(caller.id, *self._key))
-        return None if token is None else _bearer(token)
+        token = self._tokens.cached((caller.id, self._key))
+        return None if token is None else Sent.bearer(token)
 
     async def obtain(self, caller: Principal | None = None) -> Sent:
         user = _user(caller)
         self._endpoint.secret.value()
         try:
-            return _bearer(await self._tokens.get(ExchangeKey(user.id, *self._key), self._fetcher(user)))
+            return Sent.bearer(await self._tokens.get((user.id, self._key), self._fetcher(user)))
         except _TokenFailure as failure:
             raise self._endpoint.unavailable(failure, self.scheme) from None
 
@@ -562,14 +569,13 @@ class _TokenExchange(Credential):
         assert refused.token is not None
         user = _user(caller)
         try:
-            key = ExchangeKey(user.id, *self._key)
-            return _bearer(await self._tokens.renew(key, refused.token, self._fetcher(user)))
+            return Sent.bearer(await self._tokens.renew((user.id, self._key), refused.token, self._fetcher(user)))
         except _TokenFailure as failure:
             raise self._endpoint.unavailable(failure, self.scheme) from None
 
     def drop(self, refused: Sent, caller: Principal | None = None) -> None:
         if refused.token is not None and caller is not None:
-            self._tokens.drop(ExchangeKey(caller.id, *self._key), refused.token)
+            self._tokens.drop((caller.id, self._key), refused.token)
 
     def _fetcher(self, user: Principal) -> Callable[[], Awaitable[tuple[str, float]]]:
         assert user.token is not None
@@ -589,10 +595,6 @@ def _user(caller: Principal | None) -> Principal:
             "credentials. Nothing was sent.", suggested_action=USER_REQUIRED_ACTION,
         )  # fmt: skip
     return caller
-
-
-def _bearer(token: str) -> Sent:
-    return Sent({"Authorization": f"Bearer {token}"}, token=token)
 
 
 MAX_TOKEN_LIFETIME = 3600.0
