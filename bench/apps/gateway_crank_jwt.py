@@ -138,7 +138,8 @@ def upstream_auth(kind: str, issuer_url: str) -> JSONObject | None:
         return {"type": "bearer", "secret": f"env:{STATIC_SECRET}"}
     if kind == "exchange":
         return {"type": "token_exchange", "secret": f"env:{EXCHANGE_SECRET}", "client_id": "bench-crank",
-                "token_url": issuer_url + "/token", "audience": "https://upstream.bench.test"}  # fmt: skip
+                "token_url": issuer_url + "/token", "audience": "https://upstream.bench.test",
+                "subject_issuer": issuer_url}  # fmt: skip
     return None
 
 

@@ -471,6 +471,8 @@ def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, c
 @click.option("--token-exchange", "exchange_url", default=None, metavar="TOKEN_URL",
               help="Act as the signed-in user: exchange the user's access token at this token endpoint (RFC 8693) "
               "for one of the API; Crank's own client there is --client-id and REFERENCE.")  # fmt: skip
+@click.option("--issuer", default=None, metavar="URL", help="With --token-exchange: the issuer of the users' tokens "
+              "(one of the workspace's OAuth issuers, whose token endpoint TOKEN_URL is).")  # fmt: skip
 @click.option("--audience", default=None, help="With --token-exchange: the API as its authorization server names it.")
 @click.option("--resource", default=None, help="With --token-exchange: the API's URL (RFC 8707), instead of or "
               "beside --audience.")  # fmt: skip
@@ -478,7 +480,8 @@ def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, c
 @click.option("--remove", is_flag=True, help="Take the scheme's credential away.")
 def workspace_credential(
     slug: str, scheme: str | None, reference: str | None, client_id: str | None, origins: tuple[str, ...],
-    exchange_url: str | None, audience: str | None, resource: str | None, scopes: tuple[str, ...], remove: bool,
+    exchange_url: str | None, issuer: str | None, audience: str | None, resource: str | None, scopes: tuple[str, ...],
+    remove: bool,
 ) -> None:  # fmt: skip
     """Give the workspace a credential for a security scheme of its API descriptions, by reference (env:NAME or
     file:/path: a token, an API key, user:password for basic, an OAuth 2 client secret). Every operation that
@@ -501,8 +504,10 @@ def workspace_credential(
             raise click.UsageError("give the credential's REFERENCE (env:NAME or file:/path), or --remove")
         data: dict[str, Any] = {"secret": reference, "client_id": client_id, "origins": origins}
         if exchange_url is not None:
-            data["exchange"] = {"token_url": exchange_url, "audience": audience, "resource": resource,
-                                "scopes": scopes}  # fmt: skip
+            data["exchange"] = {"issuer": issuer, "token_url": exchange_url, "audience": audience,
+                                "resource": resource, "scopes": scopes}  # fmt: skip
+        elif issuer or audience or resource or scopes:
+            raise click.UsageError("--issuer, --audience, --resource and --scope describe a --token-exchange")
         credential = _validated(SchemeCredential, data)
         registry.set_workspace_credential(slug, scheme, credential)
     click.echo(f"workspace {slug}: {scheme} uses {reference} (publish its agents to apply it)")

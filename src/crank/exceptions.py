@@ -137,6 +137,7 @@ __all__ = [
     "UpstreamRequestTooLargeError",
     "UpstreamTimeoutError",
     "UpstreamTooLargeError",
+    "UserCredentialsError",
     "Violation",
 ]
 
@@ -622,6 +623,10 @@ class UserCredentialsError(ToolError):
 
     error_class = "user_credentials"
     default_code = "user_credentials_required"
+    default_action = (
+        "Do not retry: this tool needs a signed-in user. Tell the user to connect through an MCP client that signs "
+        "them in (OAuth), not with an API key."
+    )
     may_have_taken_effect = False
 
 

@@ -136,14 +136,21 @@ def test_credentials_from_the_cli_and_the_import_options(
     }
     # Acting as the signed-in user: the scheme's token comes from an exchange of the user's own (RFC 8693).
     exchange = ["workspace", "credential", "sec", "bearer", "env:SEC_EXCHANGE", "--client-id", "crank",
-                "--token-exchange", "https://id.example.com/token", "--audience", "https://api.example.com",
-                "--scope", "people:read", "--origin", upstream, "--origin", "https://id.example.com"]  # fmt: skip
+                "--token-exchange", "https://id.example.com/token", "--issuer", "https://id.example.com",
+                "--audience", "https://api.example.com", "--scope", "people:read", "--origin", upstream,
+                "--origin", "https://id.example.com"]  # fmt: skip
     assert runner.invoke(main, exchange).exit_code == 0
     as_user = json.loads(runner.invoke(main, ["workspace", "credential", "sec"]).output)["bearer"]
-    assert as_user["exchange"] == {"token_url": "https://id.example.com/token", "audience": "https://api.example.com",
-                                   "scopes": ["people:read"]}  # fmt: skip
+    assert as_user["exchange"] == {"issuer": "https://id.example.com", "token_url": "https://id.example.com/token",
+                                   "audience": "https://api.example.com", "scopes": ["people:read"]}  # fmt: skip
     without_client = runner.invoke(main, [*exchange[:5], *exchange[7:]])
     assert without_client.exit_code != 0 and "client id" in without_client.output
+    without_issuer = runner.invoke(main, [*exchange[:9], *exchange[11:]])
+    assert without_issuer.exit_code != 0 and "issuer" in without_issuer.output
+    stray = ["workspace", "credential", "sec", "bearer", "env:SEC_TOKEN", "--audience", "https://api.example.com",
+             "--origin", upstream]  # fmt: skip
+    refused = runner.invoke(main, stray)
+    assert refused.exit_code != 0 and "describe a --token-exchange" in refused.output
 
 
 def test_serve_openapi_says_which_scheme_the_train_travel_api_needs(

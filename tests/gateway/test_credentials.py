@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crank.exceptions import ConfigurationError, ExternalServiceError, ToolConfigurationError, ToolError
+from crank.exceptions import (
+    ConfigurationError,
+    ExternalServiceError,
+    ToolConfigurationError,
+    ToolError,
+    UserCredentialsError,
+)
 from crank.gateway import credentials
 from crank.gateway.client import UpstreamClient
 from crank.gateway.credentials import FAILURE_MEMORY, TOKEN_EXPIRY_MARGIN, TokenCache, TokenKey
@@ -33,6 +40,7 @@ from crank.gateway.operation import Placement, RemoteOperation
 from crank.registry import Registry, migrate, open_engine, tool_from_spec
 from crank.server import GatewayService
 from crank.telemetry import JSONLogFormatter, Metrics
+from crank.wire.auth import Principal
 from tests.oauth import authorization_server
 from tests.services import free_port
 
@@ -42,6 +50,7 @@ SECRET = "s3cr%t+/ü:x y"  # the value of env:SHOP_SECRET; characters that need 
 CLIENT_ID = "crank:upstream é"
 MISSING_SECRET = "The tool cannot call its upstream: a credential it needs is not configured on this server."
 UNUSED = UpstreamClient()  # builds operations; never sends
+EXCHANGED = "urn:ietf:params:oauth:token-type:access_token"
 
 
 # -- a token endpoint and an upstream of our own ------------------------------------------------------------------
@@ -55,6 +64,7 @@ class TokenEndpoint:
         self.requests: list[dict[str, Any]] = []
         self.expires_in: Any = 3600
         self.answer: Callable[[], Response] | None = None
+        self.answer_form: Callable[[dict[str, str]], Response] | None = None  # an answer that reads the request
         self.gate: threading.Event | None = None
 
     async def handle(self, request: Request) -> Response:
@@ -65,6 +75,8 @@ class TokenEndpoint:
             await run_in_threadpool(self.gate.wait, 10)
         if self.answer is not None:
             return self.answer()
+        if self.answer_form is not None:
+            return self.answer_form(self.requests[-1]["form"])
         answer = {"access_token": f"token-{len(self.requests)}", "token_type": "Bearer"}
         if self.expires_in is not None:
             answer["expires_in"] = self.expires_in
@@ -125,12 +137,12 @@ async def client() -> AsyncIterator[UpstreamClient]:
 
 def operation(
     client: UpstreamClient, url: str, auth: dict[str, Any] | None, *, method: str = "GET",
-    tokens: TokenCache | None = None, protocol: str = "http", **more: Any,
+    tokens: TokenCache | None = None, protocol: str = "http", workspace: str = "shop", **more: Any,
 ) -> RemoteOperation:  # fmt: skip
     config = {"auth": auth, **more.pop("execution_config", {})}
     target = {"method": method, "url": url} if protocol == "http" else {"method": "Things.get", "url": url}
     spec = {"tool_name": "t", "protocol": protocol, "target": target, "execution_config": config, **more}
-    return RemoteOperation(tool_from_spec(spec), client, placement=Placement("shop", "desk", 1), tokens=tokens)
+    return RemoteOperation(tool_from_spec(spec), client, placement=Placement(workspace, "desk", 1), tokens=tokens)
 
 
 def oauth2(site: Site, **auth: Any) -> dict[str, Any]:
@@ -458,6 +470,9 @@ async def test_a_jsonrpc_operation_sends_the_token_and_is_not_sent_again_after_a
     assert site.api.tokens() == ["token-1", "token-1"]
 
 
+URL = "http://127.0.0.1:9/token"
+
+
 async def test_a_late_401_uses_the_token_another_call_renewed_and_a_caller_that_gives_up_ends_no_fetch() -> None:
     fetched: list[str] = []
     gate = asyncio.Event()
@@ -468,16 +483,19 @@ async def test_a_late_401_uses_the_token_another_call_renewed_and_a_caller_that_
         return fetched[-1], 60.0
 
     cache = TokenCache()
-    key = TokenKey("http://127.0.0.1:9/token", "c", "env:SHOP_SECRET", (), "shop")
+    key = TokenKey(URL, "c", "env:SHOP_SECRET", (), "shop")
     gate.set()
-    assert await cache.get(key, fetch) == "t1"
-    assert await cache.renew(key, "t1", fetch) == "t2"
-    assert await cache.renew(key, "t1", fetch) == "t2"  # a 401 of t1 that came back after the renewal
-    cache.drop(key, "t1")  # a POST's 401 of t1: t2 stays
-    assert await cache.get(key, fetch) == "t2" and fetched == ["t1", "t2"]
-    cache.drop(key, "t2")
+    assert await cache.get("shop", key, URL, fetch) == "t1"
+    assert await cache.renew("shop", key, URL, "t1", fetch) == "t2"
+    assert await cache.renew("shop", key, URL, "t1", fetch) == "t2"  # a 401 of t1 that came back after the renewal
+    cache.drop("shop", key, "t1")  # a POST's 401 of t1: t2 stays
+    assert await cache.get("shop", key, URL, fetch) == "t2" and fetched == ["t1", "t2"]
+    cache.drop("shop", key, "t2")
     gate.clear()
-    first, second = asyncio.create_task(cache.get(key, fetch)), asyncio.create_task(cache.get(key, fetch))
+    first, second = (
+        asyncio.create_task(cache.get("shop", key, URL, fetch)),
+        asyncio.create_task(cache.get("shop", key, URL, fetch)),
+    )
     await asyncio.sleep(0)
     first.cancel()  # its caller gave up: the other still gets the token of the one request
     gate.set()
@@ -659,6 +677,152 @@ async def test_client_credentials_from_a_real_authorization_server(
     assert [outcome.value for outcome in outcomes] == [{"scope": "tools:read"}] * 20
     assert proxy.requests == 4 and len({token for _, token, _ in api.seen[-20:]}) == 1
     assert_never_logged(caplog, "upstream-secret")
+
+
+# -- token exchange (acting as the user), against a token endpoint of our own --------------------------------------
+
+ISSUER = "https://id.shop.example"
+
+
+def user(name: str, *, issuer: str = ISSUER, expires_in: float = 3600.0, workspace: str = "shop") -> Principal:
+    """A signed-in user as the gateway's authenticator proves one: their access token is `access-<name>`."""
+    return Principal(workspace, id=f"{workspace}|{issuer}|sub:{name}", method="oauth", subject=name, client_id="mcp",
+                     issuer=issuer, scopes=frozenset({"tools:read"}), expires_at=time.time() + expires_in,
+                     token=f"access-{name}")  # fmt: skip
+
+
+def exchange(site: Site, **auth: Any) -> dict[str, Any]:
+    return {"type": "token_exchange", "client_id": CLIENT_ID, "secret": "env:SHOP_SECRET", "token_url": site.token_url,
+            "audience": "https://api.shop.example", "subject_issuer": ISSUER, "scopes": ["people:read"],
+            **auth}  # fmt: skip
+
+
+def exchanged(token_type: str = "Bearer", issued: str | None = EXCHANGED) -> Callable[[Request], Response]:
+    """A token endpoint's answer to an exchange: a token naming the user whose token came (`for-<subject token>`)."""
+
+    def answer(form: dict[str, str]) -> Response:
+        body = {"access_token": f"for-{form.get('subject_token')}", "token_type": token_type, "expires_in": 600}
+        return JSONResponse(body | ({"issued_token_type": issued} if issued else {}))
+
+    return answer  # type: ignore[return-value]
+
+
+async def test_an_exchange_sends_each_users_token_to_its_issuer_only_and_keeps_one_token_per_user(
+    site: Site, client: UpstreamClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    site.token.answer_form = exchanged()
+    called = operation(client, site.base + "/api/me", exchange(site), tokens=TokenCache())
+    for caller in (user("alice"), user("alice"), user("bob")):
+        assert (await called.call({}, None, caller)).value == {"ok": True}
+    assert site.api.tokens() == ["for-access-alice", "for-access-alice", "for-access-bob"]
+    forms = [request["form"] for request in site.token.requests]
+    assert [form["subject_token"] for form in forms] == ["access-alice", "access-bob"]  # one exchange per user
+    assert forms[0] == {
+        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "subject_token": "access-alice",
+        "subject_token_type": EXCHANGED, "requested_token_type": EXCHANGED, "audience": "https://api.shop.example",
+        "scope": "people:read",
+    }  # fmt: skip
+    assert site.token.requests[0]["authorization"] == _basic(f"{quote_plus(CLIENT_ID)}:{quote_plus(SECRET)}")
+    # No user, a user of another issuer, a sign-in about to end: refused before anything is sent.
+    refusals = {"api key": Principal("shop", id="key-1"), "none": None,
+                "other issuer": user("carol", issuer="https://other-id.example"),
+                "expiring": user("dave", expires_in=TOKEN_EXPIRY_MARGIN / 2)}  # fmt: skip
+    codes = {}
+    for name, caller in refusals.items():
+        with pytest.raises(UserCredentialsError) as refused:
+            await called.call({}, None, caller)
+        codes[name] = refused.value.error_code
+    assert codes == {"api key": "user_credentials_required", "none": "user_credentials_required",
+                     "other issuer": "user_credentials_required", "expiring": "user_sign_in_expired"}  # fmt: skip
+    assert len(site.token.requests) == 2 and len(site.api.seen) == 3
+    assert_never_logged(caplog, SECRET, "access-alice", "access-bob", "for-access-alice", "access-carol")
+
+
+@pytest.mark.parametrize(
+    ("answer", "cause"),
+    [(exchanged(token_type="N_A"), "token_type"), (exchanged(issued="urn:ietf:params:oauth:token-type:id_token"),
+      "issued_token_type"), (exchanged(issued=None), "issued_token_type")],
+    ids=["N_A", "id_token", "no_issued_token_type"],
+)  # fmt: skip
+async def test_an_exchange_answer_that_is_no_bearer_access_token_is_never_sent(
+    site: Site, client: UpstreamClient, caplog: pytest.LogCaptureFixture, answer: Callable[..., Response], cause: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    site.token.answer_form = answer
+    called = operation(client, site.base + "/api/me", exchange(site), tokens=TokenCache())
+    with pytest.raises(ExternalServiceError) as failed:
+        await called.call({}, None, user("alice"))
+    assert failed.value.error_code == "upstream_token_unavailable" and site.api.seen == []
+    assert call_line(caplog, failed.value)["cause"] == cause
+
+
+async def test_a_refusal_is_remembered_for_its_user_and_a_failing_endpoint_for_its_workspace(
+    site: Site, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "shop:SHOP_SECRET,other:OTHER_SECRET")
+    monkeypatch.setenv("OTHER_SECRET", SECRET)
+    now = [0.0]
+    tokens = TokenCache(clock=lambda: now[0])
+    called = operation(client, site.base + "/api/me", exchange(site), tokens=tokens)
+    refusing = {"alice": "access_denied", "erin": "invalid_grant"}
+
+    def answer(form: dict[str, str]) -> Response:
+        error = refusing.get(form["subject_token"].removeprefix("access-"))
+        return JSONResponse({"error": error}, 400) if error else exchanged()(form)  # type: ignore[arg-type]
+
+    site.token.answer_form = answer
+    codes = []
+    for name in ("alice", "alice", "erin"):
+        with pytest.raises(UserCredentialsError) as refused:
+            await called.call({}, None, user(name))
+        codes.append(refused.value.error_code)
+    assert codes == ["upstream_token_refused", "upstream_token_refused", "user_sign_in_expired"]
+    assert len(site.token.requests) == 2  # alice's refusal remembered: asked once
+    assert (await called.call({}, None, user("bob"))).value == {"ok": True}  # another user is not refused with her
+    now[0] += FAILURE_MEMORY
+    with pytest.raises(UserCredentialsError):
+        await called.call({}, None, user("alice"))
+    assert len(site.token.requests) == 4  # asked again once the memory ended
+    # The endpoint fails (500): remembered for every user of the workspace, not for another workspace's calls.
+    site.token.answer_form = lambda form: Response(b"down", status_code=500)
+    for name in ("carol", "dave"):
+        with pytest.raises(ExternalServiceError) as failed:
+            await called.call({}, None, user(name))
+        assert failed.value.error_code == "upstream_token_unavailable"
+    assert len(site.token.requests) == 5
+    elsewhere = operation(client, site.base + "/api/me", exchange(site, secret="env:OTHER_SECRET"), tokens=tokens,
+                          workspace="other")  # fmt: skip
+    with pytest.raises(ExternalServiceError):
+        await elsewhere.call({}, None, user("carol", workspace="other"))
+    assert len(site.token.requests) == 6
+
+
+async def test_a_401_of_an_exchanged_token_exchanges_again_once_for_a_get_and_drops_it_for_a_post(
+    site: Site, client: UpstreamClient
+) -> None:
+    tokens = TokenCache()
+    count = [0]
+
+    def answer(form: dict[str, str]) -> Response:
+        count[0] += 1
+        return JSONResponse({"access_token": f"for-{form['subject_token']}-{count[0]}", "token_type": "Bearer",
+                             "issued_token_type": EXCHANGED})  # fmt: skip
+
+    site.token.answer_form = answer
+    reading = operation(client, site.base + "/api/me", exchange(site), tokens=tokens)
+    posting = operation(client, site.base + "/api/me", exchange(site), method="POST", tokens=tokens)
+    alice = user("alice")
+    await reading.call({}, None, alice)
+    site.api.refused.add("for-access-alice-1")
+    assert (await reading.call({}, None, alice)).value == {"ok": True}
+    assert site.api.tokens() == ["for-access-alice-1", "for-access-alice-1", "for-access-alice-2"]
+    site.api.refused.add("for-access-alice-2")
+    with pytest.raises(ExternalServiceError) as failed:
+        await posting.call({}, None, alice)
+    assert failed.value.error_code == "upstream_unauthorized" and site.api.tokens()[-1] == "for-access-alice-2"
+    assert (await posting.call({}, None, alice)).value == {"ok": True}  # dropped: the next call exchanges again
+    assert site.api.tokens()[-1] == "for-access-alice-3" and count[0] == 3
 
 
 # -- through the gateway ------------------------------------------------------------------------------------------

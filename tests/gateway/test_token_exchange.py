@@ -96,7 +96,7 @@ def setup(sqlite_registry: Registry, serve: Callable[..., str], issuer: str, mon
         "annotations": {"readOnlyHint": True},
         "execution_config": {"requires": [{"scheme": "people", "type": "bearer"}]},
     })  # fmt: skip
-    exchange = TokenExchange(token_url=issuer + "/token", audience=API_AUDIENCE, scopes=("people:read",))
+    exchange = TokenExchange(issuer=issuer, token_url=issuer + "/token", audience=API_AUDIENCE, scopes=("people:read",))
     credential = SchemeCredential(secret="env:EXCHANGE_SECRET", client_id="crank-exchange",
                                   origins=(origin_of(base), origin_of(issuer)), exchange=exchange)  # fmt: skip
     registry.set_workspace_credential("acme", "people", credential)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import text
@@ -44,6 +45,7 @@ def test_a_secret_is_kept_encrypted_and_read_back_by_its_user(vault: Vault) -> N
 
 
 def test_a_row_copied_to_another_user_or_altered_never_decrypts(vault: Vault, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="crank.registry")
     vault.put("acme", "people", ISSUER, "alice", SECRET)
     vault.put("acme", "people", ISSUER, "bob", {"access_token": "bob-token"})
     with vault.engine.begin() as connection:  # mallory, with write access to the database, swaps the two rows
@@ -98,8 +100,15 @@ def test_keys_come_by_reference_and_a_wrong_one_says_which(monkeypatch: pytest.M
     monkeypatch.setenv("VAULT_KEY_NEW", key)
     monkeypatch.setenv("VAULT_KEY_SHORT", base64.urlsafe_b64encode(b"short").decode())
     assert VaultKeys.from_references("env:VAULT_KEY_NEW").current == new_id(key)
-    with pytest.raises(ConfigurationError, match="32 bytes"):
+    with pytest.raises(ConfigurationError, match="'env:VAULT_KEY_SHORT' is not a 32-byte base64 key"):
         VaultKeys.from_references("env:VAULT_KEY_NEW, env:VAULT_KEY_SHORT")
+    # A typo is an error naming the reference, never a key of other bytes (lenient base64 would drop the '!').
+    monkeypatch.setenv("VAULT_KEY_TYPO", key[:20] + "!" + key[20:])
+    with pytest.raises(ConfigurationError, match="'env:VAULT_KEY_TYPO' is not a 32-byte base64 key") as typo:
+        VaultKeys.from_references("env:VAULT_KEY_TYPO")
+    assert key[:20] not in str(typo.value)
+    monkeypatch.setenv("VAULT_KEY_UNPADDED", key.rstrip("="))  # padding is optional
+    assert VaultKeys.from_references("env:VAULT_KEY_UNPADDED").current == new_id(key)
     with pytest.raises(ConfigurationError, match="'VAULT_KEY_GONE' is not set") as missing:
         VaultKeys.from_references("env:VAULT_KEY_GONE")
     assert key not in str(missing.value)
@@ -111,4 +120,32 @@ def new_id(encoded: str) -> str:
     return _keys(encoded).current
 
 
-logging.getLogger("crank.registry").setLevel(logging.INFO)
+def test_replicas_writing_one_users_entry_at_once_all_succeed_and_one_write_stays(vault: Vault) -> None:
+    """Two replicas refreshing the same user's token at the same moment: one upsert each, no unique-key error."""
+    writers = [Vault(vault.engine, vault.keys) for _ in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda pair: pair[1].put("acme", "people", ISSUER, "alice", {"access_token": f"t{pair[0]}"}),
+                      enumerate(writers)))  # fmt: skip
+    assert len(vault.entries("acme")) == 1
+    kept = vault.get("acme", "people", ISSUER, "alice")
+    assert kept is not None and kept["access_token"] in {f"t{n}" for n in range(8)}
+
+
+def test_a_rotation_never_undoes_a_write_made_while_it_runs(vault: Vault) -> None:
+    old, new = new_vault_key(), new_vault_key()
+    Vault(vault.engine, _keys(old)).put("acme", "people", ISSUER, "alice", SECRET)
+    rotating = Vault(vault.engine, _keys(new, old))
+    stale = rotating.entries("acme")
+    # A user's fresh token lands (under the old key, by a replica not yet given the new one) after the rotation
+    # read the row: the rotation's compare-and-set leaves the fresh row alone.
+    original_decrypt = rotating.keys.decrypt
+
+    def write_meanwhile(*args: object) -> bytes | None:
+        Vault(vault.engine, _keys(old)).put("acme", "people", ISSUER, "alice", {"access_token": "fresh"})
+        return original_decrypt(*args)  # type: ignore[arg-type]
+
+    rotating.keys.decrypt = write_meanwhile  # type: ignore[method-assign]
+    assert len(stale) == 1 and rotating.rotate() == 0
+    rotating.keys.decrypt = original_decrypt  # type: ignore[method-assign]
+    assert rotating.get("acme", "people", ISSUER, "alice") == {"access_token": "fresh"}
+    assert rotating.rotate() == 1

@@ -40,6 +40,8 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Final, NamedTuple
 from urllib.parse import quote_plus, urlencode
 
+from cachetools import LRUCache
+
 from crank import _json
 from crank.exceptions import (
     ConfigurationError,
@@ -56,10 +58,12 @@ from crank.exceptions import (
 )
 from crank.gateway.client import UpstreamClient, parse_upstream_url
 from crank.gateway.secrets import resolve_secret
+from crank.gateway.tokens import same_issuer
 from crank.registry.runtime import DEFAULT_TIMEOUT, AuthConfig
 from crank.wire.auth import Principal
 from crank.wire.http import is_token
 from crank.wire.notices import ThrottledLog
+from crank.wire.tenant_cache import TenantCaches
 
 __all__ = [
     "DEFAULT_TOKEN_LIFETIME",
@@ -87,17 +91,22 @@ MAX_TOKEN_RESPONSE_BYTES: Final = 64 * 1024
 FAILURE_MEMORY: Final = 5.0
 """Seconds a token request that failed is remembered: the calls meanwhile fail at once with the same error, and a
 failing token endpoint is asked once per interval, not once per call."""
-MAX_CACHED_TOKENS: Final = 10_000
-"""Tokens kept (one per token URL, client, scopes and workspace in use, and per user for exchanged ones): past it
-the expired ones are swept, then the oldest go."""
+MAX_REMEMBERED_FAILURES: Final = 10_000
+"""Refusals remembered (`FAILURE_MEMORY`), by the request they refused; the oldest go first."""
+TOKEN_CACHE_BYTES: Final = 2 * 1024 * 1024
+"""What one workspace's upstream tokens may take (the token and about 200 bytes each: some 2,000 users' exchanged
+tokens of 1 KB); past it its least recently used go."""
+TOKEN_CACHE_TOTAL_BYTES: Final = 32 * 1024 * 1024
+"""What every workspace's upstream tokens may take together; past it the largest workspace's go first."""
+_TOKEN_OVERHEAD = 200
 TOKEN_EXCHANGE_GRANT: Final = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:access_token"
-_USER_REFUSALS: Final = frozenset({"invalid_grant", "access_denied", "consent_required", "interaction_required",
-                                   "invalid_target", "unauthorized_client"})  # fmt: skip
-"""A token endpoint's refusals of an exchange that are about the user (its token, access or consent)."""
-USER_REQUIRED_ACTION: Final = (
-    "Do not retry: this tool needs a signed-in user. Tell the user to connect through an MCP client that signs "
-    "them in (OAuth), not with an API key."
+_USER_REFUSALS: Final = frozenset({"access_denied", "consent_required", "interaction_required"})
+"""A token endpoint's refusals of an exchange that say the user may not (no access, no consent); `invalid_grant`
+says the user's token is no longer good (`USER_SIGN_IN_ACTION`). Any other is Crank's own configuration's."""
+USER_SIGN_IN_ACTION: Final = (
+    "Do not retry with other arguments: the user's sign-in is no longer accepted by the identity provider (it "
+    "expired or was revoked). Tell the user to sign in again, then call the tool again."
 )
 USER_REFUSED_ACTION: Final = (
     "Do not retry with other arguments: tell the user that their account has no access to this API, or that they "
@@ -269,86 +278,120 @@ class _TokenFailure(Exception):
         self.detail = detail
         self.refused = refused  # the egress policy refuses the token URL: the operator's, like a missing secret
 
-    def again(self) -> _TokenFailure:
-        """The same failure, for a call that meets it remembered (`FAILURE_MEMORY`)."""
-        return _TokenFailure(self.cause, self.detail, refused=self.refused)
+    @property
+    def endpoints(self) -> bool:
+        """Whether the failure is the token endpoint's (down, slow, garbled, refused by the egress policy), which
+        every request to it would meet, not this request's own refusal (4xx: this client, this user)."""
+        return not self.cause.startswith("http_4")
+
+
+_Remembered = tuple[str, str | None, bool, float]
+"""A failure as remembered (`FAILURE_MEMORY`): its cause, detail and egress refusal, and until when; never the
+exception itself, whose frames hold the request (a client secret, a user's token)."""
+
+
+def _remember(memory: LRUCache[Hashable, _Remembered], key: Hashable, failure: _TokenFailure, until: float) -> None:
+    memory[key] = (failure.cause, failure.detail, failure.refused, until)
+
+
+def _remembered(memory: LRUCache[Hashable, _Remembered], key: Hashable, now: float) -> _TokenFailure | None:
+    found = memory.get(key)
+    if found is None:
+        return None
+    if now >= found[3]:
+        memory.pop(key, None)
+        return None
+    return _TokenFailure(found[0], found[1], refused=found[2])
+
+
+def _token_bytes(key: Hashable, value: tuple[str, float]) -> int:
+    return len(value[0]) + _TOKEN_OVERHEAD
 
 
 class TokenCache:
-    """OAuth 2 access tokens of one process, by `TokenKey` (client credentials) or `ExchangeKey` (a user's exchanged
-    token): each kept until shortly before it expires, at most `MAX_CACHED_TOKENS` (the expired go first, then the
-    oldest), and fetched once for every call that needs it at the same time (single flight)."""
+    """OAuth 2 access tokens of one process, per workspace (`crank.wire.tenant_cache`: no workspace's tokens push
+    out another's) and by `TokenKey` (client credentials) or `ExchangeKey` (a user's exchanged token): each kept
+    until shortly before it expires, and fetched once for every call that needs it at the same time (single
+    flight). A failure is remembered `FAILURE_MEMORY` seconds: the endpoint's (down, slow, garbled) for every
+    request of the workspace to its URL, a refusal (4xx) for its key alone."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         """`clock`: monotonic seconds (a test's own, to expire tokens without waiting)."""
         self.clock = clock
-        self._tokens: dict[Hashable, tuple[str, float]] = {}  # key -> (token, when it stops being used)
+        # (token, when it stops being used) per workspace and key
+        self._tokens: TenantCaches[tuple[str, float]] = TenantCaches(TOKEN_CACHE_BYTES, TOKEN_CACHE_TOTAL_BYTES,
+                                                                      _token_bytes)  # fmt: skip
         self._flights: dict[Hashable, asyncio.Task[str]] = {}  # key -> the token request under way
-        self._failed: dict[Hashable, tuple[_TokenFailure, float]] = {}  # key -> its request's failure, until when
+        self._refused: LRUCache[Hashable, _Remembered] = LRUCache(maxsize=MAX_REMEMBERED_FAILURES)  # by key
+        self._down: LRUCache[Hashable, _Remembered] = LRUCache(maxsize=MAX_REMEMBERED_FAILURES)  # by workspace, URL
 
-    def cached(self, key: Hashable) -> str | None:
-        """The token kept for `key`, unless it expired."""
-        held = self._tokens.get(key)
+    def cached(self, tenant: str, key: Hashable) -> str | None:
+        """The token kept for `key` in `tenant`'s share, unless it expired."""
+        held = self._tokens.get(tenant, key)
         if held is None:
             return None
         if self.clock() >= held[1]:
-            del self._tokens[key]
+            self._tokens.pop(tenant, key)
             return None
         return held[0]
 
-    async def get(self, key: Hashable, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
-        """The kept token, else the one `fetch` gets ((token, seconds it may be used)), fetched once for all."""
-        token = self.cached(key)
+    async def get(self, tenant: str, key: Hashable, url: str, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+        """The kept token, else the one `fetch` gets from the endpoint at `url` ((token, seconds it may be used)),
+        fetched once for all."""
+        token = self.cached(tenant, key)
         if token is not None:
             return token
-        return await self._join(key, fetch)
+        return await self._join(tenant, key, url, fetch)
 
-    async def renew(self, key: Hashable, refused: str, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+    async def renew(
+        self, tenant: str, key: Hashable, url: str, refused: str, fetch: Callable[[], Awaitable[tuple[str, float]]]
+    ) -> str:
         """A token in place of `refused`: the one another call already renewed or is renewing, else a new one."""
         if key not in self._flights:
-            token = self.cached(key)
+            token = self.cached(tenant, key)
             if token is not None and token != refused:
                 return token
-            self._tokens.pop(key, None)
-        return await self._join(key, fetch)
+            self._tokens.pop(tenant, key)
+        return await self._join(tenant, key, url, fetch)
 
-    def drop(self, key: Hashable, refused: str) -> None:
+    def drop(self, tenant: str, key: Hashable, refused: str) -> None:
         """Forget `refused`, unless another token replaced it already."""
-        held = self._tokens.get(key)
+        held = self._tokens.get(tenant, key)
         if held is not None and held[0] == refused:
-            del self._tokens[key]
+            self._tokens.pop(tenant, key)
 
-    async def _join(self, key: Hashable, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
-        failed = self._failed.get(key)
-        if failed is not None:  # a token endpoint that just failed is not asked again for FAILURE_MEMORY seconds
-            if self.clock() < failed[1]:
-                raise failed[0].again()  # a fresh one: the first keeps its own traceback, not every call's since
-            del self._failed[key]
+    async def _join(
+        self, tenant: str, key: Hashable, url: str, fetch: Callable[[], Awaitable[tuple[str, float]]]
+    ) -> str:
+        now = self.clock()
+        # What just failed is not asked again for FAILURE_MEMORY seconds (a fresh failure: no shared traceback).
+        failed = _remembered(self._down, (tenant, url), now) or _remembered(self._refused, key, now)
+        if failed is not None:
+            raise failed
         loop = asyncio.get_running_loop()
         flight = self._flights.get(key)
         if flight is None or flight.get_loop() is not loop:
-            flight = loop.create_task(self._fly(key, fetch))
+            flight = loop.create_task(self._fly(tenant, key, url, fetch))
             self._flights[key] = flight
             flight.add_done_callback(functools.partial(self._landed, key))
         # Shielded: a caller that gives up (its deadline, a cancelled request) does not end the others' request.
         return await asyncio.shield(flight)
 
-    async def _fly(self, key: Hashable, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> str:
+    async def _fly(
+        self, tenant: str, key: Hashable, url: str, fetch: Callable[[], Awaitable[tuple[str, float]]]
+    ) -> str:
         started = self.clock()  # the lifetime counts from the request: the token is never kept past its expiry
         try:
             token, lifetime = await fetch()
         except _TokenFailure as failure:
-            if len(self._failed) >= MAX_CACHED_TOKENS:
-                self._failed.clear()
-            self._failed[key] = (failure, self.clock() + FAILURE_MEMORY)
+            until = self.clock() + FAILURE_MEMORY
+            if failure.endpoints:  # per workspace: one tenant's short timeout or strict egress never fails another's
+                _remember(self._down, (tenant, url), failure, until)
+            else:
+                _remember(self._refused, key, failure, until)
             raise
         if lifetime > 0:
-            if len(self._tokens) >= MAX_CACHED_TOKENS:
-                now = self.clock()
-                self._tokens = {held: value for held, value in self._tokens.items() if value[1] > now}
-                while len(self._tokens) >= MAX_CACHED_TOKENS:  # none expired: the oldest go
-                    del self._tokens[next(iter(self._tokens))]
-            self._tokens[key] = (token, started + lifetime)
+            self._tokens.put(tenant, key, (token, started + lifetime))
         return token
 
     def _landed(self, key: Hashable, flight: asyncio.Task[str]) -> None:
@@ -373,15 +416,16 @@ class _TokenEndpoint:
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.url = auth.token_url
         self.client_id = auth.client_id
+        self.workspace = workspace
         self.secret = _Secret(auth.secret, _no_check, workspace=workspace, where=where)
         self._client = client
         self._timeout = timeout
-        self._workspace = workspace
         self._where = where
         self._refusal = client.egress.target_refusal(auth.token_url)  # a stricter replica: checked on each call
 
-    async def request(self, form: Mapping[str, str]) -> tuple[str, float]:
-        """One token request of `form`: (the access token, seconds it may be used); a `_TokenFailure` saying why not."""
+    async def request(self, form: Mapping[str, str], *, issued: str | None = None) -> tuple[str, float]:
+        """One token request of `form`: (the access token, seconds it may be used); a `_TokenFailure` saying why
+        not. `issued`: the `issued_token_type` the answer must name (a token exchange's)."""
         if self._refusal is not None:
             raise self._failed("egress", refused=True)
         secret = self.secret.value()
@@ -393,7 +437,7 @@ class _TokenEndpoint:
         try:
             answer = await self._client.request(
                 "POST", self.url, params=None, headers=headers, body=urlencode(form).encode(), timeout=self._timeout,
-                tenant=self._workspace,
+                tenant=self.workspace,
             )  # fmt: skip
         except UpstreamRefusedError:
             raise self._failed("egress", refused=True) from None
@@ -423,8 +467,10 @@ class _TokenEndpoint:
         if len(token) > _MAX_TOKEN_CHARS or not _VISIBLE.fullmatch(token):
             raise self._failed("bad_access_token")
         token_type = payload.get("token_type")
-        if isinstance(token_type, str) and token_type.lower() not in ("bearer", "n_a"):  # RFC 8693 2.2.1: N_A too
+        if isinstance(token_type, str) and token_type.lower() != "bearer":  # `N_A` (RFC 8693 2.2.1) is no bearer
             raise self._failed("token_type", token_type if _ERROR_CODE.fullmatch(token_type) else None)
+        if issued is not None and payload.get("issued_token_type") != issued:
+            raise self._failed("issued_token_type")  # an ID token, say: never sent as an access token
         return token, _lifetime(payload.get("expires_in"))
 
     def _failed(self, cause: str, detail: str | None = None, *, refused: bool = False) -> _TokenFailure:
@@ -439,20 +485,24 @@ class _TokenEndpoint:
             )  # fmt: skip
         return _TokenFailure(cause, detail, refused=refused)
 
-    def unavailable(self, failure: _TokenFailure, scheme: str) -> ToolError:
-        """What a call is told of a token request that failed (never a secret, nor the token endpoint's address)."""
+    def unavailable(self, failure: _TokenFailure, scheme: str, *, user: bool = False) -> ToolError:
+        """What a call is told of a token request that failed (never a secret, nor the token endpoint's address).
+        `user`: the request was a token exchange of the signed-in user's token, whose own refusals are the user's
+        to know of (`_USER_REFUSALS`, and `invalid_grant`: sign in again)."""
         if failure.refused:
             return ToolConfigurationError(
                 "The tool cannot obtain its upstream credentials: this server's egress policy does not allow the "
                 "address of the API's authorization server."
             )
         error: ToolError
-        if failure.detail in _USER_REFUSALS:  # a token exchange the server refused for this user: the user's to fix
+        if user and failure.detail in _USER_REFUSALS:
             error = UserCredentialsError(
                 "The API's authorization server refused to give this server a token for the signed-in user: the "
                 "user has no access to the API, or has not consented to it. Nothing was sent.",
                 error_code="upstream_token_refused", suggested_action=USER_REFUSED_ACTION,
             )  # fmt: skip
+        elif user and failure.detail == "invalid_grant":
+            error = _sign_in_again()
         else:
             error = ExternalServiceError(
                 "The API's credentials could not be obtained: its authorization server gave this server no access "
@@ -464,6 +514,13 @@ class _TokenEndpoint:
         if failure.detail:
             error.log_context["detail"] = failure.detail
         return error
+
+
+def _sign_in_again() -> UserCredentialsError:
+    return UserCredentialsError(
+        "The signed-in user's token is no longer accepted for the API (it expired or was revoked). Nothing was "
+        "sent.", error_code="user_sign_in_expired", suggested_action=USER_SIGN_IN_ACTION,
+    )  # fmt: skip
 
 
 class _ClientCredentials(Credential):
@@ -484,27 +541,30 @@ class _ClientCredentials(Credential):
         self._sent: Sent | None = None  # the last token's parts, built once per token
 
     def ready(self, caller: Principal | None = None) -> Sent | None:
-        token = self._tokens.cached(self._key)
+        token = self._tokens.cached(self._endpoint.workspace, self._key)
         return None if token is None else self._parts(token)
 
     async def obtain(self, caller: Principal | None = None) -> Sent:
-        self._endpoint.secret.value()  # a missing secret fails before any request, even when another's token is kept
+        endpoint = self._endpoint
+        endpoint.secret.value()  # a missing secret fails before any request, even when another's token is kept
         try:
-            return self._parts(await self._tokens.get(self._key, self._fetch))
+            return self._parts(await self._tokens.get(endpoint.workspace, self._key, endpoint.url, self._fetch))
         except _TokenFailure as failure:
-            raise self._endpoint.unavailable(failure, self.scheme) from None
+            raise endpoint.unavailable(failure, self.scheme) from None
 
     async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
         assert refused.token is not None
-        self._endpoint.secret.value()  # its token may have come from another operation's request
+        endpoint = self._endpoint
+        endpoint.secret.value()  # its token may have come from another operation's request
         try:
-            return self._parts(await self._tokens.renew(self._key, refused.token, self._fetch))
+            token = await self._tokens.renew(endpoint.workspace, self._key, endpoint.url, refused.token, self._fetch)
         except _TokenFailure as failure:
-            raise self._endpoint.unavailable(failure, self.scheme) from None
+            raise endpoint.unavailable(failure, self.scheme) from None
+        return self._parts(token)
 
     def drop(self, refused: Sent, caller: Principal | None = None) -> None:
         if refused.token is not None:
-            self._tokens.drop(self._key, refused.token)
+            self._tokens.drop(self._endpoint.workspace, self._key, refused.token)
 
     def _parts(self, token: str) -> Sent:
         sent = self._sent
@@ -516,19 +576,22 @@ class _ClientCredentials(Credential):
         return await self._endpoint.request(self._form)
 
 
-ExchangeTarget = tuple[str, str, str, str | None, str | None, tuple[str, ...]]
-"""An operation's token endpoint, client, secret reference (never the value), audience, resource and scopes."""
-ExchangeKey = tuple[str, ExchangeTarget]
-"""What makes two calls' exchanged tokens the same token: the same user (a principal's id names its workspace, issuer
-and subject) and the same `ExchangeTarget` (made once per operation: a call builds only the pair)."""
+ExchangeTarget = tuple[str, str, str, str, str | None, str | None, tuple[str, ...]]
+"""An operation's subject issuer, token endpoint, client, secret reference (never the value), audience, resource and
+scopes."""
+ExchangeKey = tuple[str, str | None, frozenset[str] | None, ExchangeTarget]
+"""What makes two calls' exchanged tokens the same token: the same user (a principal's id names its workspace,
+issuer and subject), through the same MCP client with the same scopes (the provider's consent is per client and
+scope), and the same `ExchangeTarget` (made once per operation: a call builds only the tuple around it)."""
 
 
 class _TokenExchange(Credential):
     """token_exchange (RFC 8693): the signed-in user's access token is the `subject_token` of a token request at the
-    identity provider, whose answer is a token of the API for that user; cached per user in the shared `TokenCache`
-    until shortly before it expires, exchanged once for every call that needs it at the same time. The user's own
-    token goes to the token endpoint only, never upstream. A call without a user's token (an API key, a caller
-    without credentials) is refused before anything is sent: such a tool never falls back to a shared account."""
+    identity provider that issued it (`subject_issuer`), whose answer is a token of the API for that user; cached
+    per user, client and scopes in the shared `TokenCache` until shortly before it expires, exchanged once for every
+    call that needs it at the same time. The user's own token goes to that token endpoint only, never upstream. A
+    call without a user's token of that issuer (an API key, no credentials, another provider's sign-in) is refused
+    before anything is sent: such a tool never falls back to a shared account."""
 
     renewable = True
 
@@ -536,65 +599,83 @@ class _TokenExchange(Credential):
         self, auth: AuthConfig, client: UpstreamClient, tokens: TokenCache, *, workspace: str, where: str,
         timeout: float,
     ) -> None:  # fmt: skip
+        assert auth.subject_issuer is not None  # AuthConfig requires it for a token exchange
         self.scheme = auth.scheme or auth.type
         self._endpoint = _TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
         self._tokens = tokens
-        self._scopes = tuple(sorted(set(auth.scopes)))
-        self._key: ExchangeTarget = (self._endpoint.url, self._endpoint.client_id, auth.secret, auth.audience,
-                                     auth.resource, self._scopes)  # fmt: skip
+        self._issuer = auth.subject_issuer
+        scopes = tuple(sorted(set(auth.scopes)))
+        self._target: ExchangeTarget = (auth.subject_issuer, self._endpoint.url, self._endpoint.client_id,
+                                        auth.secret, auth.audience, auth.resource, scopes)  # fmt: skip
         self._form = {
             "grant_type": TOKEN_EXCHANGE_GRANT,
             "subject_token_type": ACCESS_TOKEN_TYPE,
             "requested_token_type": ACCESS_TOKEN_TYPE,
             **({"audience": auth.audience} if auth.audience else {}),
             **({"resource": auth.resource} if auth.resource else {}),
-            **({"scope": " ".join(self._scopes)} if self._scopes else {}),
+            **({"scope": " ".join(scopes)} if scopes else {}),
         }
 
     def ready(self, caller: Principal | None = None) -> Sent | None:
         if caller is None or caller.token is None:
             return None  # `obtain` refuses it
-        token = self._tokens.cached((caller.id, self._key))
+        token = self._tokens.cached(self._endpoint.workspace, (caller.id, caller.client_id, caller.scopes,
+                                                              self._target))  # fmt: skip
         return None if token is None else Sent.bearer(token)
 
     async def obtain(self, caller: Principal | None = None) -> Sent:
-        user = _user(caller)
-        self._endpoint.secret.value()
+        user = self._user(caller)
+        endpoint = self._endpoint
+        endpoint.secret.value()
+        key = (user.id, user.client_id, user.scopes, self._target)
         try:
-            return Sent.bearer(await self._tokens.get((user.id, self._key), self._fetcher(user)))
+            return Sent.bearer(await self._tokens.get(endpoint.workspace, key, endpoint.url, self._fetcher(user)))
         except _TokenFailure as failure:
-            raise self._endpoint.unavailable(failure, self.scheme) from None
+            raise endpoint.unavailable(failure, self.scheme, user=True) from None
 
     async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
         assert refused.token is not None
-        user = _user(caller)
+        user = self._user(caller)
+        endpoint = self._endpoint
+        key = (user.id, user.client_id, user.scopes, self._target)
         try:
-            return Sent.bearer(await self._tokens.renew((user.id, self._key), refused.token, self._fetcher(user)))
+            token = await self._tokens.renew(endpoint.workspace, key, endpoint.url, refused.token, self._fetcher(user))
         except _TokenFailure as failure:
-            raise self._endpoint.unavailable(failure, self.scheme) from None
+            raise endpoint.unavailable(failure, self.scheme, user=True) from None
+        return Sent.bearer(token)
 
     def drop(self, refused: Sent, caller: Principal | None = None) -> None:
         if refused.token is not None and caller is not None:
-            self._tokens.drop((caller.id, self._key), refused.token)
+            key = (caller.id, caller.client_id, caller.scopes, self._target)
+            self._tokens.drop(self._endpoint.workspace, key, refused.token)
+
+    def _user(self, caller: Principal | None) -> Principal:
+        """The signed-in user this tool acts as: a principal of an access token from the exchange's own issuer,
+        not about to expire; else refused before anything is sent."""
+        if caller is None or caller.token is None or caller.anonymous:
+            raise UserCredentialsError(
+                "This tool acts as the signed-in user, and this call has no user: it came with an API key, or "
+                "without credentials. Nothing was sent.",
+            )  # fmt: skip
+        if caller.issuer is None or not same_issuer(caller.issuer, self._issuer):
+            raise UserCredentialsError(
+                "This tool acts as the signed-in user of another identity provider than the one this call signed in "
+                "with: the user's token is never sent elsewhere. Nothing was sent.",
+                suggested_action="Do not retry: tell the user that this tool needs them signed in with the identity "
+                "provider its API trusts, and to sign in again choosing it.",
+            )  # fmt: skip
+        if caller.expires_at is not None and caller.expires_at - time.time() < TOKEN_EXPIRY_MARGIN:
+            raise _sign_in_again()  # it would expire during the exchange, or be refused as expired
+        return caller
 
     def _fetcher(self, user: Principal) -> Callable[[], Awaitable[tuple[str, float]]]:
         assert user.token is not None
         form = {**self._form, "subject_token": user.token}
 
         async def fetch() -> tuple[str, float]:
-            return await self._endpoint.request(form)
+            return await self._endpoint.request(form, issued=ACCESS_TOKEN_TYPE)
 
         return fetch
-
-
-def _user(caller: Principal | None) -> Principal:
-    """The signed-in user a tool acting as the user needs: a principal of an access token, else refused."""
-    if caller is None or caller.token is None or caller.anonymous:
-        raise UserCredentialsError(
-            "This tool acts as the signed-in user, and this call has no user: it came with an API key, or without "
-            "credentials. Nothing was sent.", suggested_action=USER_REQUIRED_ACTION,
-        )  # fmt: skip
-    return caller
 
 
 MAX_TOKEN_LIFETIME = 3600.0

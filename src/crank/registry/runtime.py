@@ -77,7 +77,6 @@ __all__ = [
     "SchemeCredential",
     "SecurityRequirement",
     "TokenExchange",
-    "USER_AUTH_TYPES",
     "ConfirmationConfig",
     "ConstantRule",
     "ExecutionConfig",
@@ -297,8 +296,6 @@ secret is the client secret of the OAuth 2 client-credentials grant at `token_ur
 `token_exchange` (RFC 8693: the signed-in user's access token is exchanged at `token_url` for one the API takes,
 for `audience` or `resource`; the secret is Crank's own client secret there; the token goes as bearer: acting as
 the user, docs/gateway.md)."""
-USER_AUTH_TYPES: Final = frozenset({"token_exchange"})
-"""The kinds that act as the signed-in user: a call needs a user's access token, never an API key's."""
 
 
 class AuthConfig(_Model):
@@ -321,6 +318,9 @@ class AuthConfig(_Model):
     """`token_exchange`: the API as its authorization server names it (RFC 8693 `audience`)."""
     resource: str | None = Field(default=None, min_length=1, max_length=512)
     """`token_exchange`: the API's URL, when its authorization server names APIs so (RFC 8707 `resource`)."""
+    subject_issuer: str | None = None
+    """`token_exchange`: the issuer of the users' tokens it exchanges, whose token endpoint `token_url` is: a token
+    of another issuer is never sent there."""
 
     @model_validator(mode="after")
     def _complete(self) -> AuthConfig:
@@ -328,16 +328,14 @@ class AuthConfig(_Model):
             if not self.client_id or not self.token_url:
                 raise ValueError(f"{self.type} credentials need client_id and token_url")
             _secure_url(self.token_url)
-        if self.type == "token_exchange" and self.audience is None and self.resource is None:
-            raise ValueError("token_exchange credentials need the API's audience or resource")
-        if self.type != "token_exchange" and (self.audience is not None or self.resource is not None):
-            raise ValueError("only token_exchange credentials name an audience or resource")
+        exchange = (self.audience, self.resource, self.subject_issuer)
+        if self.type == "token_exchange":
+            if self.subject_issuer is None or (self.audience is None and self.resource is None):
+                raise ValueError("token_exchange credentials need subject_issuer, and the API's audience or resource")
+            _secure_url(self.subject_issuer)
+        elif any(value is not None for value in exchange):
+            raise ValueError("only token_exchange credentials name an audience, resource or subject_issuer")
         return self
-
-    @property
-    def acts_as_user(self) -> bool:
-        """Whether a call needs the signed-in user's token (`USER_AUTH_TYPES`)."""
-        return self.type in USER_AUTH_TYPES
 
 
 SCHEME_NAME = r"^[A-Za-z0-9._-]{1,128}$"
@@ -351,10 +349,12 @@ def origin_of(url: str) -> str:
 
 
 class TokenExchange(_Model):
-    """How a scheme's calls act as the signed-in user (RFC 8693): the user's access token is exchanged at
-    `token_url` (the identity provider the MCP client signs in with, or one that trusts it) for a token of the API,
-    named by `audience` or `resource`, with `scopes`."""
+    """How a scheme's calls act as the signed-in user (RFC 8693): the user's access token, issued by `issuer` (one of
+    the workspace's trusted issuers), is exchanged at that issuer's `token_url` for a token of the API, named by
+    `audience` or `resource`, with `scopes`. A call whose token another issuer signed is refused: its token is never
+    sent to this endpoint."""
 
+    issuer: str
     token_url: str
     audience: str | None = Field(default=None, min_length=1, max_length=512)
     resource: str | None = Field(default=None, min_length=1, max_length=512)
@@ -362,6 +362,7 @@ class TokenExchange(_Model):
 
     @model_validator(mode="after")
     def _complete(self) -> TokenExchange:
+        _secure_url(self.issuer)
         _secure_url(self.token_url)
         if self.audience is None and self.resource is None:
             raise ValueError("a token exchange needs the API's audience or resource")
@@ -436,7 +437,7 @@ class SecurityRequirement(_Model):
         if exchange is not None:
             return AuthConfig(type="token_exchange", secret=given.secret, scheme=self.scheme, client_id=given.client_id,
                               token_url=exchange.token_url, audience=exchange.audience, resource=exchange.resource,
-                              scopes=exchange.scopes or self.scopes)  # fmt: skip
+                              scopes=exchange.scopes or self.scopes, subject_issuer=exchange.issuer)  # fmt: skip
         return AuthConfig(type=self.type, secret=given.secret, name=self.name, scheme=self.scheme,
                           client_id=given.client_id, token_url=self.token_url, scopes=self.scopes)  # fmt: skip
 

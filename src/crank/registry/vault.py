@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import hashlib
 import logging
 import os
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from crank import _json
@@ -45,7 +48,7 @@ logger = logging.getLogger("crank.registry")
 VAULT_KEYS_VARIABLE: Final = "CRANK_VAULT_KEYS"
 _KEY_BYTES = 32
 _NONCE_BYTES = 12
-_AAD_PREFIX = b"crank-vault/1\0"
+_AAD_PREFIX = b"crank-vault/2\0"
 
 
 def new_vault_key() -> str:
@@ -73,11 +76,7 @@ class VaultKeys:
         for reference in (item.strip() for item in references.split(",")):
             if not reference:
                 continue
-            value = read_reference(reference)
-            try:
-                keys.append(base64.urlsafe_b64decode(value.encode() + b"=="))
-            except (binascii.Error, ValueError):
-                raise ConfigurationError(f"{VAULT_KEYS_VARIABLE}: {reference!r} is not a base64 key") from None
+            keys.append(_decoded_key(reference, read_reference(reference).strip()))
         return cls(keys)
 
     @property
@@ -102,12 +101,29 @@ class VaultKeys:
             return None
 
 
+def _decoded_key(reference: str, value: str) -> bytes:
+    """The key `reference` holds: 32 bytes, base64 (either alphabet, padding optional), strictly: a typo is an
+    error naming the reference, never a key of other bytes."""
+    padded = (value + "=" * (-len(value) % 4)).encode()
+    try:
+        key = base64.b64decode(padded.translate(bytes.maketrans(b"-_", b"+/")), validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if len(key) != _KEY_BYTES:
+        raise ConfigurationError(f"{VAULT_KEYS_VARIABLE}: {reference!r} is not a {_KEY_BYTES}-byte base64 key "
+                                 "(`crank vault key` makes one)")  # fmt: skip
+    return key
+
+
 def _key_id(key: bytes) -> str:
     return hashlib.sha256(key).digest()[:8].hex()
 
 
 def _identity(workspace: str, scheme: str, issuer: str, subject: str) -> bytes:
-    return _AAD_PREFIX + "\0".join((workspace, scheme, issuer, subject)).encode()
+    """The associated data binding a row to its user: each part length-prefixed, so that no two identities (a
+    subject holding the separator, say) are the same bytes."""
+    parts = [part.encode() for part in (workspace, scheme, issuer, subject)]
+    return _AAD_PREFIX + b"".join(struct.pack(">I", len(part)) + part for part in parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,19 +150,25 @@ class Vault:
     def __init__(self, engine: Engine, keys: VaultKeys) -> None:
         self.engine = engine
         self.keys = keys
+        self._writer = engine.execution_options(crank_write=True)  # SQLite: the write lock from the start
+        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     def put(self, workspace: str, scheme: str, issuer: str, subject: str, secret: JSONObject) -> None:
-        """Keep `secret` for this user and scheme, replacing what was there."""
+        """Keep `secret` for this user and scheme, replacing what was there: one upsert, so that two replicas
+        writing the same user's entry at once both succeed (the last write stays)."""
         identity = _identity(workspace, scheme, issuer, subject)
         key_id, nonce, ciphertext = self.keys.encrypt(_json.dumps(secret), identity)
-        with Session(self.engine) as session, session.begin():
+        now = datetime.datetime.now(datetime.UTC)
+        with Session(self._writer) as session, session.begin():
             ws = _workspace_id(session, workspace)
-            row = session.scalars(select(VaultEntry).filter_by(workspace_id=ws, scheme=scheme, issuer=issuer,
-                                                               subject=subject)).one_or_none()  # fmt: skip
-            if row is None:
-                row = VaultEntry(workspace_id=ws, scheme=scheme, issuer=issuer, subject=subject)
-                session.add(row)
-            row.key_id, row.nonce, row.ciphertext = key_id, nonce, ciphertext
+            statement = self._insert(VaultEntry).values(
+                workspace_id=ws, scheme=scheme, issuer=issuer, subject=subject, key_id=key_id, nonce=nonce,
+                ciphertext=ciphertext, created_at=now, updated_at=now,
+            )  # fmt: skip
+            session.execute(statement.on_conflict_do_update(
+                index_elements=["workspace_id", "scheme", "issuer", "subject"],
+                set_={"key_id": key_id, "nonce": nonce, "ciphertext": ciphertext, "updated_at": now},
+            ))  # fmt: skip
 
     def get(self, workspace: str, scheme: str, issuer: str, subject: str) -> JSONObject | None:
         """This user's secret for the scheme; None when there is none, or its row does not decrypt as theirs (an
@@ -169,7 +191,7 @@ class Vault:
     def delete(self, workspace: str, *, scheme: str | None = None, issuer: str | None = None,
                subject: str | None = None) -> int:  # fmt: skip
         """Remove the workspace's entries of this scheme, issuer and subject (None: any); how many went."""
-        with Session(self.engine) as session, session.begin():
+        with Session(self._writer) as session, session.begin():
             query = delete(VaultEntry).where(VaultEntry.workspace_id == _workspace_id(session, workspace))
             for column, value in ((VaultEntry.scheme, scheme), (VaultEntry.issuer, issuer),
                                   (VaultEntry.subject, subject)):  # fmt: skip
@@ -204,20 +226,29 @@ class Vault:
                                      "key) to read those rows")  # fmt: skip
 
     def rotate(self) -> int:
-        """Re-encrypt every row not under the current key with it (after `check`); how many were."""
-        rotated = 0
-        with Session(self.engine) as session, session.begin():
+        """Re-encrypt every row not under the current key with it (after `check`), each in its own short
+        transaction and only if it is still what was read (a user's fresh `put` meanwhile wins); how many were."""
+        with Session(self.engine) as session:
             stale = session.execute(
-                select(VaultEntry, Workspace.slug).join(Workspace, Workspace.id == VaultEntry.workspace_id)
+                select(VaultEntry.id, VaultEntry.scheme, VaultEntry.issuer, VaultEntry.subject, VaultEntry.key_id,
+                       VaultEntry.nonce, VaultEntry.ciphertext, Workspace.slug)
+                .join(Workspace, Workspace.id == VaultEntry.workspace_id)
                 .where(VaultEntry.key_id != self.keys.current)
             ).all()  # fmt: skip
-            for row, slug in stale:
-                identity = _identity(slug, row.scheme, row.issuer, row.subject)
-                plaintext = self.keys.decrypt(row.key_id, row.nonce, row.ciphertext, identity)
-                if plaintext is None:
-                    continue  # not its user's: left as it is, never used
-                row.key_id, row.nonce, row.ciphertext = self.keys.encrypt(plaintext, identity)
-                rotated += 1
+        rotated = 0
+        for row in stale:
+            identity = _identity(row.slug, row.scheme, row.issuer, row.subject)
+            plaintext = self.keys.decrypt(row.key_id, row.nonce, row.ciphertext, identity)
+            if plaintext is None:
+                continue  # not its user's: left as it is, never used
+            key_id, nonce, ciphertext = self.keys.encrypt(plaintext, identity)
+            with Session(self._writer) as session, session.begin():
+                changed = session.execute(
+                    update(VaultEntry).where(VaultEntry.id == row.id, VaultEntry.nonce == row.nonce)
+                    .values(key_id=key_id, nonce=nonce, ciphertext=ciphertext)
+                    .execution_options(synchronize_session=False)
+                )  # fmt: skip
+                rotated += int(changed.rowcount)  # type: ignore[attr-defined]
         return rotated
 
 

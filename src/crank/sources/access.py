@@ -239,7 +239,8 @@ class ResourceAuthenticator:
         return self._principal(token, claims)
 
     def _principal(self, token: str, claims: TokenClaims) -> KeyScope:
-        principal = token_principal(claims, self.policy, self.resource, self.policy.agent_needs("*"), token=token)
+        # No `token=`: an in-process endpoint exchanges no user's token, so none is kept with its principals.
+        principal = token_principal(claims, self.policy, self.resource, self.policy.agent_needs("*"))
         self._principals.put("", (token, None), (self.policy, principal))
         return principal
 

@@ -231,7 +231,9 @@ async def test_the_oauth_policy_is_set_refused_when_wrong_and_removed(
 
     credential = SchemeCredential(secret="env:SHOP_TOKEN", origins=("https://api.shop.example",))
     sqlite_registry.set_workspace_credential("shop", "bearer", credential)
-    exchange = TokenExchange(token_url="https://id.shop.example/token", audience="https://api.shop.example")
+    exchange = TokenExchange(
+        issuer="https://id.shop.example", token_url="https://id.shop.example/token", audience="https://api.shop.example"
+    )
     as_user = SchemeCredential(secret="env:SHOP_EXCHANGE", client_id="crank", exchange=exchange,
                                origins=("https://api.shop.example", "https://id.shop.example"))  # fmt: skip
     sqlite_registry.set_workspace_credential("shop", "user", as_user)
