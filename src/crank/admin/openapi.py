@@ -295,7 +295,9 @@ def _requirement(name: str, scheme: Any, scopes: Any) -> JSONObject | None:
     """A Security Scheme Object as what an operation requires (`crank.registry.runtime.SecurityRequirement`), or
     None for one Crank cannot send (mutual TLS, an http scheme other than bearer and basic). OAuth 2 with a
     client-credentials flow at an https token URL is fetched by the gateway; any other OAuth 2 flow, and OpenID
-    Connect, need a token the operator obtains: a bearer credential."""
+    Connect, need a token the operator obtains: a bearer credential. An authorization code flow is kept beside it
+    (`authorization_code`): a workspace credential with a `connection` lets each user connect their own account
+    there instead."""
     if not isinstance(scheme, dict) or re.fullmatch(SCHEME_NAME, name) is None:
         return None  # a name Crank would have to print quoted in every report: left out, like an unknown kind
     kind = scheme.get("type")
@@ -304,15 +306,33 @@ def _requirement(name: str, scheme: Any, scopes: Any) -> JSONObject | None:
     if kind == "http" and str(scheme.get("scheme", "")).lower() in ("bearer", "basic"):
         return {"scheme": name, "type": str(scheme["scheme"]).lower()}
     if kind == "oauth2":
-        flow = (scheme.get("flows") or {}).get("clientCredentials") or {}
-        token_url = flow.get("tokenUrl")
+        flows = _object(scheme.get("flows"))
+        listed = [scope for scope in scopes if isinstance(scope, str)] if isinstance(scopes, list) else []
+        token_url = _object(flows.get("clientCredentials")).get("tokenUrl")
+        found: JSONObject = {"scheme": name, "type": "bearer"}
         if isinstance(token_url, str) and is_secure_url(token_url):  # never a client secret in clear text
-            listed = [scope for scope in scopes if isinstance(scope, str)] if isinstance(scopes, list) else []
-            return {"scheme": name, "type": "oauth2", "token_url": token_url, "scopes": listed}
-        return {"scheme": name, "type": "bearer"}
+            found = {"scheme": name, "type": "oauth2", "token_url": token_url, "scopes": listed}
+        code = _authorization_code(flows.get("authorizationCode"))
+        if code is not None:  # where each user may connect their own account (a workspace's `connection`)
+            found = {**found, "authorization_code": code, "scopes": listed}
+        return found
     if kind == "openIdConnect":
         return {"scheme": name, "type": "bearer"}
     return None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _authorization_code(flow: Any) -> JSONObject | None:
+    """An authorization code flow whose two endpoints are https (http on loopback only), or None."""
+    if not isinstance(flow, dict):
+        return None
+    urls = flow.get("authorizationUrl"), flow.get("tokenUrl")
+    if not all(isinstance(url, str) and is_secure_url(url) for url in urls):
+        return None
+    return {"authorization_url": urls[0], "token_url": urls[1]}
 
 
 def _idempotency(arguments: Arguments) -> JSONObject | None:

@@ -32,45 +32,36 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import logging
-import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Final, NamedTuple
-from urllib.parse import quote_plus, urlencode
 
 from cachetools import LRUCache
 
-from crank import _json
-from crank.exceptions import (
-    ConfigurationError,
-    ExternalServiceError,
-    ToolConfigurationError,
-    ToolError,
-    UpstreamBusyError,
-    UpstreamConnectionError,
-    UpstreamRefusedError,
-    UpstreamRequestTooLargeError,
-    UpstreamTimeoutError,
-    UpstreamTooLargeError,
-    UserCredentialsError,
+from crank.exceptions import ConfigurationError, UserCredentialsError
+from crank.gateway.client import UpstreamClient
+from crank.gateway.secrets import SecretValue
+from crank.gateway.token_endpoint import (
+    ACCESS_TOKEN_TYPE,
+    TOKEN_EXPIRY_MARGIN,
+    TokenEndpoint,
+    TokenFailure,
+    sign_in_again,
 )
-from crank.gateway.client import UpstreamClient, parse_upstream_url
-from crank.gateway.secrets import resolve_secret
 from crank.gateway.tokens import same_issuer
+from crank.gateway.user_connections import Connected, UserConnections
 from crank.registry.runtime import DEFAULT_TIMEOUT, AuthConfig
+from crank.state.store import MemoryStore
 from crank.wire.auth import Principal
 from crank.wire.http import is_token
-from crank.wire.notices import ThrottledLog
 from crank.wire.tenant_cache import TenantCaches
 
 __all__ = [
-    "DEFAULT_TOKEN_LIFETIME",
-    "MAX_TOKEN_RESPONSE_BYTES",
+    "FAILURE_MEMORY",
     "NO_CREDENTIALS",
-    "TOKEN_EXPIRY_MARGIN",
-    "TOKEN_UNAVAILABLE_ACTION",
+    "TOKEN_CACHE_BYTES",
+    "TOKEN_CACHE_TOTAL_BYTES",
     "Credential",
     "ExchangeKey",
     "Sent",
@@ -79,15 +70,6 @@ __all__ = [
     "compile_credential",
 ]
 
-logger = logging.getLogger("crank.gateway")
-_notices = ThrottledLog(logger)
-
-DEFAULT_TOKEN_LIFETIME: Final = 300.0
-"""Seconds a client-credentials token is kept when its answer has no `expires_in`."""
-TOKEN_EXPIRY_MARGIN: Final = 30.0
-"""Seconds before its `expires_in` that a token stops being used: a call never sends one about to expire."""
-MAX_TOKEN_RESPONSE_BYTES: Final = 64 * 1024
-"""The largest token endpoint answer read (a token response is a few hundred bytes; a JWT a few KiB)."""
 FAILURE_MEMORY: Final = 5.0
 """Seconds a token request that failed is remembered: the calls meanwhile fail at once with the same error, and a
 failing token endpoint is asked once per interval, not once per call."""
@@ -100,34 +82,10 @@ TOKEN_CACHE_TOTAL_BYTES: Final = 32 * 1024 * 1024
 """What every workspace's upstream tokens may take together; past it the largest workspace's go first."""
 _TOKEN_OVERHEAD = 200
 TOKEN_EXCHANGE_GRANT: Final = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:access_token"
-_USER_REFUSALS: Final = frozenset({"access_denied", "consent_required", "interaction_required"})
-"""A token endpoint's refusals of an exchange that say the user may not (no access, no consent); `invalid_grant`
-says the user's token is no longer good (`USER_SIGN_IN_ACTION`). Any other is Crank's own configuration's."""
-USER_SIGN_IN_ACTION: Final = (
-    "Do not retry with other arguments: the user's sign-in is no longer accepted by the identity provider (it "
-    "expired or was revoked). Tell the user to sign in again, then call the tool again."
-)
-USER_REFUSED_ACTION: Final = (
-    "Do not retry with other arguments: tell the user that their account has no access to this API, or that they "
-    "must consent to it at the identity provider, and ask the operator if it should."
-)
-_MAX_TOKEN_CHARS = 16 * 1024
-
-MISSING_SECRET_MESSAGE: Final = (
-    "The tool cannot call its upstream: a credential it needs is not configured on this server."
-)
-TOKEN_UNAVAILABLE_ACTION: Final = (
-    "Do not retry with other arguments: this server could not obtain its credentials for the API from the API's "
-    "authorization server. Tell the user that the API's credentials need attention (the operator must check the "
-    "tool's OAuth client and token endpoint)."
-)
 
 # Header names the client refuses or that describe the request itself: never a credential's.
 _RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "content-type"})
-_VISIBLE = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a token68 or a bearer token
 _COOKIE_VALUE = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*")  # RFC 6265 cookie-octet
-_ERROR_CODE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # an RFC 6749 5.2 `error`: a code, safe to log
 
 
 class Sent:
@@ -190,39 +148,6 @@ class Credential:
         """The upstream answered `refused` with 401 and the call is not retried: the next call gets fresh ones."""
 
 
-class _Secret:
-    """A secret reference read on first use and kept; a reference that does not resolve fails each call as
-    `configuration_error`, with a warning line naming it (never its value)."""
-
-    def __init__(self, reference: str, check: Callable[[str], str | None], *, workspace: str, where: str) -> None:
-        self.reference = reference
-        self._check = check  # why a value cannot be sent this way (its kind's rules), or None
-        self._workspace = workspace
-        self._where = where
-        self._value: str | None = None
-
-    def value(self) -> str:
-        if self._value is None:
-            try:
-                value = resolve_secret(self.reference, workspace=self._workspace, where=self._where)
-                problem = _line_break(value) or self._check(value)
-                if problem is not None:
-                    raise ConfigurationError(f"{self._where}: the secret {self.reference!r} {problem}")
-            except ConfigurationError as exc:  # the operator's to fix: a warning without a traceback
-                logger.warning("%s", exc, extra={"secret_reference": self.reference})
-                raise ToolConfigurationError(MISSING_SECRET_MESSAGE) from None
-            self._value = value
-        return self._value
-
-
-def _line_break(value: str) -> str | None:
-    return "contains a line break or a control character" if re.search(r"[\x00-\x1f\x7f]", value) else None
-
-
-def _no_check(value: str) -> str | None:
-    return None
-
-
 class _Static(Credential):
     """bearer, header, query, cookie, basic: the same parts on every request, composed on the first."""
 
@@ -230,8 +155,8 @@ class _Static(Credential):
         self.scheme = auth.scheme or auth.type
         self._type = auth.type
         self._name = auth.name
-        check = {"cookie": _cookie_problem, "basic": _basic_problem}.get(auth.type, _no_check)
-        self._secret = _Secret(auth.secret, check, workspace=workspace, where=where)
+        check = {"cookie": _cookie_problem, "basic": _basic_problem}.get(auth.type)
+        self._secret = SecretValue(auth.secret, workspace=workspace, where=where, check=check)
         self._sent: Sent | None = None
 
     def ready(self, caller: Principal | None = None) -> Sent:
@@ -268,40 +193,23 @@ class TokenKey(NamedTuple):
     workspace: str
 
 
-class _TokenFailure(Exception):
-    """A token request that gave no usable token: why (`cause`, for the log) and what the endpoint said (`detail`:
-    an RFC 6749 error code at most). Each waiting call turns it into its own structured error."""
-
-    def __init__(self, cause: str, detail: str | None = None, *, refused: bool = False) -> None:
-        super().__init__(cause)
-        self.cause = cause
-        self.detail = detail
-        self.refused = refused  # the egress policy refuses the token URL: the operator's, like a missing secret
-
-    @property
-    def endpoints(self) -> bool:
-        """Whether the failure is the token endpoint's (down, slow, garbled, refused by the egress policy), which
-        every request to it would meet, not this request's own refusal (4xx: this client, this user)."""
-        return not self.cause.startswith("http_4")
-
-
 _Remembered = tuple[str, str | None, bool, float]
 """A failure as remembered (`FAILURE_MEMORY`): its cause, detail and egress refusal, and until when; never the
 exception itself, whose frames hold the request (a client secret, a user's token)."""
 
 
-def _remember(memory: LRUCache[Hashable, _Remembered], key: Hashable, failure: _TokenFailure, until: float) -> None:
+def _remember(memory: LRUCache[Hashable, _Remembered], key: Hashable, failure: TokenFailure, until: float) -> None:
     memory[key] = (failure.cause, failure.detail, failure.refused, until)
 
 
-def _remembered(memory: LRUCache[Hashable, _Remembered], key: Hashable, now: float) -> _TokenFailure | None:
+def _remembered(memory: LRUCache[Hashable, _Remembered], key: Hashable, now: float) -> TokenFailure | None:
     found = memory.get(key)
     if found is None:
         return None
     if now >= found[3]:
         memory.pop(key, None)
         return None
-    return _TokenFailure(found[0], found[1], refused=found[2])
+    return TokenFailure(found[0], found[1], refused=found[2])
 
 
 def _token_bytes(key: Hashable, value: tuple[str, float]) -> int:
@@ -315,9 +223,14 @@ class TokenCache:
     flight). A failure is remembered `FAILURE_MEMORY` seconds: the endpoint's (down, slow, garbled) for every
     request of the workspace to its URL, a refusal (4xx) for its key alone."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
-        """`clock`: monotonic seconds (a test's own, to expire tokens without waiting)."""
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, connections: UserConnections | None = None
+    ) -> None:
+        """`clock`: monotonic seconds (a test's own, to expire tokens without waiting). `connections`: the users'
+        own connections (`crank.gateway.user_connections`), the process's other upstream tokens, which
+        `user_connection` credentials use (none: such a tool fails as `configuration_error`)."""
         self.clock = clock
+        self.connections = connections or UserConnections(None, MemoryStore(), None)
         # (token, when it stops being used) per workspace and key
         self._tokens: TenantCaches[tuple[str, float]] = TenantCaches(TOKEN_CACHE_BYTES, TOKEN_CACHE_TOTAL_BYTES,
                                                                       _token_bytes)  # fmt: skip
@@ -383,7 +296,7 @@ class TokenCache:
         started = self.clock()  # the lifetime counts from the request: the token is never kept past its expiry
         try:
             token, lifetime = await fetch()
-        except _TokenFailure as failure:
+        except TokenFailure as failure:
             until = self.clock() + FAILURE_MEMORY
             if failure.endpoints:  # per workspace: one tenant's short timeout or strict egress never fails another's
                 _remember(self._down, (tenant, url), failure, until)
@@ -401,128 +314,6 @@ class TokenCache:
             flight.exception()  # retrieved here too: no warning when every caller had given up waiting
 
 
-class _TokenEndpoint:
-    """One authorization server's token endpoint as an operation's credential asks it: Crank's own client
-    authenticated with HTTP Basic (RFC 6749 2.3.1), through the operation's `UpstreamClient` (the egress policy
-    applies), within the operation's timeout and `MAX_TOKEN_RESPONSE_BYTES`. `request` gives the access token and
-    how long it may be used, or a `_TokenFailure` with the operator's warning line."""
-
-    def __init__(self, auth: AuthConfig, client: UpstreamClient, *, workspace: str, where: str, timeout: float) -> None:
-        assert auth.client_id is not None and auth.token_url is not None  # AuthConfig requires both for these kinds
-        try:
-            parts = parse_upstream_url(auth.token_url)
-        except ValueError as exc:
-            raise ConfigurationError(f"{where}: token_url: {exc}") from None
-        self.origin = f"{parts.scheme}://{parts.netloc}"
-        self.url = auth.token_url
-        self.client_id = auth.client_id
-        self.workspace = workspace
-        self.secret = _Secret(auth.secret, _no_check, workspace=workspace, where=where)
-        self._client = client
-        self._timeout = timeout
-        self._where = where
-        self._refusal = client.egress.target_refusal(auth.token_url)  # a stricter replica: checked on each call
-
-    async def request(self, form: Mapping[str, str], *, issued: str | None = None) -> tuple[str, float]:
-        """One token request of `form`: (the access token, seconds it may be used); a `_TokenFailure` saying why
-        not. `issued`: the `issued_token_type` the answer must name (a token exchange's)."""
-        if self._refusal is not None:
-            raise self._failed("egress", refused=True)
-        secret = self.secret.value()
-        pair = f"{quote_plus(self.client_id)}:{quote_plus(secret)}"  # RFC 6749 2.3.1: form-urlencoded first
-        headers = {
-            "Authorization": f"Basic {base64.b64encode(pair.encode()).decode()}",
-            "Content-Type": "application/x-www-form-urlencoded",
-        }
-        try:
-            answer = await self._client.request(
-                "POST", self.url, params=None, headers=headers, body=urlencode(form).encode(), timeout=self._timeout,
-                tenant=self.workspace,
-            )  # fmt: skip
-        except UpstreamRefusedError:
-            raise self._failed("egress", refused=True) from None
-        except UpstreamBusyError:
-            raise self._failed("busy") from None
-        except UpstreamTimeoutError:
-            raise self._failed("timeout") from None
-        except UpstreamConnectionError as exc:
-            raise self._failed(exc.cause or "unreachable") from None
-        except (UpstreamTooLargeError, UpstreamRequestTooLargeError):
-            raise self._failed("too_large") from None
-        if len(answer.body) > MAX_TOKEN_RESPONSE_BYTES:
-            raise self._failed("too_large")
-        try:
-            payload = _json.loads(answer.body)
-        except ValueError:
-            payload = None
-        if answer.status != 200:
-            error = payload.get("error") if isinstance(payload, dict) else None
-            code = error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else None
-            raise self._failed(f"http_{answer.status}", code)
-        if not isinstance(payload, dict):
-            raise self._failed("not_json")
-        token = payload.get("access_token")
-        if not isinstance(token, str) or not token:
-            raise self._failed("no_access_token")
-        if len(token) > _MAX_TOKEN_CHARS or not _VISIBLE.fullmatch(token):
-            raise self._failed("bad_access_token")
-        token_type = payload.get("token_type")
-        if isinstance(token_type, str) and token_type.lower() != "bearer":  # `N_A` (RFC 8693 2.2.1) is no bearer
-            raise self._failed("token_type", token_type if _ERROR_CODE.fullmatch(token_type) else None)
-        if issued is not None and payload.get("issued_token_type") != issued:
-            raise self._failed("issued_token_type")  # an ID token, say: never sent as an access token
-        return token, _lifetime(payload.get("expires_in"))
-
-    def _failed(self, cause: str, detail: str | None = None, *, refused: bool = False) -> _TokenFailure:
-        """The failure, with the operator's warning line (at most one per interval and token URL)."""
-        if refused:
-            logger.warning("%s: token_url %s is refused by this server's egress policy", self._where, self.origin,
-                           extra={"origin": self.origin})  # fmt: skip
-        else:
-            _notices.warning(
-                f"upstream_token:{self.origin}", "%s: no OAuth access token from %s (%s%s)", self._where,
-                self.origin, cause, f", {detail}" if detail else "", origin=self.origin, cause=cause,
-            )  # fmt: skip
-        return _TokenFailure(cause, detail, refused=refused)
-
-    def unavailable(self, failure: _TokenFailure, scheme: str, *, user: bool = False) -> ToolError:
-        """What a call is told of a token request that failed (never a secret, nor the token endpoint's address).
-        `user`: the request was a token exchange of the signed-in user's token, whose own refusals are the user's
-        to know of (`_USER_REFUSALS`, and `invalid_grant`: sign in again)."""
-        if failure.refused:
-            return ToolConfigurationError(
-                "The tool cannot obtain its upstream credentials: this server's egress policy does not allow the "
-                "address of the API's authorization server."
-            )
-        error: ToolError
-        if user and failure.detail in _USER_REFUSALS:
-            error = UserCredentialsError(
-                "The API's authorization server refused to give this server a token for the signed-in user: the "
-                "user has no access to the API, or has not consented to it. Nothing was sent.",
-                error_code="upstream_token_refused", suggested_action=USER_REFUSED_ACTION,
-            )  # fmt: skip
-        elif user and failure.detail == "invalid_grant":
-            error = _sign_in_again()
-        else:
-            error = ExternalServiceError(
-                "The API's credentials could not be obtained: its authorization server gave this server no access "
-                "token.", error_code="upstream_token_unavailable", recoverable=False,
-                suggested_action=TOKEN_UNAVAILABLE_ACTION,
-            )  # fmt: skip
-        error.may_have_taken_effect = False  # nothing went to the API
-        error.log_context = {"cause": failure.cause, "origin": self.origin, "scheme": scheme}
-        if failure.detail:
-            error.log_context["detail"] = failure.detail
-        return error
-
-
-def _sign_in_again() -> UserCredentialsError:
-    return UserCredentialsError(
-        "The signed-in user's token is no longer accepted for the API (it expired or was revoked). Nothing was "
-        "sent.", error_code="user_sign_in_expired", suggested_action=USER_SIGN_IN_ACTION,
-    )  # fmt: skip
-
-
 class _ClientCredentials(Credential):
     """oauth2: a bearer access token of the client credentials grant, from the shared `TokenCache`."""
 
@@ -533,7 +324,7 @@ class _ClientCredentials(Credential):
         timeout: float,
     ) -> None:  # fmt: skip
         self.scheme = auth.scheme or auth.type
-        self._endpoint = _TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
+        self._endpoint = TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
         self._tokens = tokens
         scopes = tuple(sorted(set(auth.scopes)))
         self._key = TokenKey(self._endpoint.url, self._endpoint.client_id, auth.secret, scopes, workspace)
@@ -549,7 +340,7 @@ class _ClientCredentials(Credential):
         endpoint.secret.value()  # a missing secret fails before any request, even when another's token is kept
         try:
             return self._parts(await self._tokens.get(endpoint.workspace, self._key, endpoint.url, self._fetch))
-        except _TokenFailure as failure:
+        except TokenFailure as failure:
             raise endpoint.unavailable(failure, self.scheme) from None
 
     async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
@@ -558,7 +349,7 @@ class _ClientCredentials(Credential):
         endpoint.secret.value()  # its token may have come from another operation's request
         try:
             token = await self._tokens.renew(endpoint.workspace, self._key, endpoint.url, refused.token, self._fetch)
-        except _TokenFailure as failure:
+        except TokenFailure as failure:
             raise endpoint.unavailable(failure, self.scheme) from None
         return self._parts(token)
 
@@ -573,7 +364,8 @@ class _ClientCredentials(Credential):
         return sent
 
     async def _fetch(self) -> tuple[str, float]:
-        return await self._endpoint.request(self._form)
+        answer = await self._endpoint.request(self._form)
+        return answer.access_token, answer.lifetime
 
 
 ExchangeTarget = tuple[str, str, str, str, str | None, str | None, tuple[str, ...]]
@@ -601,7 +393,7 @@ class _TokenExchange(Credential):
     ) -> None:  # fmt: skip
         assert auth.subject_issuer is not None  # AuthConfig requires it for a token exchange
         self.scheme = auth.scheme or auth.type
-        self._endpoint = _TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
+        self._endpoint = TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
         self._tokens = tokens
         self._issuer = auth.subject_issuer
         scopes = tuple(sorted(set(auth.scopes)))
@@ -630,7 +422,7 @@ class _TokenExchange(Credential):
         key = (user.id, user.client_id, user.scopes, self._target)
         try:
             return Sent.bearer(await self._tokens.get(endpoint.workspace, key, endpoint.url, self._fetcher(user)))
-        except _TokenFailure as failure:
+        except TokenFailure as failure:
             raise endpoint.unavailable(failure, self.scheme, user=True) from None
 
     async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
@@ -640,7 +432,7 @@ class _TokenExchange(Credential):
         key = (user.id, user.client_id, user.scopes, self._target)
         try:
             token = await self._tokens.renew(endpoint.workspace, key, endpoint.url, refused.token, self._fetcher(user))
-        except _TokenFailure as failure:
+        except TokenFailure as failure:
             raise endpoint.unavailable(failure, self.scheme, user=True) from None
         return Sent.bearer(token)
 
@@ -665,7 +457,7 @@ class _TokenExchange(Credential):
                 "provider its API trusts, and to sign in again choosing it.",
             )  # fmt: skip
         if caller.expires_at is not None and caller.expires_at - time.time() < TOKEN_EXPIRY_MARGIN:
-            raise _sign_in_again()  # it would expire during the exchange, or be refused as expired
+            raise sign_in_again()  # it would expire during the exchange, or be refused as expired
         return caller
 
     def _fetcher(self, user: Principal) -> Callable[[], Awaitable[tuple[str, float]]]:
@@ -673,25 +465,66 @@ class _TokenExchange(Credential):
         form = {**self._form, "subject_token": user.token}
 
         async def fetch() -> tuple[str, float]:
-            return await self._endpoint.request(form, issued=ACCESS_TOKEN_TYPE)
+            answer = await self._endpoint.request(form, issued=ACCESS_TOKEN_TYPE)
+            return answer.access_token, answer.lifetime
 
         return fetch
 
 
-MAX_TOKEN_LIFETIME = 3600.0
-"""Seconds a client-credentials token is used at most, whatever its `expires_in` says."""
+class _UserConnection(Credential):
+    """user_connection: the signed-in user's own token for the API, from their connection (the authorization code
+    flow on the connect page, kept in the vault: `UserConnections`), refreshed at `token_url` when it expires. A
+    user who has not connected is asked to (`UpstreamConnectionRequiredError`, with their connect link); a call
+    without a signed-in user is refused. Nothing is sent upstream either way."""
 
+    renewable = True
 
-def _lifetime(expires_in: object) -> float:
-    """Seconds a token may be used: its `expires_in` less the margin (none left: used by the calls that waited for
-    it, then fetched again), or the default when the answer gives none that is a number."""
-    if isinstance(expires_in, str) and expires_in.isascii() and expires_in.isdigit() and len(expires_in) <= 9:
-        expires_in = int(expires_in)  # some servers send it as a string
-    if isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or not math.isfinite(expires_in):
-        return DEFAULT_TOKEN_LIFETIME
-    seconds = min(float(expires_in), MAX_TOKEN_LIFETIME)  # a token kept at most an hour: the cache turns over
-    # The margin, but never more than half the lifetime: a short-lived token still serves a few calls.
-    return max(seconds - TOKEN_EXPIRY_MARGIN, seconds / 2)
+    def __init__(
+        self, auth: AuthConfig, client: UpstreamClient, tokens: TokenCache, *, workspace: str, where: str,
+        timeout: float,
+    ) -> None:  # fmt: skip
+        assert auth.scheme is not None  # AuthConfig requires it: a connection is kept per scheme
+        self.scheme = auth.scheme
+        self._endpoint = TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
+        self._connections = tokens.connections
+        self._workspace = workspace
+        scopes = " ".join(sorted(set(auth.scopes)))
+        self._scope = {"scope": scopes} if scopes else {}
+
+    def ready(self, caller: Principal | None = None) -> Sent | None:
+        if caller is None:
+            return None  # `obtain` refuses it
+        token = self._connections.cached(self._workspace, self.scheme, caller)
+        return None if token is None else Sent.bearer(token)
+
+    async def obtain(self, caller: Principal | None = None) -> Sent:
+        try:
+            return Sent.bearer(await self._connections.token(self._workspace, self.scheme, caller,
+                                                             self._refresh))  # fmt: skip
+        except TokenFailure as failure:
+            raise self._endpoint.unavailable(failure, self.scheme) from None
+
+    async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
+        assert refused.token is not None
+        try:
+            token = await self._connections.renew(self._workspace, self.scheme, caller, refused.token,
+                                                  self._refresh)  # fmt: skip
+        except TokenFailure as failure:
+            raise self._endpoint.unavailable(failure, self.scheme) from None
+        return Sent.bearer(token)
+
+    def drop(self, refused: Sent, caller: Principal | None = None) -> None:
+        if refused.token is not None and caller is not None:
+            self._connections.drop(self._workspace, self.scheme, caller, refused.token)
+
+    async def _refresh(self, connected: Connected) -> Connected:
+        """The connection's tokens renewed with its refresh token (RFC 6749 6); a server that sends no new refresh
+        token keeps the old one valid."""
+        assert connected.refresh_token is not None
+        self._endpoint.secret.value()
+        form = {"grant_type": "refresh_token", "refresh_token": connected.refresh_token, **self._scope}
+        answer = await self._endpoint.request(form)
+        return Connected.from_answer(answer, time.time(), previous=connected)
 
 
 def compile_credential(
@@ -708,8 +541,8 @@ def compile_credential(
     `TokenCache` (a fresh one when None)."""
     if auth is None:
         return Credential()
-    if auth.type in ("oauth2", "token_exchange"):
-        kind = _ClientCredentials if auth.type == "oauth2" else _TokenExchange
+    if auth.type in ("oauth2", "token_exchange", "user_connection"):
+        kind = {"oauth2": _ClientCredentials, "token_exchange": _TokenExchange}.get(auth.type, _UserConnection)
         return kind(auth, client, tokens if tokens is not None else TokenCache(), workspace=workspace, where=where,
                     timeout=timeout)  # fmt: skip
     reserved = auth.type == "header" and auth.name.lower() in _RESERVED_HEADERS

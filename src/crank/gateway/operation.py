@@ -66,7 +66,7 @@ class RemoteOperation:
         definition = fingerprint(placement.agent, placement.version, operation, tool.to_json())
         self.confirmation = Confirmation.compile(config.confirmation, method, definition)
         # oauth2: a token request, and after a 401 a renewal and the one request sent again, may come on top.
-        fetched = config.auth is not None and config.auth.type in ("oauth2", "token_exchange")
+        fetched = config.auth is not None and config.auth.type in ("oauth2", "token_exchange", "user_connection")
         attempts = self.adapter.retries + 1 + (3 if fetched else 0)
         self.in_flight_ttl = self.adapter.timeout * attempts + 10
         url = tool.target.url if tool.protocol == "http" else ""

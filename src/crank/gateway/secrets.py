@@ -19,17 +19,22 @@ the references that do not resolve here, for a publish's warnings and `/readyz`.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
-from crank.exceptions import ConfigurationError
+from crank.exceptions import ConfigurationError, ToolConfigurationError
 from crank.registry.runtime import ExecutionConfig, RuntimeView, origin_of
 from crank.types import JSONObject
 
 __all__ = [
+    "MISSING_SECRET_MESSAGE",
+    "SecretValue",
     "ENV_ALLOW_VARIABLE",
     "ENV_PREFIX_VARIABLE",
     "SECRET_DIRS_VARIABLE",
@@ -41,6 +46,11 @@ __all__ = [
     "secret_problem",
 ]
 
+logger = logging.getLogger("crank.gateway")
+
+MISSING_SECRET_MESSAGE: Final = (
+    "The tool cannot call its upstream: a credential it needs is not configured on this server."
+)
 ENV_ALLOW_VARIABLE = "CRANK_SECRET_ENV_ALLOW"
 ENV_PREFIX_VARIABLE = "CRANK_SECRET_ENV_PREFIX"
 SECRET_DIRS_VARIABLE = "CRANK_SECRET_DIRS"
@@ -215,3 +225,35 @@ def missing_credentials(workspace: str, tools: Iterable[tuple[str, str, Executio
             origins.update(origin_of(url) for url in (target, first.token_url) if url)
     return [MissingCredential(workspace, scheme, kind, tuple(names), tuple(sorted(origins)))
             for (scheme, kind), (names, origins) in grouped.items()]  # fmt: skip
+
+
+class SecretValue:
+    """A secret reference of a published operation, read on first use and kept; a reference that does not resolve
+    fails each call as `configuration_error`, with a warning line naming it (never its value). `check`: why a
+    value cannot be sent the way its kind sends it (a cookie's rules, say), or None."""
+
+    def __init__(
+        self, reference: str, *, workspace: str, where: str, check: Callable[[str], str | None] | None = None
+    ) -> None:
+        self.reference = reference
+        self._check = check
+        self._workspace = workspace
+        self._where = where
+        self._value: str | None = None
+
+    def value(self) -> str:
+        if self._value is None:
+            try:
+                value = resolve_secret(self.reference, workspace=self._workspace, where=self._where)
+                problem = _line_break(value) or (self._check(value) if self._check is not None else None)
+                if problem is not None:
+                    raise ConfigurationError(f"{self._where}: the secret {self.reference!r} {problem}")
+            except ConfigurationError as exc:  # the operator's to fix: a warning without a traceback
+                logger.warning("%s", exc, extra={"secret_reference": self.reference})
+                raise ToolConfigurationError(MISSING_SECRET_MESSAGE) from None
+            self._value = value
+        return self._value
+
+
+def _line_break(value: str) -> str | None:
+    return "contains a line break or a control character" if re.search(r"[\x00-\x1f\x7f]", value) else None

@@ -19,14 +19,16 @@ from typing import Final
 
 from crank.exceptions import InvalidParamsError
 
-__all__ = ["DEFAULT_LOG_LEVEL", "LOG_LEVELS", "LogLevels", "SessionIds", "log_level_rank"]
+__all__ = ["DEFAULT_LOG_LEVEL", "LOG_LEVELS", "URL_ELICITATION", "LogLevels", "SessionIds", "log_level_rank"]
 
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 """RFC 5424's severities, least severe first, as MCP logging names them."""
 DEFAULT_LOG_LEVEL: Final = "info"
 _RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 _MAX_ID = 200
-_CARRIED = ("elicitation", "sampling", "roots")
+URL_ELICITATION: Final = "url-elicitation"
+"""What a session id carries for a client that declared URL-mode elicitation (`elicitation: {url: {}}`)."""
+_CARRIED = ("elicitation", "sampling", "roots", URL_ELICITATION)
 
 
 def log_level_rank(level: object, where: str) -> int:
@@ -48,7 +50,10 @@ class SessionIds:
         self._key = key or secrets.token_bytes(32)
 
     def issue(self, capabilities: object = None) -> str:
-        declared = capabilities if isinstance(capabilities, dict) else {}
+        declared = dict(capabilities) if isinstance(capabilities, dict) else {}
+        elicitation = declared.get("elicitation")
+        if isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict):
+            declared[URL_ELICITATION] = True
         said = "+".join(name for name in _CARRIED if name in declared)
         body = f"{secrets.token_urlsafe(16)}.{said}"
         return f"{body}.{self._sign(body)}"

@@ -17,6 +17,7 @@ from crank.ids import new_request_id
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.input_required import CAPABILITY_OF_METHOD, InputRequired, NeedsInput
 from crank.mcp.protocol import MODERN_PROTOCOL_VERSIONS
+from crank.mcp.sessions import URL_ELICITATION
 from crank.mcp.streams import Channel, RequestInfo, owner_of
 from crank.types import JSONObject
 
@@ -163,6 +164,33 @@ class CallContext:
             return isinstance(self.client_capabilities, Mapping) and capability in self.client_capabilities
         channel = self._open_channel()
         return channel is not None and channel.can_stream() and capability in (channel.session_capabilities() or ())
+
+    def can_open_url(self) -> bool:
+        """Whether the client declared URL-mode elicitation (`elicitation: {url: {}}`) and can be asked here: it
+        can send its user to a page of this server (`elicit_url`)."""
+        if self.modern:
+            declared = self.client_capabilities.get("elicitation") if isinstance(self.client_capabilities,
+                                                                                   Mapping) else None  # fmt: skip
+            return isinstance(declared, Mapping) and isinstance(declared.get("url"), Mapping)
+        return self.can_ask(URL_ELICITATION)
+
+    async def elicit_url(
+        self, message: str, url: str, elicitation_id: str, *, timeout: float | None = None
+    ) -> JSONObject:
+        """Ask the client to send its user to `url` (URL-mode elicitation); returns the client's `ElicitResult`
+        (`action`: `accept` says the user agreed to open it, not that they finished). 2025-11-25: an
+        `elicitation/create` request naming `elicitation_id` (a `notifications/elicitation/complete` may name it
+        later: `notify`); 2026-07-28: an `input_required` round, as `elicit` (that era has no ids)."""
+        params: JSONObject = {"mode": "url", "message": message, "url": url}
+        if not self.modern:
+            params["elicitationId"] = elicitation_id
+        return await self._ask("elicitation/create", params, timeout)
+
+    async def notify(self, method: str, params: JSONObject) -> None:
+        """Send the client a notification on this call's stream (2025-11-25, when it streams); else nothing."""
+        channel = self._open_channel()
+        if channel is not None and not self.modern and channel.can_stream():
+            await channel.notify(method, params)
 
     def answer_id(self) -> str | None:
         """2026-07-28: an id of the questions this call was answered (the same when the client sends the same

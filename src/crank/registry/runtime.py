@@ -75,6 +75,9 @@ __all__ = [
     "AuthType",
     "SCHEME_NAME",
     "SchemeCredential",
+    "SignInClient",
+    "AuthorizationCodeFlow",
+    "UserConnection",
     "SecurityRequirement",
     "TokenExchange",
     "ConfirmationConfig",
@@ -197,6 +200,10 @@ def is_secure_url(url: str) -> bool:
     return True
 
 
+def _same_url(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
 def _secure_url(url: str) -> str:
     """An https URL, or http on loopback only: keys and secrets never travel in clear text (the MCP
     authorization specification requires https for authorization server endpoints)."""
@@ -232,6 +239,22 @@ class IntrospectionClient(_Model):
         return None if value is None else _secure_url(value)
 
 
+class SignInClient(_Model):
+    """Crank's own OpenID Connect client at one of the workspace's issuers: how the connect page signs a user in
+    (the authorization code flow with PKCE) to connect only the user a connect link names (docs/security.md,
+    Acting as the user). Its redirect URI there is `{CRANK_PUBLIC_URL}/connect/signed-in`."""
+
+    issuer: str
+    client_id: str = Field(min_length=1, max_length=256)
+    client_secret: str = Field(min_length=1, max_length=1024)
+    """A secret reference (`env:NAME` or `file:/path`), never the secret itself."""
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, value: str) -> str:
+        return _secure_url(value)
+
+
 class OAuthPolicy(_Model):
     """What an OAuth access token opens in a workspace: the issuers it trusts, the base URL its resources are
     named from (the token's audience), and the scopes each agent and tool needs."""
@@ -253,6 +276,15 @@ class OAuthPolicy(_Model):
     introspection: IntrospectionClient | None = None
     anonymous: AnonymousLimits = AnonymousLimits()
     """With `sign_in: calls`, what requests without credentials may cost (docs/security.md, Lazy sign-in)."""
+    sign_in_client: SignInClient | None = None
+    """How the connect page signs users in, for schemes that act through users' own connections."""
+
+    @model_validator(mode="after")
+    def _sign_in_issuer(self) -> OAuthPolicy:
+        client = self.sign_in_client
+        if client is not None and not any(_same_url(client.issuer, issuer) for issuer in self.issuers):
+            raise ValueError("sign_in_client.issuer must be one of the workspace's issuers")
+        return self
 
     @field_validator("issuers", "audience")
     @classmethod
@@ -289,13 +321,15 @@ class OAuthPolicy(_Model):
 # -- execution config --------------------------------------------------------------------------------
 
 
-AuthType = Literal["bearer", "header", "query", "cookie", "basic", "oauth2", "token_exchange"]
+AuthType = Literal["bearer", "header", "query", "cookie", "basic", "oauth2", "token_exchange", "user_connection"]
 """How an upstream credential is sent: `bearer` (`Authorization: Bearer <secret>`), `header`, `query` or `cookie`
 (the secret as the value of `name`), `basic` (the secret is `user:password`, sent base64-encoded), `oauth2` (the
 secret is the client secret of the OAuth 2 client-credentials grant at `token_url`; the token goes as bearer),
 `token_exchange` (RFC 8693: the signed-in user's access token is exchanged at `token_url` for one the API takes,
 for `audience` or `resource`; the secret is Crank's own client secret there; the token goes as bearer: acting as
-the user, docs/gateway.md)."""
+the user, docs/gateway.md), `user_connection` (each user connects their own account once, through the OAuth 2
+authorization code flow with PKCE at `authorization_url` and `token_url`; their tokens are kept in the vault and
+sent as bearer; the secret is Crank's own client secret there)."""
 
 
 class AuthConfig(_Model):
@@ -321,13 +355,21 @@ class AuthConfig(_Model):
     subject_issuer: str | None = None
     """`token_exchange`: the issuer of the users' tokens it exchanges, whose token endpoint `token_url` is: a token
     of another issuer is never sent there."""
+    authorization_url: str | None = None
+    """`user_connection`: the authorization server's authorization endpoint, where a user connects their account."""
 
     @model_validator(mode="after")
     def _complete(self) -> AuthConfig:
-        if self.type in ("oauth2", "token_exchange"):
+        if self.type in ("oauth2", "token_exchange", "user_connection"):
             if not self.client_id or not self.token_url:
                 raise ValueError(f"{self.type} credentials need client_id and token_url")
             _secure_url(self.token_url)
+        if (self.type == "user_connection") != (self.authorization_url is not None):
+            raise ValueError("user_connection credentials, and only they, name an authorization_url")
+        if self.type == "user_connection" and self.scheme is None:
+            raise ValueError("user_connection credentials name their scheme: users connect per scheme")
+        if self.authorization_url is not None:
+            _secure_url(self.authorization_url)
         exchange = (self.audience, self.resource, self.subject_issuer)
         if self.type == "token_exchange":
             if self.subject_issuer is None or (self.audience is None and self.resource is None):
@@ -369,6 +411,46 @@ class TokenExchange(_Model):
         return self
 
 
+class AuthorizationCodeFlow(_Model):
+    """An OAuth 2 authorization code flow, as an API description's security scheme declares it (its
+    `authorizationUrl` and `tokenUrl`): where a user may connect their own account (`UserConnection`)."""
+
+    authorization_url: str
+    token_url: str
+
+    @model_validator(mode="after")
+    def _secure(self) -> AuthorizationCodeFlow:
+        _secure_url(self.authorization_url)
+        _secure_url(self.token_url)
+        return self
+
+
+class UserConnection(_Model):
+    """How a scheme's calls act as the signed-in user through their own connection to the API: each user connects
+    once (the OAuth 2 authorization code flow with PKCE, on Crank's connect page), and their tokens are kept,
+    encrypted, in the vault. The flow is the description's (`SecurityRequirement.authorization_code`) unless
+    `authorization_url` and `token_url` name another; `scopes` replace the operations' own."""
+
+    authorization_url: str | None = None
+    token_url: str | None = None
+    scopes: tuple[str, ...] = Field(default=(), max_length=64)
+
+    @model_validator(mode="after")
+    def _complete(self) -> UserConnection:
+        if (self.authorization_url is None) != (self.token_url is None):
+            raise ValueError("a connection names both authorization_url and token_url, or neither")
+        for url in (self.authorization_url, self.token_url):
+            if url is not None:
+                _secure_url(url)
+        return self
+
+    def flow(self, described: AuthorizationCodeFlow | None) -> AuthorizationCodeFlow | None:
+        """The flow users connect through: this one's own, else the description's."""
+        if self.authorization_url is not None and self.token_url is not None:
+            return AuthorizationCodeFlow(authorization_url=self.authorization_url, token_url=self.token_url)
+        return described
+
+
 class SchemeCredential(_Model):
     """A workspace's credential for one security scheme of its API descriptions: the secret by reference (a
     token, an API key, `user:password` for basic, an OAuth 2 client secret) and, for OAuth 2, the client id.
@@ -383,11 +465,15 @@ class SchemeCredential(_Model):
     """The upstream origins (`https://api.example.com`) the credential may be sent to."""
     exchange: TokenExchange | None = None
     """Act as the signed-in user through a token exchange (`token_exchange` credentials) instead of one account."""
+    connection: UserConnection | None = None
+    """Act as the signed-in user through their own connection to the API (`user_connection` credentials)."""
 
     @model_validator(mode="after")
     def _exchange_client(self) -> SchemeCredential:
-        if self.exchange is not None and not self.client_id:
-            raise ValueError("a token exchange needs Crank's client id at its token endpoint")
+        if self.exchange is not None and self.connection is not None:
+            raise ValueError("a credential acts as the user through an exchange or a connection, not both")
+        if (self.exchange is not None or self.connection is not None) and not self.client_id:
+            raise ValueError("acting as the user needs Crank's client id at the authorization server")
         return self
 
     @field_validator("origins")
@@ -408,6 +494,11 @@ class SchemeCredential(_Model):
             if requirement.type not in ("bearer", "oauth2"):
                 return False
             addresses = [target, self.exchange.token_url]
+        elif self.connection is not None:
+            flow = self.connection.flow(requirement.authorization_code)
+            if requirement.type not in ("bearer", "oauth2") or flow is None:
+                return False
+            addresses = [target, flow.token_url]
         elif (self.client_id is not None) != (requirement.type == "oauth2"):
             return False
         else:
@@ -430,6 +521,8 @@ class SecurityRequirement(_Model):
     name: str = DEFAULT_AUTH_HEADER
     token_url: str | None = None
     scopes: tuple[str, ...] = ()
+    authorization_code: AuthorizationCodeFlow | None = None
+    """The description's authorization code flow, where each user may connect their own account (`UserConnection`)."""
 
     def credential(self, given: SchemeCredential) -> AuthConfig:
         """The operation's `auth` once the workspace gives the scheme a credential."""
@@ -438,6 +531,15 @@ class SecurityRequirement(_Model):
             return AuthConfig(type="token_exchange", secret=given.secret, scheme=self.scheme, client_id=given.client_id,
                               token_url=exchange.token_url, audience=exchange.audience, resource=exchange.resource,
                               scopes=exchange.scopes or self.scopes, subject_issuer=exchange.issuer)  # fmt: skip
+        connection = given.connection
+        if connection is not None:
+            flow = connection.flow(self.authorization_code)
+            if flow is None:
+                raise ValueError(f"the description of {self.scheme} has no authorization code flow: name one")
+            return AuthConfig(type="user_connection", secret=given.secret, scheme=self.scheme,
+                              client_id=given.client_id, token_url=flow.token_url,
+                              authorization_url=flow.authorization_url,
+                              scopes=connection.scopes or self.scopes)  # fmt: skip
         return AuthConfig(type=self.type, secret=given.secret, name=self.name, scheme=self.scheme,
                           client_id=given.client_id, token_url=self.token_url, scopes=self.scopes)  # fmt: skip
 

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -66,6 +68,7 @@ class VaultKeys:
             if len(key) != _KEY_BYTES:
                 raise ConfigurationError(f"a vault key is {_KEY_BYTES} bytes, base64 (`crank vault key` makes one)")
         self._ciphers = {_key_id(key): AESGCM(key) for key in keys}
+        self._keys = tuple(keys)
         self.current = _key_id(keys[0])
 
     @classmethod
@@ -82,6 +85,12 @@ class VaultKeys:
     @property
     def ids(self) -> frozenset[str]:
         return frozenset(self._ciphers)
+
+    def derived(self, purpose: str) -> list[bytes]:
+        """A key for `purpose` (signing connect links, say) from each vault key, the current one first (HKDF-SHA256):
+        every replica given the same vault keys derives the same, and a rotation rotates them too."""
+        return [HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=f"crank {purpose}".encode()).derive(key)
+                for key in self._keys]  # fmt: skip
 
     def encrypt(self, plaintext: bytes, identity: bytes) -> tuple[str, bytes, bytes]:
         """(key id, nonce, ciphertext) of `plaintext`, bound to `identity`."""

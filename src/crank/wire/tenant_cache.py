@@ -72,6 +72,12 @@ class TenantCaches(Generic[V]):
             del cache[key]
             self._bytes -= before - cache.currsize
 
+    def clear(self, tenant: Hashable) -> None:
+        """Forget every entry of `tenant`."""
+        cache = self._caches.pop(tenant, None)
+        if cache is not None:
+            self._bytes -= cache.currsize
+
     def bytes(self, tenant: Hashable | None = None) -> int:
         """What one tenant's entries cost, or (None) every tenant's."""
         if tenant is None:
