@@ -428,11 +428,15 @@ def workspace_create(slug: str, name: str | None, language: str) -> None:
               help="Scopes a call needs besides its agent's: a tool name, or read, write, destructive.")  # fmt: skip
 @click.option("--introspection-client", default=None, metavar="CLIENT_ID=env:NAME",
               help="Introspect opaque tokens (RFC 7662) as this client, its secret by reference.")  # fmt: skip
+@click.option("--sign-in-client", default=None, metavar="CLIENT_ID=env:NAME",
+              help="Sign users in on the connect page as this client of the first --issuer (its secret by "
+              "reference; redirect URI CRANK_PUBLIC_URL/connect/_/signed-in): users' own connections need "
+              "it.")  # fmt: skip
 @click.option("--off", is_flag=True, help="Take API keys only again.")
 @click.option("--show", is_flag=True, help="Print the policy and change nothing.")
 def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, credentials: str, sign_in: str,
                     agent_scopes: tuple[str, ...], tool_scopes: tuple[str, ...], introspection_client: str | None,
-                    off: bool, show: bool) -> None:  # fmt: skip
+                    sign_in_client: str | None, off: bool, show: bool) -> None:  # fmt: skip
     """Let a workspace take OAuth access tokens (docs/security.md, OAuth): the issuers it trusts, the scopes its
     agents and tools need. Replicas apply it when they reload, as after a publish."""
     from crank.registry.runtime import OAuthPolicy
@@ -453,6 +457,10 @@ def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, c
         if introspection_client is not None:
             client_id, _, secret = introspection_client.partition("=")
             data["introspection"] = {"client_id": client_id, "client_secret": secret}
+        if sign_in_client is not None:
+            client_id, _, secret = sign_in_client.partition("=")
+            first = issuers[0] if issuers else ""
+            data["sign_in_client"] = {"issuer": first, "client_id": client_id, "client_secret": secret}
         policy = _validated(OAuthPolicy, data)
         registry.set_workspace_oauth(slug, policy)
     click.echo(f"workspace {slug}: takes {credentials} ({', '.join(policy.issuers)})")
@@ -476,12 +484,20 @@ def workspace_oauth(slug: str, issuers: tuple[str, ...], audience: str | None, c
 @click.option("--audience", default=None, help="With --token-exchange: the API as its authorization server names it.")
 @click.option("--resource", default=None, help="With --token-exchange: the API's URL (RFC 8707), instead of or "
               "beside --audience.")  # fmt: skip
-@click.option("--scope", "scopes", multiple=True, help="With --token-exchange: a scope to ask for (repeatable).")
+@click.option("--scope", "scopes", multiple=True, help="With --token-exchange or --connect: a scope to ask for "
+              "(repeatable).")  # fmt: skip
+@click.option("--connect", is_flag=True, help="Act as the signed-in user through their own connection: each user "
+              "connects their account once (OAuth authorization code with PKCE; Crank's own client there is "
+              "--client-id and REFERENCE).")  # fmt: skip
+@click.option("--authorization-url", default=None, metavar="URL", help="With --connect: the authorization endpoint, "
+              "when the API description declares no authorization code flow (with --token-url).")  # fmt: skip
+@click.option("--token-url", default=None, metavar="URL", help="With --connect: the token endpoint (with "
+              "--authorization-url).")  # fmt: skip
 @click.option("--remove", is_flag=True, help="Take the scheme's credential away.")
 def workspace_credential(
     slug: str, scheme: str | None, reference: str | None, client_id: str | None, origins: tuple[str, ...],
     exchange_url: str | None, issuer: str | None, audience: str | None, resource: str | None, scopes: tuple[str, ...],
-    remove: bool,
+    connect: bool, authorization_url: str | None, token_url: str | None, remove: bool,
 ) -> None:  # fmt: skip
     """Give the workspace a credential for a security scheme of its API descriptions, by reference (env:NAME or
     file:/path: a token, an API key, user:password for basic, an OAuth 2 client secret). Every operation that
@@ -506,8 +522,14 @@ def workspace_credential(
         if exchange_url is not None:
             data["exchange"] = {"issuer": issuer, "token_url": exchange_url, "audience": audience,
                                 "resource": resource, "scopes": scopes}  # fmt: skip
+            if connect:
+                raise click.UsageError("a credential acts as the user through --token-exchange or --connect, not both")
+        elif connect:
+            data["connection"] = {"authorization_url": authorization_url, "token_url": token_url, "scopes": scopes}
         elif issuer or audience or resource or scopes:
             raise click.UsageError("--issuer, --audience, --resource and --scope describe a --token-exchange")
+        if (authorization_url or token_url) and not connect:
+            raise click.UsageError("--authorization-url and --token-url describe a --connect")
         credential = _validated(SchemeCredential, data)
         registry.set_workspace_credential(slug, scheme, credential)
     click.echo(f"workspace {slug}: {scheme} uses {reference} (publish its agents to apply it)")
@@ -866,6 +888,80 @@ def rollback(workspace: str, agent_slug: str, version: int) -> None:
     with _clear_errors():
         _registry().rollback(workspace, agent_slug, version)
     click.echo(f"{workspace}/{agent_slug} now serves version {version}")
+
+
+@main.group()
+def vault() -> None:
+    """The token vault: users' connections to APIs, encrypted (CRANK_VAULT_KEYS)."""
+
+
+@vault.command("key")
+def vault_key() -> None:
+    """Print a new vault key (32 random bytes, base64): keep it where a reference of CRANK_VAULT_KEYS names it."""
+    from crank.registry.vault import new_vault_key
+
+    click.echo(new_vault_key())
+
+
+def _vault() -> Any:
+    from crank.registry.vault import Vault
+
+    settings = _settings()
+    keys = settings.vault()
+    if keys is None:
+        raise click.UsageError("CRANK_VAULT_KEYS is not set: give the vault's keys (`crank vault key` makes one)")
+    return Vault(_migrated_engine(settings), keys)
+
+
+@vault.command("check")
+def vault_check() -> None:
+    """Check that CRANK_VAULT_KEYS holds every key the vault's rows are encrypted with."""
+    store = _vault()
+    store.check()
+    click.echo(f"vault: {len(store.entries())} entries, every one readable (current key {store.keys.current})")
+
+
+@vault.command("rotate")
+def vault_rotate() -> None:
+    """Re-encrypt every row under the current (first) key of CRANK_VAULT_KEYS; then older keys may go."""
+    store = _vault()
+    store.check()
+    click.echo(f"vault: {store.rotate()} entries re-encrypted with key {store.keys.current}")
+
+
+@main.group()
+def connection() -> None:
+    """Users' own connections to APIs (listed and revoked without their tokens)."""
+
+
+def _connections() -> Any:
+    from crank.registry.vault import Vault
+
+    settings = _settings()
+    return Vault(_migrated_engine(settings), None)  # listing and removing never decrypt
+
+
+@connection.command("list")
+@click.argument("workspace", required=False)
+@click.option("--scheme", default=None, help="Only this security scheme's connections.")
+@click.option("--subject", default=None, help="Only this user's (their subject at the identity provider).")
+def connection_list(workspace: str | None, scheme: str | None, subject: str | None) -> None:
+    """List connections: whose, to which scheme, since when (never a token)."""
+    _echo_json([entry.to_json() for entry in _connections().entries(workspace, scheme=scheme, subject=subject)])
+
+
+@connection.command("remove")
+@click.argument("workspace")
+@click.option("--scheme", default=None, help="Only this security scheme's connections.")
+@click.option("--subject", default=None, help="Only this user's.")
+@click.option("--all", "everyone", is_flag=True, help="Every connection of the workspace (with no other filter).")
+def connection_remove(workspace: str, scheme: str | None, subject: str | None, everyone: bool) -> None:
+    """Revoke connections: their users are asked to connect again on their next call (every replica stops using
+    them within 30 s). Their tokens are not revoked at the API's authorization server."""
+    if scheme is None and subject is None and not everyone:
+        raise click.UsageError("say which: --scheme, --subject, or --all")
+    removed = _connections().delete(workspace, scheme=scheme, subject=subject)
+    click.echo(f"workspace {workspace}: {removed} connection(s) removed")
 
 
 @main.group()

@@ -37,6 +37,7 @@ from crank.exceptions import ConfigurationError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.tokens import MAX_DOCUMENT_BYTES, TokenLimits, TokenVerifier
+from crank.gateway.user_connections import CONNECT_PATH, ConnectLinks, UserConnections
 from crank.mcp.changes import DEFAULT_MAX_LISTENERS_PER_GROUP, ListChanges
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
@@ -45,10 +46,12 @@ from crank.mcp.streams import Relay
 from crank.registry import Registry, migrate, open_engine
 from crank.registry.changes import ChangeListener, change_announcer, change_listener
 from crank.registry.runtime import OAuthPolicy
+from crank.registry.vault import Vault, VaultKeys
 from crank.rpc import RPCApp
 from crank.settings import Settings
 from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE, AgentSource
+from crank.sources.connect import ConnectPages
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
 from crank.state.relay import RedisRelay
@@ -202,6 +205,7 @@ class GatewayService:
         relay: Relay | None = None,
         max_streams_per_workspace: int = DEFAULT_MAX_LISTENERS_PER_GROUP,
         token_limits: TokenLimits | None = None,
+        vault_keys: VaultKeys | None = None,
     ) -> None:
         """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
         the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
@@ -211,9 +215,17 @@ class GatewayService:
         never taken from a request's `Host`. `request_state_secret` and `relay`: what lets replicas finish each
         other's questions to users (a confirmation): the same secret on every replica, and the answer relay
         (`crank.state.relay`) over their Redis. `max_streams_per_workspace`: list-change streams one workspace's
-        callers may hold open at once (`crank.mcp.changes`)."""
+        callers may hold open at once (`crank.mcp.changes`). `vault_keys`: the keys of the token vault
+        (`CRANK_VAULT_KEYS`), which users' own connections to APIs need, with `public_url` for their connect
+        pages; checked here against the vault's rows (`ConfigurationError` naming a key the rows need)."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
+        state = state or MemoryStore()
+        vault = Vault(registry.engine, vault_keys) if vault_keys is not None else None
+        if vault is not None:
+            vault.check()
+        links = ConnectLinks(public_url, vault_keys) if vault_keys is not None and public_url else None
+        connections = UserConnections(vault, state, links)
         # A publish tells the clients of the agents whose lists it changed.
         self.changes = ListChanges(max_per_group=max_streams_per_workspace)
         self.source = AgentSource(
@@ -226,6 +238,7 @@ class GatewayService:
             key_list_max_age=key_list_max_age,
             listener=listener,
             changes=self.changes,
+            connections=connections,
         )
         # `/readyz` asks each dependency through a bounded, cached probe: the registry, and Redis when used.
         self.probes = [probe or registry_probe(registry)]
@@ -236,6 +249,13 @@ class GatewayService:
         issuers = UpstreamClient(egress=client.egress, max_response_bytes=MAX_DOCUMENT_BYTES)
         verifier = TokenVerifier(issuers, limits=token_limits)
         self.auth = GatewayAuthenticator(self.source, verifier, public_url=public_url)
+        self.connect: ConnectPages | None = None
+        if vault_keys is not None and public_url:
+            self.connect = ConnectPages(
+                public_url=public_url, keys=vault_keys, connections=connections, state=self.source.state,
+                verifier=verifier, client=client, policies=self.source.oauth_policy,
+                connection_auth=self.source.connection_auth,
+            )  # fmt: skip
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
         endpoint = MCPEndpoint(
             self.source.provide,
@@ -315,6 +335,9 @@ class GatewayService:
         path = scope.get("path", "")
         if path.startswith(PROTECTED_RESOURCE_PATH) and scope["type"] == "http":
             response = self._resource_metadata(path, scope["method"])
+        elif path.startswith(CONNECT_PATH + "/") and self.connect is not None and scope["type"] == "http":
+            await self.connect(scope, receive, send)
+            return
         elif path == "/metrics" and scope["type"] == "http":
             response = Response(self.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
         elif path == "/readyz" and scope["type"] == "http":
@@ -423,6 +446,7 @@ class CrankServer:
                 # A tenth of the connections at most for one workspace's list-change streams: docs/security.md.
                 max_streams_per_workspace=max(1, settings.max_connections // 10),
                 token_limits=settings.token_limits(),
+                vault_keys=settings.vault(),
             )
         if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one
             self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,

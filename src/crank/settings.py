@@ -42,6 +42,7 @@ from crank.gateway.tokens import (
     TokenLimits,
 )
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
+from crank.registry.vault import VaultKeys
 from crank.schema import problems_of
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
@@ -87,6 +88,11 @@ class Settings(BaseSettings):
     state_secret: SecretStr | None = Field(
         None, description="Signs MCP request states and session ids (every replica the same; default: from the "
         "admin token)."
+    )  # fmt: skip
+    vault_keys: str | None = Field(
+        None, max_length=4096,
+        description="References (env:NAME or file:/path, comma-separated) to the token vault's keys, the first "
+        "encrypting: users' own connections to APIs need them (`crank vault key` makes one).",
     )  # fmt: skip
     listen: str = Field(DEFAULT_LISTEN, description="host:port to listen on ([::1]:8000 for IPv6).")
     role: Role = Field("all", description="admin, mcp or all.")
@@ -243,6 +249,17 @@ class Settings(BaseSettings):
             raise ValueError("the admin token must be at least 16 characters")
         return value
 
+    @field_validator("vault_keys")
+    @classmethod
+    def _vault_keys(cls, value: str | None) -> str | None:
+        """The keys resolve and are keys, at start: a missing or wrong key is said before anything is served."""
+        if value:
+            try:
+                VaultKeys.from_references(value)
+            except ConfigurationError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("egress_allow")
     @classmethod
     def _egress(cls, value: str) -> str:
@@ -319,6 +336,11 @@ class Settings(BaseSettings):
             max_head_bytes=self.max_head_bytes,
             drain_bytes=min(DEFAULT_DRAIN_BYTES, self.max_body_bytes),  # never more of a refused body than a whole one
         )
+
+    def vault(self) -> VaultKeys | None:
+        """The token vault's keys (`CRANK_VAULT_KEYS`), read from their references; None when unset.
+        `ConfigurationError` naming a reference that does not resolve or is no key."""
+        return VaultKeys.from_references(self.vault_keys) if self.vault_keys else None
 
     def token_limits(self) -> TokenLimits:
         """What checking new access tokens may cost (`crank.gateway.tokens.TokenLimits`)."""

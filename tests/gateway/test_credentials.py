@@ -33,7 +33,7 @@ from crank.exceptions import (
     ToolError,
     UserCredentialsError,
 )
-from crank.gateway import credentials
+from crank.gateway import credentials, token_endpoint
 from crank.gateway.client import UpstreamClient
 from crank.gateway.credentials import FAILURE_MEMORY, TOKEN_EXPIRY_MARGIN, TokenCache, TokenKey
 from crank.gateway.operation import Placement, RemoteOperation
@@ -115,7 +115,7 @@ class Site:
 def fresh_warnings() -> None:
     """Each case sees its own warning line: one per token URL and interval, and a new server may get the port
     (so the origin) of an earlier case's."""
-    credentials._notices.forget()
+    token_endpoint._notices.forget()
 
 
 @pytest.fixture

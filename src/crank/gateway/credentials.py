@@ -488,8 +488,7 @@ class _UserConnection(Credential):
         self._endpoint = TokenEndpoint(auth, client, workspace=workspace, where=where, timeout=timeout)
         self._connections = tokens.connections
         self._workspace = workspace
-        scopes = " ".join(sorted(set(auth.scopes)))
-        self._scope = {"scope": scopes} if scopes else {}
+        self._resource = {"resource": auth.resource} if auth.resource else {}
 
     def ready(self, caller: Principal | None = None) -> Sent | None:
         if caller is None:
@@ -522,7 +521,8 @@ class _UserConnection(Credential):
         token keeps the old one valid."""
         assert connected.refresh_token is not None
         self._endpoint.secret.value()
-        form = {"grant_type": "refresh_token", "refresh_token": connected.refresh_token, **self._scope}
+        # No `scope`: the refreshed token keeps what the user consented to (RFC 6749 6).
+        form = {"grant_type": "refresh_token", "refresh_token": connected.refresh_token, **self._resource}
         answer = await self._endpoint.request(form)
         return Connected.from_answer(answer, time.time(), previous=connected)
 

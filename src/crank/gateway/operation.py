@@ -54,6 +54,9 @@ class RemoteOperation:
         placement = placement or Placement("", "", 0)
         workspace = placement.workspace  # whose secrets and share of the upstream's connections its calls use
         tokens = tokens if tokens is not None else TokenCache()
+        self.workspace = workspace
+        self.connections = tokens.connections
+        """The users' own connections its credential may use (`crank.gateway.user_connections`)."""
         if tool.protocol == "http":
             self.adapter: Adapter = HTTPAdapter(client, tool.target, config, where=where, workspace=workspace,
                                                 tokens=tokens)  # fmt: skip

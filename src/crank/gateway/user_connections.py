@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 from urllib.parse import quote
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
@@ -87,8 +87,10 @@ class UpstreamConnectionRequiredError(UserCredentialsError):
     default_code = "upstream_connection_required"
     default_action = CONNECT_ACTION
 
-    def __init__(self, message: str, *, url: str, elicitation: str, scheme: str) -> None:
-        super().__init__(message, details={"connect_url": url, "scheme": scheme})
+    def __init__(self, message: str, *, url: str = "", elicitation: str = "", scheme: str = "", **options: Any) -> None:
+        if url:
+            options["details"] = {"connect_url": url, "scheme": scheme}
+        super().__init__(message, **options)
         self.url = url
         self.elicitation = elicitation
         self.scheme = scheme
@@ -121,8 +123,10 @@ class ConnectLinks:
     def link(self, request: ConnectRequest) -> str:
         signed = self._signer.dumps([request.workspace, request.scheme, request.issuer, request.subject,
                                      request.elicitation])  # fmt: skip
-        return f"{self.public_url}{CONNECT_PATH}/{quote(request.workspace, safe='')}/{quote(request.scheme, safe='')}" \
+        return (
+            f"{self.public_url}{CONNECT_PATH}/{quote(request.workspace, safe='')}/{quote(request.scheme, safe='')}"
             f"?request={signed}"
+        )
 
     def read(self, signed: str, workspace: str, scheme: str) -> ConnectRequest:
         """The request a link carries, if this server signed it for this workspace and scheme within
@@ -322,8 +326,14 @@ class UserConnections:
         return connected
 
     async def _join(
-        self, workspace: str, scheme: str, user: Principal | None, stale: Connected, refresh: Refresh, *,
-        force: bool = False
+        self,
+        workspace: str,
+        scheme: str,
+        user: Principal | None,
+        stale: Connected,
+        refresh: Refresh,
+        *,
+        force: bool = False,
     ) -> Connected:
         key = (workspace, scheme, *_who(user))
         flight = self._flights.get(key)
@@ -399,4 +409,3 @@ def _who(user: Principal | None) -> tuple[str, str]:
             "signed-in user: it came with an API key, or without credentials. Nothing was sent."
         )
     return user.issuer, user.subject
-

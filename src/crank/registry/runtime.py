@@ -351,7 +351,8 @@ class AuthConfig(_Model):
     audience: str | None = Field(default=None, min_length=1, max_length=512)
     """`token_exchange`: the API as its authorization server names it (RFC 8693 `audience`)."""
     resource: str | None = Field(default=None, min_length=1, max_length=512)
-    """`token_exchange`: the API's URL, when its authorization server names APIs so (RFC 8707 `resource`)."""
+    """`token_exchange`, `user_connection`: the API's URL, when its authorization server names APIs so (RFC 8707
+    `resource`)."""
     subject_issuer: str | None = None
     """`token_exchange`: the issuer of the users' tokens it exchanges, whose token endpoint `token_url` is: a token
     of another issuer is never sent there."""
@@ -370,13 +371,15 @@ class AuthConfig(_Model):
             raise ValueError("user_connection credentials name their scheme: users connect per scheme")
         if self.authorization_url is not None:
             _secure_url(self.authorization_url)
-        exchange = (self.audience, self.resource, self.subject_issuer)
+        exchange = (self.audience, self.subject_issuer)
         if self.type == "token_exchange":
             if self.subject_issuer is None or (self.audience is None and self.resource is None):
                 raise ValueError("token_exchange credentials need subject_issuer, and the API's audience or resource")
             _secure_url(self.subject_issuer)
         elif any(value is not None for value in exchange):
-            raise ValueError("only token_exchange credentials name an audience, resource or subject_issuer")
+            raise ValueError("only token_exchange credentials name an audience or subject_issuer")
+        elif self.resource is not None and self.type != "user_connection":
+            raise ValueError("only token_exchange and user_connection credentials name a resource")
         return self
 
 
@@ -434,6 +437,9 @@ class UserConnection(_Model):
     authorization_url: str | None = None
     token_url: str | None = None
     scopes: tuple[str, ...] = Field(default=(), max_length=64)
+    """The scopes to ask for (`offline_access` too where the server gives refresh tokens only for it)."""
+    resource: str | None = Field(default=None, min_length=1, max_length=512)
+    """The API's URL, when its authorization server issues tokens per resource (RFC 8707 `resource`)."""
 
     @model_validator(mode="after")
     def _complete(self) -> UserConnection:
@@ -538,7 +544,7 @@ class SecurityRequirement(_Model):
                 raise ValueError(f"the description of {self.scheme} has no authorization code flow: name one")
             return AuthConfig(type="user_connection", secret=given.secret, scheme=self.scheme,
                               client_id=given.client_id, token_url=flow.token_url,
-                              authorization_url=flow.authorization_url,
+                              authorization_url=flow.authorization_url, resource=connection.resource,
                               scopes=connection.scopes or self.scopes)  # fmt: skip
         return AuthConfig(type=self.type, secret=given.secret, name=self.name, scheme=self.scheme,
                           client_id=given.client_id, token_url=self.token_url, scopes=self.scopes)  # fmt: skip

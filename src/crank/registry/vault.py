@@ -156,11 +156,18 @@ class Vault:
     """The encrypted entries of one registry's database (synchronous: callers on an event loop run it in a
     thread, as every registry read)."""
 
-    def __init__(self, engine: Engine, keys: VaultKeys) -> None:
+    def __init__(self, engine: Engine, keys: VaultKeys | None) -> None:
+        """`keys` None: the entries can be listed and removed (an operator's CLI), never read or written."""
         self.engine = engine
-        self.keys = keys
+        self._keys = keys
         self._writer = engine.execution_options(crank_write=True)  # SQLite: the write lock from the start
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+
+    @property
+    def keys(self) -> VaultKeys:
+        if self._keys is None:
+            raise ConfigurationError(f"the vault's keys are not given ({VAULT_KEYS_VARIABLE})")
+        return self._keys
 
     def put(self, workspace: str, scheme: str, issuer: str, subject: str, secret: JSONObject) -> None:
         """Keep `secret` for this user and scheme, replacing what was there: one upsert, so that two replicas

@@ -44,6 +44,7 @@ from crank.gateway.limits import CallLimits, Limiter
 from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, HUMAN_CONFIRMATION_SENTENCE
 from crank.gateway.secrets import MissingCredential, MissingSecret, missing_credentials, missing_secrets
+from crank.gateway.user_connections import UpstreamConnectionRequiredError, UserConnections
 from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
 from crank.mcp.changes import LIST_KINDS, ListChanges
@@ -60,9 +61,10 @@ from crank.registry import (
     key_digest,
 )
 from crank.registry.changes import ChangeListener
-from crank.registry.runtime import Limits, OAuthPolicy, RuntimeView, ToolHints, origin_of
+from crank.registry.runtime import AuthConfig, Limits, OAuthPolicy, RuntimeView, ToolHints, origin_of
 from crank.schema import wrap_output
 from crank.sources.agent_surface import agent_surface
+from crank.sources.connect import ask_to_connect
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.prompt_templates import RenderGates
 from crank.sources.search import IndexedOperation
@@ -242,20 +244,25 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
         if limits is not None and (agent_limited or (caller is not None and caller.limits is not None)):
             if not limits.admit_now(caller):
                 await limits.admit(caller)  # LimitReachedError: nothing is sent
+        confirmed = False
         if operation.confirmation is None:  # the common case, as short as before confirmations could ask
             pending = operation.call(arguments, context.headers, caller)
         else:
             who = caller.id if caller is not None else ""
             confirmed = await ask_user(operation, arguments, context, who)
             pending = operation.call(arguments, context.headers, caller, confirmed=confirmed)
-        try:  # `CallContext.progress_token`, inline and cheap first: most calls ask for no progress
-            asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
-        except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
-            asked = context.progress_token is not None
-        if asked and context.progress_token is not None:
-            outcome = await _reporting(pending, operation, context)
-        else:
-            outcome = await pending
+        try:
+            try:  # `CallContext.progress_token`, inline and cheap first: most calls ask for no progress
+                asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
+            except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
+                asked = context.progress_token is not None
+            if asked and context.progress_token is not None:
+                outcome = await _reporting(pending, operation, context)
+            else:
+                outcome = await pending
+        except UpstreamConnectionRequiredError as needed:  # the user has not connected their account: ask them to
+            await ask_to_connect(needed, context, operation.connections, operation.workspace)
+            outcome = await operation.call(arguments, context.headers, caller, confirmed=confirmed)
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.
@@ -462,7 +469,10 @@ class AgentSource:
         key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
         listener: ChangeListener | None = None,
         changes: ListChanges | None = None,
+        connections: UserConnections | None = None,
     ) -> None:
+        """`connections`: the users' own connections to APIs (`crank.gateway.user_connections`), for tools that act
+        as the user through them; none: such tools fail as `configuration_error`."""
         self.registry = registry
         self.listener = listener
         self.changes = changes
@@ -484,7 +494,8 @@ class AgentSource:
         self.state = state or MemoryStore()
         self.limiter = Limiter(self.state, metrics)
         self.client = client
-        self.tokens = TokenCache()  # OAuth client-credentials tokens to the upstreams, shared by every build
+        # OAuth tokens to the upstreams (client credentials, exchanges, users' connections), shared by every build
+        self.tokens = TokenCache(connections=connections)
         self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
@@ -590,6 +601,23 @@ class AgentSource:
         """The security schemes served tools require with no credential given (their calls get the upstream's
         401): `/readyz` names each with its tools and how to give it."""
         return [missing for served in self._catalogs.values() for missing in served.gaps]
+
+    def oauth_policy(self, workspace: str) -> OAuthPolicy | None:
+        """The workspace's OAuth policy as this replica serves it (the connect page signs its users in with it)."""
+        found = self.oauth.get(workspace)
+        return found.policy if found is not None else None
+
+    def connection_auth(self, workspace: str, scheme: str) -> AuthConfig | None:
+        """The credentials through which a served tool of the workspace acts as its users' own connection to the
+        scheme's API (`user_connection`), for the connect page; None when no served tool does."""
+        for (served_workspace, _), served in self._catalogs.items():
+            if served_workspace != workspace or served.secrets is None:
+                continue
+            for tool in served.secrets.tools:
+                auth = tool.execution_config.auth
+                if auth is not None and auth.type == "user_connection" and auth.scheme == scheme:
+                    return auth
+        return None
 
     def refused_targets(self) -> list[RefusedTarget]:
         """The served tools whose target address this server's egress policy refuses (their calls would fail as

@@ -3,10 +3,10 @@
 The console is the provider's confidential client (`crank.gateway.sign_in.OpenIDSignIn`). "Sign in with ..."
 sends the browser to the provider's authorization endpoint with a fresh `state`, `nonce` and PKCE verifier, kept
 in a short-lived signed cookie of their own (`SameSite=Lax`: the browser sends it back on the provider's redirect,
-which the session's `Strict` cookie is not). The callback checks the state, exchanges the code at the token endpoint (client secret, PKCE
-verifier), and checks the ID token (`TokenVerifier.verify_id_token`: the issuer's keys, the audience, the
-nonce, the expiry). Only a subject, or a verified e-mail address, of `admins` signs in: the provider proves who
-someone is; Crank's own setting says who administers it.
+which the session's `Strict` cookie is not). The callback checks the state, exchanges the code at the token
+endpoint (client secret, PKCE verifier), and checks the ID token (`TokenVerifier.verify_id_token`: the issuer's
+keys, the audience, the nonce, the expiry). Only a subject, or a verified e-mail address, of `admins` signs in:
+the provider proves who someone is; Crank's own setting says who administers it.
 
 The provider's metadata, keys and token endpoint are reached through the upstream client, so the egress policy
 applies as for every other outbound call.

@@ -1,0 +1,409 @@
+"""Users' own connections to an API (docs/gateway.md, Acting as the user): two real authorization servers (npm
+`oidc-provider`, tests/oauth_server.mjs), one the workspace's identity provider, which the MCP client signs in
+with, the other the API's own. The official SDK's OAuth client calls a tool whose scheme acts through each user's
+connection; its elicitation callback opens the connect link in Debian's chromium (Playwright), signs in at both
+providers and consents, and a recording API checks every bearer token: the API's own, for the user who called.
+
+Hostile cases, each with nothing connected and nothing sent upstream: a link opened by another user, a step
+replayed or forged, a step carried to another browser, a redirect elsewhere asked for."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import httpx
+import httpx2
+import jwt
+import mcp.types as types
+import pytest
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
+from playwright.sync_api import Page, sync_playwright
+from pydantic import AnyUrl
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from crank.admin.actions import check_runtime
+from crank.registry import Registry
+from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection, origin_of
+from crank.registry.vault import Vault, VaultKeys, new_vault_key
+from crank.server import GatewayService
+from crank.telemetry import JSONLogFormatter
+from mcp import Client
+from tests.oauth import REDIRECT_URI, MemoryTokenStorage, SignIn, authorization_server, obtain_tokens
+from tests.services import free_port
+
+pytestmark = pytest.mark.anyio
+LIMIT = 90  # seconds any one test may take, sign-ins and browsers included
+API_RESOURCE = "https://api.people.example"
+MODES = ["auto", "legacy"]
+SECRETS = {"CONNECT_SECRET": "", "SIGN_IN_SECRET": ""}  # filled from the providers' registrations
+
+
+@pytest.fixture(scope="module")
+def identity() -> Iterator[str]:
+    """The workspace's identity provider: the MCP client's tokens, and the connect page's sign-in."""
+    with authorization_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def api_server() -> Iterator[str]:
+    """The API's own authorization server, where each user connects their account."""
+    with authorization_server() as url:
+        yield url
+
+
+def _register(issuer: str, redirect_uri: str, grants: list[str]) -> tuple[str, str]:
+    """A confidential client of the provider (dynamic registration, RFC 7591)."""
+    metadata = httpx.get(issuer + "/.well-known/openid-configuration").json()
+    answer = httpx.post(metadata["registration_endpoint"], json={
+        "redirect_uris": [redirect_uri], "application_type": "native", "grant_types": grants,
+        "token_endpoint_auth_method": "client_secret_basic", "response_types": ["code"],
+    })  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    return answer.json()["client_id"], answer.json()["client_secret"]
+
+
+@dataclass
+class PeopleAPI:
+    """An API that takes its own authorization server's tokens for its resource: it checks each one (signature,
+    issuer, audience) and answers who the user is. `seen` keeps every bearer token it received."""
+
+    issuer: str
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)
+    """Tokens it answers 401 (revoked at the API, say)."""
+    _keys: jwt.PyJWKClient | None = None
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/me", self.me)])
+
+    async def me(self, request: Request) -> Response:
+        token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if self._keys is None:
+            self._keys = jwt.PyJWKClient(self.issuer + "/jwks")
+        try:
+            key = await anyio.to_thread.run_sync(self._keys.get_signing_key_from_jwt, token)
+            claims = jwt.decode(token, key.key, algorithms=["RS256"], audience=API_RESOURCE, issuer=self.issuer)
+        except jwt.PyJWTError as exc:
+            self.seen.append({"token": token, "refused": str(exc)})
+            return JSONResponse({"error": "invalid_token"}, 401)
+        self.seen.append({"token": token, "claims": claims})
+        if token in self.refused:
+            return JSONResponse({"error": "invalid_token"}, 401)
+        return JSONResponse({"user": claims["sub"]})
+
+
+@dataclass
+class Setup:
+    root: str
+    url: str
+    api: PeopleAPI
+    registry: Registry
+    vault: Vault
+    connect_client: tuple[str, str]
+
+
+@pytest.fixture
+def setup(
+    sqlite_registry: Registry, serve: Callable[..., str], identity: str, api_server: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Setup:  # fmt: skip
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    sign_in_client = _register(identity, root + "/connect/_/signed-in", ["authorization_code"])
+    connect_client = _register(api_server, root + "/connect/_/callback", ["authorization_code", "refresh_token"])
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "acme:CONNECT_SECRET,acme:SIGN_IN_SECRET")
+    monkeypatch.setenv("CONNECT_SECRET", connect_client[1])
+    monkeypatch.setenv("SIGN_IN_SECRET", sign_in_client[1])
+    api = PeopleAPI(api_server)
+    base = serve(api.app())
+    registry = sqlite_registry
+    registry.create_workspace("acme", "Acme")
+    metadata = httpx.get(api_server + "/.well-known/openid-configuration").json()
+    # As an OpenAPI import records it: the scheme `people` is OAuth 2 with an authorization code flow.
+    flow = {"authorization_url": metadata["authorization_endpoint"], "token_url": metadata["token_endpoint"]}
+    registry.put_operation("acme", "whoami", {
+        "protocol": "http", "target": {"method": "GET", "url": base + "/me"}, "description": "Who I am at the API.",
+        "annotations": {"readOnlyHint": True},
+        "execution_config": {"requires": [{"scheme": "people", "type": "bearer", "authorization_code": flow}]},
+    })  # fmt: skip
+    connection = UserConnection(scopes=("offline_access", "tools:read"), resource=API_RESOURCE)
+    credential = SchemeCredential(secret="env:CONNECT_SECRET", client_id=connect_client[0], connection=connection,
+                                  origins=(origin_of(base), origin_of(api_server)))  # fmt: skip
+    registry.set_workspace_credential("acme", "people", credential)
+    registry.put_agent("acme", "people", {"bindings": [{"operation": "whoami"}]})
+    registry.publish("acme", "people", check=check_runtime)
+    signing_in = SignInClient(issuer=identity, client_id=sign_in_client[0], client_secret="env:SIGN_IN_SECRET")
+    registry.set_workspace_oauth("acme", OAuthPolicy(issuers=(identity,), agent_scopes={"*": ("tools:read",)},
+                                                     sign_in_client=signing_in))  # fmt: skip
+    keys = VaultKeys.from_references(_key_reference(monkeypatch))
+    gateway = GatewayService(registry, poll_interval=0.05, public_url=root, vault_keys=keys)
+    assert serve(gateway, port=port) == root
+    return Setup(root, root + "/mcp/v1/acme/people", api, registry, Vault(registry.engine, keys), connect_client)
+
+
+def _key_reference(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("CRANK_TEST_VAULT_KEY", new_vault_key())
+    return "env:CRANK_TEST_VAULT_KEY"
+
+
+# -- a person in front of a browser ------------------------------------------------------------------------------
+
+
+@dataclass
+class Visit:
+    """What a browser saw following a link: the heading of the page it ended on, and every URL it went through."""
+
+    heading: str
+    text: str
+    urls: list[str]
+
+
+def browse(url: str, users: dict[str, str], *, stop_at: str | None = None) -> Visit:
+    """Open `url` in chromium, sign in at each provider as `users[its origin]` and consent, until a page of
+    neither provider (or, with `stop_at`, a page of that origin, where it does nothing). `urls`: every request the
+    page made, each hop of a redirect included."""
+    chromium = shutil.which("chromium")
+    assert chromium is not None, "Debian's chromium is missing: scripts/install-services installs it"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_context().new_page()
+            urls: list[str] = []
+            page.on("request", lambda request: urls.append(request.url))
+            page.goto(url)
+            _through_providers(page, users, stop_at)
+            heading = page.locator("h1").first.inner_text() if page.locator("h1").count() else ""
+            return Visit(heading, page.locator("body").inner_text(), urls)
+        finally:
+            browser.close()
+
+
+def _through_providers(page: Page, users: dict[str, str], stop_at: str | None) -> None:
+    for _ in range(8):
+        page.wait_for_load_state()
+        origin = origin_of(page.url)
+        if origin not in users or origin == stop_at:
+            return
+        if page.locator('input[name="login"]').count():
+            page.locator('input[name="login"]').fill(users[origin])
+            page.locator('input[name="password"]').fill("any password")
+        with page.expect_navigation():  # the provider's next page, or the redirect onwards
+            page.locator('button[type="submit"]').first.click()
+
+
+# -- the MCP client ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Person:
+    """A user at both providers (the same login at each), and the connect links their client was asked to open."""
+
+    name: str
+    setup: Setup
+    identity: str
+    api_server: str
+    asked: list[types.ElicitRequestURLParams] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)
+    visits: list[Visit] = field(default_factory=list)
+
+    async def elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        self.asked.append(params)
+        users = {origin_of(self.identity): self.name, origin_of(self.api_server): self.name}
+        self.visits.append(await anyio.to_thread.run_sync(lambda: browse(params.url, users)))
+        return types.ElicitResult(action="accept")
+
+    async def message(self, message: Any) -> None:
+        if isinstance(message, types.ElicitCompleteNotification):
+            self.completed.append(message.params.elicitation_id)
+
+    async def calls(self, mode: str, count: int = 2) -> list[Any]:
+        storage = MemoryTokenStorage()
+        signing_in = SignIn(user=self.name)
+        metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(REDIRECT_URI)], scope="tools:read", client_name="t")
+        auth = OAuthClientProvider(self.setup.url, metadata, storage, redirect_handler=signing_in.redirect,
+                                   callback_handler=signing_in.callback)  # fmt: skip
+        results = []
+        with anyio.fail_after(LIMIT):
+            async with httpx2.AsyncClient(auth=auth, timeout=60) as http:
+                transport = streamable_http_client(self.setup.url, http_client=http)
+                async with Client(transport, mode=mode, elicitation_callback=self.elicit,
+                                  message_handler=self.message) as client:  # fmt: skip
+                    for _ in range(count):
+                        results.append(await client.call_tool("whoami", {}))
+        return results
+
+
+def _call(url: str, token: str) -> dict[str, Any]:
+    """One `tools/call` of `whoami` by a client that declares no capability (no URL elicitation)."""
+    headers = {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
+    result: dict[str, Any] = httpx.post(url, json=body, headers=headers, timeout=30).json()["result"]
+    return result
+
+
+# -- the tests ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_each_user_is_asked_once_to_connect_and_then_calls_with_their_own_token(
+    setup: Setup, identity: str, api_server: str, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    alice = Person("alice", setup, identity, api_server)
+    first = await alice.calls(mode)
+    assert [result.structured_content for result in first] == [{"user": "alice"}] * 2
+    assert len(alice.asked) == 1 and alice.visits[0].heading == "Connected"  # asked once, then kept
+    assert alice.asked[0].url.startswith(setup.root + "/connect/acme/people?request=")
+    if mode == "legacy":  # 2025-11-25: an id, and the completion notice naming it
+        assert alice.asked[0].elicitation_id and alice.completed == [alice.asked[0].elicitation_id]
+    else:  # 2026-07-28: no ids, no notification; the retry ran
+        assert alice.asked[0].elicitation_id is None and alice.completed == []
+    bob = Person("bob", setup, identity, api_server)
+    assert [result.structured_content for result in await bob.calls(mode, 1)] == [{"user": "bob"}]
+    assert len(bob.asked) == 1  # asked separately
+    again = Person("alice", setup, identity, api_server)
+    assert [result.structured_content for result in await again.calls(mode, 1)] == [{"user": "alice"}]
+    assert again.asked == []  # a new session of alice's: her connection is there
+    seen = setup.api.seen
+    assert [entry["claims"]["sub"] for entry in seen] == ["alice", "alice", "bob", "alice"]
+    assert all(entry["claims"]["aud"] == API_RESOURCE and entry["claims"]["iss"] == api_server for entry in seen)
+    assert seen[0]["token"] != seen[2]["token"]  # each user's own token
+    # In the vault, encrypted, by user: no token in the database.
+    entries = setup.vault.entries("acme")
+    assert sorted(entry.subject for entry in entries) == ["alice", "bob"]
+    with setup.registry.engine.connect() as connection:
+        rows = connection.exec_driver_sql("SELECT ciphertext FROM vault_entries").all()
+    assert not any(entry["token"].encode() in bytes(row[0]) for entry in seen for row in rows)
+    # No token, access or refresh, in a log line or the metrics.
+    kept = [setup.vault.get("acme", "people", identity, user) for user in ("alice", "bob")]
+    secrets = [entry["token"] for entry in seen] + [str(entry["refresh_token"]) for entry in kept if entry]
+    metrics = httpx.get(setup.root + "/metrics").text
+    logged = "\n".join(JSONLogFormatter().format(record) for record in caplog.records)
+    assert "connected people" in logged  # the connections are logged, by subject
+    assert not any(secret in logged or secret in metrics for secret in secrets)
+
+
+async def test_a_client_without_url_elicitation_gets_the_link_and_the_link_works(
+    setup: Setup, identity: str, api_server: str
+) -> None:
+    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="carol")
+    answer = _call(setup.url, tokens["access_token"])
+    error = json.loads(answer["content"][0]["text"])
+    assert answer["isError"] is True and error["error_code"] == "upstream_connection_required"
+    assert error["error_class"] == "user_credentials" and error["recoverable"] is False
+    link = error["details"]["connect_url"]
+    assert link.startswith(setup.root + "/connect/acme/people?request=") and link in error["message"]
+    assert "connect_url" in error["suggested_action"] and setup.api.seen == []
+    users = {origin_of(identity): "carol", origin_of(api_server): "carol"}
+    visit = await anyio.to_thread.run_sync(lambda: browse(link, users))
+    assert visit.heading == "Connected", visit.text
+    answer = _call(setup.url, tokens["access_token"])
+    assert answer.get("isError") is not True and answer["structuredContent"] == {"user": "carol"}
+    # The page says nothing of tokens, and sent the API's authorization server no return URL of anyone else's.
+    assert tokens["access_token"] not in visit.text and setup.api.seen[0]["token"] not in visit.text
+
+
+async def test_a_link_opened_by_another_user_connects_nobody(setup: Setup, identity: str, api_server: str) -> None:
+    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="dave")
+    link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    # Dave sends his link to Mallory, who opens it signed in as herself: her API account would be linked to
+    # Dave's identity (the account-linking attack). Refused once the identity provider says who she is.
+    users = {origin_of(identity): "mallory", origin_of(api_server): "mallory"}
+    visit = await anyio.to_thread.run_sync(lambda: browse(link, users))
+    assert visit.heading == "Nothing was connected" and "another account" in visit.text
+    assert not any(origin_of(url) == origin_of(api_server) for url in visit.urls)  # never sent to the API's server
+    assert setup.vault.entries("acme") == [] and setup.api.seen == []
+
+
+async def test_steps_replayed_forged_or_carried_to_another_browser_connect_nobody(
+    setup: Setup, identity: str, api_server: str
+) -> None:
+    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="erin")
+    link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    users = {origin_of(identity): "erin", origin_of(api_server): "erin"}
+    # Erin's browser goes as far as the API's authorization server, and stops there: its URL carries the step's
+    # state. Opened in another browser (a victim's, sent the URL), the callback comes back without Erin's cookie.
+    started = await anyio.to_thread.run_sync(lambda: browse(link, users, stop_at=api_server))
+    to_api = next(url for url in started.urls if url.startswith(api_server + "/auth?"))
+    query = parse_qs(urlsplit(to_api).query)
+    assert query["redirect_uri"] == [setup.root + "/connect/_/callback"] and query["code_challenge_method"] == ["S256"]
+    victim = {origin_of(api_server): "victim"}
+    carried = await anyio.to_thread.run_sync(lambda: browse(to_api, victim))
+    assert carried.heading == "Nothing was connected" and "not started in this browser" in carried.text
+    # A callback made up, and one replayed after its flow finished: refused.
+    async with httpx.AsyncClient(timeout=10) as http:
+        forged = await http.get(setup.root + "/connect/_/callback", params={"code": "stolen", "state": "guessed"})
+        assert forged.status_code == 400 and "Nothing was connected" in forged.text
+        signed_in = await http.get(setup.root + "/connect/_/signed-in", params={"code": "x", "state": "y"})
+        assert signed_in.status_code == 400
+        # A link asking to be sent elsewhere afterwards: the only redirect is to the identity provider's.
+        asked = await http.get(link + "&next=https://evil.example/&redirect_uri=https://evil.example/")
+        assert asked.status_code == 303 and asked.headers["location"].startswith(identity + "/auth?")
+        assert "evil" not in asked.headers["location"]
+        assert asked.headers["referrer-policy"] == "no-referrer"
+        tampered = await http.get(link.replace("acme/people", "acme/other"))
+        assert tampered.status_code == 400 and "not valid" in tampered.text
+    finished = await anyio.to_thread.run_sync(lambda: browse(link, users))
+    assert finished.heading == "Connected"
+    callback = next(url for url in finished.urls if url.startswith(setup.root + "/connect/_/callback"))
+    async with httpx.AsyncClient(timeout=10) as http:
+        replayed = await http.get(callback)
+    assert replayed.status_code == 400 and "used already" in replayed.text
+    assert [entry.subject for entry in setup.vault.entries("acme")] == ["erin"]
+    assert "victim" not in json.dumps([entry.to_json() for entry in setup.vault.entries()])
+
+
+async def test_a_refused_token_is_refreshed_once_for_all_calls_and_a_revoked_refresh_token_asks_again(
+    setup: Setup, identity: str, api_server: str
+) -> None:
+    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="frank")
+    link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    users = {origin_of(identity): "frank", origin_of(api_server): "frank"}
+    assert (await anyio.to_thread.run_sync(lambda: browse(link, users))).heading == "Connected"
+    kept = setup.vault.get("acme", "people", identity, "frank")
+    assert kept is not None and kept["refresh_token"]
+    # The API stops taking the access token (revoked there, its keys rotated). Ten calls at once meet its 401:
+    # one refresh for them all, each sent again once with the new token.
+    setup.api.refused.add(kept["access_token"])
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as group:
+            for _ in range(10):
+                group.start_soon(anyio.to_thread.run_sync, lambda: _call(setup.url, tokens["access_token"]))
+    refreshed = setup.vault.get("acme", "people", identity, "frank")
+    assert refreshed is not None and refreshed["access_token"] != kept["access_token"]
+    retried = [entry["token"] for entry in setup.api.seen if entry["token"] != kept["access_token"]]
+    assert retried == [refreshed["access_token"]] * 10  # every call of the ten: the one new token
+    # The refresh token is revoked at the API's server, and the API refuses the access token again: the user is
+    # asked to connect again, and the ended connection is gone.
+    client_id, secret = setup.connect_client
+    metadata = httpx.get(api_server + "/.well-known/openid-configuration").json()
+    revoked = httpx.post(metadata["revocation_endpoint"], data={"token": refreshed["refresh_token"]},
+                         auth=(client_id, secret))  # fmt: skip
+    assert revoked.status_code == 200
+    setup.api.refused.add(refreshed["access_token"])
+    answer = _call(setup.url, tokens["access_token"])
+    assert json.loads(answer["content"][0]["text"])["error_code"] == "upstream_connection_required"
+    assert setup.vault.get("acme", "people", identity, "frank") is None
+
+
+async def test_a_call_with_an_api_key_is_refused_and_given_no_link(setup: Setup) -> None:
+    key = setup.registry.create_api_key("acme")
+    answer = _call(setup.url, key)
+    error = json.loads(answer["content"][0]["text"])
+    assert error["error_code"] == "user_credentials_required" and setup.api.seen == []
+    assert "connect_url" not in json.dumps(error)  # an API key is nobody: no link to connect it
