@@ -33,7 +33,7 @@ from crank.exceptions import (
     ToolError,
     UserCredentialsError,
 )
-from crank.gateway import credentials, token_endpoint
+from crank.gateway import token_endpoint
 from crank.gateway.client import UpstreamClient
 from crank.gateway.credentials import FAILURE_MEMORY, TOKEN_EXPIRY_MARGIN, TokenCache, TokenKey
 from crank.gateway.operation import Placement, RemoteOperation
