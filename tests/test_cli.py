@@ -3,6 +3,7 @@ and settings errors."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -328,3 +329,46 @@ def test_workspace_oauth_sets_shows_and_turns_off_a_policy(runner: CliRunner) ->
     assert refused.exit_code != 0 and "is not an http(s) URL" in refused.output
     assert runner.invoke(main, ["workspace", "oauth", "acme", "--off"]).exit_code == 0
     assert runner.invoke(main, ["workspace", "oauth", "acme", "--show"]).output.strip() == "null"
+
+
+def test_the_vault_commands_make_a_key_check_rotate_and_connections_are_listed_and_revoked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crank.registry import migrate, open_engine
+    from crank.registry.vault import Vault, VaultKeys
+
+    for name in ("DATABASE_URL", "ADMIN_TOKEN", "LISTEN", "ROLE", "SETTINGS_FILE", "VAULT_KEYS"):
+        monkeypatch.delenv(f"CRANK_{name}", raising=False)
+    monkeypatch.setenv("CRANK_DATA_DIR", str(tmp_path / "data"))
+    runner = CliRunner()
+    assert "CRANK_VAULT_KEYS is not set" in runner.invoke(main, ["vault", "check"]).output
+    old, new = (runner.invoke(main, ["vault", "key"]).output.strip() for _ in range(2))
+    assert old != new and len(base64.urlsafe_b64decode(old)) == 32
+    assert runner.invoke(main, ["workspace", "create", "acme"]).exit_code == 0
+    engine = open_engine(f"sqlite:///{tmp_path / 'data' / 'registry.sqlite3'}", pooled=False)
+    migrate(engine)
+    Vault(engine, VaultKeys([base64.urlsafe_b64decode(old)])).put("acme", "people", "https://id", "alice",
+                                                                  {"access_token": "alice-token"})  # fmt: skip
+    monkeypatch.setenv("OLD_KEY", old)
+    monkeypatch.setenv("NEW_KEY", new)
+    monkeypatch.setenv("CRANK_VAULT_KEYS", "env:NEW_KEY")  # the old key forgotten: said, naming the key id
+    missing = runner.invoke(main, ["vault", "check"])
+    assert missing.exit_code != 0 and "CRANK_VAULT_KEYS does not hold" in missing.output
+    monkeypatch.setenv("CRANK_VAULT_KEYS", "env:NEW_KEY, env:OLD_KEY")
+    assert "1 entries re-encrypted" in runner.invoke(main, ["vault", "rotate"]).output
+    monkeypatch.setenv("CRANK_VAULT_KEYS", "env:NEW_KEY")
+    checked = runner.invoke(main, ["vault", "check"])
+    assert checked.exit_code == 0 and "every one readable" in checked.output
+    monkeypatch.setenv("CRANK_VAULT_KEYS", "env:NO_SUCH_KEY")  # a wrong setting: said before anything runs
+    wrong = runner.invoke(main, ["vault", "check"])
+    assert wrong.exit_code != 0 and "NO_SUCH_KEY" in wrong.output and new not in wrong.output
+    monkeypatch.delenv("CRANK_VAULT_KEYS")
+    listed = json.loads(runner.invoke(main, ["connection", "list", "acme"]).output)
+    assert [(entry["scheme"], entry["subject"]) for entry in listed] == [("people", "alice")]
+    assert "alice-token" not in json.dumps(listed)
+    assert runner.invoke(main, ["connection", "remove", "acme"]).exit_code != 0  # say which
+    assert (
+        "1 connection(s) removed" in runner.invoke(main, ["connection", "remove", "acme", "--subject", "alice"]).output
+    )
+    assert json.loads(runner.invoke(main, ["connection", "list"]).output) == []
+    engine.dispose()

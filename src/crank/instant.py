@@ -91,6 +91,12 @@ class InstantServer:
             *(
                 f"Credentials:    {gap.scheme} ({gap.type}) is required by {len(gap.tools)} tool(s) and not given: "
                 f"add --auth-scheme {gap.scheme}={'CLIENT_ID:' if gap.type == 'oauth2' else ''}env:NAME"
+                + (
+                    f" (one account), or let each user connect their own at {gap.connect_at} (docs/gateway.md, "
+                    "Acting as the user)"
+                    if gap.connect_at
+                    else ""
+                )
                 for gap in self.gaps
             ),
             "",

@@ -4,6 +4,8 @@ OpenAPI document, bind an agent, publish, list and call, republish while a clien
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -286,6 +288,29 @@ async def test_a_workspace_credential_per_scheme_is_set_listed_and_removed(admin
     await admin("PUT", "/workspaces/acme/credentials/ApiKey", {"secret": "env:K"}, status=422)  # bound to nothing
     await admin("DELETE", "/workspaces/acme/credentials/OAuth2", status=204)
     assert await admin("GET", "/workspaces/acme/credentials") == {"credentials": {}}
+
+
+async def test_users_connections_are_listed_without_tokens_and_revoked_by_scheme_or_user(
+    admin: Admin, registry: Registry
+) -> None:
+    from crank.registry.vault import Vault, VaultKeys, new_vault_key
+
+    await admin("PUT", "/workspaces/acme", {"name": "Acme"})
+    vault = Vault(registry.engine, VaultKeys([base64.urlsafe_b64decode(new_vault_key())]))
+    for scheme, subject in (("people", "alice"), ("people", "bob"), ("mail", "alice")):
+        vault.put("acme", scheme, "https://id.example", subject, {"access_token": f"{scheme}-{subject}-token"})
+    listed = await admin("GET", "/workspaces/acme/connections")
+    assert [(entry["scheme"], entry["subject"]) for entry in listed["connections"]] == [
+        ("mail", "alice"), ("people", "alice"), ("people", "bob")]  # fmt: skip
+    assert "token" not in json.dumps(listed)  # whose and since when, never a token
+    only_alice = await admin.client.get("/workspaces/acme/connections", params={"subject": "alice"})
+    assert len(only_alice.json()["connections"]) == 2
+    await admin("DELETE", "/workspaces/acme/connections", status=422)  # say which
+    removed = await admin.client.delete("/workspaces/acme/connections", params={"scheme": "people", "subject": "bob"})
+    assert removed.json() == {"removed": 1}
+    everyone = await admin.client.delete("/workspaces/acme/connections", params={"all": "true"})
+    assert everyone.json() == {"removed": 2} and vault.entries("acme") == []
+    await admin("GET", "/workspaces/nobody/connections", status=404)
 
 
 async def test_an_import_through_the_api_names_the_credentials_its_operations_need(admin: Admin) -> None:

@@ -19,7 +19,8 @@ from crank.admin.actions import credential_gaps, publish_agent
 from crank.admin.changes import reimport
 from crank.cli import main
 from crank.registry import Registry
-from crank.registry.runtime import ExecutionConfig, SchemeCredential
+from crank.gateway.secrets import missing_credentials
+from crank.registry.runtime import ExecutionConfig, SchemeCredential, UserConnection
 from crank.server import GatewayService
 from mcp import Client
 from tests.realapis import SECURITY, TRAIN_TRAVEL, document, prism
@@ -151,6 +152,16 @@ def test_credentials_from_the_cli_and_the_import_options(
              "--origin", upstream]  # fmt: skip
     refused = runner.invoke(main, stray)
     assert refused.exit_code != 0 and "describe a --token-exchange" in refused.output
+    # Acting as each user through their own connection (the authorization code flow at the API's server).
+    connect = ["workspace", "credential", "sec", "oauth2", "env:SEC_CONNECT", "--client-id", "crank", "--connect",
+               "--scope", "offline_access", "--origin", upstream]  # fmt: skip
+    assert runner.invoke(main, connect).exit_code == 0
+    as_each = json.loads(runner.invoke(main, ["workspace", "credential", "sec"]).output)["oauth2"]
+    assert as_each["connection"] == {"scopes": ["offline_access"]}
+    both = runner.invoke(main, [*connect, "--token-exchange", "https://id.example.com/token"])
+    assert both.exit_code != 0 and "not both" in both.output
+    half = runner.invoke(main, [*connect, "--authorization-url", "https://id.example.com/authorize"])
+    assert half.exit_code != 0 and "both authorization_url and token_url" in half.output
 
 
 def test_serve_openapi_says_which_scheme_the_train_travel_api_needs(
@@ -164,7 +175,10 @@ def test_serve_openapi_says_which_scheme_the_train_travel_api_needs(
     settings = given_settings(listen="127.0.0.1:9", data_dir=tmp_path)
     with prism(TRAIN_TRAVEL) as upstream:
         built = build_instant(settings, str(TRAIN_TRAVEL), base_url=upstream)
-        assert "Credentials:    OAuth2 (bearer) is required by" in built.banner()
+        banner = built.banner()
+        assert "Credentials:    OAuth2 (bearer) is required by" in banner
+        # Its flow is the authorization code's: each user may connect their own account instead of one for all.
+        assert "or let each user connect their own at https://example.com/oauth/authorize" in banner
         assert "add --auth-scheme OAuth2=env:NAME" in built.banner()
         monkeypatch.setenv("TRAIN_TOKEN", "a-token-the-operator-got")
         given: dict[str, tuple[str, str | None]] = {"OAuth2": ("env:TRAIN_TOKEN", None)}
@@ -199,6 +213,51 @@ def test_a_client_credentials_flow_at_an_https_token_url_is_fetched_by_the_gatew
     (requirement,) = ExecutionConfig.model_validate(operation.spec["execution_config"]).requires
     assert requirement.type == "oauth2" and requirement.token_url == "https://id.example.com/oauth/token"
     assert requirement.scopes == ("write:things",)
+
+
+def test_an_authorization_code_flow_is_kept_so_that_each_user_may_connect_their_own_account(
+    sqlite_registry: Registry,
+) -> None:
+    """security.json's authorization code flow, on https as a real API's is: the requirement keeps it, and the
+    import's report says how to let each user connect (`--connect`) beside one account's credential."""
+    from crank.admin.openapi import import_openapi
+
+    changed = document(SECURITY)
+    flows = changed["components"]["securitySchemes"]["oauth2_authorizationCode"]["flows"]
+    flows["authorizationCode"] |= {"authorizationUrl": "https://alt.example.com/oauth/dialog",
+                                   "tokenUrl": "https://alt.example.com/oauth/token"}  # fmt: skip
+    (operation,) = [op for op in import_openapi(changed) if op.spec["target"]["url"].endswith("/anything/oauth2")
+                    and op.spec["target"]["method"] == "GET"]  # fmt: skip
+    (requirement,) = ExecutionConfig.model_validate(operation.spec["execution_config"]).requires
+    assert requirement.type == "bearer" and requirement.authorization_code is not None
+    assert requirement.authorization_code.authorization_url == "https://alt.example.com/oauth/dialog"
+    assert requirement.authorization_code.token_url == "https://alt.example.com/oauth/token"
+    (gap,) = missing_credentials(
+        "sec",
+        [
+            (
+                "get_oauth2",
+                "https://api.example.com/anything/oauth2",
+                ExecutionConfig.model_validate(operation.spec["execution_config"]),
+            )
+        ],
+    )
+    assert gap.connect_at == "https://alt.example.com/oauth/dialog"
+    assert "--client-id CLIENT_ID --connect --origin https://api.example.com" in gap.how()
+    # A workspace credential with a connection serves it: published as `user_connection`, its flow the description's.
+    sqlite_registry.create_workspace("sec", "Security")
+    sqlite_registry.put_operation("sec", "get_oauth2", {**operation.spec, "target": {
+        "method": "GET", "url": "https://api.example.com/anything/oauth2"}})  # fmt: skip
+    sqlite_registry.set_workspace_credential("sec", requirement.scheme, SchemeCredential(
+        secret="env:SEC_CONNECT", client_id="crank", connection=UserConnection(),
+        origins=("https://api.example.com", "https://alt.example.com")))  # fmt: skip
+    sqlite_registry.put_agent("sec", "desk", {"bindings": [{"operation": "get_oauth2"}]})
+    sqlite_registry.publish("sec", "desk")
+    (published,) = [agent for agent in sqlite_registry.published() if agent.workspace == "sec"]
+    (tool,) = published.runtime.tools
+    auth = tool.execution_config.auth
+    assert auth is not None and auth.type == "user_connection" and auth.scheme == requirement.scheme
+    assert auth.authorization_url == "https://alt.example.com/oauth/dialog" and auth.client_id == "crank"
 
 
 def test_a_credential_never_reaches_another_api_that_names_its_scheme_the_same(

@@ -407,3 +407,37 @@ async def test_a_call_with_an_api_key_is_refused_and_given_no_link(setup: Setup)
     error = json.loads(answer["content"][0]["text"])
     assert error["error_code"] == "user_credentials_required" and setup.api.seen == []
     assert "connect_url" not in json.dumps(error)  # an API key is nobody: no link to connect it
+
+
+def _own_connections(root: str, identity: str, user: str) -> tuple[str, str]:
+    """A user's own connections page in chromium: signed in at the identity provider, then one removed; the page's
+    text before and after."""
+    chromium = shutil.which("chromium")
+    assert chromium is not None
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = browser.new_context().new_page()
+            page.goto(root + "/connect/acme")
+            _through_providers(page, {origin_of(identity): user}, None)
+            before = page.locator("body").inner_text()
+            with page.expect_navigation():
+                page.get_by_role("button", name="Remove people").click()
+            return before, page.locator("body").inner_text()
+        finally:
+            browser.close()
+
+
+async def test_a_user_sees_and_removes_their_own_connections(setup: Setup, identity: str, api_server: str) -> None:
+    for user in ("grace", "heidi"):
+        tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user=user)
+        link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+        users = {origin_of(identity): user, origin_of(api_server): user}
+        assert (await anyio.to_thread.run_sync(lambda: browse(link, users))).heading == "Connected"
+    before, after = await anyio.to_thread.run_sync(lambda: _own_connections(setup.root, identity, "grace"))
+    assert "Signed in as grace" in before and "people" in before and "heidi" not in before
+    assert "You have connected no account here" in after
+    assert [entry.subject for entry in setup.vault.entries("acme")] == ["heidi"]  # only her own went
+    async with httpx.AsyncClient(timeout=10) as http:  # a removal without the page's session and token: refused
+        forged = await http.post(setup.root + "/connect/acme/remove", data={"scheme": "people", "csrf": "x"})
+    assert forged.status_code == 403 and len(setup.vault.entries("acme")) == 1

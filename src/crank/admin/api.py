@@ -49,6 +49,7 @@ from crank.exceptions import AuthChallengeError, ConfigurationError, RegistryCon
 from crank.gateway.egress import EgressPolicy
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
 from crank.registry.runtime import OAuthPolicy, SchemeCredential
+from crank.registry.vault import Vault
 from crank.telemetry import Probe
 from crank.types import JSONObject, Scope
 from crank.wire.asgi import header, send_response
@@ -388,6 +389,27 @@ def delete_credential(api: AdminAPI, request: Request, body: None) -> Any:
     api.registry.set_workspace_credential(_path(request, "workspace"), _path(request, "scheme"), None)
 
 
+def list_connections(api: AdminAPI, request: Request, body: None) -> Any:
+    """Users' connections to APIs (`crank.registry.vault`): whose, to which scheme, since when; never a token."""
+    query = request.query_params
+    vault = Vault(api.registry.engine, None)  # listing never decrypts
+    workspace = _path(request, "workspace")
+    api.registry.workspace(workspace)  # 404 for a workspace that does not exist
+    entries = vault.entries(workspace, scheme=query.get("scheme"), subject=query.get("subject"))
+    return {"connections": [entry.to_json() for entry in entries]}
+
+
+def delete_connections(api: AdminAPI, request: Request, body: None) -> Any:
+    """Revoke connections by scheme or user (`all=true`: every one of the workspace): their users are asked to
+    connect again; every replica stops using them within `CONNECTION_RECHECK` seconds."""
+    query = request.query_params
+    scheme, subject = query.get("scheme"), query.get("subject")
+    if not scheme and not subject and query.get("all") != "true":
+        raise _HTTPError(422, "invalid_query", "say which connections: scheme, subject, or all=true")
+    removed = Vault(api.registry.engine, None).delete(_path(request, "workspace"), scheme=scheme, subject=subject)
+    return {"removed": removed}
+
+
 def apply(api: AdminAPI, request: Request, body: CatalogFile) -> Any:
     locations = [location for s in body.sources for location in (s.openapi, s.openrpc) if location]
     if not all(is_url(location) for location in locations):
@@ -453,6 +475,8 @@ ENDPOINTS = (
     _Endpoint(
         "DELETE", _WS + "/credentials/{scheme}", "Take a scheme's credential away", delete_credential, status=204
     ),  # fmt: skip
+    _Endpoint("GET", _WS + "/connections", "List users' connections to APIs (never a token)", list_connections),
+    _Endpoint("DELETE", _WS + "/connections", "Revoke users' connections by scheme or subject", delete_connections),
     _Endpoint("POST", "/apply", "Apply a declarative catalog (JSON or YAML)", apply, CatalogFile),
 )
 

@@ -194,6 +194,9 @@ class MissingCredential:
     tools: tuple[str, ...]
     origins: tuple[str, ...] = ()
     """Where the tools' calls (and an OAuth 2 token request) go: what the credential must be bound to."""
+    connect_at: str | None = None
+    """The description's authorization code flow (its authorization URL): each user may connect their own account
+    there instead of one account for all (`--connect`)."""
 
     def how(self) -> str:
         """The exact setting that gives it: the workspace's credential for the scheme, then a publish."""
@@ -202,29 +205,39 @@ class MissingCredential:
         where = "".join(f" --origin {shlex.quote(origin)}" for origin in self.origins)
         given = f"{scheme} env:NAME" + (" --client-id CLIENT_ID" if oauth2 else "") + where
         option = f"{scheme}=" + ("CLIENT_ID:env:NAME" if oauth2 else "env:NAME")
-        return (f"crank workspace credential {shlex.quote(self.workspace)} {given}, then publish (or --auth-scheme "
-                f"{option} on crank import openapi or crank serve --openapi)")  # fmt: skip
+        how = (f"crank workspace credential {shlex.quote(self.workspace)} {given}, then publish (or --auth-scheme "
+               f"{option} on crank import openapi or crank serve --openapi)")  # fmt: skip
+        if self.connect_at is not None:
+            how += (f"; or, to act as each user through their own account (OAuth authorization code at "
+                    f"{self.connect_at}): crank workspace credential {shlex.quote(self.workspace)} {scheme} env:NAME "
+                    f"--client-id CLIENT_ID --connect{where}")  # fmt: skip
+        return how
 
     def to_json(self) -> JSONObject:
-        return {"workspace": self.workspace, "scheme": self.scheme, "type": self.type, "tools": list(self.tools),
-                "origins": list(self.origins), "how": self.how()}  # fmt: skip
+        found: JSONObject = {"workspace": self.workspace, "scheme": self.scheme, "type": self.type,
+                             "tools": list(self.tools), "origins": list(self.origins), "how": self.how()}  # fmt: skip
+        if self.connect_at is not None:
+            found["connect_at"] = self.connect_at
+        return found
 
 
 def missing_credentials(workspace: str, tools: Iterable[tuple[str, str, ExecutionConfig]]) -> list[MissingCredential]:
     """The schemes that (tool name, target URL, execution config) triples require and have no credential for: a
     tool with no `auth` whose description requires credentials (its first alternative names the scheme to give),
     unless the header it would carry is one the tool forwards from its client."""
-    grouped: dict[tuple[str, str], tuple[list[str], set[str]]] = {}
+    grouped: dict[tuple[str, str], tuple[list[str], set[str], set[str]]] = {}
     for name, target, config in tools:
         if config.auth is None and config.requires:
             first = config.requires[0]
             if first.type == "header" and first.name.lower() in {header.lower() for header in config.forward_headers}:
                 continue  # the client sends the key itself
-            names, origins = grouped.setdefault((first.scheme, first.type), ([], set()))
+            names, origins, flows = grouped.setdefault((first.scheme, first.type), ([], set(), set()))
             names.append(name)
             origins.update(origin_of(url) for url in (target, first.token_url) if url)
-    return [MissingCredential(workspace, scheme, kind, tuple(names), tuple(sorted(origins)))
-            for (scheme, kind), (names, origins) in grouped.items()]  # fmt: skip
+            if first.authorization_code is not None:
+                flows.add(first.authorization_code.authorization_url)
+    return [MissingCredential(workspace, scheme, kind, tuple(names), tuple(sorted(origins)), min(flows, default=None))
+            for (scheme, kind), (names, origins, flows) in grouped.items()]  # fmt: skip
 
 
 class SecretValue:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -265,6 +266,42 @@ async def test_the_oauth_policy_is_set_refused_when_wrong_and_removed(
         removed = await client.post(access + "/keys-only", data={"csrf": csrf})
         assert removed.headers["location"].endswith("?keys_only=1")
     assert sqlite_registry.workspace_oauth_policy("shop") is None
+
+
+async def test_users_connections_are_listed_without_tokens_and_revoked(
+    console_url: str, sqlite_registry: Registry
+) -> None:
+    from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection
+    from crank.registry.vault import Vault, VaultKeys, new_vault_key
+
+    connected = SchemeCredential(secret="env:SHOP_CONNECT", client_id="crank", connection=UserConnection(),
+                                 origins=("https://api.shop.example",))  # fmt: skip
+    sqlite_registry.set_workspace_credential("shop", "people", connected)
+    signing_in = SignInClient(issuer="https://id.shop.example", client_id="crank", client_secret="env:SHOP_SIGN_IN")
+    sqlite_registry.set_workspace_oauth("shop", OAuthPolicy(issuers=("https://id.shop.example",),
+                                                            sign_in_client=signing_in))  # fmt: skip
+    vault = Vault(sqlite_registry.engine, VaultKeys([base64.urlsafe_b64decode(new_vault_key())]))
+    for subject in ("alice", "bob"):
+        vault.put("shop", "people", "https://id.shop.example", subject, {"access_token": f"{subject}-secret-token"})
+    access = console_url + "/workspaces/shop/access"
+    async with httpx.AsyncClient() as client:
+        csrf = await signed_in(client, console_url)
+        page = (await client.get(access)).text
+        assert "each signed-in user, through the account they connect" in page
+        assert "Revoke alice's people" in page and "Revoke bob's people" in page
+        assert "secret-token" not in page  # whose and since when, never a token
+        revoked = await client.post(access + "/revoke-connection",
+                                    data={"csrf": csrf, "scheme": "people", "subject": "alice"})  # fmt: skip
+        assert revoked.status_code == 303 and revoked.headers["location"].endswith("?connection_revoked=1")
+        forged = await client.post(access + "/revoke-connection", data={"scheme": "people", "subject": "bob"})
+        assert forged.status_code == 403  # no CSRF token: nothing revoked
+        # Saving the policy in the console keeps its sign-in client (which the console does not edit).
+        form = {"issuers": "https://id.shop.example", "audience": "", "credentials": "both", "sign_in": "always",
+                "agent_scopes": "", "tool_scopes": ""}  # fmt: skip
+        assert (await client.post(access, data={"csrf": csrf, **form})).status_code == 303
+    assert [entry.subject for entry in vault.entries("shop")] == ["bob"]
+    stored = sqlite_registry.workspace_oauth_policy("shop")
+    assert stored is not None and stored.sign_in_client == signing_in
 
 
 async def test_try_it_shows_a_wrong_key_and_a_failed_call_and_takes_a_tool_without_description(

@@ -53,6 +53,7 @@ from crank.gateway.egress import EgressPolicy
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
 from crank.ids import new_request_id
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
+from crank.registry.vault import Vault
 from crank.telemetry import Metrics
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import serve_lifespan
@@ -142,6 +143,11 @@ class Console:
                 Route(PREFIX + "/workspaces/{workspace}/access", _page(_access), methods=["GET"]),
                 Route(PREFIX + "/workspaces/{workspace}/access", _page(_set_access), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/access/keys-only", _page(_keys_only), methods=["POST"]),
+                Route(
+                    PREFIX + "/workspaces/{workspace}/access/revoke-connection",
+                    _page(_revoke_connection),
+                    methods=["POST"],
+                ),  # fmt: skip
                 Route(PREFIX + "/workspaces/{workspace}/keys", _page(_create_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/keys/{key}/revoke", _page(_revoke_key), methods=["POST"]),
                 Route(PREFIX + "/workspaces/{workspace}/agents/{agent}", _page(_agent), methods=["GET"]),
@@ -501,6 +507,17 @@ async def _keys_only(console: Console, request: Request, session: ConsoleSession
     return RedirectResponse(f"{PREFIX}/workspaces/{quote(workspace)}/access?keys_only=1", 303)
 
 
+async def _revoke_connection(console: Console, request: Request, session: ConsoleSession) -> Response:
+    """Revoke one user's connection to a scheme: asked to connect again on their next call."""
+    workspace = request.path_params["workspace"]
+    scheme, subject = _field(request.state.form, "scheme"), _field(request.state.form, "subject")
+    vault = Vault(console.registry.engine, None)
+    removed = await run_in_threadpool(vault.delete, workspace, scheme=scheme or None, subject=subject or None)
+    logger.info("console: %s revoked %d connection(s) of %s to %s", session.who or "admin", removed, subject, scheme,
+                extra={"workspace": workspace})  # fmt: skip
+    return RedirectResponse(f"{PREFIX}/workspaces/{quote(workspace)}/access?connection_revoked=1", 303)
+
+
 async def _keys(console: Console, request: Request, session: ConsoleSession) -> Response:
     workspace = request.path_params["workspace"]
     page = await run_in_threadpool(keys_page, console.registry, workspace, request.query_params.get("prefix", ""))
@@ -538,6 +555,7 @@ _NOTICES: Final = {
     "revoked": "Revoked key {}.",
     "oauth_saved": "Saved the OAuth policy: every replica applies it when it reloads.",
     "keys_only": "The workspace takes API keys only now.",
+    "connection_revoked": "Revoked the connection: its user is asked to connect again on their next call.",
 }
 
 

@@ -26,6 +26,7 @@ from crank.exceptions import ConfigurationError, RegistryNotFoundError
 from crank.gateway.egress import EgressPolicy
 from crank.registry import ApiKeyInfo, OperationSummary, Registry, RuntimeView, VersionInfo
 from crank.registry.runtime import AgentMode, Limits, OAuthPolicy, SchemeCredential
+from crank.registry.vault import Vault, VaultEntryInfo
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -243,6 +244,8 @@ class AccessPage:
     workspace: str
     policy: OAuthPolicy | None
     credentials: dict[str, SchemeCredential]
+    connections: list[VaultEntryInfo] = field(default_factory=list)
+    """Users' own connections to the workspace's APIs (never a token), each revocable."""
     form: dict[str, str] = field(default_factory=dict)
     """What the policy form shows: the policy as it is, or as the operator wrote it when it was refused."""
     problems: list[str] = field(default_factory=list)
@@ -251,7 +254,8 @@ class AccessPage:
 def access_page(registry: Registry, workspace: str, **extra: Any) -> AccessPage:
     policy = registry.workspace_oauth_policy(workspace)
     form = extra.pop("form", None) or policy_form(policy)
-    return AccessPage(workspace, policy, registry.workspace_credentials(workspace), form, **extra)
+    connections = Vault(registry.engine, None).entries(workspace)  # listed without decrypting
+    return AccessPage(workspace, policy, registry.workspace_credentials(workspace), connections, form, **extra)
 
 
 def policy_form(policy: OAuthPolicy | None) -> dict[str, str]:
@@ -270,8 +274,8 @@ def policy_form(policy: OAuthPolicy | None) -> dict[str, str]:
 
 
 def read_policy(form: dict[str, str], current: OAuthPolicy | None) -> OAuthPolicy:
-    """The policy the form says (`ValueError` with each problem, `; `-separated). An introspection client is
-    kept as it was: the console does not edit it (the admin API does)."""
+    """The policy the form says (`ValueError` with each problem, `; `-separated). An introspection client and a
+    sign-in client are kept as they were: the console does not edit them (the admin API and the CLI do)."""
     try:
         return OAuthPolicy.model_validate({
             "issuers": [line.strip() for line in form.get("issuers", "").splitlines() if line.strip()],
@@ -281,6 +285,7 @@ def read_policy(form: dict[str, str], current: OAuthPolicy | None) -> OAuthPolic
             "agent_scopes": _scope_lines(form.get("agent_scopes", ""), "agent scopes"),
             "tool_scopes": _scope_lines(form.get("tool_scopes", ""), "tool scopes"),
             "introspection": current.introspection if current is not None else None,
+            "sign_in_client": current.sign_in_client if current is not None else None,
         })  # fmt: skip
     except ValidationError as invalid:
         raise ValueError(problems(invalid, whole="policy")) from None

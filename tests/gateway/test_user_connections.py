@@ -1,0 +1,190 @@
+"""Users' connections as a process keeps them (`crank.gateway.user_connections`): the vault on SQLite and PostgreSQL,
+the refresh lock in a real Redis shared by two "replicas" (two `UserConnections` over the same database and Redis),
+a clock of the test's own for expiry. What the connect pages and the MCP client do with them:
+tests/sources/test_connect.py."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import itsdangerous.timed
+
+from crank.exceptions import ToolConfigurationError, UserCredentialsError
+from crank.gateway.token_endpoint import TokenFailure
+from crank.gateway.user_connections import (
+    CONNECT_LINK_MAX_AGE,
+    CONNECTION_RECHECK,
+    ConnectLinkError,
+    ConnectLinks,
+    Connected,
+    ConnectRequest,
+    UpstreamConnectionRequiredError,
+    UserConnections,
+)
+from crank.registry import Registry
+from crank.registry.vault import Vault, VaultKeys, new_vault_key
+from crank.state.store import MemoryStore, RedisStore
+from crank.wire.auth import Principal
+
+pytestmark = pytest.mark.anyio
+ISSUER = "https://id.example.com"
+ROOT = "https://mcp.example.com"
+
+
+def user(name: str) -> Principal:
+    return Principal("acme", id=f"acme|{ISSUER}|sub:{name}", method="oauth", subject=name, issuer=ISSUER,
+                     scopes=frozenset(), token=f"access-{name}")  # fmt: skip
+
+
+def keys(*encoded: str) -> VaultKeys:
+    return VaultKeys([base64.urlsafe_b64decode(key) for key in encoded])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Refreshes:
+    """An authorization server's refresh grant as the credential calls it: counts, waits on `gate`, answers a new
+    access token (no new refresh token: the old one stays valid), or fails as told."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.count = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.failure: TokenFailure | None = None
+
+    async def __call__(self, connected: Connected) -> Connected:
+        self.count += 1
+        await self.gate.wait()
+        if self.failure is not None:
+            raise self.failure
+        return replace(connected, access_token=f"access-{self.count}", expires_at=self.clock.now + 600)
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RedisStore]:
+    shared = RedisStore(redis_url, prefix=f"test-connections-{secrets.token_hex(4)}:")
+    yield shared
+    await shared.aclose()
+
+
+def replicas(registry: Registry, store: RedisStore, clock: Clock, count: int = 2) -> list[UserConnections]:
+    registry.create_workspace("acme", "Acme")
+    given = keys(new_vault_key())
+    return [UserConnections(Vault(registry.engine, given), store, ConnectLinks(ROOT, given), clock=clock)
+            for _ in range(count)]  # fmt: skip
+
+
+async def test_an_expired_token_is_refreshed_once_across_replicas_and_calls(
+    registry: Registry, store: RedisStore
+) -> None:
+    clock, refreshes = Clock(), None
+    one, two = replicas(registry, store, clock)
+    refreshes = Refreshes(clock)
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now + 600))
+    assert await two.token("acme", "people", user("alice"), refreshes) == "first"  # read from the vault
+    assert two.cached("acme", "people", user("alice")) == "first" and refreshes.count == 0
+    clock.now += 600  # expired for both
+    assert one.cached("acme", "people", user("alice")) is None
+    refreshes.gate.clear()
+    calls = [asyncio.create_task(replica.token("acme", "people", user("alice"), refreshes))
+             for replica in (one, two) for _ in range(5)]  # fmt: skip
+    for _ in range(100):  # bounded: until the lock's holder is refreshing
+        if refreshes.count:
+            break
+        await asyncio.sleep(0.01)
+    refreshes.gate.set()
+    assert set(await asyncio.gather(*calls)) == {"access-1"} and refreshes.count == 1
+    kept = Vault(registry.engine, one.vault.keys).get("acme", "people", ISSUER, "alice")  # type: ignore[union-attr]
+    assert kept is not None and kept["access_token"] == "access-1" and kept["refresh_token"] == "refresh-1"
+
+
+async def test_a_refused_refresh_ends_the_connection_and_a_failing_one_keeps_it(
+    registry: Registry, store: RedisStore
+) -> None:
+    clock = Clock()
+    (one,) = replicas(registry, store, clock, 1)
+    refreshes = Refreshes(clock)
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
+    refreshes.failure = TokenFailure("http_500")  # the server is down: the connection stays, the call fails
+    with pytest.raises(TokenFailure):
+        await one.token("acme", "people", user("alice"), refreshes)
+    assert await one.connected("acme", "people", ISSUER, "alice")
+    refreshes.failure = TokenFailure("http_400", "invalid_grant")  # revoked or expired: connect again
+    with pytest.raises(UpstreamConnectionRequiredError) as asked:
+        await one.token("acme", "people", user("alice"), refreshes)
+    assert not await one.connected("acme", "people", ISSUER, "alice")
+    assert asked.value.details["connect_url"].startswith(ROOT + "/connect/acme/people?request=")
+    # No refresh token and expired: asked again, nothing sent.
+    await one.save("acme", "people", ISSUER, "bob", Connected("bobs", None, clock.now - 1))
+    with pytest.raises(UpstreamConnectionRequiredError):
+        await one.token("acme", "people", user("bob"), refreshes)
+    assert refreshes.count == 2
+
+
+async def test_a_connection_removed_on_one_replica_stops_on_every_other_within_the_recheck(
+    registry: Registry, store: RedisStore
+) -> None:
+    clock = Clock()
+    one, two = replicas(registry, store, clock)
+    refreshes = Refreshes(clock)
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", None, None))  # no expiry given
+    assert await two.token("acme", "people", user("alice"), refreshes) == "first"
+    assert await one.remove("acme", subject="alice") == 1
+    assert two.cached("acme", "people", user("alice")) == "first"  # until it reads the vault again
+    clock.now += CONNECTION_RECHECK
+    assert two.cached("acme", "people", user("alice")) is None
+    with pytest.raises(UpstreamConnectionRequiredError):
+        await two.token("acme", "people", user("alice"), refreshes)
+
+
+async def test_a_call_without_a_user_or_a_server_without_keys_is_refused_before_anything(
+    registry: Registry, store: RedisStore
+) -> None:
+    clock = Clock()
+    (one,) = replicas(registry, store, clock, 1)
+    refreshes = Refreshes(clock)
+    for nobody in (None, Principal("acme", id="key-1"), Principal("acme", method="anonymous")):
+        with pytest.raises(UserCredentialsError) as refused:
+            await one.token("acme", "people", nobody, refreshes)
+        assert refused.value.error_code == "user_credentials_required"
+    without = UserConnections(None, MemoryStore(), None)
+    with pytest.raises(ToolConfigurationError, match="CRANK_VAULT_KEYS"):
+        await without.token("acme", "people", user("alice"), refreshes)
+
+
+def test_a_connect_link_is_this_servers_for_its_workspace_and_scheme_and_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    current, old = new_vault_key(), new_vault_key()
+    links = ConnectLinks(ROOT, keys(current, old))
+    asked = ConnectRequest("acme", "people", ISSUER, "alice", "e1")
+    link = links.link(asked)
+    signed = link.split("?request=", 1)[1]
+    assert links.read(signed, "acme", "people") == asked
+    assert ConnectLinks(ROOT, keys(old, current)).read(signed, "acme", "people") == asked  # a rotation keeps it
+    for wrong in ((signed, "acme", "mail"), (signed, "other", "people"), (signed[:-2] + "xx", "acme", "people")):
+        with pytest.raises(ConnectLinkError):
+            links.read(*wrong)
+    with pytest.raises(ConnectLinkError):  # another server's keys
+        ConnectLinks(ROOT, keys(new_vault_key())).read(signed, "acme", "people")
+
+    made = time.time() - CONNECT_LINK_MAX_AGE - 1  # a link signed longer ago than links work
+    monkeypatch.setattr(itsdangerous.timed, "time", SimpleNamespace(time=lambda: made))
+    stale = links.link(asked).split("?request=", 1)[1]
+    monkeypatch.undo()
+    with pytest.raises(ConnectLinkError):
+        links.read(stale, "acme", "people")
