@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from crank.admin.actions import credential_gaps, publish_agent
 from crank.admin.changes import reimport
 from crank.cli import main
-from crank.registry import Registry
 from crank.gateway.secrets import missing_credentials
+from crank.registry import Registry
 from crank.registry.runtime import ExecutionConfig, SchemeCredential, UserConnection
 from crank.server import GatewayService
 from mcp import Client

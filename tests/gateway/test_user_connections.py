@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from types import SimpleNamespace
 
-import pytest
 import itsdangerous.timed
+import pytest
 
 from crank.exceptions import ToolConfigurationError, UserCredentialsError
 from crank.gateway.token_endpoint import TokenFailure
 from crank.gateway.user_connections import (
     CONNECT_LINK_MAX_AGE,
     CONNECTION_RECHECK,
+    Connected,
     ConnectLinkError,
     ConnectLinks,
-    Connected,
     ConnectRequest,
     UpstreamConnectionRequiredError,
     UserConnections,
