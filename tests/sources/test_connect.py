@@ -433,7 +433,7 @@ async def test_a_user_sees_and_removes_their_own_connections(setup: Setup, ident
         tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user=user)
         link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
         users = {origin_of(identity): user, origin_of(api_server): user}
-        assert (await anyio.to_thread.run_sync(lambda: browse(link, users))).heading == "Connected"
+        assert (await anyio.to_thread.run_sync(browse, link, users)).heading == "Connected"
     before, after = await anyio.to_thread.run_sync(lambda: _own_connections(setup.root, identity, "grace"))
     assert "Signed in as grace" in before and "people" in before and "heidi" not in before
     assert "You have connected no account here" in after
