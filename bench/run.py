@@ -71,7 +71,8 @@ JWT_GATEWAY = "gateway-crank-jwt"
 # The same, the agent's operations with upstream credentials (issue 37): one account's bearer token, and the signed-in
 # user's through a token exchange (kept after the first). The exchange's tools/call within 10% of the static one's.
 STATIC_GATEWAY, EXCHANGE_GATEWAY = "gateway-crank-jwt-static", "gateway-crank-exchange"
-TOKEN_GATEWAYS = (JWT_GATEWAY, STATIC_GATEWAY, EXCHANGE_GATEWAY)
+CONNECTION_GATEWAY = "gateway-crank-connection"
+TOKEN_GATEWAYS = (JWT_GATEWAY, STATIC_GATEWAY, EXCHANGE_GATEWAY, CONNECTION_GATEWAY)
 DATA_SOURCES = ("crank", "sdk-lowlevel")  # first one that verifies tools/list supplies the bare app's bytes
 PEER_PACKAGES = ("crank", "mcp", "fastmcp", "uvicorn", "uvloop", "httptools", "starlette", "orjson", "pydantic",
                  "httpx", "httpx2", "aiohttp")  # fmt: skip
@@ -112,6 +113,9 @@ TARGETS = (
     Target(EXCHANGE_GATEWAY, "Crank gateway (OAuth JWT; the user's own upstream token, a token exchange kept)",
            "bench.apps.gateway_crank_jwt:app", "gateway", "/mcp/v1/bench/agent",
            env=(("BENCH_GATEWAY_CREDENTIAL", "exchange"),), only=("gateway_call",)),
+    Target(CONNECTION_GATEWAY, "Crank gateway (OAuth JWT; the user's own connection, from the vault, kept)",
+           "bench.apps.gateway_crank_jwt:app", "gateway", "/mcp/v1/bench/agent",
+           env=(("BENCH_GATEWAY_CREDENTIAL", "connection"),), only=("gateway_call",)),
     Target("gateway-crank-open", "Crank gateway (no key)", "bench.apps.gateway_crank:app", "gateway",
            "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "0"),)),
     Target(LIMITED_GATEWAYS[0], "Crank gateway (API key; key rate limit and quota in Redis)",
@@ -728,10 +732,11 @@ def exchange_verdict(rows: list[Row], labels: dict[str, str]) -> list[str]:
     `gateway-crank-jwt-static`'s (one account's token), each request shape against the same shape."""
     static = {r.era: r for r in rows if r.target == STATIC_GATEWAY and r.scenario == "gateway_call"}
     out = []
-    for r in (r for r in rows if r.target == EXCHANGE_GATEWAY and r.scenario == "gateway_call" and r.era in static):
+    for r in (r for r in rows if r.target in (EXCHANGE_GATEWAY, CONNECTION_GATEWAY) and r.scenario == "gateway_call"
+              and r.era in static):  # fmt: skip
         share = r.rps / static[r.era].rps
         out.append(
-            f"- {labels[EXCHANGE_GATEWAY]}, {SCENARIO_LABELS['gateway_call']} ({ERAS[r.era]}): {share:.3f}× "
+            f"- {labels[r.target]}, {SCENARIO_LABELS['gateway_call']} ({ERAS[r.era]}): {share:.3f}× "
             f"{labels[STATIC_GATEWAY]}'s req/s (target ≥ 0.90): {'met' if share >= 0.90 else 'NOT met'}"
         )
     return out

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""What a user's first call costs when a tool acts as the user through a token exchange (issue 37), against the
-same first call with one account's token: the gateway `gateway-crank-jwt-static` (a bearer token by reference)
-and `gateway-crank-exchange` (RFC 8693 at the issuer's `/token`, kept per user), served as `bench/run.py` serves
-them, in front of nginx, each asked by `--users` users in turn, twice each.
+"""What a user's first call costs when a tool acts as the user (issue 37), against the same first call with one
+account's token: the gateway `gateway-crank-jwt-static` (a bearer token by reference), `gateway-crank-exchange`
+(RFC 8693 at the issuer's `/token`, kept per user) and `gateway-crank-connection` (the user's own connection,
+read from the token vault and decrypted, then kept), served as `bench/run.py` serves them, in front of nginx,
+each asked by `--users` users in turn, twice each.
 
     python bench/token_exchange.py [--users 50]
 
-A user's first call pays for its token's signature check on both, and on the exchange target for the exchange too
-(a round trip to the issuer on loopback); its second call pays for neither. The report gives the median latency
-of each (ms, one client, one call at a time: latency, not throughput; `bench/run.py` measures that) and the first
-exchange's cost, the difference of the first calls' medians. Needs nginx; the targets run under this interpreter
-with this checkout's src/ first.
+A user's first call pays for its token's signature check on all three, on the exchange target for the exchange
+too (a round trip to the issuer on loopback), and on the connection target for a vault read and its decryption
+(a SQLite read in a thread, AES-GCM); its second call pays for none. The report gives the median latency of each
+(ms, one client, one call at a time: latency, not throughput; `bench/run.py` measures that) and the cost of a
+first exchange and of a first decryption, the differences of the first calls' medians. Needs nginx; the targets
+run under this interpreter with this checkout's src/ first.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 from bench.run import (  # noqa: E402
+    CONNECTION_GATEWAY,
     EXCHANGE_GATEWAY,
     STATIC_GATEWAY,
     TARGETS,
@@ -73,7 +76,7 @@ def main() -> int:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-exchange-")))
         upstream = stack.enter_context(upstream_server(args.client_cpu, args.out / "logs" / "nginx.log"))
         db, _ = gateway_registry(sys.executable, upstream, work)
-        for key in (STATIC_GATEWAY, EXCHANGE_GATEWAY):
+        for key in (STATIC_GATEWAY, EXCHANGE_GATEWAY, CONNECTION_GATEWAY):
             target = targets[key]
             token_file = work / f"{key}.token"
             extra = {"BENCH_UPSTREAM": upstream.url, "BENCH_GATEWAY_DB": str(db), **dict(target.env),
@@ -85,16 +88,21 @@ def main() -> int:
                 first, second = latencies(served.url, tokens)
             medians[key] = (statistics.median(first) * 1000, statistics.median(second) * 1000)
     static, exchange = medians[STATIC_GATEWAY], medians[EXCHANGE_GATEWAY]
+    connection = medians[CONNECTION_GATEWAY]
     report = {
         "users": args.users,
         "static_ms": {"first": static[0], "second": static[1]},
         "exchange_ms": {"first": exchange[0], "second": exchange[1]},
+        "connection_ms": {"first": connection[0], "second": connection[1]},
         "first_exchange_ms": exchange[0] - static[0],
+        "first_decryption_ms": connection[0] - static[0],
     }
     print(f"{args.users} users, median ms per call (first, then kept):")
-    print(f"  one account's token (bearer)    first {static[0]:.2f}  second {static[1]:.2f}")
-    print(f"  the user's own (token exchange) first {exchange[0]:.2f}  second {exchange[1]:.2f}")
+    print(f"  one account's token (bearer)       first {static[0]:.2f}  second {static[1]:.2f}")
+    print(f"  the user's own (token exchange)    first {exchange[0]:.2f}  second {exchange[1]:.2f}")
+    print(f"  the user's own (vault connection)  first {connection[0]:.2f}  second {connection[1]:.2f}")
     print(f"  a first exchange costs about {exchange[0] - static[0]:.2f} ms more (a round trip to the issuer)")
+    print(f"  a first decryption costs about {connection[0] - static[0]:.2f} ms more (a vault read, AES-GCM)")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0

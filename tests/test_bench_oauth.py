@@ -95,6 +95,36 @@ def test_the_exchange_target_exchanges_once_per_user_and_keeps_it(
     assert issuer.exchanges == 3  # one exchange per user, kept for the user's second call
 
 
+def test_the_connection_target_calls_with_each_users_own_connection_from_the_vault(
+    tmp_path: Path, serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "registry.sqlite3"
+    gateway_crank.setup(str(db), serve(upstream))
+    monkeypatch.setenv("BENCH_GATEWAY_DB", str(db))
+    monkeypatch.setenv("BENCH_GATEWAY_CREDENTIAL", "connection")
+    monkeypatch.setenv("BENCH_GATEWAY_TOKENS", "3")
+    secrets = (gateway_crank_jwt.STATIC_SECRET, gateway_crank_jwt.EXCHANGE_SECRET)
+    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", ",".join(f"bench:{name}" for name in secrets))
+    for name in secrets:
+        monkeypatch.setenv(name, "bench-secret")
+    token_file = tmp_path / "tokens"
+    gateway, issuer, _ = gateway_crank_jwt.make_app(str(token_file))
+    url = serve(gateway) + gateway_crank.PATH
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": gateway_catalog.CALL_TOOL, "arguments": {"id": 7}}}  # fmt: skip
+    for token in token_file.read_text().split():
+        headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {token}"}
+        answer = httpx.post(url, json=call, headers=headers, timeout=30).json()["result"]
+        assert answer.get("isError", False) is False, answer  # without a connection: upstream_connection_required
+    from crank.wire.auth import Principal
+
+    held = gateway.source.tokens.connections
+    for subject in ("bench", "user-1", "user-2"):  # each user's own, read from the vault and kept
+        who = Principal("bench", method="oauth", subject=subject, issuer=issuer.url)
+        assert held.cached("bench", "people", who) == f"connected.{subject}"
+    assert issuer.exchanges == 0  # nothing asked of the authorization server: the connections were there
+
+
 @pytest.mark.skipif(not Path("/usr/sbin/nginx").exists(), reason="needs nginx (scripts/bench installs it)")
 def test_the_first_exchange_bench_runs(tmp_path: Path) -> None:
     import json
@@ -107,3 +137,4 @@ def test_the_first_exchange_bench_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "latest.json").read_text())
     assert report["users"] == 3 and report["exchange_ms"]["first"] > 0 and report["static_ms"]["second"] > 0
+    assert report["connection_ms"]["first"] > 0 and "first_decryption_ms" in report

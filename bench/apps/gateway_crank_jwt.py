@@ -20,7 +20,10 @@ The app mints one RS256 token valid for 30 days whose audiences are the resource
 `BENCH_GATEWAY_CREDENTIAL` gives agent `agent`'s operations upstream credentials (issue 37): `static`, a bearer
 token by reference (one account, as a workspace credential is); `exchange`, a token exchange (RFC 8693) at the
 issuer's `/token`, which answers any exchange with a new opaque token valid for an hour (`Issuer.exchanges`
-counts them): the signed-in user's token, exchanged once and then kept. nginx, the upstream, reads neither.
+counts them): the signed-in user's token, exchanged once and then kept; `connection`, each user's own connection
+(OAuth authorization code), which this app puts in the token vault for every user it mints a token for (a vault
+key of its own), as the connect page would: read and decrypted on a user's first call, then kept. nginx, the
+upstream, reads none of them.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from bench.apps.gateway_crank import AGENT, DISCOVERY_AGENT, LOOPBACK_EGRESS, WO
 from crank.gateway.client import UpstreamClient
 from crank.registry import Registry, open_engine
 from crank.registry.runtime import OAuthPolicy
+from crank.registry.vault import Vault, VaultKeys
 from crank.server import GatewayService
 from crank.types import JSONObject
 
@@ -136,6 +140,10 @@ def upstream_auth(kind: str, issuer_url: str) -> JSONObject | None:
     """The upstream credentials of `BENCH_GATEWAY_CREDENTIAL`: none, one account's, or the signed-in user's."""
     if kind == "static":
         return {"type": "bearer", "secret": f"env:{STATIC_SECRET}"}
+    if kind == "connection":
+        return {"type": "user_connection", "secret": f"env:{EXCHANGE_SECRET}", "client_id": "bench-crank",
+                "token_url": issuer_url + "/token", "authorization_url": issuer_url + "/authorize",
+                "scheme": "people"}  # fmt: skip
     if kind == "exchange":
         return {"type": "token_exchange", "secret": f"env:{EXCHANGE_SECRET}", "client_id": "bench-crank",
                 "token_url": issuer_url + "/token", "audience": "https://upstream.bench.test",
@@ -170,12 +178,19 @@ def make_app(token_file: str | None = None) -> tuple[GatewayService, Issuer, str
     credential = os.environ.get("BENCH_GATEWAY_CREDENTIAL", "")
     copy = oauth_registry(os.environ["BENCH_GATEWAY_DB"], issuer.url, credential)
     registry = Registry(open_engine(f"sqlite:///{copy}"))
-    gateway = GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), public_url=PUBLIC_URL)
+    keys = VaultKeys([os.urandom(32)]) if credential == "connection" else None
+    users = int(os.environ.get("BENCH_GATEWAY_TOKENS", "1"))
+    subjects = ["bench", *(f"user-{n}" for n in range(1, users))]
+    if keys is not None:  # every user connected already, as the connect page leaves them
+        vault = Vault(registry.engine, keys)
+        for subject in subjects:
+            vault.put(WORKSPACE, "people", issuer.url, subject, {"access_token": f"connected.{subject}"})
+    gateway = GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), public_url=PUBLIC_URL,
+                             vault_keys=keys)  # fmt: skip
     audiences = [resource(AGENT), resource(DISCOVERY_AGENT)]
     token = issuer.token(audiences)
     if token_file:  # the bench's token first; with BENCH_GATEWAY_TOKENS=N, N-1 more, each another user's
-        users = int(os.environ.get("BENCH_GATEWAY_TOKENS", "1"))
-        tokens = [token, *(issuer.token(audiences, sub=f"user-{n}") for n in range(1, users))]
+        tokens = [token, *(issuer.token(audiences, sub=subject) for subject in subjects[1:])]
         Path(token_file).write_text("\n".join(tokens) + "\n")
     return gateway, issuer, token
 
