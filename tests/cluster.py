@@ -295,7 +295,8 @@ def start_cluster(tmp_path: Path, cluster_database: str, redis_url: str) -> Iter
     """Start `replicas` `crank serve` processes and nginx in front of them; everything is stopped when the
     test ends. Arguments: `replicas` (a count), `env` (for every replica, over the defaults above),
     `replica_env` (a list, one mapping per replica, e.g. `[{"CRANK_ROLE": "admin"}, {}, {}]`), `args`
-    (`crank serve` arguments, e.g. `["--workers", "2"]`), `redis` (False: no `CRANK_REDIS_URL`)."""
+    (`crank serve` arguments, e.g. `["--workers", "2"]`), `redis` (False: no `CRANK_REDIS_URL`), `nginx_port`
+    (nginx's port, when the replicas must know their public URL before they start)."""
     started: list[Cluster] = []
 
     def start(
@@ -305,6 +306,7 @@ def start_cluster(tmp_path: Path, cluster_database: str, redis_url: str) -> Iter
         replica_env: Sequence[Mapping[str, str]] | None = None,
         args: Sequence[str] = (),
         redis: bool = True,
+        nginx_port: int | None = None,
     ) -> Cluster:
         root = tmp_path / f"cluster-{len(started)}"
         root.mkdir()
@@ -317,7 +319,8 @@ def start_cluster(tmp_path: Path, cluster_database: str, redis_url: str) -> Iter
                     root / f"replica-{i}.log")
             for i in range(replicas)
         ]  # fmt: skip
-        cluster = Cluster(root, members, Nginx(root / "nginx", services.free_port()), cluster_database)
+        nginx = Nginx(root / "nginx", nginx_port or services.free_port())
+        cluster = Cluster(root, members, nginx, cluster_database)
         started.append(cluster)  # stopped at the end even if a part fails to start
         for replica in members:
             replica.start()

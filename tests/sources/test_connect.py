@@ -20,19 +20,14 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import httpx
 import httpx2
-import jwt
 import mcp.types as types
 import pytest
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import sync_playwright
 from pydantic import AnyUrl
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from crank.admin.actions import check_runtime
 from crank.registry import Registry
@@ -41,14 +36,13 @@ from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
 from crank.telemetry import JSONLogFormatter
 from mcp import Client
+from tests.connect_flow import API_RESOURCE, PeopleAPI, Visit, browse, call_tool, register, through_providers
 from tests.oauth import REDIRECT_URI, MemoryTokenStorage, SignIn, authorization_server, obtain_tokens
 from tests.services import free_port
 
 pytestmark = pytest.mark.anyio
 LIMIT = 90  # seconds any one test may take, sign-ins and browsers included
-API_RESOURCE = "https://api.people.example"
 MODES = ["auto", "legacy"]
-SECRETS = {"CONNECT_SECRET": "", "SIGN_IN_SECRET": ""}  # filled from the providers' registrations
 
 
 @pytest.fixture(scope="module")
@@ -63,47 +57,6 @@ def api_server() -> Iterator[str]:
     """The API's own authorization server, where each user connects their account."""
     with authorization_server() as url:
         yield url
-
-
-def _register(issuer: str, redirect_uri: str, grants: list[str]) -> tuple[str, str]:
-    """A confidential client of the provider (dynamic registration, RFC 7591)."""
-    metadata = httpx.get(issuer + "/.well-known/openid-configuration").json()
-    answer = httpx.post(metadata["registration_endpoint"], json={
-        "redirect_uris": [redirect_uri], "application_type": "native", "grant_types": grants,
-        "token_endpoint_auth_method": "client_secret_basic", "response_types": ["code"],
-    })  # fmt: skip
-    assert answer.status_code == 201, answer.text
-    return answer.json()["client_id"], answer.json()["client_secret"]
-
-
-@dataclass
-class PeopleAPI:
-    """An API that takes its own authorization server's tokens for its resource: it checks each one (signature,
-    issuer, audience) and answers who the user is. `seen` keeps every bearer token it received."""
-
-    issuer: str
-    seen: list[dict[str, Any]] = field(default_factory=list)
-    refused: set[str] = field(default_factory=set)
-    """Tokens it answers 401 (revoked at the API, say)."""
-    _keys: jwt.PyJWKClient | None = None
-
-    def app(self) -> Starlette:
-        return Starlette(routes=[Route("/me", self.me)])
-
-    async def me(self, request: Request) -> Response:
-        token = request.headers.get("authorization", "").removeprefix("Bearer ")
-        if self._keys is None:
-            self._keys = jwt.PyJWKClient(self.issuer + "/jwks")
-        try:
-            key = await anyio.to_thread.run_sync(self._keys.get_signing_key_from_jwt, token)
-            claims = jwt.decode(token, key.key, algorithms=["RS256"], audience=API_RESOURCE, issuer=self.issuer)
-        except jwt.PyJWTError as exc:
-            self.seen.append({"token": token, "refused": str(exc)})
-            return JSONResponse({"error": "invalid_token"}, 401)
-        self.seen.append({"token": token, "claims": claims})
-        if token in self.refused:
-            return JSONResponse({"error": "invalid_token"}, 401)
-        return JSONResponse({"user": claims["sub"]})
 
 
 @dataclass
@@ -123,8 +76,8 @@ def setup(
 ) -> Setup:  # fmt: skip
     port = free_port()
     root = f"http://127.0.0.1:{port}"
-    sign_in_client = _register(identity, root + "/connect/_/signed-in", ["authorization_code"])
-    connect_client = _register(api_server, root + "/connect/_/callback", ["authorization_code", "refresh_token"])
+    sign_in_client = register(identity, root + "/connect/_/signed-in", ["authorization_code"])
+    connect_client = register(api_server, root + "/connect/_/callback", ["authorization_code", "refresh_token"])
     monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "acme:CONNECT_SECRET,acme:SIGN_IN_SECRET")
     monkeypatch.setenv("CONNECT_SECRET", connect_client[1])
     monkeypatch.setenv("SIGN_IN_SECRET", sign_in_client[1])
@@ -161,48 +114,6 @@ def _key_reference(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 # -- a person in front of a browser ------------------------------------------------------------------------------
-
-
-@dataclass
-class Visit:
-    """What a browser saw following a link: the heading of the page it ended on, and every URL it went through."""
-
-    heading: str
-    text: str
-    urls: list[str]
-
-
-def browse(url: str, users: dict[str, str], *, stop_at: str | None = None) -> Visit:
-    """Open `url` in chromium, sign in at each provider as `users[its origin]` and consent, until a page of
-    neither provider (or, with `stop_at`, a page of that origin, where it does nothing). `urls`: every request the
-    page made, each hop of a redirect included."""
-    chromium = shutil.which("chromium")
-    assert chromium is not None, "Debian's chromium is missing: scripts/install-services installs it"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        try:
-            page = browser.new_context().new_page()
-            urls: list[str] = []
-            page.on("request", lambda request: urls.append(request.url))
-            page.goto(url)
-            _through_providers(page, users, stop_at)
-            heading = page.locator("h1").first.inner_text() if page.locator("h1").count() else ""
-            return Visit(heading, page.locator("body").inner_text(), urls)
-        finally:
-            browser.close()
-
-
-def _through_providers(page: Page, users: dict[str, str], stop_at: str | None) -> None:
-    for _ in range(8):
-        page.wait_for_load_state()
-        origin = origin_of(page.url)
-        if origin not in users or origin == stop_at:
-            return
-        if page.locator('input[name="login"]').count():
-            page.locator('input[name="login"]').fill(users[origin])
-            page.locator('input[name="password"]').fill("any password")
-        with page.expect_navigation():  # the provider's next page, or the redirect onwards
-            page.locator('button[type="submit"]').first.click()
 
 
 # -- the MCP client ----------------------------------------------------------------------------------------------
@@ -246,14 +157,6 @@ class Person:
                     for _ in range(count):
                         results.append(await client.call_tool("whoami", {}))
         return results
-
-
-def _call(url: str, token: str) -> dict[str, Any]:
-    """One `tools/call` of `whoami` by a client that declares no capability (no URL elicitation)."""
-    headers = {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
-    result: dict[str, Any] = httpx.post(url, json=body, headers=headers, timeout=30).json()["result"]
-    return result
 
 
 # -- the tests ---------------------------------------------------------------------------------------------------
@@ -302,7 +205,7 @@ async def test_a_client_without_url_elicitation_gets_the_link_and_the_link_works
     setup: Setup, identity: str, api_server: str
 ) -> None:
     tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="carol")
-    answer = _call(setup.url, tokens["access_token"])
+    answer = call_tool(setup.url, tokens["access_token"])
     error = json.loads(answer["content"][0]["text"])
     assert answer["isError"] is True and error["error_code"] == "upstream_connection_required"
     assert error["error_class"] == "user_credentials" and error["recoverable"] is False
@@ -312,7 +215,7 @@ async def test_a_client_without_url_elicitation_gets_the_link_and_the_link_works
     users = {origin_of(identity): "carol", origin_of(api_server): "carol"}
     visit = await anyio.to_thread.run_sync(lambda: browse(link, users))
     assert visit.heading == "Connected", visit.text
-    answer = _call(setup.url, tokens["access_token"])
+    answer = call_tool(setup.url, tokens["access_token"])
     assert answer.get("isError") is not True and answer["structuredContent"] == {"user": "carol"}
     # The page says nothing of tokens, and sent the API's authorization server no return URL of anyone else's.
     assert tokens["access_token"] not in visit.text and setup.api.seen[0]["token"] not in visit.text
@@ -320,7 +223,7 @@ async def test_a_client_without_url_elicitation_gets_the_link_and_the_link_works
 
 async def test_a_link_opened_by_another_user_connects_nobody(setup: Setup, identity: str, api_server: str) -> None:
     tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="dave")
-    link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
     # Dave sends his link to Mallory, who opens it signed in as herself: her API account would be linked to
     # Dave's identity (the account-linking attack). Refused once the identity provider says who she is.
     users = {origin_of(identity): "mallory", origin_of(api_server): "mallory"}
@@ -334,7 +237,7 @@ async def test_steps_replayed_forged_or_carried_to_another_browser_connect_nobod
     setup: Setup, identity: str, api_server: str
 ) -> None:
     tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="erin")
-    link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
     users = {origin_of(identity): "erin", origin_of(api_server): "erin"}
     # Erin's browser goes as far as the API's authorization server, and stops there: its URL carries the step's
     # state. Opened in another browser (a victim's, sent the URL), the callback comes back without Erin's cookie.
@@ -372,7 +275,7 @@ async def test_a_refused_token_is_refreshed_once_for_all_calls_and_a_revoked_ref
     setup: Setup, identity: str, api_server: str
 ) -> None:
     tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="frank")
-    link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
     users = {origin_of(identity): "frank", origin_of(api_server): "frank"}
     assert (await anyio.to_thread.run_sync(lambda: browse(link, users))).heading == "Connected"
     kept = setup.vault.get("acme", "people", identity, "frank")
@@ -383,7 +286,7 @@ async def test_a_refused_token_is_refreshed_once_for_all_calls_and_a_revoked_ref
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as group:
             for _ in range(10):
-                group.start_soon(anyio.to_thread.run_sync, lambda: _call(setup.url, tokens["access_token"]))
+                group.start_soon(anyio.to_thread.run_sync, lambda: call_tool(setup.url, tokens["access_token"]))
     refreshed = setup.vault.get("acme", "people", identity, "frank")
     assert refreshed is not None and refreshed["access_token"] != kept["access_token"]
     retried = [entry["token"] for entry in setup.api.seen if entry["token"] != kept["access_token"]]
@@ -396,14 +299,14 @@ async def test_a_refused_token_is_refreshed_once_for_all_calls_and_a_revoked_ref
                          auth=(client_id, secret))  # fmt: skip
     assert revoked.status_code == 200
     setup.api.refused.add(refreshed["access_token"])
-    answer = _call(setup.url, tokens["access_token"])
+    answer = call_tool(setup.url, tokens["access_token"])
     assert json.loads(answer["content"][0]["text"])["error_code"] == "upstream_connection_required"
     assert setup.vault.get("acme", "people", identity, "frank") is None
 
 
 async def test_a_call_with_an_api_key_is_refused_and_given_no_link(setup: Setup) -> None:
     key = setup.registry.create_api_key("acme")
-    answer = _call(setup.url, key)
+    answer = call_tool(setup.url, key)
     error = json.loads(answer["content"][0]["text"])
     assert error["error_code"] == "user_credentials_required" and setup.api.seen == []
     assert "connect_url" not in json.dumps(error)  # an API key is nobody: no link to connect it
@@ -419,7 +322,7 @@ def _own_connections(root: str, identity: str, user: str) -> tuple[str, str]:
         try:
             page = browser.new_context().new_page()
             page.goto(root + "/connect/acme")
-            _through_providers(page, {origin_of(identity): user}, None)
+            through_providers(page, {origin_of(identity): user}, None)
             before = page.locator("body").inner_text()
             with page.expect_navigation():
                 page.get_by_role("button", name="Remove people").click()
@@ -431,7 +334,7 @@ def _own_connections(root: str, identity: str, user: str) -> tuple[str, str]:
 async def test_a_user_sees_and_removes_their_own_connections(setup: Setup, identity: str, api_server: str) -> None:
     for user in ("grace", "heidi"):
         tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user=user)
-        link = json.loads(_call(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+        link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
         users = {origin_of(identity): user, origin_of(api_server): user}
         assert (await anyio.to_thread.run_sync(browse, link, users)).heading == "Connected"
     before, after = await anyio.to_thread.run_sync(lambda: _own_connections(setup.root, identity, "grace"))
