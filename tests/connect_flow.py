@@ -45,7 +45,7 @@ class PeopleAPI:
     _keys: jwt.PyJWKClient | None = None
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/me", self.me)])
+        return Starlette(routes=[Route("/me", self.me, methods=["GET", "DELETE"])])
 
     async def me(self, request: Request) -> Response:
         token = request.headers.get("authorization", "").removeprefix("Bearer ")
@@ -57,7 +57,7 @@ class PeopleAPI:
         except jwt.PyJWTError as exc:
             self.seen.append({"token": token, "refused": str(exc)})
             return JSONResponse({"error": "invalid_token"}, 401)
-        self.seen.append({"token": token, "claims": claims})
+        self.seen.append({"token": token, "claims": claims, "method": request.method})
         if token in self.refused:
             return JSONResponse({"error": "invalid_token"}, 401)
         return JSONResponse({"user": claims["sub"]})

@@ -430,7 +430,7 @@ def workspace_create(slug: str, name: str | None, language: str) -> None:
               help="Introspect opaque tokens (RFC 7662) as this client, its secret by reference.")  # fmt: skip
 @click.option("--sign-in-client", default=None, metavar="CLIENT_ID=env:NAME",
               help="Sign users in on the connect page as this client of the first --issuer (its secret by "
-              "reference; redirect URI CRANK_PUBLIC_URL/connect/_/signed-in): users' own connections need "
+              "reference; redirect URI CRANK_PUBLIC_URL/connect/WORKSPACE/_/signed-in): users' own connections need "
               "it.")  # fmt: skip
 @click.option("--off", is_flag=True, help="Take API keys only again.")
 @click.option("--show", is_flag=True, help="Print the policy and change nothing.")

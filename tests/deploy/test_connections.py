@@ -38,8 +38,10 @@ def test_a_connection_made_through_one_replica_is_used_by_both_and_refreshed_onc
 ) -> None:
     port = services.free_port()
     public = f"http://{services.HOST}:{port}"
-    sign_in_client = register(identity, public + "/connect/_/signed-in", ["authorization_code"])
-    connect_client = register(api_server, public + "/connect/_/callback", ["authorization_code", "refresh_token"])
+    sign_in_client = register(identity, public + "/connect/acme/_/signed-in", ["authorization_code"])
+    connect_client = register(
+        api_server, public + "/connect/acme/people/callback", ["authorization_code", "refresh_token"]
+    )
     api = PeopleAPI(api_server)
     base = serve(api.app())
     env = {

@@ -34,6 +34,7 @@ from crank.registry import Registry
 from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection, origin_of
 from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
+from crank.state.store import MemoryStore
 from crank.telemetry import JSONLogFormatter
 from mcp import Client
 from tests.connect_flow import API_RESOURCE, PeopleAPI, Visit, browse, call_tool, register, through_providers
@@ -67,6 +68,7 @@ class Setup:
     registry: Registry
     vault: Vault
     connect_client: tuple[str, str]
+    state: MemoryStore
 
 
 @pytest.fixture
@@ -76,8 +78,10 @@ def setup(
 ) -> Setup:  # fmt: skip
     port = free_port()
     root = f"http://127.0.0.1:{port}"
-    sign_in_client = register(identity, root + "/connect/_/signed-in", ["authorization_code"])
-    connect_client = register(api_server, root + "/connect/_/callback", ["authorization_code", "refresh_token"])
+    sign_in_client = register(identity, root + "/connect/acme/_/signed-in", ["authorization_code"])
+    connect_client = register(
+        api_server, root + "/connect/acme/people/callback", ["authorization_code", "refresh_token"]
+    )
     monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", "acme:CONNECT_SECRET,acme:SIGN_IN_SECRET")
     monkeypatch.setenv("CONNECT_SECRET", connect_client[1])
     monkeypatch.setenv("SIGN_IN_SECRET", sign_in_client[1])
@@ -97,15 +101,21 @@ def setup(
     credential = SchemeCredential(secret="env:CONNECT_SECRET", client_id=connect_client[0], connection=connection,
                                   origins=(origin_of(base), origin_of(api_server)))  # fmt: skip
     registry.set_workspace_credential("acme", "people", credential)
-    registry.put_agent("acme", "people", {"bindings": [{"operation": "whoami"}]})
+    registry.put_operation("acme", "forget_me", {
+        "protocol": "http", "target": {"method": "DELETE", "url": base + "/me"}, "description": "Forget me.",
+        "execution_config": {"requires": [{"scheme": "people", "type": "bearer", "authorization_code": flow}]},
+    })  # fmt: skip
+    registry.put_agent("acme", "people", {"bindings": [{"operation": "whoami"}, {"operation": "forget_me"}]})
     registry.publish("acme", "people", check=check_runtime)
     signing_in = SignInClient(issuer=identity, client_id=sign_in_client[0], client_secret="env:SIGN_IN_SECRET")
     registry.set_workspace_oauth("acme", OAuthPolicy(issuers=(identity,), agent_scopes={"*": ("tools:read",)},
                                                      sign_in_client=signing_in))  # fmt: skip
     keys = VaultKeys.from_references(_key_reference(monkeypatch))
-    gateway = GatewayService(registry, poll_interval=0.05, public_url=root, vault_keys=keys)
+    state = MemoryStore()
+    gateway = GatewayService(registry, poll_interval=0.05, public_url=root, vault_keys=keys, state=state)
     assert serve(gateway, port=port) == root
-    return Setup(root, root + "/mcp/v1/acme/people", api, registry, Vault(registry.engine, keys), connect_client)
+    return Setup(root, root + "/mcp/v1/acme/people", api, registry, Vault(registry.engine, keys), connect_client,
+                 state)  # fmt: skip
 
 
 def _key_reference(monkeypatch: pytest.MonkeyPatch) -> str:
@@ -129,10 +139,13 @@ class Person:
     api_server: str
     asked: list[types.ElicitRequestURLParams] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)
     visits: list[Visit] = field(default_factory=list)
 
     async def elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        assert isinstance(params, types.ElicitRequestURLParams), params
+        if not isinstance(params, types.ElicitRequestURLParams):  # a destructive call's confirmation: yes
+            self.confirmed.append(params.message)
+            return types.ElicitResult(action="accept", content={"confirm": True})
         self.asked.append(params)
         users = {origin_of(self.identity): self.name, origin_of(self.api_server): self.name}
         self.visits.append(await anyio.to_thread.run_sync(lambda: browse(params.url, users)))
@@ -142,7 +155,7 @@ class Person:
         if isinstance(message, types.ElicitCompleteNotification):
             self.completed.append(message.params.elicitation_id)
 
-    async def calls(self, mode: str, count: int = 2) -> list[Any]:
+    async def calls(self, mode: str, count: int = 2, tool: str = "whoami") -> list[Any]:
         storage = MemoryTokenStorage()
         signing_in = SignIn(user=self.name)
         metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(REDIRECT_URI)], scope="tools:read", client_name="t")
@@ -155,7 +168,7 @@ class Person:
                 async with Client(transport, mode=mode, elicitation_callback=self.elicit,
                                   message_handler=self.message) as client:  # fmt: skip
                     for _ in range(count):
-                        results.append(await client.call_tool("whoami", {}))
+                        results.append(await client.call_tool(tool, {}))
         return results
 
 
@@ -244,15 +257,19 @@ async def test_steps_replayed_forged_or_carried_to_another_browser_connect_nobod
     started = await anyio.to_thread.run_sync(lambda: browse(link, users, stop_at=api_server))
     to_api = next(url for url in started.urls if url.startswith(api_server + "/auth?"))
     query = parse_qs(urlsplit(to_api).query)
-    assert query["redirect_uri"] == [setup.root + "/connect/_/callback"] and query["code_challenge_method"] == ["S256"]
+    assert query["redirect_uri"] == [setup.root + "/connect/acme/people/callback"] and query[
+        "code_challenge_method"
+    ] == ["S256"]
     victim = {origin_of(api_server): "victim"}
     carried = await anyio.to_thread.run_sync(lambda: browse(to_api, victim))
     assert carried.heading == "Nothing was connected" and "not started in this browser" in carried.text
     # A callback made up, and one replayed after its flow finished: refused.
     async with httpx.AsyncClient(timeout=10) as http:
-        forged = await http.get(setup.root + "/connect/_/callback", params={"code": "stolen", "state": "guessed"})
+        forged = await http.get(
+            setup.root + "/connect/acme/people/callback", params={"code": "stolen", "state": "guessed"}
+        )
         assert forged.status_code == 400 and "Nothing was connected" in forged.text
-        signed_in = await http.get(setup.root + "/connect/_/signed-in", params={"code": "x", "state": "y"})
+        signed_in = await http.get(setup.root + "/connect/acme/_/signed-in", params={"code": "x", "state": "y"})
         assert signed_in.status_code == 400
         # A link asking to be sent elsewhere afterwards: the only redirect is to the identity provider's.
         asked = await http.get(link + "&next=https://evil.example/&redirect_uri=https://evil.example/")
@@ -263,7 +280,7 @@ async def test_steps_replayed_forged_or_carried_to_another_browser_connect_nobod
         assert tampered.status_code == 400 and "not valid" in tampered.text
     finished = await anyio.to_thread.run_sync(lambda: browse(link, users))
     assert finished.heading == "Connected"
-    callback = next(url for url in finished.urls if url.startswith(setup.root + "/connect/_/callback"))
+    callback = next(url for url in finished.urls if url.startswith(setup.root + "/connect/acme/people/callback"))
     async with httpx.AsyncClient(timeout=10) as http:
         replayed = await http.get(callback)
     assert replayed.status_code == 400 and "used already" in replayed.text
@@ -312,9 +329,10 @@ async def test_a_call_with_an_api_key_is_refused_and_given_no_link(setup: Setup)
     assert "connect_url" not in json.dumps(error)  # an API key is nobody: no link to connect it
 
 
-def _own_connections(root: str, identity: str, user: str) -> tuple[str, str]:
+def _own_connections(root: str, identity: str, user: str) -> tuple[str, str, list[int]]:
     """A user's own connections page in chromium: signed in at the identity provider, then one removed; the page's
-    text before and after."""
+    text before and after, and the statuses of removals forged with the page's session (a wrong CSRF token, and
+    the right one sent to another workspace's page)."""
     chromium = shutil.which("chromium")
     assert chromium is not None
     with sync_playwright() as playwright:
@@ -324,9 +342,14 @@ def _own_connections(root: str, identity: str, user: str) -> tuple[str, str]:
             page.goto(root + "/connect/acme")
             through_providers(page, {origin_of(identity): user}, None)
             before = page.locator("body").inner_text()
+            csrf = page.locator('input[name="csrf"]').first.get_attribute("value")
+            forged = [
+                page.request.post(root + "/connect/acme/remove", form={"scheme": "people", "csrf": "wrong"}).status,
+                page.request.post(root + "/connect/other/remove", form={"scheme": "people", "csrf": csrf or ""}).status,
+            ]
             with page.expect_navigation():
                 page.get_by_role("button", name="Remove people").click()
-            return before, page.locator("body").inner_text()
+            return before, page.locator("body").inner_text(), forged
         finally:
             browser.close()
 
@@ -337,10 +360,39 @@ async def test_a_user_sees_and_removes_their_own_connections(setup: Setup, ident
         link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
         users = {origin_of(identity): user, origin_of(api_server): user}
         assert (await anyio.to_thread.run_sync(browse, link, users)).heading == "Connected"
-    before, after = await anyio.to_thread.run_sync(lambda: _own_connections(setup.root, identity, "grace"))
+    before, after, forged = await anyio.to_thread.run_sync(lambda: _own_connections(setup.root, identity, "grace"))
     assert "Signed in as grace" in before and "people" in before and "heidi" not in before
+    assert forged == [403, 403]  # the session's own page and its CSRF token, or nothing
     assert "You have connected no account here" in after
     assert [entry.subject for entry in setup.vault.entries("acme")] == ["heidi"]  # only her own went
     async with httpx.AsyncClient(timeout=10) as http:  # a removal without the page's session and token: refused
         forged = await http.post(setup.root + "/connect/acme/remove", data={"scheme": "people", "csrf": "x"})
     assert forged.status_code == 403 and len(setup.vault.entries("acme")) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_destructive_call_asks_to_connect_then_to_confirm_and_runs_once(
+    setup: Setup, identity: str, api_server: str, mode: str
+) -> None:
+    """The connection is asked for before the confirmation: a confirmation is never spent by a call whose user must
+    connect first (2026-07-28: three rounds, each answer counted once)."""
+    ivan = Person("ivan", setup, identity, api_server)
+    (result,) = await ivan.calls(mode, 1, tool="forget_me")
+    assert result.is_error is False and result.structured_content == {"user": "ivan"}, result.content[0].text
+    assert len(ivan.asked) == 1 and len(ivan.confirmed) == 1
+    assert [(entry["method"], entry["claims"]["sub"]) for entry in setup.api.seen] == [("DELETE", "ivan")]
+
+
+async def test_visitors_store_nothing_before_they_sign_in(setup: Setup, identity: str) -> None:
+    """The connect pages keep a step in the browser's signed cookie until the provider signed someone in: links
+    replayed and pages opened by anyone (without signing in) never fill the state store every tenant shares."""
+    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="judy")
+    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    before = len(setup.state)
+    async with httpx.AsyncClient(timeout=10) as http:
+        for _ in range(50):
+            assert (await http.get(link)).status_code == 303  # a valid link, replayed
+            assert (await http.get(setup.root + "/connect/acme")).status_code == 303  # the user's own page
+            forged = await http.get(setup.root + "/connect/acme/people/callback", params={"state": "x", "code": "y"})
+            assert forged.status_code == 400
+    assert len(setup.state) == before

@@ -39,7 +39,7 @@ from typing import Final, NamedTuple
 
 from cachetools import LRUCache
 
-from crank.exceptions import ConfigurationError, UserCredentialsError
+from crank.exceptions import ConfigurationError, ExternalServiceError, ToolError, UserCredentialsError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.secrets import SecretValue
 from crank.gateway.token_endpoint import (
@@ -501,7 +501,7 @@ class _UserConnection(Credential):
             return Sent.bearer(await self._connections.token(self._workspace, self.scheme, caller,
                                                              self._refresh))  # fmt: skip
         except TokenFailure as failure:
-            raise self._endpoint.unavailable(failure, self.scheme) from None
+            raise self._unavailable(failure) from None
 
     async def renew(self, refused: Sent, caller: Principal | None = None) -> Sent:
         assert refused.token is not None
@@ -509,12 +509,23 @@ class _UserConnection(Credential):
             token = await self._connections.renew(self._workspace, self.scheme, caller, refused.token,
                                                   self._refresh)  # fmt: skip
         except TokenFailure as failure:
-            raise self._endpoint.unavailable(failure, self.scheme) from None
+            raise self._unavailable(failure) from None
         return Sent.bearer(token)
 
     def drop(self, refused: Sent, caller: Principal | None = None) -> None:
         if refused.token is not None and caller is not None:
             self._connections.drop(self._workspace, self.scheme, caller, refused.token)
+
+    def _unavailable(self, failure: TokenFailure) -> ToolError:
+        if failure.cause != "refresh_busy":
+            return self._endpoint.unavailable(failure, self.scheme)
+        busy = ExternalServiceError(
+            "The user's token for the API is being renewed by another call, which did not finish in time. Nothing "
+            "was sent.", error_code="upstream_token_busy", recoverable=True,
+            suggested_action="Call the tool again in a few seconds.",
+        )  # fmt: skip
+        busy.may_have_taken_effect = False
+        return busy
 
     async def _refresh(self, connected: Connected) -> Connected:
         """The connection's tokens renewed with its refresh token (RFC 6749 6); a server that sends no new refresh

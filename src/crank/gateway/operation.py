@@ -70,6 +70,9 @@ class RemoteOperation:
         self.confirmation = Confirmation.compile(config.confirmation, method, definition)
         # oauth2: a token request, and after a 401 a renewal and the one request sent again, may come on top.
         fetched = config.auth is not None and config.auth.type in ("oauth2", "token_exchange", "user_connection")
+        # A user's own connection is asked for before anything else: a confirmation token is not used up by a call
+        # whose user must connect first (and calls again).
+        self.prepares = config.auth is not None and config.auth.type == "user_connection"
         attempts = self.adapter.retries + 1 + (3 if fetched else 0)
         self.in_flight_ttl = self.adapter.timeout * attempts + 10
         url = tool.target.url if tool.protocol == "http" else ""
@@ -96,6 +99,8 @@ class RemoteOperation:
         user confirmed this very call through the client (no token is asked for).
         """
         who = caller.id if caller is not None else ""
+        if self.prepares:
+            await self.adapter.prepare(caller)
         if self.confirmation is not None:
             if confirmed:
                 arguments = self.confirmation.without_token(arguments)

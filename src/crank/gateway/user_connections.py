@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
+from cachetools import LRUCache
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from crank.exceptions import ConfigurationError, ToolConfigurationError, UserCredentialsError
@@ -67,10 +68,16 @@ CONNECTION_RECHECK: Final = 30.0
 """Seconds a process uses a connection it read before reading the vault again: a connection removed on any replica
 (by its user or an operator) stops being used everywhere within this time."""
 REFRESH_LEASE: Final = 15.0
-"""Seconds one replica holds a connection's refresh before another may try (a replica that died meanwhile)."""
-REFRESH_WAIT: Final = 10.0
-"""Seconds a call waits for the refresh another replica is making before it fails as `upstream_token_unavailable`."""
+"""Seconds a connection's refresh lock lasts without its holder's heartbeat (every third of it): another replica
+may refresh once a holder died."""
+REFRESH_WAIT: Final = 20.0
+"""Seconds a call waits for the refresh another replica is making before it fails as `upstream_token_busy`
+(recoverable: call again)."""
+REFRESH_FAILURE_MEMORY: Final = 5.0
+"""Seconds a refresh that failed at the token endpoint (down, slow, garbled) is remembered for the connection: its
+calls meanwhile fail at once, and the endpoint is asked once per interval."""
 _POLL: Final = 0.2
+_MAX_FAILURES: Final = 10_000
 _ENTRY_OVERHEAD: Final = 300
 
 CONNECT_ACTION: Final = (
@@ -213,12 +220,17 @@ class UserConnections:
         self._held: TenantCaches[_Held] = TenantCaches(CONNECTION_CACHE_BYTES, CONNECTION_CACHE_TOTAL_BYTES,
                                                            _entry_bytes)  # fmt: skip
         self._flights: dict[Hashable, asyncio.Task[Connected]] = {}
+        # A refresh's failure by connection: its cause and detail (never the exception: its frames hold tokens), and
+        # until when (`clock`).
+        self._failed: LRUCache[Hashable, tuple[str, str | None, float]] = LRUCache(maxsize=_MAX_FAILURES)
 
     # -- calls --------------------------------------------------------------------------------------------------
 
     def cached(self, workspace: str, scheme: str, user: Principal) -> str | None:
         """The user's access token when this process holds a fresh one (no wait, no database)."""
-        held = self._held.get(workspace, (scheme, user.issuer, user.subject))
+        if user.issuer is None:
+            return None
+        held = self._held.get(workspace, (scheme, user.issuer.rstrip("/"), user.subject))
         if held is None:
             return None
         now = self.clock()
@@ -256,7 +268,7 @@ class UserConnections:
 
     def drop(self, workspace: str, scheme: str, user: Principal, refused: str) -> None:
         """Forget `refused` in this process (the API answered it with 401): the next call reads the vault again."""
-        key = (scheme, user.issuer, user.subject)
+        key = (scheme, (user.issuer or "").rstrip("/"), user.subject)
         held = self._held.get(workspace, key)
         if held is not None and held[0].access_token == refused:
             self._held.pop(workspace, key)
@@ -276,13 +288,18 @@ class UserConnections:
     # -- the connect page and operators ---------------------------------------------------------------------------
 
     async def save(self, workspace: str, scheme: str, issuer: str, subject: str, connected: Connected) -> None:
-        """Keep a new connection (the connect page's): in the vault for every replica, and in this process."""
+        """Keep a new connection (the connect page's): in the vault for every replica, and in this process; a
+        mark in the state store tells the calls that wait for it (`connected`), on whichever replica."""
         vault = self._vault()
         await asyncio.to_thread(vault.put, workspace, scheme, issuer, subject, connected.to_json())
         self._held.put(workspace, (scheme, issuer, subject), (connected, self.clock()))
+        await self.state.put(_mark(workspace, scheme, issuer, subject), {"at": self.clock()}, CONNECT_LINK_MAX_AGE)
 
     async def connected(self, workspace: str, scheme: str, issuer: str, subject: str) -> bool:
-        """Whether the user has a connection in the vault now (what a waiting call polls)."""
+        """Whether the user connected lately (what a waiting call polls: the state store's mark, cheap, then the
+        vault once to be sure)."""
+        if await self.state.get(_mark(workspace, scheme, issuer, subject)) is None:
+            return False
         return await self._read(self._vault(), workspace, scheme, (issuer, subject)) is not None
 
     async def remove(self, workspace: str, *, scheme: str | None = None, issuer: str | None = None,
@@ -353,13 +370,18 @@ class UserConnections:
     async def _refresh(
         self, workspace: str, scheme: str, user: Principal | None, stale: Connected, refresh: Refresh, force: bool
     ) -> Connected:
-        """One refresh across replicas: the lock's holder refreshes (unless another replica did just before);
-        the others wait for its row."""
+        """One refresh across replicas: the lock's holder refreshes (unless another replica did just before),
+        renewing its lease while it works; the others wait for its row."""
         vault = self._vault()
         who = _who(user)
+        remembered = self._failed.get((workspace, scheme, *who))
+        if remembered is not None and self.clock() < remembered[2]:
+            raise TokenFailure(remembered[0], remembered[1])
         lock = "connect-refresh:" + hashlib.sha256("\0".join((workspace, scheme, *who)).encode()).hexdigest()
-        if not await self.state.add(lock, {"at": self.clock()}, REFRESH_LEASE):
+        claim = secrets.token_urlsafe(12)
+        if not await self.state.claim(lock, {"claim": claim}, REFRESH_LEASE, REFRESH_LEASE):
             return await self._await_other(vault, workspace, scheme, user, stale)
+        heartbeat = asyncio.get_running_loop().create_task(self._keep_lease(lock, claim))
         try:
             current = await self._read(vault, workspace, scheme, who)
             if current is None:
@@ -375,11 +397,21 @@ class UserConnections:
                     await asyncio.to_thread(vault.delete, workspace, scheme=scheme, issuer=who[0], subject=who[1])
                     self._held.pop(workspace, (scheme, *who))
                     raise self.required(workspace, scheme, user) from None
+                until = self.clock() + REFRESH_FAILURE_MEMORY
+                self._failed[(workspace, scheme, *who)] = (failure.cause, failure.detail, until)
                 raise
             await self.save(workspace, scheme, *who, renewed)
+            self._failed.pop((workspace, scheme, *who), None)
             return renewed
         finally:
-            await self.state.take(lock)
+            heartbeat.cancel()
+            await self.state.replace_if(lock, claim, None, REFRESH_LEASE)  # only its own lock, never another's
+
+    async def _keep_lease(self, lock: str, claim: str) -> None:
+        """The refresh lock's heartbeat: a refresh that takes longer than the lease keeps it (a slow token
+        endpoint never lets a second replica refresh the same token at the same time)."""
+        while await self.state.renew(lock, claim, REFRESH_LEASE):
+            await asyncio.sleep(REFRESH_LEASE / 3)
 
     def _ended(self, workspace: str, scheme: str, user: Principal | None, who: tuple[str, str]) -> Exception:
         self._held.pop(workspace, (scheme, *who))
@@ -389,8 +421,8 @@ class UserConnections:
         self, vault: Vault, workspace: str, scheme: str, user: Principal | None, stale: Connected
     ) -> Connected:
         who = _who(user)
-        deadline = self.clock() + REFRESH_WAIT
-        while self.clock() < deadline:
+        deadline = time.monotonic() + REFRESH_WAIT
+        while time.monotonic() < deadline:
             await asyncio.sleep(_POLL)
             current = await self._read(vault, workspace, scheme, who)
             if current is None:
@@ -398,6 +430,10 @@ class UserConnections:
             if current.access_token != stale.access_token:
                 return current
         raise TokenFailure("refresh_busy")
+
+
+def _mark(workspace: str, scheme: str, issuer: str, subject: str) -> str:
+    return "connected:" + hashlib.sha256("\0".join((workspace, scheme, issuer, subject)).encode()).hexdigest()
 
 
 def _who(user: Principal | None) -> tuple[str, str]:
@@ -408,4 +444,4 @@ def _who(user: Principal | None) -> tuple[str, str]:
             "This tool acts as the signed-in user through their own connection to the API, and this call has no "
             "signed-in user: it came with an API key, or without credentials. Nothing was sent."
         )
-    return user.issuer, user.subject
+    return user.issuer.rstrip("/"), user.subject  # one issuer, with or without its trailing slash

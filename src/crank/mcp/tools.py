@@ -184,7 +184,9 @@ class CallContext:
         params: JSONObject = {"mode": "url", "message": message, "url": url}
         if not self.modern:
             params["elicitationId"] = elicitation_id
-        return await self._ask("elicitation/create", params, timeout)
+        # Its own key: a URL asked only while something is missing (a connection) is not asked on the rounds after,
+        # and must not shift the keys of the questions that follow it.
+        return await self._ask("elicitation/create", params, timeout, key="crank-url")
 
     async def notify(self, method: str, params: JSONObject) -> None:
         """Send the client a notification on this call's stream (2025-11-25, when it streams); else nothing."""
@@ -216,7 +218,9 @@ class CallContext:
         message = {"role": "user", "content": {"type": "text", "text": prompt}}
         return await self._ask("sampling/createMessage", {"messages": [message], "maxTokens": max_tokens, **options})
 
-    async def _ask(self, method: str, params: JSONObject, timeout: float | None = None) -> JSONObject:
+    async def _ask(
+        self, method: str, params: JSONObject, timeout: float | None = None, *, key: str | None = None
+    ) -> JSONObject:
         if not self.modern:
             channel = self._open_channel()
             declared = channel.session_capabilities() if channel is not None else None
@@ -225,7 +229,8 @@ class CallContext:
                                 error_code="client_request_unavailable")  # fmt: skip
             return await channel.request(method, params, timeout)
         channel = self._open_channel()
-        key = f"crank-input-{channel.asked() if channel is not None else 0}"
+        if key is None:
+            key = f"crank-input-{channel.asked() if channel is not None else 0}"
         # Answers count only when they come with the signed state of the round that asked for them, issued to
         # this same caller: answers made up by a client, or another caller's state, are asked for again.
         state = self.request_state if isinstance(self.request_state, dict) else {}

@@ -242,7 +242,7 @@ class IntrospectionClient(_Model):
 class SignInClient(_Model):
     """Crank's own OpenID Connect client at one of the workspace's issuers: how the connect page signs a user in
     (the authorization code flow with PKCE) to connect only the user a connect link names (docs/security.md,
-    Acting as the user). Its redirect URI there is `{CRANK_PUBLIC_URL}/connect/signed-in`."""
+    Acting as the user). Its redirect URI there is `{CRANK_PUBLIC_URL}/connect/{workspace}/_/signed-in`."""
 
     issuer: str
     client_id: str = Field(min_length=1, max_length=256)

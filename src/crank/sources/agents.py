@@ -244,31 +244,37 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
         if limits is not None and (agent_limited or (caller is not None and caller.limits is not None)):
             if not limits.admit_now(caller):
                 await limits.admit(caller)  # LimitReachedError: nothing is sent
-        confirmed = False
+        if operation.prepares:  # the user's own connection first, before a confirmation is asked or spent
+            await _connected(operation, caller, context)
         if operation.confirmation is None:  # the common case, as short as before confirmations could ask
             pending = operation.call(arguments, context.headers, caller)
         else:
             who = caller.id if caller is not None else ""
             confirmed = await ask_user(operation, arguments, context, who)
             pending = operation.call(arguments, context.headers, caller, confirmed=confirmed)
-        try:
-            try:  # `CallContext.progress_token`, inline and cheap first: most calls ask for no progress
-                asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
-            except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
-                asked = context.progress_token is not None
-            if asked and context.progress_token is not None:
-                outcome = await _reporting(pending, operation, context)
-            else:
-                outcome = await pending
-        except UpstreamConnectionRequiredError as needed:  # the user has not connected their account: ask them to
-            await ask_to_connect(needed, context, operation.connections, operation.workspace)
-            outcome = await operation.call(arguments, context.headers, caller, confirmed=confirmed)
+        try:  # `CallContext.progress_token`, inline and cheap first: most calls ask for no progress
+            asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
+        except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
+            asked = context.progress_token is not None
+        if asked and context.progress_token is not None:
+            outcome = await _reporting(pending, operation, context)
+        else:
+            outcome = await pending
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.
         return NotedResult(outcome.value, f"{outcome.omitted} more items were left out; narrow the query to see them.")
 
     return invoke
+
+
+async def _connected(operation: RemoteOperation, caller: KeyScope | None, context: CallContext) -> None:
+    """The caller's own connection for the operation's API: there, or asked for (URL elicitation) and waited for;
+    `UpstreamConnectionRequiredError` with the link when the client cannot ask or the user has not connected."""
+    try:
+        await operation.adapter.prepare(caller)
+    except UpstreamConnectionRequiredError as needed:
+        await ask_to_connect(needed, context, operation.connections, operation.workspace)
 
 
 async def _reporting(pending: Awaitable[Any], operation: RemoteOperation, context: CallContext) -> Any:

@@ -132,6 +132,10 @@ class MemoryStore:
         self._items: dict[str, tuple[float, JSONObject]] = {}
         self._writes = 0
 
+    def __len__(self) -> int:
+        """Records held (some may have expired and not been dropped yet)."""
+        return len(self._items)
+
     def _live(self, key: str) -> JSONObject | None:
         item = self._items.get(key)
         if item is None:

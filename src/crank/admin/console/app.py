@@ -511,6 +511,8 @@ async def _revoke_connection(console: Console, request: Request, session: Consol
     """Revoke one user's connection to a scheme: asked to connect again on their next call."""
     workspace = request.path_params["workspace"]
     scheme, subject = _field(request.state.form, "scheme"), _field(request.state.form, "subject")
+    if not scheme or not subject:  # one user's connection to one scheme: never the whole workspace's by a slip
+        return RedirectResponse(f"{PREFIX}/workspaces/{quote(workspace)}/access", 303)
     vault = Vault(console.registry.engine, None)
     removed = await run_in_threadpool(vault.delete, workspace, scheme=scheme or None, subject=subject or None)
     logger.info("console: %s revoked %d connection(s) of %s to %s", session.who or "admin", removed, subject, scheme,

@@ -18,6 +18,10 @@ class Adapter:
     retries: int = DEFAULT_RETRIES
     """Attempts after the first (idempotent operations only)."""
 
+    async def prepare(self, caller: Principal | None = None) -> None:
+        """Obtain `caller`'s credentials before anything else is spent on the call (a user who must connect their
+        account first is asked before a confirmation token is used up): raises what obtaining them raises."""
+
     async def call(self, parts: RequestParts, caller: Principal | None = None) -> Any:
         """Send the request for `caller`, who made the call (the credentials of a tool acting as the user are
         theirs); the upstream's decoded answer."""

@@ -79,6 +79,10 @@ class HTTPAdapter(Adapter):
         # written (`urlsplit` lower-cases the scheme), and the character that ends them (`/`, `?` or `#`).
         self._origin_prefix = self.url[: self.url.index("://") + 4 + len(parse_upstream_url(self.url).netloc)]
 
+    async def prepare(self, caller: Principal | None = None) -> None:
+        if self._credential.ready(caller) is None:
+            await self._credential.obtain(caller)
+
     async def call(self, parts: RequestParts, caller: Principal | None = None) -> Any:
         if self._refusal is not None:
             raise self._refused(self._refusal)
