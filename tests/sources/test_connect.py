@@ -230,6 +230,13 @@ async def test_a_client_without_url_elicitation_gets_the_link_and_the_link_works
     assert visit.heading == "Connected", visit.text
     answer = call_tool(setup.url, tokens["access_token"])
     assert answer.get("isError") is not True and answer["structuredContent"] == {"user": "carol"}
+    # The agent offers the user their own connections (never a token), and the page to remove them.
+    headers = {"authorization": f"Bearer {tokens['access_token']}", "accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "crank://connections"}}
+    read = httpx.post(setup.url, json=body, headers=headers, timeout=30).json()["result"]["contents"][0]
+    own = json.loads(read["text"])
+    assert [entry["scheme"] for entry in own["connections"]] == ["people"]
+    assert own["manage_url"] == setup.root + "/connect/acme" and "token" not in read["text"]
     # The page says nothing of tokens, and sent the API's authorization server no return URL of anyone else's.
     assert tokens["access_token"] not in visit.text and setup.api.seen[0]["token"] not in visit.text
 

@@ -302,6 +302,16 @@ class UserConnections:
             return False
         return await self._read(self._vault(), workspace, scheme, (issuer, subject)) is not None
 
+    async def of_user(self, workspace: str, user: Principal | None) -> JSONObject:
+        """What a user may see of their own connections in the workspace (never a token), and the page where they
+        remove them: the agent's `crank://connections` resource."""
+        issuer, subject = _who(user)
+        entries = await asyncio.to_thread(self._vault().entries, workspace, subject=subject)
+        own = [{"scheme": entry.scheme, "connected_at": entry.created_at, "updated_at": entry.updated_at}
+               for entry in entries if entry.issuer.rstrip("/") == issuer]  # fmt: skip
+        page = f"{self._links().public_url}{CONNECT_PATH}/{quote(workspace, safe='')}"
+        return {"connections": own, "manage_url": page}
+
     async def remove(self, workspace: str, *, scheme: str | None = None, issuer: str | None = None,
                      subject: str | None = None) -> int:  # fmt: skip
         """Remove connections (a user's own, or an operator's revocation); how many went. This process forgets

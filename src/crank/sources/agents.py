@@ -49,6 +49,7 @@ from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
 from crank.mcp.changes import LIST_KINDS, ListChanges
 from crank.mcp.input_required import DEFAULT_STATE_MAX_AGE
+from crank.mcp.resources import Resource
 from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
 from crank.registry import (
@@ -71,6 +72,7 @@ from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
+from crank.wire.auth import Principal
 from crank.wire.middleware import AUTH_SCOPE_KEY
 from crank.wire.notices import ThrottledLog
 
@@ -129,7 +131,11 @@ def build_catalog(
     translations = Translations(layer, default_language=runtime.workspace.default_language)
     asks = any(tool.name in confirmed for tool in tools)
     direct = runtime.agent.mode != "discovery"
-    offered: dict[str, Any] = dict(resources=surface.resources, resource_templates=surface.templates,
+    resources = list(surface.resources)
+    if any(spec.execution_config.auth is not None and spec.execution_config.auth.type == "user_connection"
+           for spec in runtime.tools):  # fmt: skip
+        resources.append(_connections_resource((tokens or TokenCache()).connections, placement.workspace))
+    offered: dict[str, Any] = dict(resources=resources, resource_templates=surface.templates,
                                    prompts=surface.prompts)  # fmt: skip
     # `asks`: a tool may ask the user to confirm, so legacy clients get a session that says whether they can
     # A caller without credentials (lazy sign-in) is listed what the agent's own scopes open.
@@ -161,6 +167,22 @@ def build_catalog(
     return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer),
                    translations=surface_texts, asks="asks" in operations.features, reads=operations,
                    anonymous_scopes=anonymous_scopes, **offered)  # fmt: skip
+
+
+CONNECTIONS_URI: Final = "crank://connections"
+
+
+def _connections_resource(connections: UserConnections, workspace: str) -> Resource:
+    """`crank://connections`, offered by an agent whose tools act through users' own connections: the reader's
+    own connections (which APIs, since when; never a token) and the page where they remove them."""
+
+    async def read(context: CallContext) -> str:
+        caller = context.caller if isinstance(context.caller, Principal) else None
+        return _json.dumps(await connections.of_user(workspace, caller)).decode()
+
+    return Resource(CONNECTIONS_URI, "connections", read, title="Your connected accounts",
+                    description="The accounts you connected to this agent's APIs, and the page to remove them.",
+                    mime_type="application/json")  # fmt: skip
 
 
 def _tools(
