@@ -205,3 +205,99 @@ async def test_an_issuer_with_or_without_its_trailing_slash_is_one(registry: Reg
     await one.save("acme", "people", request.issuer, request.subject, Connected("first", None, None))
     assert await one.token("acme", "people", slashed, Refreshes(clock)) == "first"
     assert await one.remove("acme", issuer=ISSUER, subject="alice") == 1
+
+
+async def test_a_token_the_api_refused_is_renewed_once_and_one_that_cannot_be_is_asked_for_again(
+    registry: Registry, store: RedisStore
+) -> None:
+    clock = Clock()
+    one, two = replicas(registry, store, clock)
+    refreshes = Refreshes(clock)
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now + 600))
+    # Fresh by its expiry, yet the API answered it 401: refreshed; another call that met the same 401 on another
+    # replica takes the token renewed already, without a second refresh.
+    assert await one.renew("acme", "people", user("alice"), "first", refreshes) == "access-1"
+    assert await two.renew("acme", "people", user("alice"), "first", refreshes) == "access-1"
+    assert refreshes.count == 1
+    # Without a refresh token, the API's 401 ends the connection: asked for again, and gone from the vault.
+    await one.save("acme", "people", ISSUER, "bob", Connected("bobs", None, None))
+    with pytest.raises(UpstreamConnectionRequiredError):
+        await two.renew("acme", "people", user("bob"), "bobs", refreshes)
+    assert one.vault.get("acme", "people", ISSUER, "bob") is None  # type: ignore[union-attr]
+    with pytest.raises(UpstreamConnectionRequiredError):  # never connected
+        await one.renew("acme", "people", user("carol"), "made-up", refreshes)
+    assert refreshes.count == 1
+
+
+async def test_a_connection_removed_while_its_refresh_runs_stays_removed(registry: Registry, store: RedisStore) -> None:
+    clock = Clock()
+    (one,) = replicas(registry, store, clock, 1)
+    refreshes = Refreshes(clock)
+    refreshes.gate.clear()
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
+    call = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
+    for _ in range(100):  # bounded: until the refresh is on its way
+        if refreshes.count:
+            break
+        await asyncio.sleep(0.01)
+    assert await one.remove("acme", subject="alice") == 1  # the user removes it meanwhile
+    refreshes.gate.set()
+    with pytest.raises(UpstreamConnectionRequiredError):
+        await call
+    assert one.vault.get("acme", "people", ISSUER, "alice") is None  # type: ignore[union-attr]
+    assert one.cached("acme", "people", user("alice")) is None
+
+
+async def test_a_call_waiting_for_another_replicas_refresh_gives_up_in_time_or_when_the_connection_goes(
+    registry: Registry, store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crank.gateway import user_connections as module
+
+    clock = Clock()
+    one, two = replicas(registry, store, clock)
+    refreshes = Refreshes(clock)
+    refreshes.gate.clear()  # the refresh one replica holds does not end
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
+    holder = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
+    for _ in range(100):
+        if refreshes.count:
+            break
+        await asyncio.sleep(0.01)
+    monkeypatch.setattr(module, "REFRESH_WAIT", 0.5)
+    with pytest.raises(TokenFailure) as busy:  # recoverable: the caller may retry
+        await two.token("acme", "people", user("alice"), refreshes)
+    assert busy.value.cause == "refresh_busy"
+    monkeypatch.setattr(module, "REFRESH_WAIT", 30.0)
+    waiting = asyncio.create_task(two.token("acme", "people", user("alice"), refreshes))
+    await asyncio.sleep(0.1)
+    assert await two.remove("acme", subject="alice") == 1
+    with pytest.raises(UpstreamConnectionRequiredError):
+        await asyncio.wait_for(waiting, 10)
+    refreshes.gate.set()
+    with pytest.raises(UpstreamConnectionRequiredError):
+        await holder
+    assert refreshes.count == 1
+
+
+async def test_a_row_under_a_key_this_server_lacks_is_the_operators_error_and_never_a_token(
+    registry: Registry, store: RedisStore
+) -> None:
+    clock = Clock()
+    (one,) = replicas(registry, store, clock, 1)
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", None, None))
+    elsewhere = UserConnections(Vault(registry.engine, keys(new_vault_key())), store, None, clock=clock)
+    with pytest.raises(ToolConfigurationError, match="cannot be read on this server") as refused:
+        await elsewhere.token("acme", "people", user("alice"), Refreshes(clock))
+    assert "first" not in str(refused.value)
+    with pytest.raises(ToolConfigurationError, match="CRANK_PUBLIC_URL"):  # no public URL: no page to send to
+        await elsewhere.of_user("acme", user("alice"))
+    assert Connected.from_json({"access_token": 12}) is None  # a row that is no connection: none
+
+
+def test_a_connect_link_too_long_or_not_a_request_is_refused_before_anything() -> None:
+    links = ConnectLinks(ROOT, keys(new_vault_key()))
+    with pytest.raises(ConnectLinkError, match="too long"):
+        links.read("x" * 4096, "acme", "people")
+    signed = links._signer.dumps({"workspace": "acme"})  # this server's signature over something else
+    with pytest.raises(ConnectLinkError, match="not a connect request"):
+        links.read(signed, "acme", "people")

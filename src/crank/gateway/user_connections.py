@@ -410,8 +410,10 @@ class UserConnections:
                 until = self.clock() + REFRESH_FAILURE_MEMORY
                 self._failed[(workspace, scheme, *who)] = (failure.cause, failure.detail, until)
                 raise
-            await self.save(workspace, scheme, *who, renewed)
             self._failed.pop((workspace, scheme, *who), None)
+            if not await asyncio.to_thread(vault.replace, workspace, scheme, *who, renewed.to_json()):
+                raise self._ended(workspace, scheme, user, who)  # removed while it refreshed: it stays removed
+            self._held.put(workspace, (scheme, *who), (renewed, self.clock()))
             return renewed
         finally:
             heartbeat.cancel()

@@ -186,6 +186,22 @@ class Vault:
                 set_={"key_id": key_id, "nonce": nonce, "ciphertext": ciphertext, "updated_at": now},
             ))  # fmt: skip
 
+    def replace(self, workspace: str, scheme: str, issuer: str, subject: str, secret: JSONObject) -> bool:
+        """Replace this user's secret only if their entry is still there (a refresh's new tokens): False when it
+        was removed meanwhile, so that a removal made while a refresh ran stays a removal."""
+        identity = _identity(workspace, scheme, issuer, subject)
+        key_id, nonce, ciphertext = self.keys.encrypt(_json.dumps(secret), identity)
+        now = datetime.datetime.now(datetime.UTC)
+        with Session(self._writer) as session, session.begin():
+            changed = session.execute(
+                update(VaultEntry)
+                .where(VaultEntry.workspace_id == _workspace_id(session, workspace), VaultEntry.scheme == scheme,
+                       VaultEntry.issuer == issuer, VaultEntry.subject == subject)
+                .values(key_id=key_id, nonce=nonce, ciphertext=ciphertext, updated_at=now)
+                .execution_options(synchronize_session=False)
+            )  # fmt: skip
+            return bool(changed.rowcount)  # type: ignore[attr-defined]
+
     def get(self, workspace: str, scheme: str, issuer: str, subject: str) -> JSONObject | None:
         """This user's secret for the scheme; None when there is none, or its row does not decrypt as theirs (an
         altered row, or one copied from another user: logged, never used)."""
