@@ -70,6 +70,8 @@ class Visit:
     heading: str
     text: str
     urls: list[str]
+    cookies: dict[str, str] = field(default_factory=dict)
+    """The browser's cookies when it stopped, by name."""
 
 
 def browse(url: str, users: dict[str, str], *, stop_at: str | None = None) -> Visit:
@@ -87,7 +89,8 @@ def browse(url: str, users: dict[str, str], *, stop_at: str | None = None) -> Vi
             page.goto(url)
             through_providers(page, users, stop_at)
             heading = page.locator("h1").first.inner_text() if page.locator("h1").count() else ""
-            return Visit(heading, page.locator("body").inner_text(), urls)
+            cookies = {str(cookie.get("name")): str(cookie.get("value")) for cookie in page.context.cookies()}
+            return Visit(heading, page.locator("body").inner_text(), urls, cookies)
         finally:
             browser.close()
 

@@ -33,6 +33,7 @@ class Issuer:
         self.rfc8414 = True  # False: metadata only at the OpenID discovery URL, as many identity providers do
         self.extra_keys: list[dict[str, Any]] = []  # more JWKs published beside the signing key (hostile ones, say)
         self.jwks_uri = "/jwks"  # where the metadata says the keys are
+        self.omitted: set[str] = set()  # metadata fields left out ("jwks_uri", "introspection_endpoint")
         self.app = Starlette(routes=[
             Route("/.well-known/oauth-authorization-server", self.metadata),
             Route("/.well-known/openid-configuration", self.metadata),
@@ -101,7 +102,8 @@ class Issuer:
             return PlainTextResponse("down", 500)
         url = self.url
         endpoints = {"jwks_uri": self.jwks_uri, "introspection_endpoint": "/introspect", "token_endpoint": "/token"}
-        return JSONResponse({"issuer": url, **{name: url + path for name, path in endpoints.items()}})
+        return JSONResponse({"issuer": url, **{name: url + path for name, path in endpoints.items()
+                                               if name not in self.omitted}})  # fmt: skip
 
     async def jwks(self, request: Request) -> Response:
         self.requests.append(request.url.path)

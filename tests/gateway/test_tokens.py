@@ -4,8 +4,10 @@ what no request through the gateway shows directly (tests/deploy/test_hostile_cl
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -182,3 +184,95 @@ async def test_an_issuers_metadata_is_read_again_after_its_max_age(
     monkeypatch.setattr(tokens_module, "MIN_REFETCH", 0.0)
     await verifier.verify(issuer.token(AUDIENCE, subject="after"), (issuer.url,))  # an unknown kid: refetched
     assert issuer.requests[-2:] == ["/.well-known/oauth-authorization-server", "/jwks-moved"]
+
+
+async def test_a_token_too_long_malformed_or_not_yet_valid_is_refused(issuer: Issuer, client: UpstreamClient) -> None:
+    verifier = TokenVerifier(client)
+    with pytest.raises(AuthChallengeError, match="too long"):
+        await verifier.verify(issuer.token(AUDIENCE, pad="x" * 17_000), (issuer.url,))
+    head = base64.urlsafe_b64encode(b'{"alg": "RS256"').rstrip(b"=").decode()  # a JWT's shape, not one
+    with pytest.raises(AuthChallengeError, match="not a well-formed JWT"):
+        await verifier.verify(f"{head}.e30.c2ln", (issuer.url,))
+    later = issuer.token(AUDIENCE, nbf=int(time.time()) + 3600)
+    with pytest.raises(AuthChallengeError, match="not valid yet"):
+        await verifier.verify(later, (issuer.url,))
+    assert issuer.requests.count("/jwks") == 1  # only the token with a good shape reached its key
+
+
+async def test_keys_an_issuer_publishes_that_cannot_sign_are_passed_over_and_the_others_serve(
+    issuer: Issuer, client: UpstreamClient
+) -> None:
+    issuer.extra_keys = [
+        "not a key",
+        {"kty": "oct", "k": "c2VjcmV0", "kid": "shared"},  # symmetric: anyone who reads it could sign
+        {**rsa_jwk(2048, 65537, "enc"), "use": "enc"},
+        {"kty": "RSA", "n": "!!", "e": "AQAB", "kid": "broken"},
+    ]
+    verifier = TokenVerifier(client)
+    assert (await verifier.verify(issuer.token(AUDIENCE), (issuer.url,))).subject == "alice"
+    for kid in ("shared", "enc", "broken"):
+        with pytest.raises(AuthChallengeError, match="does not publish"):
+            await verifier.verify(issuer.forged(AUDIENCE, kid=kid), (issuer.url,))
+
+
+@pytest.mark.parametrize("broken", ["no jwks_uri", "not a JWKS"])
+async def test_an_issuer_without_usable_keys_is_unavailable_and_asked_again_only_later(
+    issuer: Issuer, client: UpstreamClient, broken: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if broken == "no jwks_uri":
+        issuer.omitted.add("jwks_uri")
+    else:
+        issuer.jwks_uri = "/.well-known/openid-configuration"  # a document, but no keys in it
+    verifier = TokenVerifier(client)
+    with pytest.raises(DependencyUnavailableError, match="retry later"):  # the client is told no more
+        await verifier.verify(issuer.token(AUDIENCE), (issuer.url,))
+    assert broken in caplog.text  # the operator is
+    issuer.broken = "error"  # its metadata goes down too: asked once, then remembered a few seconds
+    other = TokenVerifier(client)
+    for _ in range(3):
+        with pytest.raises(DependencyUnavailableError):
+            await other.verify(issuer.token(AUDIENCE), (issuer.url,))
+    assert issuer.requests.count("/.well-known/openid-configuration") <= 3  # the two discovery URLs, once
+
+
+@pytest.mark.parametrize(
+    ("answer", "refusal"),
+    [
+        ({"token_type": "refresh_token"}, "not an access token"),
+        ({"exp": 1_000_000}, "has expired"),
+        ({"iss": "https://elsewhere.example"}, "does not trust"),
+    ],
+)
+async def test_an_introspection_answer_that_does_not_vouch_for_an_access_token_is_a_refusal(
+    issuer: Issuer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch, answer: dict[str, object], refusal: str
+) -> None:
+    from crank.registry.runtime import IntrospectionClient
+
+    monkeypatch.setenv("TEST_INTROSPECTION", "introspection-secret")
+    introspection = IntrospectionClient(client_id="crank", client_secret="env:TEST_INTROSPECTION")
+    token = issuer.opaque_token(AUDIENCE)
+    issuer.opaque[token].update(answer)
+    with pytest.raises(AuthChallengeError, match=refusal):
+        await TokenVerifier(client).verify(token, (issuer.url,), introspection)
+
+
+async def test_an_introspection_that_cannot_answer_is_unavailable_never_a_pass(
+    issuer: Issuer, client: UpstreamClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from crank.registry.runtime import IntrospectionClient
+
+    introspection = IntrospectionClient(client_id="crank", client_secret="env:TEST_INTROSPECTION")
+    token = issuer.opaque_token(AUDIENCE)
+    monkeypatch.delenv("TEST_INTROSPECTION", raising=False)
+    with pytest.raises(DependencyUnavailableError):  # the secret is not set on this server
+        await TokenVerifier(client).verify(token, (issuer.url,), introspection)
+    assert "the introspection client's secret" in caplog.text
+    monkeypatch.setenv("TEST_INTROSPECTION", "introspection-secret")
+    issuer.opaque[token] = ["active", True]  # type: ignore[assignment]  # an answer that is no object
+    with pytest.raises(DependencyUnavailableError):
+        await TokenVerifier(client).verify(token, (issuer.url,), introspection)
+    assert "its introspection answer is not an object" in caplog.text
+    issuer.omitted.add("introspection_endpoint")
+    with pytest.raises(DependencyUnavailableError):
+        await TokenVerifier(client).verify(issuer.opaque_token(AUDIENCE), (issuer.url,), introspection)
+    assert "its metadata names no introspection_endpoint" in caplog.text

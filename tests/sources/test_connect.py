@@ -32,6 +32,7 @@ from pydantic import AnyUrl
 from crank.admin.actions import check_runtime
 from crank.registry import Registry
 from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection, origin_of
+from crank.gateway.user_connections import ConnectLinks, ConnectRequest
 from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
 from crank.state.store import MemoryStore
@@ -403,3 +404,92 @@ async def test_visitors_store_nothing_before_they_sign_in(setup: Setup, identity
             forged = await http.get(setup.root + "/connect/acme/people/callback", params={"state": "x", "code": "y"})
             assert forged.status_code == 400
     assert len(setup.state) == before
+
+
+def _step(response: httpx.Response) -> tuple[str, dict[str, str]]:
+    """The state a connect page's redirect carries, and the cookie that remembers its step."""
+    state = parse_qs(urlsplit(response.headers["location"]).query)["state"][0]
+    return state, dict(response.cookies)
+
+
+async def test_each_step_that_cannot_go_on_says_why_and_connects_nobody(
+    setup: Setup, identity: str, api_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    links = ConnectLinks(setup.root, setup.vault.keys)
+    async with httpx.AsyncClient(timeout=10) as http:
+
+        async def page(url: str, **params: str) -> httpx.Response:
+            return await http.get(url, params=params or None)
+
+        assert (await page(setup.root + "/connect/nowhere")).status_code == 404  # no sign-in client there
+        other_scheme = links.link(ConnectRequest("acme", "mail", identity, "ivan", "e1"))
+        refused = await page(other_scheme)
+        assert refused.status_code == 404 and "No published tool" in refused.text
+        other_issuer = links.link(ConnectRequest("acme", "people", "https://id.elsewhere.example", "ivan", "e2"))
+        refused = await page(other_issuer)
+        assert refused.status_code == 403 and "another identity provider" in refused.text
+        link = links.link(ConnectRequest("acme", "people", identity, "ivan", "e3"))
+        monkeypatch.delenv("SIGN_IN_SECRET")
+        refused = await page(link)
+        assert refused.status_code == 503 and "not set up on this server" in refused.text
+        monkeypatch.setenv("SIGN_IN_SECRET", "a wrong secret")  # the identity provider will refuse the code
+        started = await page(link)
+        assert started.status_code == 303
+        state, cookie = _step(started)
+        http.cookies.clear()
+        http.cookies.update(cookie)
+        signed_in = setup.root + "/connect/acme/_/signed-in"
+        for params, status, said in [
+            ({"error": "access_denied"}, 400, "You did not allow access"),
+            ({"iss": "https://id.elsewhere.example", "code": "c"}, 400, "another identity provider"),
+            ({"code": "not-a-code"}, 403, ""),  # the identity provider refuses it
+        ]:
+            refused = await page(signed_in, state=state, **params)
+            assert refused.status_code == status and "Nothing was connected" in refused.text and said in refused.text
+        refused = await page(setup.root + "/connect/other/_/signed-in", state=state, code="c")  # another workspace's
+        assert refused.status_code == 400 and "not started in this browser" in refused.text
+        http.cookies.clear()
+        http.cookies.set("crank_connect_step", "forged", path="/connect")
+        assert (await page(signed_in, state=state, code="c")).status_code == 400
+        http.cookies.clear()
+        http.cookies.set("crank_connect_session", "forged", path="/connect")
+        own = await page(setup.root + "/connect/acme")  # a forged session: signed in again
+        assert own.status_code == 303 and own.headers["location"].startswith(identity + "/auth?")
+    assert setup.vault.entries("acme") == [] and setup.api.seen == []
+
+
+async def test_the_apis_server_refusing_the_user_or_the_code_connects_nobody(
+    setup: Setup, identity: str, api_server: str
+) -> None:
+    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="judy")
+    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    users = {origin_of(identity): "judy", origin_of(api_server): "judy"}
+    at_api = await anyio.to_thread.run_sync(lambda: browse(link, users, stop_at=api_server))
+    to_api = next(url for url in at_api.urls if url.startswith(api_server + "/auth?"))
+    state = parse_qs(urlsplit(to_api).query)["state"][0]
+    callback = setup.root + "/connect/acme/people/callback"
+    async with httpx.AsyncClient(timeout=10, cookies=at_api.cookies) as http:
+        denied = await http.get(callback, params={"state": state, "error": "access_denied"})
+        assert denied.status_code == 400 and "You did not allow access" in denied.text
+        other = await http.get(callback, params={"state": state, "error": "server_error"})
+        assert other.status_code == 400 and "refused the connection" in other.text
+        wrong_way = await http.get(setup.root + "/connect/acme/mail/callback", params={"state": state, "code": "c"})
+        assert wrong_way.status_code == 400  # a step of one scheme never finishes on another's way back
+        bad_code = await http.get(callback, params={"state": state, "code": "made-up"})
+        assert bad_code.status_code == 502 and "gave no token" in bad_code.text and "made-up" not in bad_code.text
+    assert setup.vault.entries("acme") == [] and setup.api.seen == []
+
+
+async def test_a_user_who_declines_to_connect_is_not_asked_again_by_that_call(
+    setup: Setup, identity: str, api_server: str
+) -> None:
+    class Declines(Person):
+        async def elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+            self.asked.append(params)  # type: ignore[arg-type]
+            return types.ElicitResult(action="decline")
+
+    kate = Declines("kate", setup, identity, api_server)
+    (result,) = await kate.calls("auto", 1)
+    error = json.loads(result.content[0].text)
+    assert result.is_error and error["error_code"] == "upstream_connection_declined"
+    assert len(kate.asked) == 1 and setup.vault.entries("acme") == [] and setup.api.seen == []
