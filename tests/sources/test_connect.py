@@ -30,9 +30,9 @@ from playwright.sync_api import sync_playwright
 from pydantic import AnyUrl
 
 from crank.admin.actions import check_runtime
+from crank.gateway.user_connections import ConnectLinks, ConnectRequest
 from crank.registry import Registry
 from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection, origin_of
-from crank.gateway.user_connections import ConnectLinks, ConnectRequest
 from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
 from crank.state.store import MemoryStore
