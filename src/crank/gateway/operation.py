@@ -73,6 +73,8 @@ class RemoteOperation:
         # A user's own connection is asked for before anything else: a confirmation token is not used up by a call
         # whose user must connect first (and calls again).
         self.prepares = config.auth is not None and config.auth.type == "user_connection"
+        self.spends = self.confirmation is not None or self.idempotency is not None
+        """Whether a call spends something before its request (a confirmation, an idempotency key)."""
         attempts = self.adapter.retries + 1 + (3 if fetched else 0)
         self.in_flight_ttl = self.adapter.timeout * attempts + 10
         url = tool.target.url if tool.protocol == "http" else ""
@@ -99,7 +101,9 @@ class RemoteOperation:
         user confirmed this very call through the client (no token is asked for).
         """
         who = caller.id if caller is not None else ""
-        if self.prepares:
+        # A user's own connection before a confirmation or an idempotency key is spent on the call (the request
+        # itself obtains it otherwise: one look-up less per call).
+        if self.prepares and self.spends and not self.adapter.prepared(caller):
             await self.adapter.prepare(caller)
         if self.confirmation is not None:
             if confirmed:

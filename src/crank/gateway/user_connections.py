@@ -198,7 +198,8 @@ Refresh = Callable[[Connected], Awaitable[Connected]]
 
 
 _Held = tuple[Connected, float]
-"""A connection as a process keeps it, and when it read it."""
+"""A connection as a process keeps it, and until when it uses it without a look at the vault: `CONNECTION_RECHECK`
+seconds after it read it, or until its token expires (`TOKEN_EXPIRY_MARGIN`), whichever comes first."""
 
 
 def _entry_bytes(key: Hashable, value: _Held) -> int:
@@ -231,10 +232,7 @@ class UserConnections:
         if user.issuer is None:
             return None
         held = self._held.get(workspace, (scheme, user.issuer.rstrip("/"), user.subject))
-        if held is None:
-            return None
-        now = self.clock()
-        return held[0].access_token if held[0].fresh(now) and now - held[1] < CONNECTION_RECHECK else None
+        return held[0].access_token if held is not None and self.clock() < held[1] else None
 
     async def token(self, workspace: str, scheme: str, user: Principal | None, refresh: Refresh) -> str:
         """The user's access token: kept, else read from the vault, refreshed when it expired;
@@ -242,8 +240,7 @@ class UserConnections:
         who = _who(user)
         vault = self._vault()
         kept = self._held.get(workspace, (scheme, *who))
-        now = self.clock()
-        held = kept[0] if kept is not None and now - kept[1] < CONNECTION_RECHECK else None
+        held = kept[0] if kept is not None and self.clock() < kept[1] else None
         if held is None:
             held = await self._read(vault, workspace, scheme, who)
         if held is None:
@@ -292,7 +289,7 @@ class UserConnections:
         mark in the state store tells the calls that wait for it (`connected`), on whichever replica."""
         vault = self._vault()
         await asyncio.to_thread(vault.put, workspace, scheme, issuer, subject, connected.to_json())
-        self._held.put(workspace, (scheme, issuer, subject), (connected, self.clock()))
+        self._keep(workspace, (scheme, issuer, subject), connected)
         await self.state.put(_mark(workspace, scheme, issuer, subject), {"at": self.clock()}, CONNECT_LINK_MAX_AGE)
 
     async def connected(self, workspace: str, scheme: str, issuer: str, subject: str) -> bool:
@@ -323,6 +320,12 @@ class UserConnections:
 
     # -- inside ------------------------------------------------------------------------------------------------
 
+    def _keep(self, workspace: str, key: Hashable, connected: Connected) -> None:
+        until = self.clock() + CONNECTION_RECHECK
+        if connected.expires_at is not None:
+            until = min(until, connected.expires_at - TOKEN_EXPIRY_MARGIN)
+        self._held.put(workspace, key, (connected, until))
+
     def _vault(self) -> Vault:
         if self.vault is None:
             raise ToolConfigurationError(
@@ -349,7 +352,7 @@ class UserConnections:
         if connected is None:
             self._held.pop(workspace, key)
         else:
-            self._held.put(workspace, key, (connected, self.clock()))
+            self._keep(workspace, key, connected)
         return connected
 
     async def _join(
@@ -413,7 +416,7 @@ class UserConnections:
             self._failed.pop((workspace, scheme, *who), None)
             if not await asyncio.to_thread(vault.replace, workspace, scheme, *who, renewed.to_json()):
                 raise self._ended(workspace, scheme, user, who)  # removed while it refreshed: it stays removed
-            self._held.put(workspace, (scheme, *who), (renewed, self.clock()))
+            self._keep(workspace, (scheme, *who), renewed)
             return renewed
         finally:
             heartbeat.cancel()

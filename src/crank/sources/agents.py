@@ -266,7 +266,9 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
         if limits is not None and (agent_limited or (caller is not None and caller.limits is not None)):
             if not limits.admit_now(caller):
                 await limits.admit(caller)  # LimitReachedError: nothing is sent
-        if operation.prepares:  # the user's own connection first, before a confirmation is asked or spent
+        # The user's own connection before a confirmation or an idempotency key is spent on the call; without
+        # them, the call's request obtains it (one look-up), and a user not connected yet is asked below.
+        if operation.prepares and operation.spends and not operation.adapter.prepared(caller):
             await _connected(operation, caller, context)
         if operation.confirmation is None:  # the common case, as short as before confirmations could ask
             pending = operation.call(arguments, context.headers, caller)
@@ -278,10 +280,16 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
             asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
         except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
             asked = context.progress_token is not None
-        if asked and context.progress_token is not None:
-            outcome = await _reporting(pending, operation, context)
-        else:
-            outcome = await pending
+        try:
+            if asked and context.progress_token is not None:
+                outcome = await _reporting(pending, operation, context)
+            else:
+                outcome = await pending
+        except UpstreamConnectionRequiredError as needed:  # nothing was sent: asked to connect, then called again
+            if operation.spends:  # asked for before the confirmation; this one came after (a 401): said as it is
+                raise
+            await ask_to_connect(needed, context, operation.connections, operation.workspace)
+            outcome = await operation.call(arguments, context.headers, caller)
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.

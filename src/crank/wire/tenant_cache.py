@@ -33,8 +33,10 @@ class TenantCaches(Generic[V]):
         cache = self._caches.get(tenant)
         if cache is None:
             return None
-        entry = cache.get(key)
-        return None if entry is None else entry[0]
+        try:  # a hit costs two of cachetools' frames, not the four of `cache.get` (which asks `in` first)
+            return cache[key][0]
+        except KeyError:
+            return None
 
     def put(self, tenant: Hashable, key: Hashable, value: V) -> None:
         """Keep `value`; an entry larger than a tenant's share is not kept."""

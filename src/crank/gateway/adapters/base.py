@@ -18,6 +18,10 @@ class Adapter:
     retries: int = DEFAULT_RETRIES
     """Attempts after the first (idempotent operations only)."""
 
+    def prepared(self, caller: Principal | None = None) -> bool:
+        """Whether `caller`'s credentials are at hand now (no wait): `prepare` has nothing to do."""
+        return True
+
     async def prepare(self, caller: Principal | None = None) -> None:
         """Obtain `caller`'s credentials before anything else is spent on the call (a user who must connect their
         account first is asked before a confirmation token is used up): raises what obtaining them raises."""

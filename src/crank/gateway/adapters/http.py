@@ -79,6 +79,9 @@ class HTTPAdapter(Adapter):
         # written (`urlsplit` lower-cases the scheme), and the character that ends them (`/`, `?` or `#`).
         self._origin_prefix = self.url[: self.url.index("://") + 4 + len(parse_upstream_url(self.url).netloc)]
 
+    def prepared(self, caller: Principal | None = None) -> bool:
+        return self._credential.ready(caller) is not None
+
     async def prepare(self, caller: Principal | None = None) -> None:
         if self._credential.ready(caller) is None:
             await self._credential.obtain(caller)
