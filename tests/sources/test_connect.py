@@ -35,6 +35,7 @@ from crank.registry import Registry
 from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection, origin_of
 from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
+from crank.sources import connect as connect_module
 from crank.state.store import MemoryStore
 from crank.telemetry import JSONLogFormatter
 from mcp import Client
@@ -448,6 +449,10 @@ async def test_each_step_that_cannot_go_on_says_why_and_connects_nobody(
             assert refused.status_code == status and "Nothing was connected" in refused.text and said in refused.text
         refused = await page(setup.root + "/connect/other/_/signed-in", state=state, code="c")  # another workspace's
         assert refused.status_code == 400 and "not started in this browser" in refused.text
+        with monkeypatch.context() as later:  # the step's ten minutes have passed
+            later.setattr(connect_module, "STATE_MAX_AGE", -1)
+            refused = await page(signed_in, state=state, code="c")
+        assert refused.status_code == 400 and "took too long" in refused.text
         http.cookies.clear()
         http.cookies.set("crank_connect_step", "forged", path="/connect")
         assert (await page(signed_in, state=state, code="c")).status_code == 400
