@@ -35,8 +35,9 @@ def register(issuer: str, redirect_uri: str, grants: list[str]) -> tuple[str, st
 
 @dataclass
 class PeopleAPI:
-    """An API that takes its own authorization server's tokens for its resource: it checks each one (signature,
-    issuer, audience) and answers who the user is. `seen` keeps every bearer token it received."""
+    """An API that takes its authorization server's tokens for its resource: it checks each one (signature,
+    issuer, audience) and answers who the user is (and who acts for them, after a token exchange). `seen` keeps
+    every bearer token it received."""
 
     issuer: str
     seen: list[dict[str, Any]] = field(default_factory=list)
@@ -60,7 +61,8 @@ class PeopleAPI:
         self.seen.append({"token": token, "claims": claims, "method": request.method})
         if token in self.refused:
             return JSONResponse({"error": "invalid_token"}, 401)
-        return JSONResponse({"user": claims["sub"]})
+        acting = claims.get("act", {}).get("sub")  # a token exchange's actor (RFC 8693 4.1)
+        return JSONResponse({"user": claims["sub"], **({"acting": acting} if acting else {})})
 
 
 @dataclass

@@ -67,12 +67,7 @@ function response(status, response_headers, body)
   if body:find("Traceback", 1, true) then leaks = leaks + 1 end
 end
 
-local pace = tonumber(os.getenv("BENCH_PACE_MS") or "0")
-if pace > 0 then
-  function delay()
-    return pace
-  end
-end
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "pace.lua")
 
 function done(summary, latency, requests_done)
   local totals = { s2xx = 0, s4xx = 0, s503 = 0, s5xx = 0, other = 0, leaks = 0 }

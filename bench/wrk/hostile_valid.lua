@@ -5,9 +5,4 @@
 dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "common.lua")
 mcp_request("tools/call", "get_item", '"name":"get_item","arguments":{"id":7}')
 
-local pace = tonumber(os.getenv("BENCH_PACE_MS") or "0")
-if pace > 0 then
-  function delay()
-    return pace
-  end
-end
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "pace.lua")

@@ -9,34 +9,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import httpx2
-import jwt
 import pytest
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
 from pydantic import AnyUrl
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from crank.admin.actions import check_runtime
 from crank.registry import Registry
 from crank.registry.runtime import OAuthPolicy, SchemeCredential, TokenExchange, origin_of
 from crank.server import GatewayService
 from mcp import Client
+from tests.connect_flow import API_RESOURCE, PeopleAPI
 from tests.oauth import REDIRECT_URI, MemoryTokenStorage, SignIn, authorization_server, obtain_tokens
 from tests.services import free_port
 
 pytestmark = pytest.mark.anyio
 LIMIT = 60  # seconds any one test may take, sign-in included
-API_AUDIENCE = "https://api.people.example"
 MODES = ["auto", "legacy"]
 
 
@@ -44,32 +39,6 @@ MODES = ["auto", "legacy"]
 def issuer() -> Iterator[str]:
     with authorization_server() as url:
         yield url
-
-
-@dataclass
-class PeopleAPI:
-    """An API that takes the identity provider's tokens for its own audience: it checks each one (signature,
-    issuer, audience) and answers who the user is. `seen` keeps every bearer token it received, and its claims."""
-
-    issuer: str
-    seen: list[dict[str, Any]] = field(default_factory=list)
-    _keys: jwt.PyJWKClient | None = None
-
-    def app(self) -> Starlette:
-        return Starlette(routes=[Route("/me", self.me)])
-
-    async def me(self, request: Request) -> Response:
-        token = request.headers.get("authorization", "").removeprefix("Bearer ")
-        if self._keys is None:
-            self._keys = jwt.PyJWKClient(self.issuer + "/jwks")
-        try:
-            key = await anyio.to_thread.run_sync(self._keys.get_signing_key_from_jwt, token)
-            claims = jwt.decode(token, key.key, algorithms=["RS256"], audience=API_AUDIENCE, issuer=self.issuer)
-        except jwt.PyJWTError as exc:
-            self.seen.append({"token": token, "refused": str(exc)})
-            return JSONResponse({"error": "invalid_token"}, 401)
-        self.seen.append({"token": token, "claims": claims})
-        return JSONResponse({"user": claims["sub"], "acting": claims.get("act", {}).get("sub")})
 
 
 @dataclass
@@ -96,7 +65,7 @@ def setup(sqlite_registry: Registry, serve: Callable[..., str], issuer: str, mon
         "annotations": {"readOnlyHint": True},
         "execution_config": {"requires": [{"scheme": "people", "type": "bearer"}]},
     })  # fmt: skip
-    exchange = TokenExchange(issuer=issuer, token_url=issuer + "/token", audience=API_AUDIENCE, scopes=("people:read",))
+    exchange = TokenExchange(issuer=issuer, token_url=issuer + "/token", audience=API_RESOURCE, scopes=("people:read",))
     credential = SchemeCredential(secret="env:EXCHANGE_SECRET", client_id="crank-exchange",
                                   origins=(origin_of(base), origin_of(issuer)), exchange=exchange)  # fmt: skip
     registry.set_workspace_credential("acme", "people", credential)
@@ -143,7 +112,7 @@ async def test_each_user_calls_the_api_with_a_token_of_their_own(setup: Setup, i
     assert [result.structured_content for result in bob] == [{"user": "bob", "acting": "crank-exchange"}] * 2
     seen = setup.api.seen
     assert [entry["claims"]["sub"] for entry in seen] == ["alice", "alice", "bob", "bob"]
-    assert all(entry["claims"]["aud"] == API_AUDIENCE and entry["claims"]["iss"] == issuer for entry in seen)
+    assert all(entry["claims"]["aud"] == API_RESOURCE and entry["claims"]["iss"] == issuer for entry in seen)
     assert all(entry["claims"]["scope"] == "people:read" for entry in seen)
     # One exchange per user, kept for the user's next call; never one user's token for another's call.
     assert await _exchanges(issuer) - before == 2
