@@ -137,6 +137,8 @@ async def test_a_refused_refresh_ends_the_connection_and_a_failing_one_keeps_it(
     with pytest.raises(UpstreamConnectionRequiredError):
         await one.token("acme", "people", user("bob"), refreshes)
     assert refreshes.count == 2  # bob's expired token without a refresh token: none asked
+    assert one.vault.get("acme", "people", ISSUER, "bob") is None  # type: ignore[union-attr]  # and it is gone
+    assert not await one.connected("acme", "people", ISSUER, "bob")  # a waiting call is not told he connected
 
 
 async def test_a_connection_removed_on_one_replica_stops_on_every_other_within_the_recheck(
@@ -301,3 +303,45 @@ def test_a_connect_link_too_long_or_not_a_request_is_refused_before_anything() -
     signed = links._signer.dumps({"workspace": "acme"})  # this server's signature over something else
     with pytest.raises(ConnectLinkError, match="not a connect request"):
         links.read(signed, "acme", "people")
+
+
+async def test_a_connection_made_again_while_its_refresh_runs_is_kept_not_overwritten(
+    registry: Registry, store: RedisStore
+) -> None:
+    clock = Clock()
+    (one,) = replicas(registry, store, clock, 1)
+    refreshes = Refreshes(clock)
+    refreshes.gate.clear()
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
+    call = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
+    for _ in range(100):  # bounded: until the refresh is on its way
+        if refreshes.count:
+            break
+        await asyncio.sleep(0.01)
+    # Meanwhile the user connects again (perhaps another account at the API): the new connection stays.
+    await one.save("acme", "people", ISSUER, "alice", Connected("second", "refresh-2", clock.now + 600))
+    refreshes.gate.set()
+    assert await call == "second"
+    kept = one.vault.get("acme", "people", ISSUER, "alice")  # type: ignore[union-attr]
+    assert kept is not None and (kept["access_token"], kept["refresh_token"]) == ("second", "refresh-2")
+
+
+async def test_an_expired_connection_whose_refresh_fails_is_not_read_again_per_call(
+    registry: Registry, store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    (one,) = replicas(registry, store, clock, 1)
+    refreshes = Refreshes(clock)
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now + 600))
+    assert await one.token("acme", "people", user("alice"), refreshes) == "first"
+    clock.now += 600  # expired; the token endpoint is down
+    refreshes.failure = TokenFailure("http_500")
+    reads: list[str] = []
+    read = one.vault.read  # type: ignore[union-attr]
+    monkeypatch.setattr(one.vault, "read", lambda *args: reads.append("read") or read(*args))
+    for _ in range(10):
+        with pytest.raises(TokenFailure):
+            await one.token("acme", "people", user("alice"), refreshes)
+    # The first call reads the row (its last read was 600 s ago), and so does the refresh under its lock; the
+    # other nine meet the remembered failure with the row kept in memory.
+    assert refreshes.count == 1 and len(reads) == 2

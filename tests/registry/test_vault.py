@@ -44,6 +44,20 @@ def test_a_secret_is_kept_encrypted_and_read_back_by_its_user(vault: Vault) -> N
     assert [entry.subject for entry in vault.entries("acme")] == ["alice"]
 
 
+def test_a_write_or_removal_by_version_touches_only_the_row_that_was_read(vault: Vault) -> None:
+    vault.put("acme", "people", ISSUER, "alice", SECRET)
+    read = vault.read("acme", "people", ISSUER, "alice")
+    assert read is not None and read[0] == SECRET
+    assert vault.replace("acme", "people", ISSUER, "alice", {"access_token": "one"}, version=read[1])
+    assert not vault.replace("acme", "people", ISSUER, "alice", {"access_token": "two"}, version=read[1])  # stale
+    assert vault.get("acme", "people", ISSUER, "alice") == {"access_token": "one"}
+    assert vault.delete("acme", scheme="people", subject="alice", version=read[1]) == 0  # written since: kept
+    current = vault.read("acme", "people", ISSUER, "alice")
+    assert current is not None and vault.delete("acme", scheme="people", subject="alice", version=current[1]) == 1
+    assert not vault.replace("acme", "people", ISSUER, "alice", SECRET, version=current[1])  # removed: stays so
+    assert vault.get("acme", "people", ISSUER, "alice") is None
+
+
 def test_a_row_copied_to_another_user_or_altered_never_decrypts(vault: Vault, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="crank.registry")
     vault.put("acme", "people", ISSUER, "alice", SECRET)

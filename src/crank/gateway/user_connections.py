@@ -26,7 +26,7 @@ import hashlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -162,6 +162,8 @@ class Connected:
     expires_at: float | None = None
     scope: str | None = None
     connected_at: float | None = None
+    version: bytes | None = field(default=None, compare=False)
+    """The vault row's version when it was read (`Vault.read`): a refresh writes over that row only."""
 
     def fresh(self, now: float) -> bool:
         return self.expires_at is None or self.expires_at - TOKEN_EXPIRY_MARGIN > now
@@ -181,7 +183,7 @@ class Connected:
         return cls(answer.access_token, refresh, expires_at, scope, since)
 
     @classmethod
-    def from_json(cls, data: JSONObject) -> Connected | None:
+    def from_json(cls, data: JSONObject, version: bytes | None = None) -> Connected | None:
         token = data.get("access_token")
         if not isinstance(token, str):
             return None
@@ -190,16 +192,17 @@ class Connected:
         return cls(token, refresh if isinstance(refresh, str) else None,
                    float(expires) if isinstance(expires, int | float) else None,
                    scope if isinstance(scope, str) else None,
-                   float(since) if isinstance(since, int | float) else None)  # fmt: skip
+                   float(since) if isinstance(since, int | float) else None, version)  # fmt: skip
 
 
 Refresh = Callable[[Connected], Awaitable[Connected]]
 """A connection's refresh at its token endpoint (the credential's): the new tokens, or `TokenFailure`."""
 
 
-_Held = tuple[Connected, float]
-"""A connection as a process keeps it, and until when it uses it without a look at the vault: `CONNECTION_RECHECK`
-seconds after it read it, or until its token expires (`TOKEN_EXPIRY_MARGIN`), whichever comes first."""
+_Held = tuple[Connected, float, float]
+"""A connection as a process keeps it: until when a call uses its token without a look at the vault
+(`CONNECTION_RECHECK` seconds after it was read, or until the token expires, less `TOKEN_EXPIRY_MARGIN`), and when
+it was read (an expired token is refreshed from it without reading the vault again, within the recheck)."""
 
 
 def _entry_bytes(key: Hashable, value: _Held) -> int:
@@ -240,7 +243,7 @@ class UserConnections:
         who = _who(user)
         vault = self._vault()
         kept = self._held.get(workspace, (scheme, *who))
-        held = kept[0] if kept is not None and self.clock() < kept[1] else None
+        held = kept[0] if kept is not None and self.clock() - kept[2] < CONNECTION_RECHECK else None
         if held is None:
             held = await self._read(vault, workspace, scheme, who)
         if held is None:
@@ -253,14 +256,14 @@ class UserConnections:
         """A token in place of `refused`, which the API answered with 401: the one another call renewed already,
         else a refresh; a connection that cannot be refreshed is asked for again."""
         who = _who(user)
-        held = await self._read(self._vault(), workspace, scheme, who)
+        vault = self._vault()
+        held = await self._read(vault, workspace, scheme, who)
         if held is None:
             raise self.required(workspace, scheme, user)
         if held.access_token != refused and held.fresh(self.clock()):
             return held.access_token
         if held.refresh_token is None:
-            await self.remove(workspace, scheme=scheme, issuer=who[0], subject=who[1])
-            raise self.required(workspace, scheme, user)
+            raise await self._end(vault, workspace, scheme, user, held)
         return (await self._join(workspace, scheme, user, held, refresh, force=True)).access_token
 
     def drop(self, workspace: str, scheme: str, user: Principal, refused: str) -> None:
@@ -321,10 +324,11 @@ class UserConnections:
     # -- inside ------------------------------------------------------------------------------------------------
 
     def _keep(self, workspace: str, key: Hashable, connected: Connected) -> None:
-        until = self.clock() + CONNECTION_RECHECK
+        now = self.clock()
+        until = now + CONNECTION_RECHECK
         if connected.expires_at is not None:
             until = min(until, connected.expires_at - TOKEN_EXPIRY_MARGIN)
-        self._held.put(workspace, key, (connected, until))
+        self._held.put(workspace, key, (connected, until, now))
 
     def _vault(self) -> Vault:
         if self.vault is None:
@@ -344,10 +348,10 @@ class UserConnections:
 
     async def _read(self, vault: Vault, workspace: str, scheme: str, who: tuple[str, str]) -> Connected | None:
         try:
-            data = await asyncio.to_thread(vault.get, workspace, scheme, *who)
+            found = await asyncio.to_thread(vault.read, workspace, scheme, *who)
         except ConfigurationError as missing:  # a row under a key this server lacks: the operator's
             raise ToolConfigurationError(f"The user's connection cannot be read on this server: {missing}") from None
-        connected = Connected.from_json(data) if data is not None else None
+        connected = Connected.from_json(*found) if found is not None else None
         key = (scheme, *who)
         if connected is None:
             self._held.pop(workspace, key)
@@ -401,23 +405,28 @@ class UserConnections:
                 raise self.required(workspace, scheme, user)
             if current.access_token != stale.access_token and (current.fresh(self.clock()) or not force):
                 return current  # another replica refreshed it just before
-            if current.refresh_token is None:
-                raise self._ended(workspace, scheme, user, who)
+            if current.refresh_token is None:  # expired, and nothing to renew it with: connect again
+                raise await self._end(vault, workspace, scheme, user, current)
             try:
                 renewed = await refresh(current)
             except TokenFailure as failure:
                 if failure.detail in ("invalid_grant", "unauthorized_client"):  # revoked or expired: connect again
-                    await asyncio.to_thread(vault.delete, workspace, scheme=scheme, issuer=who[0], subject=who[1])
-                    self._held.pop(workspace, (scheme, *who))
-                    raise self.required(workspace, scheme, user) from None
+                    raise await self._end(vault, workspace, scheme, user, current) from None
                 until = self.clock() + REFRESH_FAILURE_MEMORY
                 self._failed[(workspace, scheme, *who)] = (failure.cause, failure.detail, until)
                 raise
             self._failed.pop((workspace, scheme, *who), None)
-            if not await asyncio.to_thread(vault.replace, workspace, scheme, *who, renewed.to_json()):
-                raise self._ended(workspace, scheme, user, who)  # removed while it refreshed: it stays removed
-            self._keep(workspace, (scheme, *who), renewed)
-            return renewed
+            # Written over the row it renewed only: a removal meanwhile stays a removal, and a new connection
+            # made meanwhile (maybe of another account) is never overwritten with the old one's tokens.
+            assert current.version is not None
+            if await asyncio.to_thread(vault.replace, workspace, scheme, *who, renewed.to_json(),
+                                       version=current.version):  # fmt: skip
+                self._keep(workspace, (scheme, *who), renewed)
+                return renewed
+            now = await self._read(vault, workspace, scheme, who)
+            if now is None:
+                raise self.required(workspace, scheme, user)
+            return now
         finally:
             heartbeat.cancel()
             await self.state.replace_if(lock, claim, None, REFRESH_LEASE)  # only its own lock, never another's
@@ -428,7 +437,13 @@ class UserConnections:
         while await self.state.renew(lock, claim, REFRESH_LEASE):
             await asyncio.sleep(REFRESH_LEASE / 3)
 
-    def _ended(self, workspace: str, scheme: str, user: Principal | None, who: tuple[str, str]) -> Exception:
+    async def _end(self, vault: Vault, workspace: str, scheme: str, user: Principal | None,
+                   ended: Connected) -> UpstreamConnectionRequiredError:  # fmt: skip
+        """Remove a connection that can no longer be used (the row read as `ended` only: not one made since), and
+        the error that asks its user to connect again."""
+        who = _who(user)
+        await asyncio.to_thread(vault.delete, workspace, scheme=scheme, issuer=who[0], subject=who[1],
+                                version=ended.version)  # fmt: skip
         self._held.pop(workspace, (scheme, *who))
         return self.required(workspace, scheme, user)
 

@@ -186,9 +186,11 @@ class Vault:
                 set_={"key_id": key_id, "nonce": nonce, "ciphertext": ciphertext, "updated_at": now},
             ))  # fmt: skip
 
-    def replace(self, workspace: str, scheme: str, issuer: str, subject: str, secret: JSONObject) -> bool:
-        """Replace this user's secret only if their entry is still there (a refresh's new tokens): False when it
-        was removed meanwhile, so that a removal made while a refresh ran stays a removal."""
+    def replace(self, workspace: str, scheme: str, issuer: str, subject: str, secret: JSONObject, *,
+                version: bytes) -> bool:  # fmt: skip
+        """Replace this user's secret only if their entry is still the one read at `version` (`read`): False when
+        it was removed or written again meanwhile (a refresh never undoes a removal, nor overwrites a new
+        connection with tokens of the old one)."""
         identity = _identity(workspace, scheme, issuer, subject)
         key_id, nonce, ciphertext = self.keys.encrypt(_json.dumps(secret), identity)
         now = datetime.datetime.now(datetime.UTC)
@@ -196,7 +198,7 @@ class Vault:
             changed = session.execute(
                 update(VaultEntry)
                 .where(VaultEntry.workspace_id == _workspace_id(session, workspace), VaultEntry.scheme == scheme,
-                       VaultEntry.issuer == issuer, VaultEntry.subject == subject)
+                       VaultEntry.issuer == issuer, VaultEntry.subject == subject, VaultEntry.nonce == version)
                 .values(key_id=key_id, nonce=nonce, ciphertext=ciphertext, updated_at=now)
                 .execution_options(synchronize_session=False)
             )  # fmt: skip
@@ -205,6 +207,11 @@ class Vault:
     def get(self, workspace: str, scheme: str, issuer: str, subject: str) -> JSONObject | None:
         """This user's secret for the scheme; None when there is none, or its row does not decrypt as theirs (an
         altered row, or one copied from another user: logged, never used)."""
+        found = self.read(workspace, scheme, issuer, subject)
+        return None if found is None else found[0]
+
+    def read(self, workspace: str, scheme: str, issuer: str, subject: str) -> tuple[JSONObject, bytes] | None:
+        """As `get`, with the entry's version (its nonce, new at every write), for `replace` and `delete`."""
         with Session(self.engine) as session:
             ws = _workspace_id(session, workspace)
             row = session.scalars(select(VaultEntry).filter_by(workspace_id=ws, scheme=scheme, issuer=issuer,
@@ -218,15 +225,16 @@ class Vault:
                            "copied from another user): not used", workspace, scheme)  # fmt: skip
             return None
         secret: JSONObject = _json.loads(plaintext)
-        return secret
+        return secret, nonce
 
     def delete(self, workspace: str, *, scheme: str | None = None, issuer: str | None = None,
-               subject: str | None = None) -> int:  # fmt: skip
-        """Remove the workspace's entries of this scheme, issuer and subject (None: any); how many went."""
+               subject: str | None = None, version: bytes | None = None) -> int:  # fmt: skip
+        """Remove the workspace's entries of this scheme, issuer and subject (None: any), and only the one read at
+        `version` when given (`read`); how many went."""
         with Session(self._writer) as session, session.begin():
             query = delete(VaultEntry).where(VaultEntry.workspace_id == _workspace_id(session, workspace))
             for column, value in ((VaultEntry.scheme, scheme), (VaultEntry.issuer, issuer),
-                                  (VaultEntry.subject, subject)):  # fmt: skip
+                                  (VaultEntry.subject, subject), (VaultEntry.nonce, version)):  # fmt: skip
                 if value is not None:
                     query = query.where(column == value)
             return int(session.execute(query).rowcount)  # type: ignore[attr-defined]

@@ -280,16 +280,17 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
             asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
         except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
             asked = context.progress_token is not None
+        reporting = asked and context.progress_token is not None
         try:
-            if asked and context.progress_token is not None:
-                outcome = await _reporting(pending, operation, context)
-            else:
-                outcome = await pending
-        except UpstreamConnectionRequiredError as needed:  # nothing was sent: asked to connect, then called again
-            if operation.spends:  # asked for before the confirmation; this one came after (a 401): said as it is
+            outcome = await (_reporting(pending, operation, context) if reporting else pending)
+        except UpstreamConnectionRequiredError as needed:
+            # The user has no connection (nothing was sent), or the API refused their token and it cannot be
+            # renewed (an idempotent request only: a POST is never sent again). Asked to connect, then sent again.
+            if operation.spends:  # asked for before the confirmation; this one came after: said as it is
                 raise
             await ask_to_connect(needed, context, operation.connections, operation.workspace)
-            outcome = await operation.call(arguments, context.headers, caller)
+            again = operation.call(arguments, context.headers, caller)
+            outcome = await (_reporting(again, operation, context) if reporting else again)
         if not outcome.omitted:
             return outcome.value
         # The note follows the value in its own text block, after the value is put in the chosen format.

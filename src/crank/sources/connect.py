@@ -138,11 +138,14 @@ async def ask_to_connect(needed: UpstreamConnectionRequiredError, context: CallC
                "first. Open the page to sign in and allow it.")  # fmt: skip
     answer = await context.elicit_url(message, needed.url, needed.elicitation, timeout=CONNECT_WAIT)
     if answer.get("action") != "accept":
-        raise UserCredentialsError(
-            f"The user did not connect their account ({needed.scheme}). Nothing was sent.",
+        sent = "" if not needed.may_have_taken_effect else " An earlier attempt of this call may have taken effect."
+        declined = UserCredentialsError(
+            f"The user did not connect their account ({needed.scheme}).{sent or ' Nothing was sent.'}",
             error_code="upstream_connection_declined",
             suggested_action="Do not call this tool again unless the user asks to connect their account.",
         )  # fmt: skip
+        declined.may_have_taken_effect = needed.may_have_taken_effect
+        raise declined
     _WAITING[waiting] = _WAITING.get(waiting, 0) + 1
     try:
         await _until_connected(connections, workspace, needed, issuer, subject)
