@@ -130,7 +130,7 @@ def run(
     from uvicorn.server import ServerState
 
     from bench.profile_gateway import BODY, load
-    from crank.wire.listen import ConnectionLimits
+    from crank.wire.connection_limits import ConnectionLimits
     from crank.wire.protocol import protocol_for
 
     app, path, headers = load(target, tmp, True)

@@ -24,7 +24,7 @@ from crank.registry import Registry, migrate, open_engine
 from crank.registry.runtime import Limits, RateLimit
 from crank.server import CrankServer
 from crank.settings import given_settings
-from crank.wire.listen import ConnectionLimits
+from crank.wire.connection_limits import ConnectionLimits
 from crank.wire.protocol import protocol_for
 from tests import services
 from tests.gateway import upstream

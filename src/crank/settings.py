@@ -46,17 +46,17 @@ from crank.registry.vault import VaultKeys
 from crank.schema import problems_of
 from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
-from crank.wire.listen import (
+from crank.wire.connection_limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_DRAIN_BYTES,
     DEFAULT_HEAD_TIMEOUT,
     DEFAULT_KEEPALIVE_TIMEOUT,
-    DEFAULT_LISTEN,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEAD_BYTES,
     DEFAULT_SEND_TIMEOUT,
     ConnectionLimits,
 )
+from crank.wire.listen import DEFAULT_LISTEN
 from crank.wire.workers import DEFAULT_LIVENESS_TIMEOUT, DEFAULT_WORKERS, MAX_WORKERS
 
 __all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]

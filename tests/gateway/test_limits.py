@@ -22,7 +22,7 @@ from crank.registry import Registry
 from crank.registry.runtime import Limits, Quota, RateLimit
 from crank.server import GatewayService
 from crank.state import MemoryStore, RedisStore, StateStore
-from crank.wire.listen import ConnectionLimits
+from crank.wire.connection_limits import ConnectionLimits
 from crank.wire.protocol import protocol_for
 from tests import services
 from tests.gateway import upstream

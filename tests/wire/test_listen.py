@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from crank.wire.listen import ConnectionLimits
+from crank.wire.connection_limits import ConnectionLimits
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent

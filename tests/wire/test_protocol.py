@@ -19,7 +19,7 @@ import uvicorn
 from crank.types import Receive, Scope, Send
 from crank.wire import protocol
 from crank.wire.asgi import EarlyAnswer, read_body, send_response
-from crank.wire.listen import ConnectionLimits
+from crank.wire.connection_limits import ConnectionLimits
 from crank.wire.protocol import protocol_for
 
 EARLY: EarlyAnswer = (429, [(b"content-type", b"application/json"), (b"retry-after", b"7")], b'{"early":true}')

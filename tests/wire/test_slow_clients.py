@@ -14,7 +14,7 @@ import pytest
 
 from crank.types import Receive, Scope, Send
 from crank.wire.asgi import EarlyAnswer, read_body, send_response
-from crank.wire.listen import ConnectionLimits
+from crank.wire.connection_limits import ConnectionLimits
 from crank.wire.middleware import BodyLimitMiddleware
 from crank.wire.protocol import protocol_for
 

@@ -3,9 +3,10 @@ the OpenRPC document. Every call runs through the shared `Executor`; envelopes c
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from crank import _json
 from crank.exceptions import (
@@ -18,7 +19,8 @@ from crank.exceptions import (
     UnavailableError,
 )
 from crank.ids import new_request_id
-from crank.rpc.executor import Call, error_wire
+from crank.rpc.executor import Call, Executor, error_wire
+from crank.rpc.method import Method
 from crank.types import JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, read_body, send_response
 from crank.wire.jsonrpc import (
@@ -32,10 +34,23 @@ from crank.wire.jsonrpc import (
 )
 from crank.wire.middleware import BodyLimitMiddleware
 
-if TYPE_CHECKING:
-    from crank.rpc.app import RPCApp
+__all__ = ["JSONRPCEndpoint", "MethodSource"]
 
-__all__ = ["JSONRPCEndpoint"]
+
+class MethodSource(Protocol):
+    """What the endpoint asks of the application it serves (`crank.rpc.app.RPCApp`): its methods by version,
+    the caller's roles, the executor, and its OpenRPC document. A narrow contract, so that the app may build
+    endpoints without the endpoint importing the app."""
+
+    debug: bool
+    logger: logging.Logger
+    executor: Executor
+
+    def method_for(self, name: str, version: str) -> Method | None: ...
+
+    def openrpc(self, version: str) -> JSONObject: ...
+
+    async def resolve_roles(self, scope: Scope) -> frozenset[str]: ...
 
 
 @dataclass
@@ -48,7 +63,7 @@ class _Request:
 class JSONRPCEndpoint:
     """One API version at `/rpc[/<version>]`; bodies over `max_body_size` are refused with 413."""
 
-    def __init__(self, app: RPCApp, version: str, *, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
+    def __init__(self, app: MethodSource, version: str, *, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
         self.app = app
         self.version = version
         self._limited = BodyLimitMiddleware(self._post, max_body_size)

@@ -13,6 +13,7 @@ from crank.wire.asgi import (
     send_response,
     serve_lifespan,
 )
+from crank.wire.connection_limits import ConnectionLimits
 from crank.wire.http import IDEMPOTENT_METHODS, accepts_json, bearer_token, is_json_media_type, is_token
 from crank.wire.jsonrpc import (
     INTERNAL_ERROR,
@@ -30,7 +31,7 @@ from crank.wire.jsonrpc import (
     request_message,
     result_response,
 )
-from crank.wire.listen import ConnectionLimits, bind_listener, serve_on
+from crank.wire.listen import bind_listener, serve_on
 from crank.wire.middleware import (
     AUTH_SCOPE_KEY,
     BearerAuth,

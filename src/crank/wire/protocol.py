@@ -1,5 +1,5 @@
-"""`CrankHTTPProtocol`: uvicorn's httptools protocol with the limits of `crank.wire.listen.ConnectionLimits`
-(the module docstring of `crank.wire.listen` says which and why) and the app's early answers
+"""`CrankHTTPProtocol`: uvicorn's httptools protocol with the limits of
+`crank.wire.connection_limits.ConnectionLimits` (its module says which and why) and the app's early answers
 (`crank.wire.asgi.EarlyAnswers`, docs/architecture.md). It subclasses uvicorn's
 `HttpToolsProtocol` and keeps its behaviour; tests/wire/test_listen.py runs it in a real `crank serve`, so
 that a uvicorn upgrade that moves its hooks fails there."""
@@ -22,7 +22,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from crank import _json
 from crank.wire.asgi import LONG_STREAM_EXTENSION, EarlyAnswer, EarlyAnswers, EarlyAnswersNow
-from crank.wire.listen import DRAIN_TIMEOUT, ConnectionLimits, logger
+from crank.wire.connection_limits import DRAIN_TIMEOUT, ConnectionLimits, logger
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["CrankHTTPProtocol", "protocol_for"]
