@@ -97,6 +97,8 @@ TARGETS = (
     Target("crank", "Crank", "bench.apps.crank_echo:app"),
     Target("crank-fixture", "Crank conformance fixture, as a user serves it (uvicorn examples.conformance_app:app)",
            "examples.conformance_app:app", path="/mcp", only=("tools_call",)),  # the suite's tools: no 1,000-tool list
+    Target("crank-rpcservice", "Crank RPCService, the README's in-process product (an RPCApp method at /mcp)",
+           "bench.apps.crank_rpcservice:app", path="/mcp", only=("tools_call",)),
     Target("sdk-lowlevel", "SDK low-level Server", "bench.apps.sdk_lowlevel:app"),
     Target("sdk-mcpserver", "SDK MCPServer", "bench.apps.sdk_mcpserver:app"),
     Target("bare", "bare ASGI + orjson", "bench.apps.bare:app"),
