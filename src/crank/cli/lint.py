@@ -124,4 +124,3 @@ def check(workspace: str, agent_slug: str) -> None:
     failed = sum(result.status in ("drift", "error") for result in results)
     if failed:
         raise click.ClickException(f"{failed} tool(s) drifted or failed")
-
