@@ -76,6 +76,9 @@ class RPCService:
         self._asgi: Starlette | None = None
         self._verifier: TokenVerifier | None = None  # one for every endpoint that takes access tokens
         self._resources: list[ResourceAuthenticator] = []
+        # The MCP endpoints by path, versioned paths first (`/mcp/v2` before `/mcp`): an http request for one is
+        # handed to it at once, not through Starlette's middleware and routes (the hot path; docs/benchmarks.md).
+        self._endpoints: list[tuple[str, MCPEndpoint]] = []
 
     def build(self) -> Starlette:
         """Compile every schema, catalog and route now (also done on the first request)."""
@@ -102,10 +105,11 @@ class RPCService:
     def _mcp_routes(self, path: str, config: MCPConfig) -> list[BaseRoute]:
         default, *others = self.rpc.versions
         # Versioned paths first: `path` itself is a mount that would also match `path/v2`.
-        routes = [
-            mount(f"{path}/{version}", self._endpoint(config, version, f"{path}/{version}")) for version in others
-        ]
-        return [*routes, mount(path, self._endpoint(config, default, path))]
+        served = [(f"{path}/{version}", self._endpoint(config, version, f"{path}/{version}")) for version in others]
+        served.append((path, self._endpoint(config, default, path)))
+        # Longest path first, so that an endpoint at `/mcp/admin` is never taken for one at `/mcp`.
+        self._endpoints = sorted([*self._endpoints, *served], key=lambda pair: len(pair[0]), reverse=True)
+        return [mount(where, endpoint) for where, endpoint in served]
 
     def _endpoint(self, config: MCPConfig, version: str, path: str) -> MCPEndpoint:
         source = RPCSource(self.rpc, config, version)
@@ -141,7 +145,18 @@ class RPCService:
         return routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.build()(scope, receive, send)
+        app = self.build()
+        if scope["type"] == "http":
+            # As the endpoint's Starlette mount routes it (`crank.mcp.routing.mount`), without the framework's
+            # layers around it: the endpoint answers its own failures.
+            root = scope.get("root_path", "")
+            path: str = scope["path"]
+            route = path[len(root) :] if root and path.startswith(root) else path
+            for where, endpoint in self._endpoints:
+                if route.startswith(where) and (len(route) == len(where) or route[len(where)] == "/"):
+                    await endpoint.http_app({**scope, "root_path": root + where}, receive, send)
+                    return
+        await app(scope, receive, send)
 
 
 def _metadata_endpoint(document: JSONObject) -> Callable[[Request], Awaitable[Response]]:

@@ -113,6 +113,24 @@ async def test_versions_have_their_own_endpoints(serve: Callable[..., str]) -> N
     assert "new.thing" in await tool_names(url + "/mcp/v2")
 
 
+async def test_a_service_mounted_below_a_path_hands_each_mcp_path_to_its_own_endpoint_only(
+    serve: Callable[..., str],
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    app, _ = make_app()
+    url = serve(Starlette(routes=[Mount("/shop", app=app)])) + "/shop"  # the outer root path a proxy would set
+    assert "new.thing" not in await tool_names(url + "/mcp") and "echo" in await tool_names(url + "/mcp")
+    assert "new.thing" in await tool_names(url + "/mcp/v2")
+    async with httpx.AsyncClient() as client:
+        listed = (await client.get(url + "/mcp/tools")).json()  # the plain pair, below the endpoint's root
+        assert "echo" in [tool["name"] for tool in listed["tools"]]
+        for elsewhere in ("/mcpx", "/mcp2", "/shop/mcp"):  # never taken for the endpoint at /mcp
+            answer = await client.post(url + elsewhere, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert answer.status_code == 404, elsewhere
+
+
 async def test_hidden_tool_is_404_on_the_plain_pair_and_32602_on_mcp(serve: Callable[..., str]) -> None:
     app, ran = make_app()
     url = serve(app) + "/mcp"
