@@ -148,7 +148,7 @@ class Limiter:
 
     def _request_checks(self, key: KeyScope, workspace_limits: Limits) -> list[_Check]:
         now = time.time()
-        if key.method != "anonymous":  # `Principal.anonymous`, inline: every request with limits passes here
+        if not key.anonymous:
             return self._plan("workspace", f"ws:{key.workspace}", workspace_limits).checks(now)
         # Without credentials (lazy sign-in): counted apart from the workspace's own limits, per workspace and per
         # client address (`crank.sources.access.anonymous_principal`), never spending its users' and keys' quota.

@@ -61,7 +61,7 @@ def authorize_call(tool: Tool, caller: Any, arguments: Mapping[str, Any] | None 
     if not isinstance(caller, Principal):
         return
     needed = tool.required_scopes
-    if caller.method == "anonymous":  # `Principal.anonymous`, inline: every gateway call passes here
+    if caller.anonymous:
         raise AuthChallengeError(f"Calling {tool.name} needs a signed-in user", scopes=sorted(needed))
     if caller.scopes is not None and caller.lacks(needed):  # an API key has no scopes: no call to `lacks`
         missing = ", ".join(sorted(needed - (caller.scopes or frozenset())))

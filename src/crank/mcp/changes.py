@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Final
 
 from crank.exceptions import RPCError
+from crank.wire.auth import Principal
 from crank.wire.budgets import client_address
 
 __all__ = [
@@ -55,18 +56,16 @@ HEARTBEAT_SECONDS: Final = 25.0
 TOO_MANY_LISTENERS: Final = -32000
 
 
-def listener_owner(caller: Any, client: Any) -> tuple[str, str]:
+def listener_owner(caller: Principal | None, client: Any) -> tuple[str, str]:
     """Whose listening stream it is: its group (the caller's workspace, `-` without one) and its owner, for the
     bounds. A signed-in caller is its workspace and id; the anonymous callers of a workspace (lazy sign-in) are one
     owner together, so that no number of addresses takes more than one caller's places; a caller without
     credentials elsewhere is its address."""
-    workspace = getattr(caller, "workspace", None)
-    group = workspace if isinstance(workspace, str) and workspace else "-"
-    ident = getattr(caller, "id", "")
-    if getattr(caller, "method", None) == "anonymous" and group != "-":
+    group = caller.workspace if caller is not None and caller.workspace else "-"
+    if caller is not None and caller.anonymous and group != "-":
         return group, f"{group}:anonymous"
-    if isinstance(ident, str) and ident and getattr(caller, "method", None) != "anonymous":
-        return group, f"{group if group != '-' else ''}:{ident}"
+    if caller is not None and caller.id and not caller.anonymous:
+        return group, f"{group if group != '-' else ''}:{caller.id}"
     return group, f"address:{client_address({'client': client})}"
 
 

@@ -475,7 +475,7 @@ class MCPServer:
             raise InvalidParamsError(f"Unknown tool: {name}")
         caller = info.caller  # a `Principal` (`crank.wire.auth`) whenever the endpoint authenticates
         tool = entry.tool
-        if caller is not None and (tool.required_scopes or caller.method == "anonymous" or tool.authorize is not None):
+        if caller is not None and (tool.required_scopes or caller.anonymous or tool.authorize is not None):
             authorize_call(tool, caller, arguments)  # a scoped tool, an anonymous caller or a tool's own check
         requested = None
         if info.format_query is not None or "x-mcp-format" in info.headers:  # most calls ask for no format
@@ -582,7 +582,7 @@ class MCPServer:
         found = catalog.reading_entry(tool)  # type: ignore[arg-type]  # a resource has a reader or a tool
         assert found is not None  # checked when the catalog was built
         caller = context.caller
-        if caller is not None and (found.tool.required_scopes or caller.method == "anonymous"):
+        if caller is not None and (found.tool.required_scopes or caller.anonymous):
             authorize_call(found.tool, caller, arguments)  # only a scoped tool, or an anonymous caller, is refused
         result = await call_tool(found, arguments, context, result_format="json", debug=self.debug,
                                  observer=catalog.observer)  # fmt: skip

@@ -759,8 +759,8 @@ class AgentSource:
         workspace, agent = params.get("workspace", ""), params.get("agent", "")
         key_scope: KeyScope | None = scope.get(AUTH_SCOPE_KEY) if self.require_keys else None
         if (
-            key_scope is not None and key_scope.method == "anonymous" and key_scope.workspace == workspace
-        ):  # lazy sign-in: listing open, calls ask (401); `Principal.anonymous`, inline on the hot path
+            key_scope is not None and key_scope.anonymous and key_scope.workspace == workspace
+        ):  # lazy sign-in: listing open, calls ask (401)
             key_scope = None
         elif self.require_keys and (key_scope is None or key_scope.workspace != workspace):
             raise CatalogUnauthorizedError(workspace)  # a key never opens another workspace, nor says what is there
