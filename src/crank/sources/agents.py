@@ -88,7 +88,6 @@ DEFAULT_KEY_LIST_MAX_AGE: Final = 30.0
 watcher). Past it, a revoked key could still be in the list: every key is refused with 503 until the registry
 answers again."""
 _STALE_RETRY_AFTER = 5
-_NO_META: Final[dict[str, Any]] = {}
 UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
 """Seconds between progress notifications of an upstream call that has not answered, for a request that asked
 for progress (`_meta.progressToken`)."""
@@ -276,11 +275,7 @@ def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
             who = caller.id if caller is not None else ""
             confirmed = await ask_user(operation, arguments, context, who)
             pending = operation.call(arguments, context.headers, caller, confirmed=confirmed)
-        try:  # `CallContext.progress_token`, inline and cheap first: most calls ask for no progress
-            asked = "progressToken" in context.channel[1].get("_meta", _NO_META)  # type: ignore[index]
-        except (TypeError, AttributeError):  # the plain pair (no channel), a channel made already, an odd _meta
-            asked = context.progress_token is not None
-        reporting = asked and context.progress_token is not None
+        reporting = context.progress_token is not None  # most calls ask for no progress
         try:
             outcome = await (_reporting(pending, operation, context) if reporting else pending)
         except UpstreamConnectionRequiredError as needed:
