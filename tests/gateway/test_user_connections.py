@@ -6,6 +6,7 @@ tests/sources/test_connect.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import base64
 import secrets
 import time
@@ -345,3 +346,40 @@ async def test_an_expired_connection_whose_refresh_fails_is_not_read_again_per_c
     # The first call reads the row (its last read was 600 s ago), and so does the refresh under its lock; the
     # other nine meet the remembered failure with the row kept in memory.
     assert refreshes.count == 1 and len(reads) == 2
+
+
+async def test_a_call_that_waited_too_long_for_another_replicas_refresh_is_told_to_retry(
+    registry: Registry, store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crank.exceptions import ExternalServiceError
+    from crank.gateway import user_connections as module
+    from crank.gateway.client import UpstreamClient
+    from crank.gateway.credentials import TokenCache, compile_credential
+    from crank.registry.runtime import AuthConfig
+
+    clock = Clock()
+    one, two = replicas(registry, store, clock)
+    refreshes = Refreshes(clock)
+    refreshes.gate.clear()  # one replica's refresh does not end in time
+    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
+    holder = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
+    for _ in range(100):
+        if refreshes.count:
+            break
+        await asyncio.sleep(0.01)
+    monkeypatch.setattr(module, "REFRESH_WAIT", 0.3)
+    auth = AuthConfig(type="user_connection", scheme="people", client_id="crank", secret="env:UNUSED",
+                      token_url=ISSUER + "/token", authorization_url=ISSUER + "/auth")  # fmt: skip
+    client = UpstreamClient()
+    try:
+        credential = compile_credential(auth, client, workspace="acme", where="whoami",
+                                        tokens=TokenCache(connections=two))  # fmt: skip
+        with pytest.raises(ExternalServiceError) as busy:  # the other replica's call: nothing sent
+            await credential.obtain(user("alice"))
+    finally:
+        await client.aclose()
+    payload = busy.value.to_payload("req-1")
+    assert payload["error_code"] == "upstream_token_busy" and payload["recoverable"] is True
+    assert busy.value.may_have_taken_effect is False and "first" not in json.dumps(payload)
+    refreshes.gate.set()
+    assert await holder == "access-1"
