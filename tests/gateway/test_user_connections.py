@@ -6,8 +6,8 @@ tests/sources/test_connect.py."""
 from __future__ import annotations
 
 import asyncio
-import json
 import base64
+import json
 import secrets
 import time
 from collections.abc import AsyncIterator
