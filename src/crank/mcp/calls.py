@@ -52,7 +52,7 @@ InvalidArgumentsMode = Literal["result", "error"]
 model can correct itself. `error`: JSON-RPC -32602, as seed 001 describes."""
 
 
-def authorize_call(tool: Tool, caller: Any, arguments: Mapping[str, Any] | None = None) -> None:
+def authorize_call(tool: Tool, caller: Principal | None, arguments: Mapping[str, Any] | None = None) -> None:
     """Whether `caller` may call `tool` with `arguments`: an anonymous principal (an endpoint that leaves its listing
     open) is asked to sign in (401), a principal without the tool's `required_scopes` to get them (403
     `insufficient_scope`, naming every scope the call needs), and the tool's own `Tool.authorize` judges the
@@ -73,7 +73,7 @@ def authorize_call(tool: Tool, caller: Any, arguments: Mapping[str, Any] | None 
         tool.authorize(arguments or {}, caller)
 
 
-def authorize_request(method: Any, params: Any, catalog: Catalog, caller: Any) -> None:
+def authorize_request(method: Any, params: Any, catalog: Catalog, caller: Principal | None) -> None:
     """Whether `caller` may make this request, decided before it runs: `tools/call` of a tool (its scopes, and its
     own `Tool.authorize` over the arguments: the operation a discovery call names) and `resources/read` of a
     resource a tool answers (that tool's scopes). Raises `AuthChallengeError`; any other request passes here (its

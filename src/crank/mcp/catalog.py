@@ -137,7 +137,7 @@ class Catalog:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def listed_for(self, caller: Any) -> Catalog:
+    def listed_for(self, caller: Principal | None) -> Catalog:
         """The catalog as `caller` sees it: for a scope-limited `Principal`, the tools whose `required_scopes` it
         lacks left out of `tools/list` (still known, so that their call is answered 403, not "unknown tool"). An
         anonymous caller (before sign-in) is listed what `anonymous_scopes` open. Itself for anyone else (an API

@@ -79,7 +79,7 @@ from crank.wire.asgi import (
     send_response,
     serve_lifespan,
 )
-from crank.wire.auth import Authenticator, challenge_header
+from crank.wire.auth import Authenticator, Principal, challenge_header
 from crank.wire.http import accepts_json, is_json_media_type
 from crank.wire.jsonrpc import (
     DEFAULT_MAX_BATCH_ANSWER_BYTES,
@@ -536,7 +536,7 @@ class MCPEndpoint:
             return Exchange(202, None)
         return Exchange(200, b"[" + b",".join(answers) + b"]")
 
-    async def _admit_batch(self, scope: Scope, caller: Any, items: int) -> tuple[int, RPCError | None]:
+    async def _admit_batch(self, scope: Scope, caller: Principal | None, items: int) -> tuple[int, RPCError | None]:
         """Each item after the first counts as one request more against `admit` (the first was counted with the
         HTTP request, before its body was read), so that a limit of N requests a second means N JSON-RPC
         requests, batched or not. Returns how many items may run, and the error the others are answered with

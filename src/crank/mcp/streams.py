@@ -29,6 +29,7 @@ from crank import _json
 from crank.exceptions import ClientRequestError
 from crank.mcp.sessions import LogLevels, SessionIds, log_level_rank
 from crank.types import JSONObject, Receive, Scope, Send
+from crank.wire.auth import Principal
 
 __all__ = [
     "DEFAULT_CLIENT_REQUEST_TIMEOUT",
@@ -174,7 +175,7 @@ class RequestInfo:
 
     headers: Mapping[str, str] = field(default_factory=dict)
     format_query: str | None = None
-    caller: Any = None
+    caller: Principal | None = None
     """Who calls (`scope["crank.auth"]`, a `Principal`); passed on to each call's `CallContext`."""
     send: Send | None = None
     """The response's ASGI `send`, when the request may be answered as a stream (a single request over HTTP)."""
@@ -245,7 +246,7 @@ class ResponseStream:
                 return
 
 
-def owner_of(caller: Any) -> str:
+def owner_of(caller: Principal | None) -> str:
     """Whose question it is: the caller's `Principal.id` (every authenticated request has one), else ""."""
     owner = getattr(caller, "id", "")
     return owner if isinstance(owner, str) else ""

@@ -20,6 +20,7 @@ from crank.mcp.protocol import MODERN_PROTOCOL_VERSIONS
 from crank.mcp.sessions import URL_ELICITATION
 from crank.mcp.streams import Channel, RequestInfo, owner_of
 from crank.types import JSONObject
+from crank.wire.auth import Principal
 
 __all__ = [
     "TOOL_NAME_PATTERN",
@@ -107,7 +108,7 @@ class CallContext:
     none. A tool that runs another tool (discovery's `call_operation`) passes it on."""
     default_format: str = DEFAULT_FORMAT
     """The endpoint's `default_format`: what `result_format` falls back to."""
-    caller: Any = None
+    caller: Principal | None = None
     """Who calls, as the endpoint's `authenticate` said (the gateway's API key scope); None without it."""
     channel: Channel | tuple[RequestInfo, JSONObject, bool] | None = None
     """The call's way to its client (`progress`, `log`, `elicit`, `sample`): given as what a `Channel` is made

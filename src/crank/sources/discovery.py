@@ -154,7 +154,7 @@ class Discovery:
         listed = self.operations.tool_entry(name, self.operations.default_language) or {}
         return {key: listed[key] for key in _DESCRIBED if key in listed}
 
-    def _authorize(self, arguments: Mapping[str, Any], caller: Any) -> None:
+    def _authorize(self, arguments: Mapping[str, Any], caller: Principal | None) -> None:
         """`call_operation`'s `Tool.authorize`: the scopes of the operation it names, as a direct tool's call checks
         them (the MCP core asks before the call runs, and before any item of a batch runs)."""
         name = arguments.get("name")

@@ -31,7 +31,7 @@ from crank.wire.asgi import (
     send_response,
     unique_headers,
 )
-from crank.wire.auth import Authenticator, challenge_header
+from crank.wire.auth import Authenticator, Principal, challenge_header
 from crank.wire.http import bearer_token, repeated_header, repeated_header_message
 from crank.wire.jsonrpc import encode_error
 from crank.wire.security import HostOriginPolicy
@@ -457,7 +457,7 @@ class BearerAuth:
                 self._tokens[authorization] = token
             return token
 
-    def _admission(self, scope: Scope, send: Send, caller: Any) -> Awaitable[bool] | None:
+    def _admission(self, scope: Scope, send: Send, caller: Principal | None) -> Awaitable[bool] | None:
         scope[AUTH_SCOPE_KEY] = caller
         if self.admit is None:
             return None
