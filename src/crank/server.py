@@ -79,6 +79,7 @@ class RPCService:
         # The MCP endpoints by path, versioned paths first (`/mcp/v2` before `/mcp`): an http request for one is
         # handed to it at once, not through Starlette's middleware and routes (the hot path; docs/benchmarks.md).
         self._endpoints: list[tuple[str, MCPEndpoint]] = []
+        self._other_paths: frozenset[str] = frozenset()
 
     def build(self) -> Starlette:
         """Compile every schema, catalog and route now (also done on the first request)."""
@@ -89,6 +90,12 @@ class RPCService:
                 if config.enabled:
                     routes += self._mcp_routes(path.rstrip("/"), config)
             routes += self._metadata_routes()
+            # The other routes' paths (/rpc and its versions, the resource metadata): Starlette's, whatever MCP
+            # endpoint's path they fall below (an endpoint at `/` never takes /rpc).
+            mounted = {id(endpoint) for _, endpoint in self._endpoints}
+            self._other_paths = frozenset(
+                route.path for route in routes if isinstance(route, Route) and id(route.app) not in mounted
+            )
             self._asgi = Starlette(routes=routes, lifespan=self._lifespan)
         return self._asgi
 
@@ -152,10 +159,14 @@ class RPCService:
             root = scope.get("root_path", "")
             path: str = scope["path"]
             route = path[len(root) :] if root and path.startswith(root) else path
-            for where, endpoint in self._endpoints:
-                if route.startswith(where) and (len(route) == len(where) or route[len(where)] == "/"):
-                    await endpoint.http_app({**scope, "root_path": root + where}, receive, send)
-                    return
+            if route not in self._other_paths:
+                for where, endpoint in self._endpoints:
+                    if route.startswith(where) and (len(route) == len(where) or route[len(where)] == "/"):
+                        # The keys Starlette and its mount would set (a role resolver may build a `Request`).
+                        child = {**scope, "app": app, "app_root_path": scope.get("app_root_path", root),
+                                 "root_path": root + where, "path_params": {}}  # fmt: skip
+                        await endpoint.http_app(child, receive, send)
+                        return
         await app(scope, receive, send)
 
 

@@ -131,6 +131,20 @@ async def test_a_service_mounted_below_a_path_hands_each_mcp_path_to_its_own_end
             assert answer.status_code == 404, elsewhere
 
 
+async def test_an_mcp_endpoint_at_the_root_leaves_the_json_rpc_endpoint_its_path(serve: Callable[..., str]) -> None:
+    rpc = RPCApp(title="Root")
+
+    @rpc.method("hello", groups=["mcp"], mcp=MCP())
+    async def hello() -> str:
+        return "hi"
+
+    url = serve(RPCService(rpc, mcp={"/": MCPConfig(enabled=True)}))
+    async with httpx.AsyncClient() as client:
+        called = await client.post(url + "/rpc", json={"jsonrpc": "2.0", "id": 1, "method": "hello"})
+        assert called.status_code == 200 and called.json()["result"] == "hi"  # the JSON-RPC endpoint's answer
+    assert await tool_names(url) == ["hello"]  # and MCP at the root
+
+
 async def test_hidden_tool_is_404_on_the_plain_pair_and_32602_on_mcp(serve: Callable[..., str]) -> None:
     app, ran = make_app()
     url = serve(app) + "/mcp"

@@ -2,7 +2,7 @@
 protocol and request cycle that Crank overrides, calls or reads, by name. An upgrade of uvicorn that renames,
 removes or reshapes one fails here, by name, before tests/wire/test_listen.py and test_protocol.py fail by
 behaviour. pyproject.toml pins uvicorn to the minor versions this test passes on; import-linter keeps uvicorn out
-of every other module but `crank.wire.listen` (its public server) and `crank.cli` (its app importer)."""
+of every other module but `crank.wire.listen` (its public server) and `crank.cli.common` (its app importer)."""
 
 from __future__ import annotations
 
