@@ -191,6 +191,7 @@ async def test_nothing_is_introspected_per_request(serve: Callable[..., str], mo
     app, _ = make_app()
     url = serve(app)
     app.build()
+    import httpcore  # noqa: F401  (the test client imports it at its first request: introspection, not Crank's)
 
     def forbidden(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("introspection during a request")
