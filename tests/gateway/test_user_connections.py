@@ -76,6 +76,24 @@ class Refreshes:
         return replace(connected, access_token=f"access-{self.count}", expires_at=self.clock.now + 600)
 
 
+async def held_refresh(connections: UserConnections, refreshes: Refreshes) -> asyncio.Task[str]:
+    """Alice's expired connection saved, and a call whose refresh is on its way and held (`refreshes.gate`
+    cleared) until the test lets it go: the task of that call."""
+    refreshes.gate.clear()
+    expired = Connected("first", "refresh-1", refreshes.clock.now - 1)
+    await connections.save("acme", "people", ISSUER, "alice", expired)
+    call = asyncio.create_task(connections.token("acme", "people", user("alice"), refreshes))
+    await until_refreshing(refreshes)
+    return call
+
+
+async def until_refreshing(refreshes: Refreshes) -> None:
+    for _ in range(100):  # bounded: until the lock's holder is refreshing
+        if refreshes.count:
+            return
+        await asyncio.sleep(0.01)
+
+
 @pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[RedisStore]:
     shared = RedisStore(redis_url, prefix=f"test-connections-{secrets.token_hex(4)}:")
@@ -104,10 +122,7 @@ async def test_an_expired_token_is_refreshed_once_across_replicas_and_calls(
     refreshes.gate.clear()
     calls = [asyncio.create_task(replica.token("acme", "people", user("alice"), refreshes))
              for replica in (one, two) for _ in range(5)]  # fmt: skip
-    for _ in range(100):  # bounded: until the lock's holder is refreshing
-        if refreshes.count:
-            break
-        await asyncio.sleep(0.01)
+    await until_refreshing(refreshes)
     refreshes.gate.set()
     assert set(await asyncio.gather(*calls)) == {"access-1"} and refreshes.count == 1
     kept = Vault(registry.engine, one.vault.keys).get("acme", "people", ISSUER, "alice")  # type: ignore[union-attr]
@@ -236,13 +251,7 @@ async def test_a_connection_removed_while_its_refresh_runs_stays_removed(registr
     clock = Clock()
     (one,) = replicas(registry, store, clock, 1)
     refreshes = Refreshes(clock)
-    refreshes.gate.clear()
-    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
-    call = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
-    for _ in range(100):  # bounded: until the refresh is on its way
-        if refreshes.count:
-            break
-        await asyncio.sleep(0.01)
+    call = await held_refresh(one, refreshes)
     assert await one.remove("acme", subject="alice") == 1  # the user removes it meanwhile
     refreshes.gate.set()
     with pytest.raises(UpstreamConnectionRequiredError):
@@ -259,13 +268,7 @@ async def test_a_call_waiting_for_another_replicas_refresh_gives_up_in_time_or_w
     clock = Clock()
     one, two = replicas(registry, store, clock)
     refreshes = Refreshes(clock)
-    refreshes.gate.clear()  # the refresh one replica holds does not end
-    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
-    holder = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
-    for _ in range(100):
-        if refreshes.count:
-            break
-        await asyncio.sleep(0.01)
+    holder = await held_refresh(one, refreshes)
     monkeypatch.setattr(module, "REFRESH_WAIT", 0.5)
     with pytest.raises(TokenFailure) as busy:  # recoverable: the caller may retry
         await two.token("acme", "people", user("alice"), refreshes)
@@ -312,13 +315,7 @@ async def test_a_connection_made_again_while_its_refresh_runs_is_kept_not_overwr
     clock = Clock()
     (one,) = replicas(registry, store, clock, 1)
     refreshes = Refreshes(clock)
-    refreshes.gate.clear()
-    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
-    call = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
-    for _ in range(100):  # bounded: until the refresh is on its way
-        if refreshes.count:
-            break
-        await asyncio.sleep(0.01)
+    call = await held_refresh(one, refreshes)
     # Meanwhile the user connects again (perhaps another account at the API): the new connection stays.
     await one.save("acme", "people", ISSUER, "alice", Connected("second", "refresh-2", clock.now + 600))
     refreshes.gate.set()
@@ -360,13 +357,7 @@ async def test_a_call_that_waited_too_long_for_another_replicas_refresh_is_told_
     clock = Clock()
     one, two = replicas(registry, store, clock)
     refreshes = Refreshes(clock)
-    refreshes.gate.clear()  # one replica's refresh does not end in time
-    await one.save("acme", "people", ISSUER, "alice", Connected("first", "refresh-1", clock.now - 1))
-    holder = asyncio.create_task(one.token("acme", "people", user("alice"), refreshes))
-    for _ in range(100):
-        if refreshes.count:
-            break
-        await asyncio.sleep(0.01)
+    holder = await held_refresh(one, refreshes)
     monkeypatch.setattr(module, "REFRESH_WAIT", 0.3)
     auth = AuthConfig(type="user_connection", scheme="people", client_id="crank", secret="env:UNUSED",
                       token_url=ISSUER + "/token", authorization_url=ISSUER + "/auth")  # fmt: skip
