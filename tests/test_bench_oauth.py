@@ -70,13 +70,14 @@ def test_run_py_registers_the_jwt_target() -> None:
     assert target.app == "bench.apps.gateway_crank_jwt:app" and target.group == "gateway"
 
 
-def test_the_exchange_target_exchanges_once_per_user_and_keeps_it(
-    tmp_path: Path, serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _three_users_call(credential: str, tmp_path: Path, serve: Callable[..., str],
+                      monkeypatch: pytest.MonkeyPatch, calls: int) -> tuple[Any, Any]:  # fmt: skip
+    """The JWT gateway target with `credential`'s upstream credentials, three users each calling `calls` times
+    (every answer a success); the gateway and its issuer."""
     db = tmp_path / "registry.sqlite3"
     gateway_crank.setup(str(db), serve(upstream))
     monkeypatch.setenv("BENCH_GATEWAY_DB", str(db))
-    monkeypatch.setenv("BENCH_GATEWAY_CREDENTIAL", "exchange")
+    monkeypatch.setenv("BENCH_GATEWAY_CREDENTIAL", credential)
     monkeypatch.setenv("BENCH_GATEWAY_TOKENS", "3")
     secrets = (gateway_crank_jwt.STATIC_SECRET, gateway_crank_jwt.EXCHANGE_SECRET)
     monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", ",".join(f"bench:{name}" for name in secrets))
@@ -87,35 +88,26 @@ def test_the_exchange_target_exchanges_once_per_user_and_keeps_it(
     url = serve(gateway) + gateway_crank.PATH
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": gateway_catalog.CALL_TOOL, "arguments": {"id": 7}}}  # fmt: skip
-    for token in token_file.read_text().split():  # three users, two calls each
-        for _ in range(2):
+    for token in token_file.read_text().split():
+        for _ in range(calls):
             headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {token}"}
             answer = httpx.post(url, json=call, headers=headers, timeout=30).json()["result"]
             assert answer.get("isError", False) is False, answer
+    return gateway, issuer
+
+
+def test_the_exchange_target_exchanges_once_per_user_and_keeps_it(
+    tmp_path: Path, serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, issuer = _three_users_call("exchange", tmp_path, serve, monkeypatch, calls=2)
     assert issuer.exchanges == 3  # one exchange per user, kept for the user's second call
 
 
 def test_the_connection_target_calls_with_each_users_own_connection_from_the_vault(
     tmp_path: Path, serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "registry.sqlite3"
-    gateway_crank.setup(str(db), serve(upstream))
-    monkeypatch.setenv("BENCH_GATEWAY_DB", str(db))
-    monkeypatch.setenv("BENCH_GATEWAY_CREDENTIAL", "connection")
-    monkeypatch.setenv("BENCH_GATEWAY_TOKENS", "3")
-    secrets = (gateway_crank_jwt.STATIC_SECRET, gateway_crank_jwt.EXCHANGE_SECRET)
-    monkeypatch.setenv("CRANK_SECRET_ENV_ALLOW", ",".join(f"bench:{name}" for name in secrets))
-    for name in secrets:
-        monkeypatch.setenv(name, "bench-secret")
-    token_file = tmp_path / "tokens"
-    gateway, issuer, _ = gateway_crank_jwt.make_app(str(token_file))
-    url = serve(gateway) + gateway_crank.PATH
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": gateway_catalog.CALL_TOOL, "arguments": {"id": 7}}}  # fmt: skip
-    for token in token_file.read_text().split():
-        headers = {"accept": "application/json, text/event-stream", "authorization": f"Bearer {token}"}
-        answer = httpx.post(url, json=call, headers=headers, timeout=30).json()["result"]
-        assert answer.get("isError", False) is False, answer  # without a connection: upstream_connection_required
+    # Without a connection, a call would be upstream_connection_required: each succeeds.
+    gateway, issuer = _three_users_call("connection", tmp_path, serve, monkeypatch, calls=1)
     from crank.wire.auth import Principal
 
     held = gateway.source.tokens.connections
