@@ -120,6 +120,15 @@ def setup(
                  state)  # fmt: skip
 
 
+async def asked_to_connect(setup: Setup, identity: str, user: str) -> tuple[dict[str, Any], str]:
+    """`user`'s tokens at the identity provider, and the connect link their first call (by a client without URL
+    elicitation) was answered with."""
+    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user=user)
+    answer = call_tool(setup.url, tokens["access_token"])
+    link: str = json.loads(answer["content"][0]["text"])["details"]["connect_url"]
+    return tokens, link
+
+
 def _key_reference(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("CRANK_TEST_VAULT_KEY", new_vault_key())
     return "env:CRANK_TEST_VAULT_KEY"
@@ -244,8 +253,7 @@ async def test_a_client_without_url_elicitation_gets_the_link_and_the_link_works
 
 
 async def test_a_link_opened_by_another_user_connects_nobody(setup: Setup, identity: str, api_server: str) -> None:
-    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="dave")
-    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    tokens, link = await asked_to_connect(setup, identity, "dave")
     # Dave sends his link to Mallory, who opens it signed in as herself: her API account would be linked to
     # Dave's identity (the account-linking attack). Refused once the identity provider says who she is.
     users = {origin_of(identity): "mallory", origin_of(api_server): "mallory"}
@@ -258,8 +266,7 @@ async def test_a_link_opened_by_another_user_connects_nobody(setup: Setup, ident
 async def test_steps_replayed_forged_or_carried_to_another_browser_connect_nobody(
     setup: Setup, identity: str, api_server: str
 ) -> None:
-    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="erin")
-    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    tokens, link = await asked_to_connect(setup, identity, "erin")
     users = {origin_of(identity): "erin", origin_of(api_server): "erin"}
     # Erin's browser goes as far as the API's authorization server, and stops there: its URL carries the step's
     # state. Opened in another browser (a victim's, sent the URL), the callback comes back without Erin's cookie.
@@ -300,8 +307,7 @@ async def test_steps_replayed_forged_or_carried_to_another_browser_connect_nobod
 async def test_a_refused_token_is_refreshed_once_for_all_calls_and_a_revoked_refresh_token_asks_again(
     setup: Setup, identity: str, api_server: str
 ) -> None:
-    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="frank")
-    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    tokens, link = await asked_to_connect(setup, identity, "frank")
     users = {origin_of(identity): "frank", origin_of(api_server): "frank"}
     assert (await anyio.to_thread.run_sync(lambda: browse(link, users))).heading == "Connected"
     kept = setup.vault.get("acme", "people", identity, "frank")
@@ -365,8 +371,7 @@ def _own_connections(root: str, identity: str, user: str) -> tuple[str, str, lis
 
 async def test_a_user_sees_and_removes_their_own_connections(setup: Setup, identity: str, api_server: str) -> None:
     for user in ("grace", "heidi"):
-        tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user=user)
-        link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+        tokens, link = await asked_to_connect(setup, identity, user)
         users = {origin_of(identity): user, origin_of(api_server): user}
         assert (await anyio.to_thread.run_sync(browse, link, users)).heading == "Connected"
     before, after, forged = await anyio.to_thread.run_sync(lambda: _own_connections(setup.root, identity, "grace"))
@@ -395,8 +400,7 @@ async def test_a_destructive_call_asks_to_connect_then_to_confirm_and_runs_once(
 async def test_visitors_store_nothing_before_they_sign_in(setup: Setup, identity: str) -> None:
     """The connect pages keep a step in the browser's signed cookie until the provider signed someone in: links
     replayed and pages opened by anyone (without signing in) never fill the state store every tenant shares."""
-    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="judy")
-    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    tokens, link = await asked_to_connect(setup, identity, "judy")
     before = len(setup.state)
     async with httpx.AsyncClient(timeout=10) as http:
         for _ in range(50):
@@ -466,8 +470,7 @@ async def test_each_step_that_cannot_go_on_says_why_and_connects_nobody(
 async def test_the_apis_server_refusing_the_user_or_the_code_connects_nobody(
     setup: Setup, identity: str, api_server: str
 ) -> None:
-    tokens = await obtain_tokens(identity, scope="tools:read", resource=setup.url, user="judy")
-    link = json.loads(call_tool(setup.url, tokens["access_token"])["content"][0]["text"])["details"]["connect_url"]
+    tokens, link = await asked_to_connect(setup, identity, "judy")
     users = {origin_of(identity): "judy", origin_of(api_server): "judy"}
     at_api = await anyio.to_thread.run_sync(lambda: browse(link, users, stop_at=api_server))
     to_api = next(url for url in at_api.urls if url.startswith(api_server + "/auth?"))
