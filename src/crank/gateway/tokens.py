@@ -64,6 +64,7 @@ __all__ = [
     "TokenClaims",
     "TokenLimits",
     "TokenVerifier",
+    "issuer_key",
     "same_issuer",
     "usable_key",
 ]
@@ -174,7 +175,12 @@ def _audiences(claims: dict[str, Any]) -> tuple[str, ...]:
 
 def same_issuer(one: str, other: str) -> bool:
     """Whether two issuer identifiers are one, with or without a trailing slash."""
-    return one.rstrip("/") == other.rstrip("/")
+    return issuer_key(one) == issuer_key(other)
+
+
+def issuer_key(issuer: str) -> str:
+    """An issuer identifier as kept and compared (`same_issuer`): without its trailing slash."""
+    return issuer.rstrip("/")
 
 
 def looks_like_jwt(token: str) -> bool:

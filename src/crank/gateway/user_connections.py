@@ -35,6 +35,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from crank.exceptions import ConfigurationError, ToolConfigurationError, UserCredentialsError
 from crank.gateway.token_endpoint import TOKEN_EXPIRY_MARGIN, TokenAnswer, TokenFailure
+from crank.gateway.tokens import issuer_key, same_issuer
 from crank.registry.vault import Vault, VaultKeys
 from crank.state.store import StateStore
 from crank.types import JSONObject
@@ -234,7 +235,7 @@ class UserConnections:
         """The user's access token when this process holds a fresh one (no wait, no database)."""
         if user.issuer is None:
             return None
-        held = self._held.get(workspace, (scheme, user.issuer.rstrip("/"), user.subject))
+        held = self._held.get(workspace, (scheme, issuer_key(user.issuer), user.subject))
         return held[0].access_token if held is not None and self.clock() < held[1] else None
 
     async def token(self, workspace: str, scheme: str, user: Principal | None, refresh: Refresh) -> str:
@@ -268,7 +269,7 @@ class UserConnections:
 
     def drop(self, workspace: str, scheme: str, user: Principal, refused: str) -> None:
         """Forget `refused` in this process (the API answered it with 401): the next call reads the vault again."""
-        key = (scheme, (user.issuer or "").rstrip("/"), user.subject)
+        key = (scheme, issuer_key(user.issuer or ""), user.subject)
         held = self._held.get(workspace, key)
         if held is not None and held[0].access_token == refused:
             self._held.pop(workspace, key)
@@ -308,7 +309,7 @@ class UserConnections:
         issuer, subject = _who(user)
         entries = await asyncio.to_thread(self._vault().entries, workspace, subject=subject)
         own = [{"scheme": entry.scheme, "connected_at": entry.created_at, "updated_at": entry.updated_at}
-               for entry in entries if entry.issuer.rstrip("/") == issuer]  # fmt: skip
+               for entry in entries if same_issuer(entry.issuer, issuer)]  # fmt: skip
         page = f"{self._links().public_url}{CONNECT_PATH}/{quote(workspace, safe='')}"
         return {"connections": own, "manage_url": page}
 
@@ -474,4 +475,4 @@ def _who(user: Principal | None) -> tuple[str, str]:
             "This tool acts as the signed-in user through their own connection to the API, and this call has no "
             "signed-in user: it came with an API key, or without credentials. Nothing was sent."
         )
-    return user.issuer.rstrip("/"), user.subject  # one issuer, with or without its trailing slash
+    return issuer_key(user.issuer), user.subject

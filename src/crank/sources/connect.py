@@ -59,7 +59,7 @@ from crank.gateway.client import UpstreamClient
 from crank.gateway.secrets import resolve_secret
 from crank.gateway.sign_in import OpenIDSignIn, PendingSignIn, SignInRefusedError, pkce_challenge
 from crank.gateway.token_endpoint import TokenEndpoint, TokenFailure
-from crank.gateway.tokens import TokenVerifier, same_issuer
+from crank.gateway.tokens import TokenVerifier, issuer_key, same_issuer
 from crank.gateway.user_connections import (
     CONNECT_PATH,
     Connected,
@@ -130,7 +130,7 @@ async def ask_to_connect(needed: UpstreamConnectionRequiredError, context: CallC
     user = context.caller if isinstance(context.caller, Principal) else None
     if user is None or user.issuer is None or user.subject is None:
         raise needed
-    issuer, subject = user.issuer.rstrip("/"), user.subject
+    issuer, subject = issuer_key(user.issuer), user.subject
     waiting = (workspace, issuer, subject)
     if _WAITING.get(waiting, 0) >= MAX_WAITING:
         raise needed
