@@ -411,17 +411,16 @@ class _TokenExchange(Credential):
     def ready(self, caller: Principal | None = None) -> Sent | None:
         if caller is None or caller.token is None:
             return None  # `obtain` refuses it
-        token = self._tokens.cached(self._endpoint.workspace, (caller.id, caller.client_id, caller.scopes,
-                                                              self._target))  # fmt: skip
+        token = self._tokens.cached(self._endpoint.workspace, self._key(caller))
         return None if token is None else Sent.bearer(token)
 
     async def obtain(self, caller: Principal | None = None) -> Sent:
         user = self._user(caller)
         endpoint = self._endpoint
         endpoint.secret.value()
-        key = (user.id, user.client_id, user.scopes, self._target)
         try:
-            return Sent.bearer(await self._tokens.get(endpoint.workspace, key, endpoint.url, self._fetcher(user)))
+            fetched = await self._tokens.get(endpoint.workspace, self._key(user), endpoint.url, self._fetcher(user))
+            return Sent.bearer(fetched)
         except TokenFailure as failure:
             raise endpoint.unavailable(failure, self.scheme, user=True) from None
 
@@ -429,17 +428,21 @@ class _TokenExchange(Credential):
         assert refused.token is not None
         user = self._user(caller)
         endpoint = self._endpoint
-        key = (user.id, user.client_id, user.scopes, self._target)
         try:
-            token = await self._tokens.renew(endpoint.workspace, key, endpoint.url, refused.token, self._fetcher(user))
+            token = await self._tokens.renew(endpoint.workspace, self._key(user), endpoint.url, refused.token,
+                                             self._fetcher(user))  # fmt: skip
         except TokenFailure as failure:
             raise endpoint.unavailable(failure, self.scheme, user=True) from None
         return Sent.bearer(token)
 
     def drop(self, refused: Sent, caller: Principal | None = None) -> None:
         if refused.token is not None and caller is not None:
-            key = (caller.id, caller.client_id, caller.scopes, self._target)
-            self._tokens.drop(self._endpoint.workspace, key, refused.token)
+            self._tokens.drop(self._endpoint.workspace, self._key(caller), refused.token)
+
+    def _key(self, user: Principal) -> Hashable:
+        """The user's exchanged token's key in the `TokenCache`: who they are, through which client and with which
+        scopes, for this exchange's target."""
+        return (user.id, user.client_id, user.scopes, self._target)
 
     def _user(self, caller: Principal | None) -> Principal:
         """The signed-in user this tool acts as: a principal of an access token from the exchange's own issuer,
