@@ -36,6 +36,7 @@ from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, 
 from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
 from crank.sources import connect as connect_module
+from crank.sources.connect import MAX_WAITING
 from crank.state.store import MemoryStore
 from crank.telemetry import JSONLogFormatter
 from mcp import Client
@@ -166,7 +167,7 @@ class Person:
         if isinstance(message, types.ElicitCompleteNotification):
             self.completed.append(message.params.elicitation_id)
 
-    async def calls(self, mode: str, count: int = 2, tool: str = "whoami") -> list[Any]:
+    async def calls(self, mode: str, count: int = 2, tool: str = "whoami", *, at_once: bool = False) -> list[Any]:
         storage = MemoryTokenStorage()
         signing_in = SignIn(user=self.name)
         metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(REDIRECT_URI)], scope="tools:read", client_name="t")
@@ -178,8 +179,17 @@ class Person:
                 transport = streamable_http_client(self.setup.url, http_client=http)
                 async with Client(transport, mode=mode, elicitation_callback=self.elicit,
                                   message_handler=self.message) as client:  # fmt: skip
-                    for _ in range(count):
+                    if not at_once:
+                        for _ in range(count):
+                            results.append(await client.call_tool(tool, {}))
+                        return results
+
+                    async def one() -> None:
                         results.append(await client.call_tool(tool, {}))
+
+                    async with anyio.create_task_group() as group:
+                        for _ in range(count):
+                            group.start_soon(one)
         return results
 
 
@@ -501,3 +511,27 @@ async def test_a_user_who_declines_to_connect_is_not_asked_again_by_that_call(
     error = json.loads(result.content[0].text)
     assert result.is_error and error["error_code"] == "upstream_connection_declined"
     assert len(kate.asked) == 1 and setup.vault.entries("acme") == [] and setup.api.seen == []
+
+
+async def test_a_user_is_asked_by_at_most_four_calls_at_once_and_the_others_get_the_link(
+    setup: Setup, identity: str, api_server: str
+) -> None:
+    class Waits(Person):
+        """Answers no question until four are asked (or the test's limit passes), then declines them all."""
+
+        four = anyio.Event()
+
+        async def elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+            self.asked.append(params)  # type: ignore[arg-type]
+            if len(self.asked) >= MAX_WAITING:
+                self.four.set()
+            with anyio.move_on_after(10):
+                await self.four.wait()
+            return types.ElicitResult(action="decline")
+
+    ivan = Waits("ivan", setup, identity, api_server)
+    results = await ivan.calls("legacy", MAX_WAITING + 1, at_once=True)
+    codes = sorted(json.loads(result.content[0].text)["error_code"] for result in results)
+    assert codes == ["upstream_connection_declined"] * MAX_WAITING + ["upstream_connection_required"]
+    assert len(ivan.asked) == MAX_WAITING  # the fifth call was given its link, never asked
+    assert setup.vault.entries("acme") == [] and setup.api.seen == []

@@ -136,24 +136,30 @@ async def ask_to_connect(needed: UpstreamConnectionRequiredError, context: CallC
         raise needed
     message = (f"{context.tool_name} acts as you at its API, and needs you to connect your account ({needed.scheme}) "
                "first. Open the page to sign in and allow it.")  # fmt: skip
-    answer = await context.elicit_url(message, needed.url, needed.elicitation, timeout=CONNECT_WAIT)
-    if answer.get("action") != "accept":
-        sent = "" if not needed.may_have_taken_effect else " An earlier attempt of this call may have taken effect."
-        declined = UserCredentialsError(
-            f"The user did not connect their account ({needed.scheme}).{sent or ' Nothing was sent.'}",
-            error_code="upstream_connection_declined",
-            suggested_action="Do not call this tool again unless the user asks to connect their account.",
-        )  # fmt: skip
-        declined.may_have_taken_effect = needed.may_have_taken_effect
-        raise declined
-    _WAITING[waiting] = _WAITING.get(waiting, 0) + 1
+    _WAITING[waiting] = _WAITING.get(waiting, 0) + 1  # from the question on: a user's unanswered asks count too
     try:
+        answer = await context.elicit_url(message, needed.url, needed.elicitation, timeout=CONNECT_WAIT)
+        if answer.get("action") != "accept":
+            raise _declined(needed)
         await _until_connected(connections, workspace, needed, issuer, subject)
     finally:
         _WAITING[waiting] -= 1
         if not _WAITING[waiting]:
             del _WAITING[waiting]
     await context.notify("notifications/elicitation/complete", {"elicitationId": needed.elicitation})
+
+
+def _declined(needed: UpstreamConnectionRequiredError) -> UserCredentialsError:
+    """The error of a user who did not connect: nothing was sent, unless an earlier attempt of the call was."""
+    outcome = " An earlier attempt of this call may have taken effect." if needed.may_have_taken_effect else (
+        " Nothing was sent.")  # fmt: skip
+    declined = UserCredentialsError(
+        f"The user did not connect their account ({needed.scheme}).{outcome}",
+        error_code="upstream_connection_declined",
+        suggested_action="Do not call this tool again unless the user asks to connect their account.",
+    )
+    declined.may_have_taken_effect = needed.may_have_taken_effect
+    return declined
 
 
 _WAITING: dict[tuple[str, str, str], int] = {}
