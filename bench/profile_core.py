@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TARGETS = {"crank": "bench.apps.crank_echo:app", "bare": "bench.apps.bare:app",
-           "fixture": "examples.conformance_app:app", "fixture-mounted": "bench.apps.fixture_mounted:app"}  # fmt: skip
-PATHS = {"fixture": "/mcp", "fixture-mounted": "/mcp"}
+           "fixture": "examples.conformance_app:app", "fixture-mounted": "bench.apps.fixture_mounted:app",
+           "rpcservice": "bench.apps.crank_rpcservice:app"}  # fmt: skip
+PATHS = {"fixture": "/mcp", "fixture-mounted": "/mcp", "rpcservice": "/mcp"}
 """Where a target serves MCP, when not at its root (the fixture, as `uvicorn examples.conformance_app:app`)."""
 ARGUMENTS = b'"name":"echo","arguments":{"text":"hello from wrk"}'
 META = (

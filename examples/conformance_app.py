@@ -19,6 +19,7 @@ from typing import Any
 from crank.mcp import (
     CallContext,
     Catalog,
+    EndpointOptions,
     EndpointRouter,
     InputRequired,
     MCPEndpoint,
@@ -431,6 +432,6 @@ prompts = [
 ]
 
 catalog = Catalog(tools, resources=resources, resource_templates=templates, prompts=prompts, logging=True)
-endpoint = MCPEndpoint(catalog, server_info=ServerInfo(name="crank-conformance", version="1.0.0"))
+endpoint = MCPEndpoint(catalog, EndpointOptions(server_info=ServerInfo(name="crank-conformance", version="1.0.0")))
 # The endpoint in front (`EndpointRouter`), not mounted in a router: a request pays for one path check.
 app = EndpointRouter({"/mcp": endpoint})

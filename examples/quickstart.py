@@ -10,7 +10,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from crank.exceptions import ToolError
-from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool, ToolAnnotations, Translations, mount
+from crank.mcp import CallContext, Catalog, EndpointOptions, MCPEndpoint, Tool, ToolAnnotations, Translations, mount
 
 BOOKS = [
     {"id": 1, "title": "Kobzar", "author": "Taras Shevchenko", "year": 1840},
@@ -98,5 +98,7 @@ translations = Translations(
     default_language="en",
 )
 
-endpoint = MCPEndpoint(Catalog(tools, translations=translations), instructions="A tiny library catalog.")
+endpoint = MCPEndpoint(
+    Catalog(tools, translations=translations), EndpointOptions(instructions="A tiny library catalog.")
+)
 app = Starlette(routes=[mount("/mcp", endpoint)])

@@ -39,6 +39,7 @@ from crank.gateway.egress import EgressPolicy
 from crank.gateway.tokens import MAX_DOCUMENT_BYTES, TokenLimits, TokenVerifier
 from crank.gateway.user_connections import CONNECT_PATH, ConnectLinks, UserConnections
 from crank.mcp.changes import DEFAULT_MAX_LISTENERS_PER_GROUP, ListChanges
+from crank.mcp.endpoint_options import EndpointAccess, EndpointOptions
 from crank.mcp.http import MCPEndpoint
 from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
@@ -50,7 +51,8 @@ from crank.registry.vault import Vault, VaultKeys
 from crank.rpc import RPCApp
 from crank.settings import Settings
 from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
-from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE, AgentSource
+from crank.sources.agents import AgentSource
+from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE
 from crank.sources.connect import ConnectPages
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
@@ -59,7 +61,8 @@ from crank.telemetry import METRICS_CONTENT_TYPE, Metrics, Probe
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, EarlyAnswer, serve_lifespan
 from crank.wire.auth import PROTECTED_RESOURCE_PATH, metadata_path
-from crank.wire.middleware import ambiguous_framing, refuse_ambiguous_framing
+from crank.wire.checks import Refused, check_request
+from crank.wire.middleware import send_refusal
 
 __all__ = ["CrankServer", "GatewayService", "MCPConfig", "RPCService"]
 
@@ -121,16 +124,15 @@ class RPCService:
     def _endpoint(self, config: MCPConfig, version: str, path: str) -> MCPEndpoint:
         source = RPCSource(self.rpc, config, version)
         auth = self._resource(config.oauth, path) if config.oauth is not None else None
-        return MCPEndpoint(
-            source.provide,
+        options = EndpointOptions(
             server_info=ServerInfo(self.rpc.title, self.rpc.version),
             default_format=config.default_format,
             invalid_arguments=config.invalid_arguments,
             cache_scope="private" if source.private or auth is not None else "public",
-            authenticator=auth,
-            metadata_url=auth.metadata_url if auth is not None else None,
             debug=self.rpc.debug,
         )
+        access = EndpointAccess(auth, metadata_url=auth.metadata_url) if auth is not None else None
+        return MCPEndpoint(source.provide, options, access)
 
     def _resource(self, policy: OAuthPolicy, path: str) -> ResourceAuthenticator:
         if policy.audience is None:
@@ -162,12 +164,24 @@ class RPCService:
             if route not in self._other_paths:
                 for where, endpoint in self._endpoints:
                     if route.startswith(where) and (len(route) == len(where) or route[len(where)] == "/"):
-                        # The keys Starlette and its mount would set (a role resolver may build a `Request`).
-                        child = {**scope, "app": app, "app_root_path": scope.get("app_root_path", root),
-                                 "root_path": root + where, "path_params": {}}  # fmt: skip
-                        await endpoint.http_app(child, receive, send)
+                        # The keys Starlette and its mount would set (a role resolver may build a `Request`), set
+                        # in the scope itself, as Starlette's router updates it.
+                        scope["app"] = app
+                        scope["app_root_path"] = scope.get("app_root_path", root)
+                        scope["root_path"] = root + where
+                        scope["path_params"] = {}
+                        await endpoint.http_app(scope, receive, send)
                         return
         await app(scope, receive, send)
+
+
+def _refused_head(scope: Scope) -> Refused | None:
+    """What the request checks (`check_request`: repeated or ambiguous headers) say of a request to `crank serve`'s
+    own routes, the admin API and the console; None for one they let through (or a scope that is not http)."""
+    if scope["type"] != "http":
+        return None
+    checked = check_request(scope, None, None)
+    return checked if type(checked) is Refused else None
 
 
 def _metadata_endpoint(document: JSONObject) -> Callable[[Request], Awaitable[Response]]:
@@ -283,21 +297,20 @@ class GatewayService:
                 connection_auth=self.source.connection_auth,
             )  # fmt: skip
         # Keys make what a caller sees depend on who asks: `cacheScope: private`.
-        endpoint = MCPEndpoint(
-            self.source.provide,
+        options = EndpointOptions(
             server_info=server_info or ServerInfo("crank-gateway"),
             cache_scope="private" if require_api_keys else "public",
-            authenticator=self.auth if require_api_keys else None,
-            metadata_url=self.auth.metadata_url,
             allowed_hosts=allowed_hosts,
             allowed_origins=allowed_origins,
-            admit=self.source.admit if require_api_keys else None,
-            refused_now=self.source.refused_now if require_api_keys else None,
             max_body_size=max_body_size,
             request_state_secret=request_state_secret,
             relay=relay,
             changes=self.changes,
         )
+        admission = self.source.admission
+        access = EndpointAccess(self.auth, metadata_url=self.auth.metadata_url, admit=admission.admit,
+                                refused_now=admission.refused_now)  # fmt: skip
+        endpoint = MCPEndpoint(self.source.provide, options, access if require_api_keys else None)
         self.endpoint = endpoint
         self._routes: dict[str, tuple[str, dict[str, str]]] = {}  # agent paths seen lately (`_agent_route`)
         self._durability_check: asyncio.Task[list[str]] | None = None
@@ -534,8 +547,8 @@ class CrankServer:
             unavailable = await _unavailable([self.probe])
             body = {"status": "not_ready", "unavailable": unavailable} if unavailable else {"status": "ready"}
             await JSONResponse(body, 503 if unavailable else 200)(scope, receive, send)
-        elif path.startswith(("/admin/", "/console")) and scope["type"] == "http" and ambiguous_framing(scope):
-            await refuse_ambiguous_framing(scope, send)  # the MCP endpoints' own checks refuse it there
+        elif path.startswith(("/admin/", "/console")) and type(refused := _refused_head(scope)) is Refused:
+            await send_refusal(scope, send, refused)  # the MCP endpoints' own checks refuse it there
         elif self.admin is not None and path.startswith("/admin/"):
             await self.admin(scope, receive, send)
         elif self.console is not None and (path == "/console" or path.startswith("/console/")):

@@ -44,7 +44,7 @@ from crank.gateway.tokens import (
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.registry.vault import VaultKeys
 from crank.schema import problems_of
-from crank.sources.agents import DEFAULT_KEY_LIST_MAX_AGE
+from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
 from crank.wire.connection_limits import (
     DEFAULT_BODY_TIMEOUT,

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool
+from crank.mcp import CallContext, Catalog, EndpointOptions, MCPEndpoint, Tool
 from crank.state.relay import RedisRelay
 from tests import services
 from tests.cluster import Nginx
@@ -60,7 +60,7 @@ def port_of(url: str) -> int:
 
 async def test_nginx_passes_a_stream_on_event_by_event(serve: Callable[..., str], nginx: Any) -> None:
     release.clear()
-    base = nginx([port_of(serve(MCPEndpoint(catalog(), allowed_hosts=["127.0.0.1:*"])))])
+    base = nginx([port_of(serve(MCPEndpoint(catalog(), EndpointOptions(allowed_hosts=["127.0.0.1:*"]))))])
     params = {"name": "slow_progress", "arguments": {}, "_meta": {"progressToken": "t"}}
     async with httpx.AsyncClient(timeout=30) as client:
         async with client.stream(
@@ -80,7 +80,12 @@ async def test_an_answer_that_lands_on_the_other_replica_completes_the_call(
 ) -> None:
     prefix = f"test-relay-{uuid.uuid4().hex}:"
     replicas = [
-        serve(MCPEndpoint(catalog(), relay=RedisRelay(redis_url, channel_prefix=prefix), allowed_hosts=["127.0.0.1:*"]))
+        serve(
+            MCPEndpoint(
+                catalog(),
+                EndpointOptions(relay=RedisRelay(redis_url, channel_prefix=prefix), allowed_hosts=["127.0.0.1:*"]),
+            )
+        )
         for _ in range(2)
     ]
     base = nginx([port_of(url) for url in replicas])
@@ -102,7 +107,9 @@ async def test_an_answer_that_lands_on_the_other_replica_completes_the_call(
 async def test_the_other_replica_relays_the_answer(serve: Callable[..., str], redis_url: str) -> None:
     """The answer POST goes only to the replica that did not ask: the call completes through the relay."""
     prefix = f"test-relay-{uuid.uuid4().hex}:"
-    endpoints = [MCPEndpoint(catalog(), relay=RedisRelay(redis_url, channel_prefix=prefix)) for _ in range(2)]
+    endpoints = [
+        MCPEndpoint(catalog(), EndpointOptions(relay=RedisRelay(redis_url, channel_prefix=prefix))) for _ in range(2)
+    ]
     asker, other = (serve(endpoint) + "/" for endpoint in endpoints)
     async with httpx.AsyncClient(timeout=30) as client:
         call = legacy_request("tools/call", {"name": "asks", "arguments": {}})

@@ -131,7 +131,7 @@ async def test_a_key_made_after_the_last_reload_works_on_its_first_request(
 ) -> None:
     publish_demo(registry, serve(upstream.app))
     gateway = GatewayService(registry, poll_interval=3600)  # no reload during the test: only the lookup can see it
-    gateway.source.key_lookups_per_second = 0.5  # one lookup now, the next one two seconds later
+    gateway.source.keys.lookups_per_second = 0.5  # one lookup now, the next one two seconds later
     url = serve(gateway) + "/mcp/v1/acme/support/tools"
     async with httpx.AsyncClient() as http:
         assert (await http.get(url)).status_code == 401  # no key: no lookup; starts the watcher's only poll
@@ -166,13 +166,13 @@ async def test_a_key_revoked_while_it_is_looked_up_stays_revoked(registry: Regis
     paused = _PausedLookups(registry)
     source = GatewayService(paused, poll_interval=3600).source
     key = registry.create_api_key("acme")
-    lookup = asyncio.ensure_future(source.confirm(key))
+    lookup = asyncio.ensure_future(source.keys.confirm(key))
     assert await asyncio.to_thread(paused.read.wait, 30)  # the lookup found the key ...
     registry.revoke_api_key(key)
     await asyncio.to_thread(source.reload)  # ... and the revocation reached the replica before it answered
     paused.answer.set()
     assert await lookup is None
-    assert source.authenticate(key) is None  # the lookup did not bring the revoked key back
+    assert source.keys.authenticate(key) is None  # the lookup did not bring the revoked key back
 
 
 async def test_requests_that_come_with_a_new_key_while_it_is_looked_up_share_the_lookup(
@@ -185,10 +185,10 @@ async def test_requests_that_come_with_a_new_key_while_it_is_looked_up_share_the
     paused = _PausedLookups(registry)
     source = GatewayService(paused, poll_interval=3600).source
     key, other = registry.create_api_key("acme"), registry.create_api_key("acme")
-    first = asyncio.ensure_future(source.confirm(key))
+    first = asyncio.ensure_future(source.keys.confirm(key))
     assert await asyncio.to_thread(paused.read.wait, 30)
-    together = [asyncio.ensure_future(source.confirm(key)) for _ in range(3)]
-    assert await source.confirm(other) is None  # another key during the lookup: refused, as a wrong one would be
+    together = [asyncio.ensure_future(source.keys.confirm(key)) for _ in range(3)]
+    assert await source.keys.confirm(other) is None  # another key during the lookup: refused, as a wrong one would be
     paused.answer.set()
     answers = [await first, *[await request for request in together]]
     assert all(answer is not None and answer.workspace == "acme" for answer in answers)

@@ -6,7 +6,16 @@ import logging
 from typing import Any
 
 from crank.exceptions import ToolError
-from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool, ToolAnnotations, ToolResult, Translations
+from crank.mcp import (
+    CallContext,
+    Catalog,
+    EndpointOptions,
+    MCPEndpoint,
+    Tool,
+    ToolAnnotations,
+    ToolResult,
+    Translations,
+)
 
 calls: list[dict[str, Any]] = []
 
@@ -81,7 +90,7 @@ def make_endpoint(**options: Any) -> MCPEndpoint:
     page_size = options.pop("page_size", 100)
     extra = options.pop("extra", 0)
     catalog = Catalog(make_tools(extra), translations=TRANSLATIONS, page_size=page_size)
-    return MCPEndpoint(catalog, **options)
+    return MCPEndpoint(catalog, EndpointOptions(**options))
 
 
 logging.getLogger("crank.mcp").setLevel(logging.INFO)

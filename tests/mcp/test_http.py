@@ -488,7 +488,7 @@ async def test_result_format_precedence(
 
 
 async def test_tool_format_beats_endpoint_default(serve: Callable[..., str]) -> None:
-    from crank.mcp import Catalog, MCPEndpoint, Tool
+    from crank.mcp import Catalog, EndpointOptions, MCPEndpoint, Tool
     from tests.mcp.apps import rows
 
     tool = Tool(
@@ -498,7 +498,7 @@ async def test_tool_format_beats_endpoint_default(serve: Callable[..., str]) -> 
         format="markdown",
         input_schema={"type": "object", "properties": {"count": {"type": "integer"}}},
     )
-    url = serve(MCPEndpoint(Catalog([tool]), default_format="pretty_json"))
+    url = serve(MCPEndpoint(Catalog([tool]), EndpointOptions(default_format="pretty_json")))
     text = (await call_modern(url, "rows", {"count": 1})).json()["result"]["content"][0]["text"]
     assert text == "| id | name |\n| --- | --- |\n| 0 | n0 |"
 
@@ -579,7 +579,7 @@ async def test_requests_never_compile_schemas_or_serialize_pages(
 
 async def test_a_calls_context_carries_what_its_request_said(serve: Callable[..., str]) -> None:
     """Each field of the `CallContext` a tool gets (the endpoint builds it positionally, on the hot path)."""
-    from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool
+    from crank.mcp import CallContext, Catalog, EndpointOptions, MCPEndpoint, Tool
 
     async def seen(arguments: dict[str, Any], context: CallContext) -> dict[str, Any]:
         return {
@@ -592,7 +592,7 @@ async def test_a_calls_context_carries_what_its_request_said(serve: Callable[...
 
     tool = Tool(name="seen", description="What the call's context holds.", invoker=seen,
                 input_schema={"type": "object"})  # fmt: skip
-    url = serve(MCPEndpoint(Catalog([tool], labels={"agent": "a"}), default_format="pretty_json"))
+    url = serve(MCPEndpoint(Catalog([tool], labels={"agent": "a"}), EndpointOptions(default_format="pretty_json")))
     body = legacy_request("tools/call", {"name": "seen", "arguments": {}, "_meta": {"progressToken": 7}})
     legacy = await post(url, body, {**legacy_headers(), "X-Mcp-Format": "toon", "X-Probe": "p"})
     assert legacy.json()["result"]["structuredContent"] == {

@@ -11,7 +11,7 @@ import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from crank.mcp import CallContext, Catalog, InputRequired, MCPEndpoint, Tool, elicitation
+from crank.mcp import CallContext, Catalog, EndpointOptions, InputRequired, MCPEndpoint, Tool, elicitation
 from mcp import Client
 from tests.mcp.wire import legacy_headers, legacy_request, modern_headers, modern_request
 
@@ -125,9 +125,9 @@ async def test_legacy_era_gets_a_tool_error_instead(url: str) -> None:
 
 
 async def test_state_from_another_server_secret_is_refused(serve: Callable[..., str]) -> None:
-    first = serve(MCPEndpoint(Catalog(TOOLS), request_state_secret="one"))
-    other = serve(MCPEndpoint(Catalog(TOOLS), request_state_secret="two"))
-    same = serve(MCPEndpoint(Catalog(TOOLS), request_state_secret="one"))
+    first = serve(MCPEndpoint(Catalog(TOOLS), EndpointOptions(request_state_secret="one")))
+    other = serve(MCPEndpoint(Catalog(TOOLS), EndpointOptions(request_state_secret="two")))
+    same = serve(MCPEndpoint(Catalog(TOOLS), EndpointOptions(request_state_secret="one")))
     state = (await first_round(first))["requestState"]
     assert (await second_round(other, state, {"greeting": "Hi"})).status_code == 400
     assert (await second_round(same, state, {"greeting": "Hi"})).status_code == 200

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from crank.exceptions import CatalogNotFoundError
-from crank.mcp import Catalog, MCPEndpoint
+from crank.mcp import Catalog, EndpointAccess, EndpointOptions, MCPEndpoint
 from crank.wire.middleware import TokenTable
 from tests.mcp.apps import make_endpoint, make_tools
 
@@ -134,7 +134,7 @@ async def test_every_refusal_of_the_pair_has_its_error_shape(serve: Callable[...
             raise CatalogNotFoundError("no such agent")
         return Catalog(make_tools(0))
 
-    endpoint = MCPEndpoint(provide, max_body_size=100, authenticator=TokenTable({"key": "key"}.get))
+    endpoint = MCPEndpoint(provide, EndpointOptions(max_body_size=100), EndpointAccess(TokenTable({"key": "key"}.get)))
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         agent, _, rest = scope.get("path", "/").removeprefix("/").partition("/")

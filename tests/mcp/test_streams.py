@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from crank.mcp import CallContext, Catalog, MCPEndpoint, Tool
+from crank.mcp import CallContext, Catalog, EndpointOptions, MCPEndpoint, Tool
 from crank.mcp.streams import ServerRequests
 from tests.mcp.wire import (
     JSON_HEADERS,
@@ -86,7 +86,7 @@ async def post(url: str, body: Any, headers: dict[str, str]) -> httpx.Response:
 
 @pytest.fixture
 def url(serve: Callable[..., str]) -> str:
-    return serve(MCPEndpoint(CATALOG, client_request_timeout=2, max_pending_requests=1)) + "/"
+    return serve(MCPEndpoint(CATALOG, EndpointOptions(client_request_timeout=2, max_pending_requests=1))) + "/"
 
 
 async def test_a_handler_that_sends_nothing_is_answered_as_json(url: str) -> None:

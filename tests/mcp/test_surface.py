@@ -14,6 +14,7 @@ from crank.exceptions import ConfigurationError, ToolError
 from crank.mcp import (
     CallContext,
     Catalog,
+    EndpointOptions,
     MCPEndpoint,
     Prompt,
     PromptArgument,
@@ -85,7 +86,7 @@ async def rpc(url: str, method: str, params: dict[str, Any] | None = None, *, mo
 
 @pytest.fixture
 def url(serve: Callable[..., str]) -> str:
-    return serve(MCPEndpoint(surface(), ttl_ms=30_000, cache_scope="private")) + "/"
+    return serve(MCPEndpoint(surface(), EndpointOptions(ttl_ms=30_000, cache_scope="private"))) + "/"
 
 
 def test_features_say_what_a_catalog_offers() -> None:

@@ -13,6 +13,7 @@ from crank.exceptions import ConfigurationError
 from crank.mcp import (
     CallContext,
     Catalog,
+    EndpointOptions,
     Icon,
     InputRequired,
     MCPEndpoint,
@@ -89,7 +90,7 @@ def catalog() -> Catalog:
 
 @pytest.fixture
 def url(serve: Callable[..., str]) -> str:
-    return serve(MCPEndpoint(catalog(), instructions="Read the guide first.")) + "/"
+    return serve(MCPEndpoint(catalog(), EndpointOptions(instructions="Read the guide first."))) + "/"
 
 
 async def rpc(url: str, method: str, params: Any = None, *, modern: bool = False) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from examples.conformance_app import catalog
 
-from crank.mcp import MCPEndpoint
+from crank.mcp import EndpointOptions, MCPEndpoint
 from mcp import Client, types
 
 pytestmark = pytest.mark.anyio
@@ -19,7 +19,7 @@ MODES = ["auto", "legacy"]
 
 
 def endpoint(**options: Any) -> MCPEndpoint:
-    return MCPEndpoint(catalog, **options)
+    return MCPEndpoint(catalog, EndpointOptions(**options))
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -255,7 +255,7 @@ async def test_a_burst_of_announcements_during_a_reload_costs_one_more_reload_no
     await anyio.to_thread.run_sync(burst)
     scope = {"path": "/", "path_params": {"workspace": "shop", "agent": "desk"}}
     with anyio.fail_after(WAIT):
-        while (await source.provide(scope)).version != "11":
+        while source.provide(scope).version != "11":
             await anyio.sleep(0.02)
     await anyio.sleep(1)  # any reload still owed would run now
     await source.aclose()

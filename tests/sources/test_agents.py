@@ -18,7 +18,7 @@ async def test_a_watcher_that_ended_is_started_again_by_the_next_request(sqlite_
     source = AgentSource(sqlite_registry, UpstreamClient(), require_keys=False, freeze_heap=False)
     scope = {"path": "/", "path_params": {"workspace": "shop", "agent": "desk"}}
     with contextlib.suppress(Exception):  # no such agent: what matters is what the request started
-        await source.provide(scope)
+        source.provide(scope)
     first = source._watcher
     assert first is not None and not first.done()
     first.cancel()
@@ -26,7 +26,7 @@ async def test_a_watcher_that_ended_is_started_again_by_the_next_request(sqlite_
         await first
     await asyncio.sleep(0)  # the task's done callbacks run
     with contextlib.suppress(Exception):
-        await source.provide(scope)
+        source.provide(scope)
     second = source._watcher
     assert second is not None and second is not first and not second.done()
     await source.aclose()

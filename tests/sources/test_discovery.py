@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from crank.admin.actions import check_runtime, publish_agent
 from crank.gateway.safety import CONFIRMATION_ARGUMENT
-from crank.mcp import MCPEndpoint
+from crank.mcp import EndpointOptions, MCPEndpoint
 from crank.registry import Registry
 from crank.registry.runtime import load_runtime
 from crank.server import GatewayService
@@ -225,7 +225,7 @@ async def test_call_operation_answers_in_the_endpoints_default_format(
     """The result format has one rule (`CallContext.result_format`): an operation run through discovery is
     formatted as the endpoint's `default_format` says when neither the request nor the tool chooses."""
     catalog = build_catalog(registry.draft_runtime("acme", "records"))
-    url = serve(MCPEndpoint(catalog, default_format="pretty_json"))
+    url = serve(MCPEndpoint(catalog, EndpointOptions(default_format="pretty_json")))
     async with httpx.AsyncClient() as http:
         call = {"name": CALL_TOOL, "arguments": {"name": "get_record", "arguments": {"id": "4"}}}
         answer = await http.post(url + "/call", json=call)

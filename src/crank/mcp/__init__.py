@@ -6,6 +6,7 @@ from crank.exceptions import CatalogNotFoundError, CatalogUnauthorizedError
 from crank.mcp.after_response import call_after_response
 from crank.mcp.calls import InvalidArgumentsMode
 from crank.mcp.catalog import Catalog, estimate_tokens
+from crank.mcp.endpoint_options import EndpointAccess, EndpointOptions
 from crank.mcp.formats import FORMATS
 from crank.mcp.http import CatalogProvider, MCPEndpoint
 from crank.mcp.input_required import InputRequired, elicitation, roots_listing, sampling
@@ -27,6 +28,8 @@ __all__ = [
     "InputRequired",
     "InvalidArgumentsMode",
     "Invoker",
+    "EndpointAccess",
+    "EndpointOptions",
     "MCPEndpoint",
     "NotedResult",
     "Prompt",

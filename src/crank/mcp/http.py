@@ -18,8 +18,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import parse_qsl
 
 from crank import _json
@@ -38,11 +38,10 @@ from crank.exceptions import (
     UnknownFormatError,
 )
 from crank.mcp.after_response import run_after_response, start_after_response
-from crank.mcp.calls import InvalidArgumentsMode, authorize_call, authorize_request, call_tool
+from crank.mcp.calls import authorize_call, authorize_request, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.changes import (
     LIST_KINDS,
-    ListChanges,
     TooManyListenersError,
     changed_since,
     list_changed_method,
@@ -50,7 +49,7 @@ from crank.mcp.changes import (
     offer_tag,
     relay_changes,
 )
-from crank.mcp.formats import DEFAULT_FORMAT
+from crank.mcp.endpoint_options import EndpointAccess, EndpointOptions
 from crank.mcp.protocol import (
     BATCH_PROTOCOL_VERSIONS,
     HANDSHAKE_PROTOCOL_VERSIONS,
@@ -58,32 +57,24 @@ from crank.mcp.protocol import (
     MODERN_PROTOCOL_VERSIONS,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from crank.mcp.server import Exchange, MCPServer, RequestInfo, ServerInfo
+from crank.mcp.server import Exchange, MCPServer, RequestInfo
 from crank.mcp.streams import (
-    DEFAULT_CLIENT_REQUEST_TIMEOUT,
-    DEFAULT_MAX_PENDING_REQUESTS,
-    Relay,
     ResponseStream,
     owner_of,
 )
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
-from crank.types import ASGIApp, JSONObject, Message, Receive, Scope, Send
+from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import (
-    DEFAULT_MAX_BODY_SIZE,
-    JSON_CONTENT_TYPE_HEADER,
     EarlyAnswer,
     hold_long_stream,
     read_body,
-    read_headers,
     send_response,
     serve_lifespan,
 )
-from crank.wire.auth import Authenticator, Principal, challenge_header
-from crank.wire.http import accepts_json, is_json_media_type
+from crank.wire.auth import Principal, challenge_header
+from crank.wire.checks import Passed, body_too_large_message, json_exchange_refusal
 from crank.wire.jsonrpc import (
-    DEFAULT_MAX_BATCH_ANSWER_BYTES,
-    DEFAULT_MAX_BATCH_ITEMS,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -95,30 +86,21 @@ from crank.wire.jsonrpc import (
     id_of,
     request_envelope_error,
 )
-from crank.wire.middleware import (
-    AUTH_SCOPE_KEY,
-    Admission,
-    BearerAuth,
-    KnownRefusal,
-    RequestChecksMiddleware,
-    jsonrpc_refusal,
-)
+from crank.wire.middleware import AUTH_SCOPE_KEY, BearerAuth, RequestGate, jsonrpc_refusal
 from crank.wire.security import HostOriginPolicy
 
 __all__ = ["CatalogProvider", "MCPEndpoint"]
 
 logger = logging.getLogger("crank.mcp")
 
-CatalogProvider = Callable[[Scope], Awaitable[Catalog]]
-"""Returns the catalog that serves a request (for example the published version of an agent)."""
+CatalogProvider = Callable[[Scope], Catalog | Awaitable[Catalog]]
+"""Returns the catalog that serves a request (for example the published version of an agent): at once when it has
+it at hand, else an awaitable of it."""
 
 UNAUTHORIZED_MESSAGE = "A valid API key is required: Authorization: Bearer <key>"
 _ROUTING_HEADERS = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PLAIN_ROUTES = ("/tools", "/call")
 _ID_TYPES = (str, int)
-_COMMON_MAX_BODY = 64 * 1024
-"""The largest body `_serve_common` reads: a larger one goes to the general path unread, so that a body it hands
-on after reading (a batch, say) is never parsed twice at more than this size."""
 _STREAMED = Exchange(0, None)
 """What `_mcp_post` returns once the answer went out on an SSE stream: nothing more to send."""
 
@@ -135,123 +117,67 @@ class MCPEndpoint:
     """An ASGI app serving one catalog (or a provider of catalogs) over MCP Streamable HTTP.
 
     Parameters:
-        catalog: a `Catalog`, or an async callable receiving the ASGI scope and returning one.
-        server_info: name and version reported to clients.
-        instructions: optional guidance for the model, sent on `initialize` and `server/discover`.
-        default_format: result format when neither the request nor the tool chooses one.
-        invalid_arguments: "result" (tool execution error, the default) or "error" (JSON-RPC -32602).
-        max_body_size: requests with a larger body get 413.
-        max_batch_items / max_batch_answer_bytes: a longer batch is refused whole (400, -32600); once its
-            answers pass the byte limit, the items not started are answered -32600 and never run.
-        dns_rebinding_protection: True, False, or None (on when the server socket is loopback).
-        allowed_hosts / allowed_origins: accepted besides the loopback names and same-origin requests.
-        cache_scope / ttl_ms: the 2026-07-28 caching hints on `tools/list` and `server/discover`.
-        request_state_secret: signs the `requestState` of `InputRequired` results and the legacy session ids;
-            give every replica the same one (default: a random secret per process).
-        client_request_timeout: seconds a 2025-11-25 server request (`CallContext.elicit`, `sample`) waits for
-            the client's answer POST before the call fails with `client_request_timeout`.
-        max_pending_requests: server requests one process waits on at once; past it a question fails at once
-            (`client_requests_busy`).
-        relay: carries a client's answer POST that reaches this replica to the one that asked and waits for it
-            (`crank.state.relay.RedisRelay` for replicas that share a Redis); without one, answers must come
-            back to the process that asked.
-        changes: tell clients when what a catalog offers changes (`crank.mcp.changes`): `listChanged` is declared,
-            2025-11-25 clients get a GET stream and a session id, 2026-07-28 clients `subscriptions/listen`. The
-            source that replaces catalogs calls `changes.changed`.
-        plain_http: serve the plain `GET /tools` and `POST /call` pair beside the MCP endpoint.
-        authenticator: when given, every request's bearer token goes through it (`crank.wire.auth`): a
-            `Principal`, or 401/403 with a `WWW-Authenticate: Bearer` challenge (`BearerAuth`). The provider
-            finds the principal in `scope["crank.auth"]`; `tools/list` shows a scope-limited principal only the
-            tools whose `required_scopes` it holds, and `tools/call` of another is 403 `insufficient_scope`.
-        metadata_url: the URL of the protected resource metadata (RFC 9728) of the request's resource, named
-            in every challenge; None for endpoints that offer no OAuth.
-        admit: gets each authenticated request (its scope and caller) before its body is read, and may refuse
-            it with `RateLimitedError`: 429 with `Retry-After` (the gateway's workspace limits). Each item of a
-            JSON-RPC batch after the first counts as one request more (`_admit_batch`).
-        refused_now: the refusal `admit` would give, when it is known at once without counting (a used-up
-            limit): what `answer_early` answers from a request's head.
-        debug: put exception details in error data. Never in production.
+        catalog: a `Catalog`, or a callable receiving the ASGI scope and returning one, or an awaitable of one
+            (`CatalogProvider`: the published version of an agent, say).
+        options: how it serves (`EndpointOptions`: limits, formats, hosts, streams).
+        access: what a request must prove and pass (`EndpointAccess`: authentication, admission and limits);
+            None serves anyone.
+
+    Every http request takes one path (`_serve`): the request checks (`crank.wire.middleware.RequestGate`, whose
+    order is `crank.wire.checks`'), then the route. The common request is fast because that path is short.
     """
 
     def __init__(
         self,
         catalog: Catalog | CatalogProvider,
-        *,
-        server_info: ServerInfo | None = None,
-        instructions: str | None = None,
-        default_format: str = DEFAULT_FORMAT,
-        invalid_arguments: InvalidArgumentsMode = "result",
-        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-        max_batch_items: int = DEFAULT_MAX_BATCH_ITEMS,
-        max_batch_answer_bytes: int = DEFAULT_MAX_BATCH_ANSWER_BYTES,
-        dns_rebinding_protection: bool | None = None,
-        allowed_hosts: Sequence[str] = (),
-        allowed_origins: Sequence[str] = (),
-        cache_scope: Literal["public", "private"] = "public",
-        ttl_ms: int = 0,
-        request_state_secret: str | bytes | None = None,
-        client_request_timeout: float = DEFAULT_CLIENT_REQUEST_TIMEOUT,
-        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-        relay: Relay | None = None,
-        changes: ListChanges | None = None,
-        plain_http: bool = True,
-        authenticator: Authenticator | None = None,
-        metadata_url: Callable[[Scope], str | None] | None = None,
-        admit: Admission | None = None,
-        refused_now: KnownRefusal | None = None,
-        debug: bool = False,
+        options: EndpointOptions | None = None,
+        access: EndpointAccess | None = None,
     ) -> None:
-        # A fixed catalog skips the provider call on the hot path.
-        self._catalog = catalog if isinstance(catalog, Catalog) else None
+        options = options if options is not None else EndpointOptions()
+        self.options = options
         self._provider: CatalogProvider = _fixed(catalog) if isinstance(catalog, Catalog) else catalog
         self.server = MCPServer(
-            server_info=server_info or ServerInfo(),
-            instructions=instructions,
-            default_format=default_format,
-            invalid_arguments=invalid_arguments,
-            cache_scope=cache_scope,
-            ttl_ms=ttl_ms,
-            request_state_secret=request_state_secret,
-            client_request_timeout=client_request_timeout,
-            max_pending_requests=max_pending_requests,
-            relay=relay,
-            debug=debug,
+            server_info=options.server_info,
+            instructions=options.instructions,
+            default_format=options.default_format,
+            invalid_arguments=options.invalid_arguments,
+            cache_scope=options.cache_scope,
+            ttl_ms=options.ttl_ms,
+            request_state_secret=options.request_state_secret,
+            client_request_timeout=options.client_request_timeout,
+            max_pending_requests=options.max_pending_requests,
+            relay=options.relay,
+            debug=options.debug,
         )
         self._streams = self.server.streams
-        self._changes = changes
-        self.max_body_size = max_body_size
-        self._admit = admit if authenticator is not None else None
-        self.max_batch_items = max_batch_items
-        self.max_batch_answer_bytes = max_batch_answer_bytes
-        self.policy = HostOriginPolicy.build(dns_rebinding_protection, allowed_hosts, allowed_origins)
-        self.plain_http = plain_http
-        # The checks wrap the endpoint in one wrapper (one pass over the headers): Host/Origin, the body limit (a
-        # body is refused by its declared length before anything reads it), then the credentials when the
-        # endpoint needs them. A request that reaches `_serve` passed them all.
+        self._changes = options.changes
+        self._admit = access.admit if access is not None else None
+        self.policy = HostOriginPolicy.build(
+            options.dns_rebinding_protection, options.allowed_hosts, options.allowed_origins
+        )
         auth = None
-        if authenticator is not None:
-            auth = BearerAuth(authenticator, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal,
-                              admit=admit, rejection=_rejection, refused_now=refused_now,
-                              metadata_url=metadata_url)  # fmt: skip
+        if access is not None:
+            auth = BearerAuth(access.authenticator, realm="crank", message=UNAUTHORIZED_MESSAGE, refusal=_refusal,
+                              admit=access.admit, rejection=_rejection, refused_now=access.refused_now,
+                              metadata_url=access.metadata_url)  # fmt: skip
         self._auth = auth
-        if changes is not None:  # a listening stream ends once its caller's credentials no longer hold
-            self.server.offer_list_changes(changes, still_valid=auth.still_valid if auth is not None else None)
-        self._checks = RequestChecksMiddleware(self._serve, self.policy, max_body_size, refusal=_refusal, auth=auth)
-        self.http_app: ASGIApp = self._serve_common if auth is None and self._catalog is not None else self._checks
-        """The endpoint for `http` scopes, checks included: an app that routes many requests here (the
-        gateway) calls it directly, one coroutine level less per request than through `__call__`. It is
-        `_serve_common` for an endpoint that authenticates no one and serves a fixed catalog, else the checks
-        around `_serve`."""
+        if options.changes is not None:  # a listening stream ends once its caller's credentials no longer hold
+            still_valid = auth.still_valid if auth is not None else None
+            self.server.offer_list_changes(options.changes, still_valid=still_valid)
+        self._gate = RequestGate(self.policy, options.max_body_size, refusal=_refusal, auth=auth)
+        self.http_app: ASGIApp = self._serve
+        """The endpoint for `http` scopes: an app that routes many requests here (the gateway) calls it directly,
+        one coroutine level less per request than through `__call__`."""
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """The 429 of a request whose caller's limit is known to be used up (`refused_now`), from its head alone
         (`crank.wire.asgi.EarlyAnswers`); None for any other request."""
-        return self._checks.answer_early(scope)
+        return self._gate.answer_early(scope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self.http_app(scope, receive, send)
+            await self._serve(scope, receive, send)
         elif kind == "lifespan":
             await serve_lifespan(receive, send, shutdown=self.aclose)
 
@@ -262,116 +188,55 @@ class MCPEndpoint:
             self._changes.close_all()
         await self.server.streams.requests.aclose()
 
-    async def _serve_common(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """`http_app` of an endpoint that authenticates no one and serves a fixed catalog (the in-process case).
-
-        The common request, a JSON-RPC request POSTed to the endpoint's root with a declared length (at most
-        `_COMMON_MAX_BODY`) and no query, is answered here in one coroutine, where `self._checks`, `_serve` and
-        `_mcp_post` take three (docs/benchmarks.md). The wire's checks are theirs (`straight_through`), then
-        `_serve`'s route and `_mcp_post`'s media types, body and envelope; a request that one of them would not
-        let through as the common one goes to the general path unchanged, its body replayed once it was read.
-        The protocol is `MCPServer.handle` on both paths, and a failure is answered by `_failure` on both.
-        tests/mcp/test_http_common.py holds the two paths to the same answers."""
-        # A body over _COMMON_MAX_BODY goes to the general path unread: it is parsed once, by `_mcp_post`.
-        headers = self._checks.straight_through(scope, _COMMON_MAX_BODY)
-        route: str = scope["path"]
-        root = scope.get("root_path")
-        if root and route.startswith(root):  # `_route`, inline on the hot path
-            route = route[len(root) :]
-        if (
-            headers is None
-            or scope["method"] != "POST"
-            or scope.get("query_string")
-            or route not in ("", "/")
-            or not accepts_json(headers.get("accept"))
-            or not is_json_media_type(headers.get("content-type"))
-        ):
-            await self._checks(scope, receive, send)
-            return
-        after = start_after_response()
-        catalog = self._catalog
-        assert catalog is not None  # `http_app` is this method only for a fixed catalog
-        try:
-            body = await read_body(receive)
-        except Exception as exc:  # a failing `receive`: what `_serve` answers for any failure
-            exchange = self._failure(scope, route, exc)
-        else:
-            try:
-                message = _json.loads_bounded(body)
-            except Exception:  # not JSON, too deep, or failing: answered by `_mcp_post`
-                message = None
-            if type(message) is not dict or not _is_plain_request(message):
-                await self._checks(scope, _replaying(body, receive), send)
-                return
-            info = RequestInfo(headers, None, scope.get(AUTH_SCOPE_KEY), send, receive, self._streams, None, scope)
-            try:  # as `_mcp_post` answers a plain request, and `_serve` its failure
-                try:
-                    exchange = await self.server.handle(message, catalog, info)
-                except asyncio.CancelledError:
-                    if not _closed_by_client(info, message):
-                        raise
-                    return
-                if info.stream is not None:
-                    await info.stream.finish(exchange.body)  # the answer ends the stream a handler opened
-                    return
-            except Exception as exc:
-                exchange = self._failure(scope, route, exc)
-        answer = exchange.body
-        if answer is None:
-            await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
-        else:  # as `_serve` sends it
-            await send(_json_start(exchange, answer))
-            await send({"type": "http.response.body", "body": answer})
-        if after:
-            await run_after_response(after)
-
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Every http request: its checks, then its route, then its answer."""
+        entered = self._gate.enter(scope, send)
+        checked = entered if isinstance(entered, Passed) else await entered
+        if checked is None:  # refused, and answered
+            return
+        receive = self._gate.receive_for(checked, receive)
         after = start_after_response()
-        headers, duplicated = read_headers(scope, _ROUTING_HEADERS)  # as RequestChecksMiddleware decoded them
-        route: str = scope["path"]
-        root = scope.get("root_path")
-        if root and route.startswith(root):  # `_route`, inline on the hot path
-            route = route[len(root) :]
+        route = _route(scope)
         method = scope["method"]
         try:
             if route in ("", "/"):
                 if method == "POST":
-                    exchange = await self._mcp_post(scope, receive, send, headers, duplicated)
+                    exchange = await self._mcp_post(scope, receive, send, checked)
                 elif method == "GET" and self._changes is not None:
-                    exchange = await self._listen(scope, receive, send, headers)
+                    exchange = await self._listen(scope, receive, send, checked.headers)
                 else:
                     allow = b"GET, POST" if self._changes is not None else b"POST"
-                    await send_response(send, 405, b"", [(b"allow", allow)], content_type=None)
-                    return
+                    exchange = Exchange(405, None, [(b"allow", allow)])
                 if exchange is _STREAMED:
                     return
-            elif self.plain_http and route == "/tools":
-                exchange = await self._plain_tools(scope, headers) if method == "GET" else _not_allowed("GET")
-            elif self.plain_http and route == "/call":
-                exchange = await self._plain_call(scope, receive, headers) if method == "POST" else _not_allowed("POST")
+            elif self.options.plain_http and route == "/tools":
+                exchange = await self._plain_tools(scope, checked.headers) if method == "GET" else _not_allowed("GET")
+            elif self.options.plain_http and route == "/call":
+                posted = method == "POST"
+                exchange = await self._plain_call(scope, receive, checked.headers) if posted else _not_allowed("POST")
             else:
                 exchange = Exchange(404, _json.dumps({"error": "Not found"}))
         except Exception as exc:
             exchange = self._failure(scope, route, exc)
-        body = exchange.body
-        if body is None:
-            await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
-        else:  # `send_response`, inline: one coroutine less per answer (docs/benchmarks.md)
-            await send(_json_start(exchange, body))
-            await send({"type": "http.response.body", "body": body})
+        await _send_exchange(send, exchange)
         if after:
             await run_after_response(after)
 
+    async def _catalog(self, scope: Scope) -> Catalog:
+        """The catalog that serves the request: the provider's answer, awaited when it is not at hand."""
+        catalog = self._provider(scope)
+        return catalog if isinstance(catalog, Catalog) else await catalog
+
     def _failure(self, scope: Scope, route: str, exc: Exception) -> Exchange:
-        """The answer to a request whose handling raised `exc` (`_serve` and `_serve_common`)."""
+        """The answer to a request whose handling raised `exc`."""
         if isinstance(exc, CatalogNotFoundError):  # the provider's sentence for the client, or the plain one
             return Exchange(404, _refusal(scope, 404, str(exc) or "No MCP endpoint at this path"))
         if isinstance(exc, CatalogUnauthorizedError):
             return self._challenge(scope, AuthChallengeError(UNAUTHORIZED_MESSAGE))
         if isinstance(exc, AuthChallengeError):  # a call that needs a token, or scopes the token lacks
             return self._challenge(scope, exc)
-        if isinstance(exc, RequestTooLargeError):
-            raise exc  # answered by RequestChecksMiddleware, around this app
+        if isinstance(exc, RequestTooLargeError):  # a streamed body past the limit (`RequestGate.receive_for`)
+            return Exchange(413, _refusal(scope, 413, body_too_large_message(exc.limit)))
         # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees for the
         # plain pair); the request id in its data is also in the log.
         error = self.server.internal_error(exc)
@@ -398,7 +263,7 @@ class MCPEndpoint:
         assert changes is not None
         if "text/event-stream" not in headers.get("accept", ""):
             return _protocol_error(406, INVALID_REQUEST, "Accept must allow text/event-stream")
-        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        catalog = await self._catalog(scope)
         owner = listener_owner(scope.get(AUTH_SCOPE_KEY), scope.get("client"))
         try:
             listener = changes.listen(catalog.identity, owner)
@@ -413,7 +278,7 @@ class MCPEndpoint:
 
             async def tell(kind: str) -> None:
                 try:  # the agent as this caller sees it now: an agent no longer served ends the stream
-                    latest = self._catalog if self._catalog is not None else await self._provider(scope)
+                    latest = await self._catalog(scope)
                 except Exception:
                     raise _StreamEndedError from None
                 stream.prefix = offer_tag(latest.offers())
@@ -434,25 +299,25 @@ class MCPEndpoint:
             changes.close(listener)
         return _STREAMED
 
-    async def _mcp_post(
-        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], duplicated: str | None
-    ) -> Exchange:
-        if not accepts_json(headers.get("accept")):
-            return _protocol_error(406, INVALID_REQUEST, "Accept must allow application/json")
-        if not is_json_media_type(headers.get("content-type")):
-            return _protocol_error(415, INVALID_REQUEST, "Content-Type must be application/json")
+    async def _mcp_post(self, scope: Scope, receive: Receive, send: Send, checked: Passed) -> Exchange:
+        headers = checked.headers
+        refused = json_exchange_refusal(headers)
+        if refused is not None:
+            return _protocol_error(refused.status, INVALID_REQUEST, refused.message)
         try:
             message = _parse_json(await read_body(receive))
         except _NotJSONError as bad:
             return _protocol_error(400, PARSE_ERROR, str(bad))
         except _json.JSONDepthError as deep:
             return _protocol_error(400, INVALID_REQUEST, f"Invalid request: {deep}")
-        if duplicated is not None:
-            return _protocol_error(400, HEADER_MISMATCH, f"{duplicated} header appears more than once")
+        if checked.repeated and (duplicated := _ROUTING_HEADERS & checked.repeated):
+            return _protocol_error(400, HEADER_MISMATCH, f"{min(duplicated)} header appears more than once")
         format_query = _format_query(scope) if scope.get("query_string") else None  # most requests have no query
         info = RequestInfo(headers, format_query, scope.get(AUTH_SCOPE_KEY), send, receive, self._streams, None, scope)
         try:
-            catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+            catalog = self._provider(scope)
+            if not isinstance(catalog, Catalog):
+                catalog = await catalog
         except (CatalogNotFoundError, CatalogUnauthorizedError, AuthChallengeError):
             raise
         except Exception as exc:  # answered with the request's own id, so the client can match it
@@ -508,8 +373,8 @@ class MCPEndpoint:
             )
         if not messages:
             return _protocol_error(400, INVALID_REQUEST, "Invalid request: empty batch")
-        if len(messages) > self.max_batch_items:
-            message = f"Invalid request: a batch may carry at most {self.max_batch_items} messages"
+        if len(messages) > self.options.max_batch_items:
+            message = f"Invalid request: a batch may carry at most {self.options.max_batch_items} messages"
             return _protocol_error(400, INVALID_REQUEST, message)
 
         async def one(item: Any) -> bytes | None:
@@ -526,9 +391,8 @@ class MCPEndpoint:
                 if isinstance(item, dict):
                     authorize_request(item.get("method"), item.get("params"), catalog, info.caller)
         admitted, refusal = await self._admit_batch(scope, info.caller, len(messages))
-        answers = await gather_batch(
-            messages[:admitted], one, size=len, refused=_batch_refusal, max_answer_bytes=self.max_batch_answer_bytes
-        )
+        most = self.options.max_batch_answer_bytes
+        answers = await gather_batch(messages[:admitted], one, size=len, refused=_batch_refusal, max_answer_bytes=most)
         if refusal is not None:  # the rest, never run; a notification or a client's response gets no answer, as ever
             answers += [_refused_item(item, refusal) for item in messages[admitted:] if _is_answered(item)]
         answers = [body for body in answers if body]
@@ -558,7 +422,7 @@ class MCPEndpoint:
     # -- the plain HTTP pair (seed 002) ------------------------------------------------------------
 
     async def _plain_tools(self, scope: Scope, headers: dict[str, str]) -> Exchange:
-        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        catalog = await self._catalog(scope)
         catalog = catalog.listed_for(scope.get(AUTH_SCOPE_KEY))  # as `tools/list`: never a tool it cannot call
         language = negotiate_language(headers.get("accept-language"), catalog.languages, catalog.default_language)
         return Exchange(
@@ -579,7 +443,7 @@ class MCPEndpoint:
             arguments = {}
         if not isinstance(arguments, dict):
             return _plain_error(400, INVALID_REQUEST, "Invalid request: arguments must be an object")
-        catalog = self._catalog if self._catalog is not None else await self._provider(scope)
+        catalog = await self._catalog(scope)
         entry = catalog.get(request["name"])
         if entry is None:
             return _plain_error(404, METHOD_NOT_FOUND, f"Unknown tool: {request['name']}")
@@ -616,27 +480,13 @@ class MCPEndpoint:
         return Exchange(200, _json.dumps(result))
 
 
-def _json_start(exchange: Exchange, body: bytes) -> Message:
-    """The start of a JSON answer: its length, its type, and the exchange's own headers."""
-    head = [(b"content-length", b"%d" % len(body)), JSON_CONTENT_TYPE_HEADER]
-    if exchange.headers:
-        head.extend(exchange.headers)
-    return {"type": "http.response.start", "status": exchange.status, "headers": head}
-
-
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """`receive` for a request whose body was already read: that body first, then whatever comes next (the
-    client leaving)."""
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
+async def _send_exchange(send: Send, exchange: Exchange) -> None:
+    """An answer as one JSON response (or an empty one when it has no body)."""
+    body = exchange.body
+    if body is None:
+        await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
+    else:
+        await send_response(send, exchange.status, body, exchange.headers)
 
 
 def _closed_by_client(info: RequestInfo, message: JSONObject) -> bool:
@@ -663,7 +513,7 @@ def _plain_failure(result: JSONObject) -> Exchange:
 
 
 def _fixed(catalog: Catalog) -> CatalogProvider:
-    async def provide(scope: Scope) -> Catalog:
+    def provide(scope: Scope) -> Catalog:
         return catalog
 
     return provide
@@ -693,8 +543,8 @@ def _plain_error_body(code: int, message: str, data: Any = None) -> bytes:
 
 
 def _is_plain_request(message: JSONObject) -> bool:
-    """A well-formed request with an id: what `request_envelope_error` accepts (its inline fast path, for the
-    common case: anything else goes through that one rule)."""
+    """A well-formed request with an id: the common message, answered by `MCPServer.handle` at once (anything
+    else goes through `_single`, whose envelope rule is `request_envelope_error`'s)."""
     params = message.get("params")
     return (
         type(message.get("id")) in _ID_TYPES

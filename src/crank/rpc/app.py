@@ -281,6 +281,11 @@ class RPCApp:
             document = self._openrpc[version] = build_openrpc(methods, title=self.title, version=self.version)
         return document
 
+    @property
+    def resolves_roles(self) -> bool:
+        """Whether callers can have roles (a role resolver was given): without one, every caller has none."""
+        return self._roles is not None
+
     async def resolve_roles(self, scope: Scope) -> frozenset[str]:
         return await self._roles(scope) if self._roles is not None else frozenset()
 

@@ -99,8 +99,29 @@ class Executor:
         self.debug = debug
 
     async def run(self, call: Call) -> Outcome:
+        """Run one call: its roles, its arguments, then the method (through the cache, the lock and the rate limit
+        it has). One coroutine level for the common call, whose method is awaited here."""
+        method = call.method
         try:
-            return await self._run(call)
+            logger.debug("rpc %s %s from %s (request_id=%s)", method.name, call.version, call.source, call.request_id)
+            if method.roles and not method.roles & call.roles:
+                needed = ", ".join(sorted(method.roles))
+                raise AccessDeniedError(f"Calling {method.name} needs one of the roles: {needed}")
+            if self.events.wants("request"):
+                await self.events.emit(self._event("request", call))
+            kwargs = self._convert(call)
+            if method.cache_ttl:
+                hit, result = await self._cached(call, kwargs)
+                if hit:  # answered from the cache: the method did not run, and no response event is told
+                    return Outcome(result)
+            else:
+                result = self.normalize(await self._started(call, kwargs))
+            if self.events.wants("response"):
+                await self.events.emit(self._event("response", call, result=result))
+            if call.defer is not None and self.events.wants("post_response"):
+                event = self._event("post_response", call, result=result)
+                call.defer(lambda: self.events.emit(event))
+            return Outcome(result)
         except CallSignal:
             raise  # the context ends the call in the protocol's way: not the method's failure
         except Exception as exc:
@@ -112,28 +133,27 @@ class Executor:
                 await self.events.emit(self._event("error", call, error=error))
             raise error from exc
 
-    async def _run(self, call: Call) -> Outcome:
+    async def _cached(self, call: Call, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """A `cache=` method's result: (True, the one cached for these arguments), or (False, the method's), which
+        is then cached."""
         method = call.method
-        logger.debug("rpc %s %s from %s (request_id=%s)", method.name, call.version, call.source, call.request_id)
-        if method.roles and not method.roles & call.roles:
-            raise AccessDeniedError(f"Calling {method.name} needs one of the roles: {', '.join(sorted(method.roles))}")
-        if self.events.wants("request"):
-            await self.events.emit(self._event("request", call))
-        kwargs = self._convert(call)
-        params = _json.dumps_sorted(call.params) if method.cache_ttl else None
-        if params is not None:
-            hit, cached = await self.coordinator.cache_get(method.name, call.version, params)
-            if hit:
-                return Outcome(cached)
-        result = await (self._locked(call, kwargs) if method.lock else self._invoke(call, kwargs))
-        if params is not None:
-            await self.coordinator.cache_put(method.name, call.version, params, result, method.cache_ttl or 0.0)
-        if self.events.wants("response"):
-            await self.events.emit(self._event("response", call, result=result))
-        if call.defer is not None and self.events.wants("post_response"):
-            event = self._event("post_response", call, result=result)
-            call.defer(lambda: self.events.emit(event))
-        return Outcome(result)
+        params = _json.dumps_sorted(call.params)
+        hit, cached = await self.coordinator.cache_get(method.name, call.version, params)
+        if hit:
+            return True, cached
+        result = self.normalize(await self._started(call, kwargs))
+        await self.coordinator.cache_put(method.name, call.version, params, result, method.cache_ttl or 0.0)
+        return False, result
+
+    def _started(self, call: Call, kwargs: dict[str, Any]) -> Awaitable[Any]:
+        """The method's run, to await: under its lock, after its rate limit, in a thread when it is not async; the
+        plain async method's own coroutine, with no level of ours around it."""
+        method = call.method
+        if method.lock:
+            return self._locked(call, kwargs)
+        if call.apply_rate_limit and method.rate_limit is not None:
+            return self._counted(call, kwargs)
+        return self._called(method, kwargs)
 
     def _convert(self, call: Call) -> dict[str, Any]:
         try:
@@ -141,7 +161,7 @@ class Executor:
         except pydantic.ValidationError as exc:
             violations = [Violation(_input_path(problem, call.params), problem.message) for problem in problems_of(exc)]
             raise ParamsValidationError(call.method.name, violations) from None
-        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+        kwargs = dict(model.__dict__)  # the fields' values (pydantic keeps extras and private values elsewhere)
         context_parameter = call.method.schemas.context_parameter
         if context_parameter is not None:
             kwargs[context_parameter] = call.context if call.context is not None else RPCContext(call.request_id)
@@ -151,7 +171,9 @@ class Executor:
         held = await self._acquire(call.method)
         token = _FENCING_TOKEN.set(held.token)
         try:
-            return await self._invoke(call, kwargs)
+            if call.apply_rate_limit and call.method.rate_limit is not None:
+                return await self._counted(call, kwargs)
+            return await self._called(call.method, kwargs)
         finally:
             _FENCING_TOKEN.reset(token)
             await self.coordinator.release(held)
@@ -167,14 +189,16 @@ class Executor:
             raise LockTimeoutError(f"{method.name} is locked by another call: waited {waited:g} s")
         return held
 
-    async def _invoke(self, call: Call, kwargs: dict[str, Any]) -> Any:
-        if call.apply_rate_limit and call.method.rate_limit is not None:
-            await self._count(call.method)
-        if call.method.is_async:
-            result = await call.method.func(**kwargs)
-        else:
-            result = await run_in_threadpool(call.method.func, **kwargs)
-        return self.normalize(result)
+    async def _counted(self, call: Call, kwargs: dict[str, Any]) -> Any:
+        await self._count(call.method)
+        return await self._called(call.method, kwargs)
+
+    @staticmethod
+    def _called(method: Method, kwargs: dict[str, Any]) -> Awaitable[Any]:
+        if method.is_async:
+            awaitable: Awaitable[Any] = method.func(**kwargs)
+            return awaitable
+        return run_in_threadpool(method.func, **kwargs)
 
     async def _count(self, method: Method) -> None:
         limit = method.rate_limit

@@ -93,7 +93,7 @@ class GatewayAuthenticator:
         if oauth is None or token.startswith(API_KEY_PREFIX):  # told apart by shape: a token never costs a key lookup
             if oauth is not None and oauth.policy.credentials == "oauth":
                 raise AuthChallengeError("This workspace takes access tokens, not API keys", error="invalid_token")
-            return self.source.authenticate(token)  # None: `verify` asks the registry for a key made since
+            return self.source.keys.authenticate(token)  # None: `verify` asks the registry for a key made since
         known = self._principals.get(workspace, (token, agent))
         if known is not None and known[0] is oauth and _fresh(known[1]):
             return known[1]
@@ -104,7 +104,7 @@ class GatewayAuthenticator:
         workspace, agent = _target(scope)
         oauth = self.source.oauth.get(workspace)
         if oauth is None or token.startswith(API_KEY_PREFIX):
-            key = await self.source.confirm(token)
+            key = await self.source.keys.confirm(token)
             if key is None:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
             return key

@@ -15,8 +15,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import math
-import threading
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, replace
@@ -30,11 +28,6 @@ from crank.exceptions import (
     CatalogNotFoundError,
     CatalogUnauthorizedError,
     ConfirmationError,
-    DependencyUnavailableError,
-    LimitReachedError,
-    RateLimitedError,
-    StateStoreFullError,
-    StateStoreUnavailableError,
     ToolError,
 )
 from crank.gateway.client import UpstreamClient
@@ -45,7 +38,6 @@ from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, HUMAN_CONFIRMATION_SENTENCE
 from crank.gateway.secrets import MissingCredential, MissingSecret, missing_credentials, missing_secrets
 from crank.gateway.user_connections import UpstreamConnectionRequiredError, UserConnections
-from crank.ids import new_request_id
 from crank.mcp.catalog import Catalog
 from crank.mcp.changes import LIST_KINDS, ListChanges
 from crank.mcp.input_required import DEFAULT_STATE_MAX_AGE
@@ -59,12 +51,13 @@ from crank.registry import (
     Registry,
     WorkspaceOAuth,
     describe_database_error,
-    key_digest,
 )
 from crank.registry.changes import ChangeListener
-from crank.registry.runtime import AuthConfig, Limits, OAuthPolicy, RuntimeView, ToolHints, origin_of
+from crank.registry.runtime import AuthConfig, OAuthPolicy, RuntimeView, ToolHints, origin_of
 from crank.schema import wrap_output
+from crank.sources.admission import WorkspaceAdmission
 from crank.sources.agent_surface import agent_surface
+from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, KEY_LOOKUPS_PER_SECOND, ApiKeys
 from crank.sources.connect import ask_to_connect
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.prompt_templates import RenderGates
@@ -76,23 +69,13 @@ from crank.wire.auth import Principal
 from crank.wire.middleware import AUTH_SCOPE_KEY
 from crank.wire.notices import ThrottledLog
 
-__all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "UNKNOWN_AGENT_LABEL", "AgentSource", "build_catalog"]
+__all__ = ["AgentSource", "build_catalog"]
 
 logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
-_DIGEST_CACHE = 4096
-KEY_LOOKUPS_PER_SECOND = 10.0
-"""Registry lookups of keys a replica has not loaded yet (`AgentSource.confirm`), per replica and second."""
-DEFAULT_KEY_LIST_MAX_AGE: Final = 30.0
-"""Seconds a replica trusts its list of API keys without the registry confirming it (a generation read by the
-watcher). Past it, a revoked key could still be in the list: every key is refused with 503 until the registry
-answers again."""
-_STALE_RETRY_AFTER = 5
 UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
 """Seconds between progress notifications of an upstream call that has not answered, for a request that asked
 for progress (`_meta.progressToken`)."""
-UNKNOWN_AGENT_LABEL: Final = "-"
-"""The `agent` label of a workspace limit's refusal for a path that names no published agent."""
 
 
 def build_catalog(
@@ -461,12 +444,6 @@ def _changed_lists(before: dict[Any, _Served], after: dict[Any, _Served]) -> lis
     return told
 
 
-def _rate_limited(limited: LimitReachedError) -> RateLimitedError:
-    """A workspace's refused request: 429 carrying the structured `rate_limited` error as its data."""
-    payload = limited.to_payload(new_request_id())
-    return RateLimitedError(limited.message, retry_after=limited.retry_after, data=payload)
-
-
 def _settle_heap() -> None:
     """Collect what the old catalogs left, then move everything alive to the permanent generation.
 
@@ -511,28 +488,19 @@ class AgentSource:
         """Told which lists of which agents a reload changed, for the clients that listen (`crank.mcp.changes`)."""
         self._listening: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()  # set by an announced change: the watcher checks now, not at its next poll
-        self.key_list_max_age = key_list_max_age
-        self._keys_confirmed = -math.inf  # when the registry last confirmed the key list (monotonic)
-        self._stale_since: float | None = None  # the start of an episode of unconfirmed keys, logged once
+        self.keys = ApiKeys(registry, lookups_per_second=key_lookups_per_second, list_max_age=key_list_max_age)
         self._failing = False  # the watcher's reads fail: logged once per episode
-        self.key_lookups_per_second = key_lookups_per_second
-        self._lookup_budget = max(key_lookups_per_second, 1.0)
-        self._lookup_refilled = time.monotonic()
-        self._keys_lock = threading.Lock()
-        self._lookups: dict[str, asyncio.Future[KeyScope | None]] = {}
-        """The registry lookup running now, by key digest (at most one at a time), for its key's other requests."""
         self.freeze_heap = freeze_heap
         self.metrics = metrics
         self.state = state or MemoryStore()
         self.limiter = Limiter(self.state, metrics)
+        self.admission = WorkspaceAdmission(self.limiter, self.serves)
         self.client = client
         # OAuth tokens to the upstreams (client credentials, exchanges, users' connections), shared by every build
         self.tokens = TokenCache(connections=connections)
         self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
-        self._keys: dict[str, KeyScope] = {}
-        self._digests: dict[str, str] = {}  # key -> its digest, so a call hashes no key it has seen
         self._catalogs: dict[tuple[str, str], _Served] = {}
         self.oauth: dict[str, WorkspaceOAuth] = {}
         """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
@@ -566,17 +534,14 @@ class AgentSource:
                     fresh[key] = known
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
         told: list[tuple[Any, tuple[str, ...]]] = _changed_lists(current, fresh) if self.changes is not None else []
-        keys = self.registry.api_keys()
-        with self._keys_lock:  # against a lookup adding its key to the list this one replaces (`_look_up`)
-            gone = self._keys.keys() - keys.keys()
-            self._keys = keys
+        gone = self.keys.replace(self.registry.api_keys())
         # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
         recheck = self.changes is not None and bool(gone or oauth != self.oauth)
         self.oauth = oauth
         self._generation = generation
         if told or recheck:
             self._tell(told, recheck)
-        self._confirm_keys()
+        self.keys.confirmed()
         if self.freeze_heap:
             _settle_heap()
 
@@ -674,7 +639,7 @@ class AgentSource:
                 if await run_in_threadpool(self.registry.generation) != self._generation:
                     await run_in_threadpool(self.reload)
                 else:
-                    self._confirm_keys()
+                    self.keys.confirmed()
                 if self._failing:
                     self._failing = False
                     logger.info("the registry answers again")
@@ -695,30 +660,6 @@ class AgentSource:
         if not self._failing:
             self._failing = True
             logger.warning("%s; serving the catalogs already loaded", problem)
-
-    def _confirm_keys(self) -> None:
-        self._keys_confirmed = time.monotonic()
-        if self._stale_since is not None:
-            logger.info("the registry confirmed the API keys again after %.0f s: accepting keys",
-                        self._keys_confirmed - self._stale_since)  # fmt: skip
-            self._stale_since = None
-
-    def _check_keys_fresh(self) -> None:
-        """Refuse (503) while the key list is older than `key_list_max_age`: a key revoked meanwhile must not
-        go on working on a replica that cannot hear of it."""
-        now = time.monotonic()
-        age = now - self._keys_confirmed
-        if age <= self.key_list_max_age:
-            return
-        if self._stale_since is None:
-            self._stale_since = now
-            logger.warning("the registry has not confirmed the API keys for %.0f s (more than %g s): refusing every "
-                           "key with 503 until it answers", age, self.key_list_max_age)  # fmt: skip
-        raise DependencyUnavailableError(
-            "registry",
-            "This server cannot confirm API keys right now (its registry does not answer); retry later.",
-            retry_after=_STALE_RETRY_AFTER,
-        )
 
     def ensure_watching(self) -> None:
         """Start the watcher (and the listener) unless they run; called by every request, so the common case,
@@ -748,7 +689,9 @@ class AgentSource:
         await self.client.aclose()
         await self.state.aclose()
 
-    async def provide(self, scope: Scope) -> Catalog:
+    def provide(self, scope: Scope) -> Catalog:
+        """The `CatalogProvider` of the gateway's endpoint: the agent of the request's path, for its caller, at
+        once (nothing to await)."""
         self.ensure_watching()
         params = scope.get("path_params", {})
         workspace, agent = params.get("workspace", ""), params.get("agent", "")
@@ -775,131 +718,3 @@ class AgentSource:
         if key_scope is None and not any(known == workspace for known, _ in self._catalogs):
             return f"No workspace {workspace!r} serves agents here ({form})"
         return f"Workspace {workspace!r} has no published agent {agent!r} ({form})"
-
-    def admit(self, scope: Scope, key_scope: KeyScope) -> Awaitable[None] | None:
-        """Every request with a key, before its body is read: its workspace's limits (`crank.gateway.limits`).
-        None when the workspace has none (the hot path: no coroutine made); else the check, which raises
-        `RateLimitedError` (429) carrying the structured `rate_limited` error as its data."""
-        limits = key_scope.workspace_limits
-        if limits is None:
-            return None
-        if self.limiter.admit_request_now(key_scope, limits):  # counted at once: no coroutine on the hot path
-            return None
-        return self._admit(key_scope, limits, self._agent_label(scope, key_scope))
-
-    def refused_now(self, scope: Scope, key_scope: KeyScope) -> RateLimitedError | None:
-        """What `admit` would refuse the request with, when that is known without the state store or counting:
-        its workspace's count is known to be full (`Limiter.refused_now`). None otherwise, and then `admit`
-        decides. The answer the HTTP protocol gives from a request's head (`GatewayService.answer_early`)."""
-        limits = key_scope.workspace_limits
-        if limits is None:
-            return None
-        limited = self.limiter.refused_now(key_scope, limits, self._agent_label(scope, key_scope))
-        return None if limited is None else _rate_limited(limited)
-
-    def _agent_label(self, scope: Scope, key_scope: KeyScope) -> str:
-        agent: str = scope.get("path_params", {}).get("agent", "")
-        # The agent names a metrics label: only one that exists, never whatever a client puts in the path.
-        return agent if (key_scope.workspace, agent) in self._catalogs else UNKNOWN_AGENT_LABEL
-
-    async def _admit(self, key_scope: KeyScope, limits: Limits, agent: str) -> None:
-        try:
-            await self.limiter.admit_request(key_scope, limits, agent)
-        except LimitReachedError as limited:
-            raise _rate_limited(limited) from None
-        except (StateStoreUnavailableError, StateStoreFullError) as unavailable:  # uncounted is not admitted: 503
-            retry_after = StateStoreUnavailableError.RETRY_AFTER
-            raise DependencyUnavailableError("state", unavailable.message, retry_after=retry_after) from None
-        except Exception:  # anything else: still a 503 the client can read, and the cause in the log
-            logger.exception("counting a request against its workspace's limits failed")
-            message = "This server cannot count requests against the workspace's limits right now; retry later."
-            retry_after = StateStoreUnavailableError.RETRY_AFTER
-            raise DependencyUnavailableError("state", message, retry_after=retry_after) from None
-
-    def authenticate(self, token: str | None) -> KeyScope | None:
-        """The scope of an API key, or None for no key or one this registry does not know (401).
-
-        Raises `DependencyUnavailableError` (503) for any key while the key list is older than
-        `key_list_max_age`."""
-        if token is None:
-            return None
-        if time.monotonic() - self._keys_confirmed > self.key_list_max_age:  # inline: this runs on every call
-            self._check_keys_fresh()
-        digest = self._digests.get(token)
-        if digest is None:
-            if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
-                self._digests.clear()
-            digest = self._digests[token] = key_digest(token)
-        return self._keys.get(digest)
-
-    async def confirm(self, token: str) -> KeyScope | None:
-        """A key `authenticate` does not know, looked up in the registry: a key made a moment ago (by the
-        CLI, the admin API or another replica) works on its first request instead of after the next poll.
-
-        At most `key_lookups_per_second` lookups a second and one at a time, so a flood of wrong keys costs
-        the registry that much and holds one worker thread at most; past the budget an unknown key is
-        refused (401) without a lookup. The requests of the key being looked up meanwhile wait for that
-        lookup's answer (a client's first requests with a new key often come together). A registry that fails
-        the lookup is 503 (the key may be good)."""
-        self._check_keys_fresh()
-        digest = self._digests.get(token) or key_digest(token)
-        running = self._lookups.get(digest)
-        if running is not None:
-            try:
-                return await asyncio.shield(running)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if running.cancelled() and (task is None or not task.cancelling()):
-                    return await self.confirm(token)  # the lookup's own request went away: look again
-                raise
-        if self._lookups or not self._take_lookup():
-            return None
-        answer: asyncio.Future[KeyScope | None] = asyncio.get_running_loop().create_future()
-        self._lookups[digest] = answer
-        try:
-            key_scope = await self._look_up(digest)
-        except asyncio.CancelledError:
-            answer.cancel()
-            raise
-        except BaseException as exc:
-            answer.set_exception(exc)
-            answer.exception()  # retrieved: no waiter is no error
-            raise
-        else:
-            answer.set_result(key_scope)
-            return key_scope
-        finally:
-            del self._lookups[digest]
-
-    async def _look_up(self, digest: str) -> KeyScope | None:
-        keys = self._keys
-        try:
-            key_scope = await run_in_threadpool(self.registry.api_key, digest)
-        except DATABASE_ERRORS as exc:
-            _notices.warning("key-lookup", "looking up an API key in the registry failed: %s",
-                             describe_database_error(exc))  # fmt: skip
-            raise DependencyUnavailableError(
-                "registry",
-                "This server cannot look up API keys right now (its registry does not answer); retry later.",
-                retry_after=_STALE_RETRY_AFTER,
-            ) from None
-        if key_scope is None:
-            return None
-        with self._keys_lock:  # a reload runs in a thread: checked and written in one step against it
-            if self._keys is not keys:
-                # A reload came in meanwhile: its list is newer than this lookup (the key may have been revoked
-                # since), so it decides; adding the key back would let a revoked key live on.
-                return self._keys.get(digest)
-            self._keys = {**keys, digest: key_scope}  # a new dict: readers on the loop never see it half made
-        return key_scope
-
-    def _take_lookup(self) -> bool:
-        """One lookup from a budget of `key_lookups_per_second` that refills continuously."""
-        now = time.monotonic()
-        rate = self.key_lookups_per_second
-        self._lookup_budget = min(max(rate, 1.0), self._lookup_budget + (now - self._lookup_refilled) * rate)
-        self._lookup_refilled = now
-        if self._lookup_budget < 1:
-            return False
-        self._lookup_budget -= 1
-        return True

@@ -13,7 +13,7 @@ refusal (`invalid_arguments`, every violation with its path, or -32602 per the e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,9 @@ class RPCSource:
         self.templates = [(spec.roles, _template(spec)) for spec in offered if spec.is_template]
         self.prompts = [(spec.roles, _prompt(spec)) for spec in app.prompts if config.group in spec.groups]
         self._catalogs: dict[frozenset[str], Catalog] = {}
-        self.catalog_for(frozenset())  # build now: a bad definition fails at start, not at the first request
+        everyone = self.catalog_for(frozenset())  # built now: a bad definition fails at start, not at the first call
+        self._no_roles = None if app.resolves_roles else everyone
+        """The one catalog of an app whose callers have no roles (no role resolver): every caller's."""
 
     @property
     def reaches_client(self) -> bool:
@@ -124,10 +126,17 @@ class RPCSource:
         offered = (*self.resources, *self.templates, *self.prompts)
         return any(method.roles for method in self.methods) or any(roles for roles, _ in offered)
 
-    async def provide(self, scope: Scope) -> Catalog:
+    def provide(self, scope: Scope) -> Catalog | Awaitable[Catalog]:
+        """The `CatalogProvider` of the group's endpoint: the catalog of the caller's roles, at once unless the app
+        has a role resolver to ask."""
         caller = scope.get(AUTH_SCOPE_KEY)
         if isinstance(caller, Principal) and caller.scopes is not None:
             return self.catalog_for(caller.scopes)  # an access token's scopes are its roles
+        if self._no_roles is not None:
+            return self._no_roles
+        return self._resolved(scope)
+
+    async def _resolved(self, scope: Scope) -> Catalog:
         return self.catalog_for(await self.app.resolve_roles(scope))
 
     def catalog_for(self, roles: frozenset[str]) -> Catalog:

@@ -9,10 +9,10 @@ from crank.wire.asgi import (
     JSON_CONTENT_TYPE,
     header,
     read_body,
-    read_headers,
     send_response,
     serve_lifespan,
 )
+from crank.wire.checks import Passed, Refused, check_request
 from crank.wire.connection_limits import ConnectionLimits
 from crank.wire.http import IDEMPOTENT_METHODS, accepts_json, bearer_token, is_json_media_type, is_token
 from crank.wire.jsonrpc import (
@@ -38,6 +38,8 @@ from crank.wire.middleware import (
     BearerAuthMiddleware,
     BodyLimitMiddleware,
     HostOriginMiddleware,
+    RequestChecksMiddleware,
+    RequestGate,
     jsonrpc_refusal,
 )
 from crank.wire.security import LOOPBACK_HOSTS, HostOriginPolicy, is_loopback
@@ -59,10 +61,15 @@ __all__ = [
     "LOOPBACK_HOSTS",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
+    "Passed",
+    "Refused",
+    "RequestChecksMiddleware",
+    "RequestGate",
     "RequestId",
     "accepts_json",
     "bearer_token",
     "bind_listener",
+    "check_request",
     "encode_error",
     "encode_result",
     "error_response",
@@ -74,7 +81,6 @@ __all__ = [
     "is_token",
     "jsonrpc_refusal",
     "read_body",
-    "read_headers",
     "request_envelope_error",
     "request_message",
     "result_response",

@@ -13,7 +13,6 @@ from crank.types import Receive, Scope, Send
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
-    "HEADERS_SCOPE_KEY",
     "EarlyAnswer",
     "EarlyAnswers",
     "EarlyAnswersNow",
@@ -23,7 +22,6 @@ __all__ = [
     "header",
     "hold_long_stream",
     "read_body",
-    "read_headers",
     "send_response",
     "serve_lifespan",
 ]
@@ -32,7 +30,7 @@ DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 """The largest request body an endpoint reads unless configured otherwise (4 MiB)."""
 JSON_CONTENT_TYPE: Final = b"application/json"
 JSON_CONTENT_TYPE_HEADER: Final = (b"content-type", JSON_CONTENT_TYPE)
-"""The response header of a JSON answer, made once (`send_response`, and the endpoint's inline copy of it)."""
+"""The response header of a JSON answer, made once."""
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -50,10 +48,6 @@ EarlyAnswersNow = Callable[[], bool]
 """Whether an app's `EarlyAnswers` may answer any request at all now (`GatewayService.answers_early_now`: some
 workspace's limit is known to be used up): while it says no, the protocol does not build a scope to ask, and
 an ordinary request pays one call for the hook."""
-
-HEADERS_SCOPE_KEY: Final = "crank.headers"
-"""Where a wrapper that already decoded a request's headers (`unique_headers`) leaves them for the app, so
-that `read_headers` does not decode them again."""
 
 LONG_STREAM_EXTENSION: Final = "crank.long_stream"
 """An ASGI scope extension of `crank serve`'s protocol (`crank.wire.protocol`): its `hold` marks the request's
@@ -80,7 +74,7 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 def unique_headers(scope: Scope) -> dict[str, str] | None:
     """The headers as a dict (ASGI names are lowercase), or None when a name appears more than once (the
-    common request, decoded in one pass; `read_headers` says what to do with repeated ones)."""
+    common request, decoded in one pass; `crank.wire.checks` says what to do with repeated ones)."""
     raw = scope["headers"]
     headers: dict[str, str] = {}
     try:
@@ -93,30 +87,8 @@ def unique_headers(scope: Scope) -> dict[str, str] | None:
     return headers if len(headers) == len(raw) else None
 
 
-def read_headers(scope: Scope, routing: frozenset[str] = frozenset()) -> tuple[dict[str, str], str | None]:
-    """Headers as a dict (ASGI names are lowercase), and the name of a header of `routing` sent twice.
-
-    A repeated header has its values joined with ", ", as HTTP allows for list-valued fields."""
-    headers: dict[str, str] | None = scope.get(HEADERS_SCOPE_KEY)
-    if headers is None:
-        headers = unique_headers(scope)
-    if headers is not None:
-        return headers, None
-    raw = scope["headers"]
-    headers = {}
-    duplicated: str | None = None
-    for raw_name, raw_value in raw:
-        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
-        if name in headers:
-            duplicated = name if name in routing else duplicated
-            headers[name] = headers[name] + ", " + value
-        else:
-            headers[name] = value
-    return headers, duplicated
-
-
 async def read_body(receive: Receive) -> bytes:
-    """The whole request body. Its size limit is `BodyLimitMiddleware`'s, around the app.
+    """The whole request body. Its size limit is the request checks' (`crank.wire.checks`).
 
     A client that disconnects mid-body ends it: the endpoint then answers what it got, which is never
     sent anywhere."""

@@ -2,13 +2,15 @@
 transport security do them: `Host`/`Origin` (DNS-rebinding protection), the body size limit, and bearer
 authentication. Each answers a refused request itself; the wrapped app sees only requests that passed.
 
-`RequestChecksMiddleware` is `HostOriginMiddleware` around `BodyLimitMiddleware` as one wrapper, with one
-pass over the headers and one await level: what an endpoint puts around itself on its hot path.
+The checks and their order are `crank.wire.checks.check_request`'s; `RequestGate` adds the caller's
+authentication and admission (`BearerAuth`) after them. `RequestChecksMiddleware` is the gate around an app, and
+`HostOriginMiddleware`, `BodyLimitMiddleware` and `BearerAuthMiddleware` are it with one part each; the MCP
+endpoint calls the gate itself, first thing on its one path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from crank import _json
@@ -22,17 +24,10 @@ from crank.exceptions import (
     RPCError,
 )
 from crank.types import ASGIApp, Message, Receive, Scope, Send
-from crank.wire.asgi import (
-    DEFAULT_MAX_BODY_SIZE,
-    HEADERS_SCOPE_KEY,
-    JSON_CONTENT_TYPE,
-    EarlyAnswer,
-    header,
-    send_response,
-    unique_headers,
-)
+from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE, JSON_CONTENT_TYPE, EarlyAnswer, send_response
 from crank.wire.auth import Authenticator, Principal, challenge_header
-from crank.wire.http import bearer_token, repeated_header, repeated_header_message
+from crank.wire.checks import Passed, Refused, body_too_large_message, check_request, count_body
+from crank.wire.http import bearer_token
 from crank.wire.jsonrpc import encode_error
 from crank.wire.security import HostOriginPolicy
 
@@ -45,10 +40,10 @@ __all__ = [
     "BodyLimitMiddleware",
     "HostOriginMiddleware",
     "RequestChecksMiddleware",
+    "RequestGate",
     "TokenTable",
-    "ambiguous_framing",
     "jsonrpc_refusal",
-    "refuse_ambiguous_framing",
+    "plain_refusal",
 ]
 
 _TOKEN_CACHE_SIZE = 2048
@@ -56,17 +51,17 @@ _TOKEN_CACHE_VALUE_BYTES = 2048  # an access token (a JWT is 0.5-1.5 KB) is pars
 # the cache (each value and its token) stays under 9 MiB
 
 AUTH_SCOPE_KEY = "crank.auth"
-"""Where `BearerAuthMiddleware` leaves what `authenticate` returned for the request."""
+"""Where `BearerAuth` leaves what `authenticate` returned for the request."""
 
 Refusal = Callable[[Scope, int, str], bytes]
 """The body of a refused request, from its scope, HTTP status and message: each app keeps its error shape."""
 
 
-Admission = Callable[[Scope, Any], Awaitable[None] | None]
+Admission = Callable[[Scope, Principal], Awaitable[None] | None]
 """Admits an authenticated request (its scope and who calls): None lets it through at once; an awaitable
 decides, and raises `RateLimitedError` (429) to refuse it."""
 
-KnownRefusal = Callable[[Scope, Any], RateLimitedError | None]
+KnownRefusal = Callable[[Scope, Principal], RateLimitedError | None]
 """The refusal `Admission` would give an authenticated request (its scope and who calls), when it is known at
 once without counting anything (a used-up limit); None when it is not known."""
 
@@ -84,115 +79,109 @@ def jsonrpc_refusal(scope: Scope, status: int, message: str) -> bytes:
     return encode_error(None, InvalidRequestError(message))
 
 
-_HOST_ORIGIN_MESSAGES = {
-    421: "Misdirected request: this Host is not served here",
-    403: "Forbidden: this Origin is not allowed",
-}
+def plain_refusal(scope: Scope, status: int, message: str) -> bytes:
+    """`{"error": message}`: the refusal of an app that speaks plain JSON (the admin API, `crank serve`'s own
+    routes)."""
+    return _json.dumps({"error": message})
 
 
-class HostOriginMiddleware:
-    """DNS-rebinding protection (transports.mdx §Security Warning): a `Host` outside the policy is 421,
-    a present `Origin` that the policy does not allow is 403."""
-
-    def __init__(self, app: ASGIApp, policy: HostOriginPolicy, *, refusal: Refusal | None = None) -> None:
-        self.app = app
-        self.policy = policy
-        self.refusal = refusal
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            repeated = repeated_header(scope["headers"])
-            if repeated is not None:
-                await _refuse_repeated(scope, send, repeated, self.refusal)
-                return
-            host = origin = None
-            for name, value in scope["headers"]:
-                if name == b"host":
-                    host = value.decode("latin-1")
-                elif name == b"origin":
-                    origin = value.decode("latin-1")
-            refused = self.policy.check(scope.get("server"), host, origin)
-            if refused is not None:
-                await _refuse_host_or_origin(scope, send, refused, self.refusal)
-                return
-        await self.app(scope, receive, send)
+async def send_refusal(scope: Scope, send: Send, refused: Refused, refusal: Refusal = plain_refusal) -> None:
+    """The answer to a request `check_request` refused, its body in the app's shape (`refusal`)."""
+    await send_response(send, refused.status, refusal(scope, refused.status, refused.message), refused.headers)
 
 
-async def _refuse_repeated(scope: Scope, send: Send, name: str, refusal: Refusal | None) -> None:
-    """400 for a request that repeats a header it may send once (`crank.wire.http.ONCE_ONLY_HEADERS`)."""
-    message = repeated_header_message(name)
-    body = _json.dumps({"error": message}) if refusal is None else refusal(scope, 400, message)
-    await send_response(send, 400, body)
-
-
-async def _refuse_host_or_origin(scope: Scope, send: Send, status: int, refusal: Refusal | None) -> None:
-    if refusal is None:
-        body = _json.dumps({"error": "Forbidden host or origin"})
-    else:
-        body = refusal(scope, status, _HOST_ORIGIN_MESSAGES[status])
-    await send_response(send, status, body)
-
-
-AMBIGUOUS_FRAMING_MESSAGE = "Bad request: Content-Length and Transfer-Encoding together (RFC 9112 §6.1)"
-
-
-def ambiguous_framing(scope: Scope) -> bool:
-    """Whether a request sends both `Content-Length` and `Transfer-Encoding`: a smuggling attempt (RFC 9112 §6.1
-    says the server MUST close the connection after it), which some servers (uvicorn's h11) hand to the app. The
-    one owner of the rule: the request checks, and `crank serve`'s own routes to the admin API and the console."""
-    names = {name for name, _ in scope["headers"]}
-    return b"transfer-encoding" in names and b"content-length" in names
-
-
-async def refuse_ambiguous_framing(scope: Scope, send: Send, refusal: Refusal | None = None) -> None:
-    """400, and `Connection: close`: whatever server runs the app, the connection ends with this answer, so that
-    what the other framing would make of the body is never read as a request of its own."""
-    message = AMBIGUOUS_FRAMING_MESSAGE
-    body = _json.dumps({"error": message}) if refusal is None else refusal(scope, 400, message)
-    await send_response(send, 400, body, [(b"connection", b"close")])
-
-
-class BodyLimitMiddleware:
-    """Refuses a request body larger than `max_body_size` with 413, before the app reads it when the body
-    declares its length, and as soon as the limit is passed when it is streamed (chunked)."""
+class RequestGate:
+    """What a request passes before an app reads its body: `check_request` (with `policy` and `max_body_size`;
+    None skips that check), then, when `auth` is given, the caller's authentication and admission. A refused
+    request is answered here, its body in the app's shape (`refusal`)."""
 
     def __init__(
-        self, app: ASGIApp, max_body_size: int = DEFAULT_MAX_BODY_SIZE, *, refusal: Refusal = jsonrpc_refusal
+        self,
+        policy: HostOriginPolicy | None,
+        max_body_size: int | None,
+        *,
+        refusal: Refusal = jsonrpc_refusal,
+        auth: BearerAuth | None = None,
     ) -> None:
-        self.app = app
+        self.policy = policy
         self.max_body_size = max_body_size
         self.refusal = refusal
+        self.auth = auth
+
+    def enter(self, scope: Scope, send: Send) -> Passed | Awaitable[Passed | None]:
+        """The request's `Passed` when it may go on at once (the common request: no coroutine); else what to
+        await: the `Passed` once its caller is admitted, or None when it was answered (refused)."""
+        checked = check_request(scope, self.policy, self.max_body_size)
+        if type(checked) is Refused:
+            return self._refused(scope, send, checked)
+        assert type(checked) is Passed
+        if self.auth is not None:
+            pending = self.auth.check(scope, send, checked.authorization)
+            if pending is not None:
+                return _when_admitted(pending, checked)
+        return checked
+
+    def receive_for(self, checked: Passed, receive: Receive) -> Receive:
+        """`receive` as the app may read it: counted when the body is streamed, so that it stops at the limit
+        (`RequestTooLargeError`); as it is when a length frames the body (the server never hands on more)."""
+        if checked.length is not None or self.max_body_size is None:
+            return receive
+        return count_body(receive, self.max_body_size)
+
+    async def refuse_too_large(self, scope: Scope, send: Send) -> None:
+        """The 413 of a streamed body that passed the limit (`receive_for`)."""
+        assert self.max_body_size is not None
+        await send_refusal(scope, send, Refused(413, body_too_large_message(self.max_body_size)), self.refusal)
+
+    def answer_early(self, scope: Scope) -> EarlyAnswer | None:
+        """The answer `enter` would give from the request's head alone, when it costs no state: a known caller's
+        used-up limit (`BearerAuth.answer_early`), once the checks pass. None for any other request."""
+        if self.auth is None or self.auth.refused_now is None:
+            return None
+        checked = check_request(scope, self.policy, self.max_body_size)
+        if type(checked) is not Passed:
+            return None
+        return self.auth.answer_early(scope, checked.authorization)
+
+    async def _refused(self, scope: Scope, send: Send, refused: Refused) -> None:
+        await send_refusal(scope, send, refused, self.refusal)
+
+
+async def _when_admitted(pending: Awaitable[bool], checked: Passed) -> Passed | None:
+    return checked if await pending else None
+
+
+class RequestChecksMiddleware:
+    """A `RequestGate` around an app: the checks, then the authentication when `auth` is given. `exempt` names
+    requests that go to the app unchecked (a public document, say)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        policy: HostOriginPolicy | None,
+        max_body_size: int | None = DEFAULT_MAX_BODY_SIZE,
+        *,
+        refusal: Refusal = jsonrpc_refusal,
+        auth: BearerAuth | None = None,
+        exempt: Callable[[Scope], bool] | None = None,
+    ) -> None:
+        self.app = app
+        self.gate = RequestGate(policy, max_body_size, refusal=refusal, auth=auth)
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
-        chunked = header(scope, b"transfer-encoding") is not None
-        if chunked and ambiguous_framing(scope):
-            await refuse_ambiguous_framing(scope, send, self.refusal)
+        entered = self.gate.enter(scope, send)
+        checked = entered if isinstance(entered, Passed) else await entered
+        if checked is None:  # refused, and answered
             return
-        # A Transfer-Encoding frames the body, whatever Content-Length says (RFC 9112 §6.3): its body is counted.
-        declared = header(scope, b"content-length") if not chunked else None
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.max_body_size:
-                await self._refuse(scope, send)
-                return
-            # The server frames the body by Content-Length: the app can never read more than declared.
+        counted = self.gate.receive_for(checked, receive)
+        if counted is receive:
             await self.app(scope, receive, send)
             return
-        await self._streamed(scope, receive, send)
-
-    async def _streamed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        size = 0
         started = False
-
-        async def counted() -> Message:
-            nonlocal size
-            message = await receive()
-            size += len(message.get("body", b""))
-            if size > self.max_body_size:
-                raise RequestTooLargeError(self.max_body_size)
-            return message
 
         async def tracked(message: Message) -> None:
             nonlocal started
@@ -204,141 +193,28 @@ class BodyLimitMiddleware:
         except RequestTooLargeError:
             if started:
                 raise
-            await self._refuse(scope, send)
-
-    async def _refuse(self, scope: Scope, send: Send) -> None:
-        message = f"Request body exceeds {self.max_body_size} bytes"
-        await send_response(send, 413, self.refusal(scope, 413, message))
-
-
-class RequestChecksMiddleware(BodyLimitMiddleware):
-    """`HostOriginMiddleware(BodyLimitMiddleware(BearerAuthMiddleware(app, ...), max_body_size, refusal=refusal),
-    policy)` in one wrapper (without `auth`, no authentication): the same answers, with the headers read in one
-    pass and one or two await levels less per request."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        policy: HostOriginPolicy,
-        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
-        *,
-        refusal: Refusal = jsonrpc_refusal,
-        auth: BearerAuth | None = None,
-    ) -> None:
-        super().__init__(app, max_body_size, refusal=refusal)
-        self.policy = policy
-        self.auth = auth
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        # The one decoding of the headers, left in the scope for the app (`read_headers`): the common request.
-        headers = unique_headers(scope)
-        if headers is not None:
-            scope[HEADERS_SCOPE_KEY] = headers
-            host, origin = headers.get("host"), headers.get("origin")
-            length, authorization = _framed_length(headers), headers.get("authorization")
-        elif (repeated := repeated_header(scope["headers"])) is not None:
-            await _refuse_repeated(scope, send, repeated, self.refusal)
-            return
-        else:
-            host, origin, declared, authorization = _repeated_headers(scope)
-            length = _declared_length(declared)
-        if length is None and ambiguous_framing(scope):  # first: whatever else is wrong, the connection closes
-            await refuse_ambiguous_framing(scope, send, self.refusal)
-            return
-        refused = self.policy.check(scope.get("server"), host, origin)
-        if refused is not None:
-            await _refuse_host_or_origin(scope, send, refused, self.refusal)
-        elif length is not None and length > self.max_body_size:
-            await self._refuse(scope, send)
-        elif (
-            self.auth is not None
-            and (pending := self.auth.check(scope, send, authorization)) is not None
-            and (not await pending)
-        ):
-            return
-        elif length is None:
-            await self._streamed(scope, receive, send)
-        else:
-            # The server frames the body by Content-Length: the app can never read more than declared.
-            await self.app(scope, receive, send)
+            await self.gate.refuse_too_large(scope, send)
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
-        """The answer `__call__` would give from the request's head alone, when it costs no state: a known
-        caller's used-up limit (`BearerAuth.answer_early`), after the same Host/Origin and body-size checks
-        `__call__` makes first. None for any other request, which then goes through `__call__`."""
-        if self.auth is None or self.auth.refused_now is None:
-            return None
-        passing = self._passing(scope)
-        if passing is None:
-            return None
-        return self.auth.answer_early(scope, passing[0].get("authorization"))
-
-    def straight_through(self, scope: Scope, limit: int) -> dict[str, str] | None:
-        """The headers of a request that `__call__` would hand to its app at once, as it is: no header repeated,
-        the Host/Origin policy met, a body framed by a declared length within the limit and within the caller's
-        own `limit`, and no authentication to wait for (left in the scope, as `__call__` leaves them). None for
-        any other request, which `__call__` answers its own way."""
-        if self.auth is not None:
-            return None
-        passing = self._passing(scope)
-        if passing is None:
-            return None
-        headers, length = passing
-        if length is None or length > limit:
-            return None
-        scope[HEADERS_SCOPE_KEY] = headers
-        return headers
-
-    def _passing(self, scope: Scope) -> tuple[dict[str, str], int | None] | None:
-        """The headers and framed length of a request that none of `__call__`'s header checks refuses: no header
-        repeated (`__call__` reads those its own way), the Host/Origin policy met, and no declared length over
-        the limit. None for any other request."""
-        headers = unique_headers(scope)
-        if headers is None:
-            return None
-        if self.policy.check(scope.get("server"), headers.get("host"), headers.get("origin")) is not None:
-            return None
-        length = _framed_length(headers)
-        if length is not None and length > self.max_body_size:
-            return None
-        return headers, length
+        return self.gate.answer_early(scope)
 
 
-def _declared_length(declared: str | None) -> int | None:
-    """A `Content-Length` value as a number; None when there is none or it is not one (the server refuses it)."""
-    return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
+class HostOriginMiddleware(RequestChecksMiddleware):
+    """DNS-rebinding protection (transports.mdx §Security Warning): a `Host` outside the policy is 421,
+    a present `Origin` that the policy does not allow is 403 (with the checks that come before them)."""
+
+    def __init__(self, app: ASGIApp, policy: HostOriginPolicy, *, refusal: Refusal = plain_refusal) -> None:
+        super().__init__(app, policy, None, refusal=refusal)
 
 
-def _framed_length(headers: Mapping[str, str]) -> int | None:
-    """The length a request's body is framed by: its `Content-Length` (`_declared_length`), or None when a
-    `Transfer-Encoding` frames it instead. That one wins over Content-Length (RFC 9112 §6.3), and h11 hands an
-    app both: a small declared length must not let a longer chunked body past the limit uncounted."""
-    return None if "transfer-encoding" in headers else _declared_length(headers.get("content-length"))
+class BodyLimitMiddleware(RequestChecksMiddleware):
+    """Refuses a request body larger than `max_body_size` with 413, before the app reads it when the body
+    declares its length, and as soon as the limit is passed when it is streamed (chunked)."""
 
-
-def _repeated_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
-    """Host, Origin, Content-Length and Authorization of a request that repeats some other header (Host and
-    Authorization are never repeated here: `ONCE_ONLY_HEADERS`): the last Origin (as `HostOriginMiddleware`
-    reads it) and the first Content-Length (as `BodyLimitMiddleware`), or None with a Transfer-Encoding
-    (`_framed_length`)."""
-    host = origin = declared = authorization = None
-    chunked = False
-    for name, value in scope["headers"]:
-        if name == b"host":
-            host = value.decode("latin-1")
-        elif name == b"origin":
-            origin = value.decode("latin-1")
-        elif name == b"content-length":
-            if declared is None:
-                declared = value.decode("latin-1")
-        elif name == b"authorization" and authorization is None:
-            authorization = value.decode("latin-1")
-        elif name == b"transfer-encoding":
-            chunked = True
-    return host, origin, None if chunked else declared, authorization
+    def __init__(
+        self, app: ASGIApp, max_body_size: int = DEFAULT_MAX_BODY_SIZE, *, refusal: Refusal = jsonrpc_refusal
+    ) -> None:
+        super().__init__(app, None, max_body_size, refusal=refusal)
 
 
 class BearerAuth:
@@ -457,7 +333,7 @@ class BearerAuth:
                 self._tokens[authorization] = token
             return token
 
-    def _admission(self, scope: Scope, send: Send, caller: Principal | None) -> Awaitable[bool] | None:
+    def _admission(self, scope: Scope, send: Send, caller: Principal) -> Awaitable[bool] | None:
         scope[AUTH_SCOPE_KEY] = caller
         if self.admit is None:
             return None
@@ -528,9 +404,9 @@ class TokenTable:
         return caller
 
 
-class BearerAuthMiddleware:
-    """`BearerAuth` around an app: see there. `exempt` names requests that need no credentials (a public
-    document, say)."""
+class BearerAuthMiddleware(RequestChecksMiddleware):
+    """`BearerAuth` around an app (with the checks that come before it): see there. `exempt` names requests that
+    need no credentials (a public document, say)."""
 
     def __init__(
         self,
@@ -545,26 +421,8 @@ class BearerAuthMiddleware:
         rejection: Callable[[Scope, RPCError], bytes] = jsonrpc_rejection,
     ) -> None:
         """`authenticator`: an `Authenticator`, or a plain look-up from a token to its caller (`TokenTable`)."""
-        self.app = app
-        self.exempt = exempt
         chosen = authenticator if hasattr(authenticator, "verify") else TokenTable(authenticator, message=message)
-        self.auth = BearerAuth(cast(Authenticator, chosen), realm=realm, message=message, refusal=refusal, admit=admit,
-                               rejection=rejection)  # fmt: skip
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
-            await self.app(scope, receive, send)
-            return
-        repeated = repeated_header(scope["headers"])
-        if repeated is not None:
-            await _refuse_repeated(scope, send, repeated, self.auth.refusal)
-            return
-        if await self.auth.admitted(scope, send, _authorization(scope)):
-            await self.app(scope, receive, send)
-
-
-def _authorization(scope: Scope) -> bytes | None:
-    for name, value in scope["headers"]:  # inline, not `header()`: one call less on every request
-        if name == b"authorization":
-            return bytes(value)
-    return None
+        auth = BearerAuth(cast(Authenticator, chosen), realm=realm, message=message, refusal=refusal, admit=admit,
+                          rejection=rejection)  # fmt: skip
+        super().__init__(app, None, None, refusal=refusal, auth=auth, exempt=exempt)
+        self.auth = auth
