@@ -109,8 +109,12 @@ class _StreamEndedError(Exception):
     """A listening stream's catalog is no longer the caller's to see: the stream ends."""
 
 
-class _NotJSONError(Exception):
-    """A body that is not JSON (400); each route answers it in its own shape."""
+class _BadBodyError(Exception):
+    """A body that is not JSON, or too deep (400), with its JSON-RPC code; each route answers it in its own shape."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class MCPEndpoint:
@@ -306,10 +310,8 @@ class MCPEndpoint:
             return _protocol_error(refused.status, INVALID_REQUEST, refused.message)
         try:
             message = _parse_json(await read_body(receive))
-        except _NotJSONError as bad:
-            return _protocol_error(400, PARSE_ERROR, str(bad))
-        except _json.JSONDepthError as deep:
-            return _protocol_error(400, INVALID_REQUEST, f"Invalid request: {deep}")
+        except _BadBodyError as bad:
+            return _protocol_error(400, bad.code, str(bad))
         if checked.repeated and (duplicated := _ROUTING_HEADERS & checked.repeated):
             return _protocol_error(400, HEADER_MISMATCH, f"{min(duplicated)} header appears more than once")
         format_query = _format_query(scope) if scope.get("query_string") else None  # most requests have no query
@@ -432,10 +434,8 @@ class MCPEndpoint:
     async def _plain_call(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Exchange:
         try:
             request = _parse_json(await read_body(receive))
-        except _NotJSONError as bad:
-            return _plain_error(400, PARSE_ERROR, str(bad))
-        except _json.JSONDepthError as deep:
-            return _plain_error(400, INVALID_REQUEST, f"Invalid request: {deep}")
+        except _BadBodyError as bad:
+            return _plain_error(400, bad.code, str(bad))
         if not isinstance(request, dict) or not isinstance(request.get("name"), str):
             return _plain_error(400, INVALID_REQUEST, 'Invalid request: expected {"name": string, "arguments": object}')
         arguments = request.get("arguments")
@@ -565,7 +565,9 @@ def _parse_json(body: bytes) -> Any:
     try:
         return _json.loads_bounded(body)
     except _json.JSONDecodeError:
-        raise _NotJSONError("Parse error: the body is not valid JSON") from None
+        raise _BadBodyError(PARSE_ERROR, "Parse error: the body is not valid JSON") from None
+    except _json.JSONDepthError as deep:
+        raise _BadBodyError(INVALID_REQUEST, f"Invalid request: {deep}") from None
 
 
 def _is_answered(item: Any) -> bool:

@@ -428,9 +428,7 @@ class MCPServer:
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> Exchange:
         modern = version in MODERN_PROTOCOL_VERSIONS
-        cursor = params.get("cursor")  # `_cursor`, inline on the hot path
-        if cursor is not None and not isinstance(cursor, str):
-            raise InvalidParamsError("tools/list: params.cursor must be a string")
+        cursor = _cursor(params, "tools/list")
         if catalog.scoped:  # a tool it cannot call is never listed
             catalog = catalog.listed_for(info.caller)
         language = negotiate_language(info.headers.get("accept-language"), catalog.languages, catalog.default_language)
@@ -487,7 +485,7 @@ class MCPServer:
         channel = (info, params, "logging" in catalog.features)
         context = CallContext(name, version, info.headers, None, None, None, None, catalog.labels, requested,
                               self.default_format, info.caller, channel)  # fmt: skip
-        result_format = requested or entry.tool.format or self.default_format  # `CallContext.result_format`, inline
+        result_format = context.result_format(entry.tool.format)
         if version in MODERN_PROTOCOL_VERSIONS:
             self._modern_call_context(entry, params, arguments, context)
         return call_tool(
@@ -645,7 +643,7 @@ class MCPServer:
         """The context a resource reader or a prompt renderer gets, as a tool's invoker does."""
         context = CallContext(name, version, info.headers, labels=catalog.labels, caller=info.caller,
                               channel=(info, params, "logging" in catalog.features))  # fmt: skip
-        if version in MODERN_PROTOCOL_VERSIONS:  # `context.modern`, inline
+        if context.modern:
             _read_client_meta(params["_meta"], context)  # present: the modern envelope was checked before dispatch
         return context
 

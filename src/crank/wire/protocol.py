@@ -602,7 +602,8 @@ class CrankHTTPProtocol(HttpToolsProtocol):
         if not self.deadline:
             self.deadline = self.loop.time() + self.limits.head_timeout
 
-    # uvicorn's `on_url` and `on_header` with the head's bytes counted, inline: they run for every header.
+    # uvicorn's own `on_url` and `on_header` (its code, held to it by tests/wire/test_uvicorn_hooks.py), each with
+    # the head's bytes counted.
 
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url)
