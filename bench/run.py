@@ -207,7 +207,7 @@ BASE_MAY_LACK = frozenset({"discovery_call", "gateway_list_small"})
 """Scenarios a `--base` checkout may not serve (discovery agents came with issue 11)."""
 
 
-BASE_TARGETS = ("crank", "gateway-crank", SERVED_GATEWAY)
+BASE_TARGETS = ("crank", "crank-fixture", "crank-rpcservice", "gateway-crank", SERVED_GATEWAY)
 """The targets an earlier commit (`--base`) is served as, beside today's."""
 
 

@@ -198,7 +198,8 @@ class MCPEndpoint:
         checked = entered if isinstance(entered, Passed) else await entered
         if checked is None:  # refused, and answered
             return
-        receive = self._gate.receive_for(checked, receive)
+        if checked.length is None:  # a streamed body: the gate counts it as it is read
+            receive = self._gate.receive_for(checked, receive)
         after = start_after_response()
         route = _route(scope)
         method = scope["method"]
@@ -222,7 +223,11 @@ class MCPEndpoint:
                 exchange = Exchange(404, _json.dumps({"error": "Not found"}))
         except Exception as exc:
             exchange = self._failure(scope, route, exc)
-        await _send_exchange(send, exchange)
+        body = exchange.body
+        if body is None:
+            await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
+        else:
+            await send_response(send, exchange.status, body, exchange.headers)
         if after:
             await run_after_response(after)
 
@@ -478,15 +483,6 @@ class MCPEndpoint:
             else:
                 return _plain_failure(result)
         return Exchange(200, _json.dumps(result))
-
-
-async def _send_exchange(send: Send, exchange: Exchange) -> None:
-    """An answer as one JSON response (or an empty one when it has no body)."""
-    body = exchange.body
-    if body is None:
-        await send_response(send, exchange.status, b"", exchange.headers, content_type=None)
-    else:
-        await send_response(send, exchange.status, body, exchange.headers)
 
 
 def _closed_by_client(info: RequestInfo, message: JSONObject) -> bool:

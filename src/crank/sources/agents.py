@@ -692,7 +692,8 @@ class AgentSource:
     def provide(self, scope: Scope) -> Catalog:
         """The `CatalogProvider` of the gateway's endpoint: the agent of the request's path, for its caller, at
         once (nothing to await)."""
-        self.ensure_watching()
+        if not self._watching:  # the watcher stopped, or never started: start it (a method call only then)
+            self.ensure_watching()
         params = scope.get("path_params", {})
         workspace, agent = params.get("workspace", ""), params.get("agent", "")
         key_scope: KeyScope | None = scope.get(AUTH_SCOPE_KEY) if self.require_keys else None

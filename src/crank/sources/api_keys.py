@@ -82,7 +82,8 @@ class ApiKeys:
         Raises `DependencyUnavailableError` (503) for any key while the list is not trusted (`list_max_age`)."""
         if token is None:
             return None
-        self._refuse_if_stale()
+        if time.monotonic() > self._trusted_until:
+            self._refuse_stale()
         digest = self._digests.get(token)
         if digest is None:
             if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
@@ -99,7 +100,8 @@ class ApiKeys:
         without a lookup. The requests of the key being looked up meanwhile wait for that lookup's answer (a
         client's first requests with a new key often come together). A registry that fails the lookup is 503 (the
         key may be good)."""
-        self._refuse_if_stale()
+        if time.monotonic() > self._trusted_until:
+            self._refuse_stale()
         digest = self._digests.get(token) or key_digest(token)
         running = self._lookups.get(digest)
         if running is not None:
@@ -129,12 +131,10 @@ class ApiKeys:
         finally:
             del self._lookups[digest]
 
-    def _refuse_if_stale(self) -> None:
-        """503 while the list is older than `list_max_age`: a key revoked meanwhile must not go on working on a
-        replica that cannot hear of it. The first refusal of an episode is logged."""
+    def _refuse_stale(self) -> None:
+        """503 once the list is older than `list_max_age` (past `_trusted_until`): a key revoked meanwhile must not
+        go on working on a replica that cannot hear of it. The first refusal of an episode is logged."""
         now = time.monotonic()
-        if now <= self._trusted_until:
-            return
         if self._stale_since is None:
             self._stale_since = now
             logger.warning("the registry has not confirmed the API keys for more than %g s: refusing every key "

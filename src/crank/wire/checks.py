@@ -84,9 +84,14 @@ def check_request(scope: Scope, policy: HostOriginPolicy | None, max_body_size: 
     headers = unique_headers(scope)
     if headers is None:  # some header came twice: rare, read its own way
         return _check_repeated(scope, policy, max_body_size)
-    length = _framed_length(headers)
-    if length is None and "transfer-encoding" in headers and "content-length" in headers:
-        return Refused(400, AMBIGUOUS_FRAMING_MESSAGE, close=True)
+    # A Transfer-Encoding frames the body, whatever Content-Length says (RFC 9112 §6.3), and h11 hands an app both:
+    # a small declared length must not let a longer chunked body past the limit uncounted.
+    if "transfer-encoding" in headers:
+        if "content-length" in headers:
+            return Refused(400, AMBIGUOUS_FRAMING_MESSAGE, close=True)
+        length = None
+    else:
+        length = _declared_length(headers.get("content-length"))
     if policy is not None:
         refused = policy.check(scope.get("server"), headers.get("host"), headers.get("origin"))
         if refused is not None:
@@ -159,10 +164,3 @@ def json_exchange_refusal(headers: Mapping[str, str]) -> Refused | None:
 def _declared_length(declared: str | None) -> int | None:
     """A `Content-Length` value as a number; None when there is none or it is not one (the server refuses it)."""
     return int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
-
-
-def _framed_length(headers: Mapping[str, str]) -> int | None:
-    """The length a request's body is framed by: its `Content-Length`, or None when a `Transfer-Encoding` frames it
-    instead. That one wins over Content-Length (RFC 9112 §6.3), and h11 hands an app both: a small declared length
-    must not let a longer chunked body past the limit uncounted."""
-    return None if "transfer-encoding" in headers else _declared_length(headers.get("content-length"))

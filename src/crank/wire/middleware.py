@@ -112,9 +112,8 @@ class RequestGate:
         """The request's `Passed` when it may go on at once (the common request: no coroutine); else what to
         await: the `Passed` once its caller is admitted, or None when it was answered (refused)."""
         checked = check_request(scope, self.policy, self.max_body_size)
-        if type(checked) is Refused:
+        if not isinstance(checked, Passed):
             return self._refused(scope, send, checked)
-        assert type(checked) is Passed
         if self.auth is not None:
             pending = self.auth.check(scope, send, checked.authorization)
             if pending is not None:
