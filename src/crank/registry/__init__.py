@@ -4,20 +4,10 @@ the typed runtime view a published version holds (`crank.registry.runtime`)."""
 from __future__ import annotations
 
 from crank.registry.database import DATABASE_ERRORS, describe_database_error, migrate, open_engine
+from crank.registry.keys import API_KEY_PREFIX, ApiKeyInfo, KeyScope, key_digest
+from crank.registry.publishing import VersionInfo, tool_name_of
 from crank.registry.runtime import FORMAT_VERSION, RuntimeTool, RuntimeView, load_runtime, tool_from_spec
-from crank.registry.service import (
-    API_KEY_PREFIX,
-    AgentDraft,
-    ApiKeyInfo,
-    KeyScope,
-    OperationSummary,
-    PublishedAgent,
-    Registry,
-    VersionInfo,
-    WorkspaceOAuth,
-    key_digest,
-    tool_name_of,
-)
+from crank.registry.service import AgentDraft, OperationSummary, PublishedAgent, Registry, WorkspaceOAuth
 
 __all__ = [
     "API_KEY_PREFIX",
