@@ -42,7 +42,7 @@ from crank.mcp.catalog import Catalog
 from crank.mcp.changes import LIST_KINDS, ListChanges
 from crank.mcp.input_required import DEFAULT_STATE_MAX_AGE
 from crank.mcp.resources import Resource
-from crank.mcp.tools import CallContext, NotedResult, Tool, ToolAnnotations
+from crank.mcp.tools import CallContext, Invoker, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
 from crank.registry import (
     DATABASE_ERRORS,
@@ -238,7 +238,7 @@ def _annotations(hints: ToolHints) -> ToolAnnotations | None:
     return annotations if annotations.to_wire() is not None else None
 
 
-def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Any:
+def _invoker(operation: RemoteOperation, limits: CallLimits | None) -> Invoker:
     agent_limited = limits is not None and limits.limits is not None
 
     async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:

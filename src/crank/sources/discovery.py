@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from crank.exceptions import UnknownOperationError
+from crank.exceptions import ToolError, UnknownOperationError
 from crank.mcp.calls import authorize_call, call_tool
 from crank.mcp.catalog import Catalog
 from crank.mcp.input_required import InputRequired, NeedsInput
@@ -203,7 +203,7 @@ def observer_for(observer: CallObserver | None) -> CallObserver | None:
     if observer is None:
         return None
 
-    def observe(tool: str, error: Any, seconds: float, request_id: str | None, /) -> None:
+    def observe(tool: str, error: ToolError | None, seconds: float, request_id: str | None, /) -> None:
         if tool == CALL_TOOL and error is None:
             return
         observer(tool, error, seconds, request_id)

@@ -25,7 +25,7 @@ from crank.mcp.catalog import Catalog
 from crank.mcp.formats import DEFAULT_FORMAT
 from crank.mcp.prompts import Prompt, PromptArgument
 from crank.mcp.resources import Resource, ResourceTemplate
-from crank.mcp.tools import CallContext, Tool, ToolAnnotations
+from crank.mcp.tools import CallContext, Invoker, Tool, ToolAnnotations
 from crank.mcp.translations import Translations, load_yaml_translations
 from crank.registry.runtime import OAuthPolicy
 from crank.rpc.app import RPCApp
@@ -192,7 +192,7 @@ class RPCSource:
             return None
         return method.schemas.output_schema
 
-    def _invoker(self, method: Method, roles: frozenset[str]) -> Any:
+    def _invoker(self, method: Method, roles: frozenset[str]) -> Invoker:
         app, config, version = self.app, self.config, self.version
         transformer = method.mcp.transformer if method.mcp else None
 

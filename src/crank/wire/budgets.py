@@ -14,7 +14,9 @@ import ipaddress
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any, Final
+from typing import Final
+
+from crank.types import Scope
 
 __all__ = ["DEFAULT_MAX_KEYS", "NO_ADDRESS", "Budget", "KeyedBudgets", "client_address"]
 
@@ -25,7 +27,7 @@ DEFAULT_MAX_KEYS: Final = 10_000
 _IPV6_NETWORK = 64
 
 
-def client_address(scope: Any) -> str:
+def client_address(scope: Scope) -> str:
     """Whose request it is, for per-address budgets and limits: the peer's IPv4 address, or its IPv6 /64 (an
     IPv4-mapped IPv6 address is the IPv4 one). Behind a reverse proxy this is the proxy's: docs/security.md."""
     client = scope.get("client") if isinstance(scope, dict) else None
