@@ -6,7 +6,7 @@ and the generation bump every change makes and announces to the replicas. `Regis
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, event, func, select, update
 from sqlalchemy.orm import Session
@@ -41,17 +41,11 @@ class RegistryBase:
 
     @staticmethod
     def _agent(session: Session, ws: Workspace, slug: str) -> Agent:
-        agent = session.scalar(select(Agent).filter_by(workspace_id=ws.id, slug=slug))
-        if agent is None:
-            raise RegistryNotFoundError(f"no agent {slug!r} in workspace {ws.slug!r}")
-        return agent
+        return _one_in(session, ws, Agent, f"no agent {slug!r}", slug=slug)
 
     @staticmethod
     def _operation(session: Session, ws: Workspace, name: str) -> Operation:
-        operation = session.scalar(select(Operation).filter_by(workspace_id=ws.id, name=name))
-        if operation is None:
-            raise RegistryNotFoundError(f"no operation {name!r} in workspace {ws.slug!r}")
-        return operation
+        return _one_in(session, ws, Operation, f"no operation {name!r}", name=name)
 
     def _bump(self, session: Session) -> None:
         """The next generation, announced to every replica when the transaction commits (and never when it
@@ -84,3 +78,14 @@ def limits_of(stored: Any) -> Limits | None:
 
 def limits_json(limits: Limits | None) -> JSONObject | None:
     return None if limits is None or limits.empty else limits.model_dump(mode="json", exclude_none=True)
+
+
+_InWorkspace = TypeVar("_InWorkspace", Agent, Operation)
+
+
+def _one_in(session: Session, ws: Workspace, model: type[_InWorkspace], missing: str, **key: str) -> _InWorkspace:
+    """The workspace's one row of `model` with `key`, or `RegistryNotFoundError` saying what is `missing` where."""
+    row = session.scalar(select(model).filter_by(workspace_id=ws.id, **key))
+    if row is None:
+        raise RegistryNotFoundError(f"{missing} in workspace {ws.slug!r}")
+    return row

@@ -229,8 +229,7 @@ class BearerAuth:
     its code and data), or with `DependencyUnavailableError` when it cannot tell (503). `metadata_url`, when
     given, names the protected resource metadata of the request's resource in every challenge (RFC 9728 §5.1).
 
-    The rule for both wrappers that authenticate: `BearerAuthMiddleware`, and `RequestChecksMiddleware` given
-    one (the endpoint's hot path: the same answers without a wrapper of its own)."""
+    The one authentication rule of `RequestGate`, and so of every wrapper and of the MCP endpoint."""
 
     def __init__(
         self,
