@@ -17,7 +17,7 @@ import logging
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import pydantic
 from pydantic_core import to_jsonable_python
@@ -214,7 +214,10 @@ class Executor:
                                    retry_after=retry_after, data={"retry_after": retry_after})  # fmt: skip
 
     def normalize(self, result: Any) -> Any:
-        """JSON types only: models, dataclasses, enums and dates become what JSON can carry."""
+        """JSON types only: models, dataclasses, enums and dates become what JSON can carry (a JSON scalar is one
+        already, and is not handed to pydantic)."""
+        if type(result) in _JSON_SCALARS:
+            return result
         if self.datetime_format == "timestamp":
             result = _timestamps(_python(result))
         return to_jsonable_python(result)
@@ -241,6 +244,9 @@ def _input_path(problem: Problem, params: dict[str, Any]) -> str:
 
 
 _ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
+
+
+_JSON_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def _python(value: Any) -> Any:
