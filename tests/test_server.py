@@ -9,6 +9,7 @@ guard against a hang: nothing here measures time."""
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
@@ -345,3 +347,42 @@ def test_readyz_and_the_log_name_targets_this_servers_egress_policy_refuses(
     refused = ready.json()["refused_targets"]
     assert {entry["tool"] for entry in refused} >= {"get_user", "list_users"}
     assert all(entry["origin"].startswith("http://127.0.0.1:") for entry in refused)
+
+
+def test_the_admin_api_refuses_a_repeated_header_in_its_own_error_shape_and_smuggling_with_a_closed_connection(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    url = urlsplit(serve(CrankServer(given_settings(data_dir=tmp_path, admin_token=TOKEN))))
+    auth = f"Bearer {TOKEN}".encode()
+    status, headers, body = _raw_get(url, "/admin/v1/workspaces", [(b"authorization", auth)] * 2)
+    assert status == 400 and "more than once" in orjson.loads(body)["error"]["message"]  # the admin API's shape
+    status, headers, body = _raw_get(url, "/admin/v1/workspaces", [(b"authorization", auth), (b"content-length", b"0"),
+                                                                   (b"transfer-encoding", b"chunked")])  # fmt: skip
+    assert status == 400 and headers.get("connection") == "close"
+
+
+def _raw_get(url: Any, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, dict[str, str], bytes]:
+    """GET with exactly these headers, repeats included (httpx joins or refuses them)."""
+    with socket.create_connection((url.hostname, url.port), timeout=WAIT) as sock:
+        head = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+        chunked = any(name == b"transfer-encoding" for name, _ in headers)
+        ending = b"0\r\n\r\n" if chunked else b""
+        sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nhost: 127.0.0.1\r\n" + head + b"\r\n" + ending)
+        answer = b""
+        while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _length(answer):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    top, _, body = answer.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    fields = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), fields, body
+
+
+def _length(answer: bytes) -> int:
+    for line in answer.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0

@@ -176,12 +176,15 @@ class RPCService:
 
 
 def _refused_head(scope: Scope) -> Refused | None:
-    """What the request checks (`check_request`: repeated or ambiguous headers) say of a request to `crank serve`'s
-    own routes, the admin API and the console; None for one they let through (or a scope that is not http)."""
+    """What the request checks (`check_request`) say of a request to `crank serve`'s own routes; None for one they
+    let through (or a scope that is not http). The admin API checks its requests itself and answers in its own
+    error shape: here only its ambiguous framing is refused, as the connection must close whatever the app."""
     if scope["type"] != "http":
         return None
     checked = check_request(scope, None, None)
-    return checked if type(checked) is Refused else None
+    if type(checked) is not Refused or (scope["path"].startswith("/admin/") and not checked.close):
+        return None
+    return checked
 
 
 def _metadata_endpoint(document: JSONObject) -> Callable[[Request], Awaitable[Response]]:

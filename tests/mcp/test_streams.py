@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from crank.exceptions import RequestTooLargeError
 from crank.mcp import CallContext, Catalog, EndpointOptions, MCPEndpoint, Tool
-from crank.mcp.streams import ServerRequests
+from crank.mcp.streams import ResponseStream, ServerRequests
+from crank.types import Message
 from tests.mcp.wire import (
     JSON_HEADERS,
     legacy_headers,
@@ -228,3 +230,26 @@ async def test_only_the_caller_a_question_was_asked_of_can_answer_it() -> None:
     assert await requests.answer(answer, owner="key-a") is True
     assert future.result()["result"] == {"action": "accept"}
     assert await requests.answer(answer, owner="key-a") is False  # answered once
+
+
+@pytest.mark.anyio
+async def test_a_client_sending_more_body_than_the_limit_on_an_open_stream_has_left_it() -> None:
+    """A stream's watcher reads the request's counted `receive`: a body past the limit ends the exchange (and the
+    call it serves) as a client closing its stream does, instead of leaving the watch and the call running."""
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def receive() -> Message:
+        raise RequestTooLargeError(100)
+
+    async def call() -> None:
+        stream = ResponseStream(send, receive, cancel_on_close=True)
+        await stream.open()
+        await asyncio.sleep(30)
+
+    task = asyncio.ensure_future(call())
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert sent and sent[0]["type"] == "http.response.start"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from crank import _json
-from crank.exceptions import ClientRequestError
+from crank.exceptions import ClientRequestError, RequestTooLargeError
 from crank.mcp.sessions import LogLevels, SessionIds, log_level_rank
 from crank.types import JSONObject, Receive, Scope, Send
 from crank.wire.auth import Principal
@@ -236,9 +236,13 @@ class ResponseStream:
         return f"{self.prefix}-{self._count}".encode()
 
     async def _watch(self, receive: Receive, task: asyncio.Task[Any] | None) -> None:
-        """2026-07-28: the client closing the stream cancels the call."""
+        """2026-07-28: the client closing the stream cancels the call. A client that sends more body than the limit
+        (`RequestTooLargeError` from the counted `receive`) has left the exchange as surely as one that closed it."""
         while True:
-            message = await receive()
+            try:
+                message = await receive()
+            except RequestTooLargeError:
+                message = {"type": "http.disconnect"}
             if message["type"] == "http.disconnect":
                 self.closed_by_client = True
                 if task is not None:

@@ -171,9 +171,10 @@ class Executor:
         held = await self._acquire(call.method)
         token = _FENCING_TOKEN.set(held.token)
         try:
+            # Made JSON under the lock too: a result that reads shared state reads it while the lock is held.
             if call.apply_rate_limit and call.method.rate_limit is not None:
-                return await self._counted(call, kwargs)
-            return await self._called(call.method, kwargs)
+                return self.normalize(await self._counted(call, kwargs))
+            return self.normalize(await self._called(call.method, kwargs))
         finally:
             _FENCING_TOKEN.reset(token)
             await self.coordinator.release(held)
