@@ -2,7 +2,7 @@
 generated requests, the common one with up to two of its parts changed, each get the answer expected of them.
 
 The head's rules are written here in their order (`crank.wire.checks`, then the route and the media types). The
-answers of the bodies that pass them are in tests/mcp/data/one_path_answers.json: status, headers and body byte for
+answers of the bodies that pass them are in tests/mcp/one_path_answers.json: status, headers and body byte for
 byte, for every body, protocol version, `format` query and `Accept` below. They were recorded when the endpoint had two
 paths (a fast one for the common request and the general one) and a differential test held the two to the same
 answers; the conformance suite and the MCP tests checked those answers."""
@@ -129,7 +129,7 @@ REQUESTS = st.lists(st.sampled_from(sorted(VARIANTS)), max_size=2, unique=True).
 )
 
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "one_path_answers.json").read_text())
+RECORDED = json.loads((Path(__file__).parent / "one_path_answers.json").read_text())
 ANSWERS = {
     (body, version, query, accept): RECORDED["answers"][n] for body, version, query, accept, n in RECORDED["requests"]
 }
