@@ -30,7 +30,7 @@ from crank.mcp.formats import render
 from crank.mcp.input_required import InputRequired, NeedsInput
 from crank.mcp.tools import CallContext, CallObserver, NotedResult, Tool, ToolResult
 from crank.mcp.validation import OutputValidator
-from crank.types import JSONObject
+from crank.types import JSONObject, JSONValue
 from crank.wire.auth import Principal
 from crank.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
@@ -73,7 +73,7 @@ def authorize_call(tool: Tool, caller: Principal | None, arguments: Mapping[str,
         tool.authorize(arguments or {}, caller)
 
 
-def authorize_request(method: Any, params: Any, catalog: Catalog, caller: Principal | None) -> None:
+def authorize_request(method: JSONValue, params: JSONValue, catalog: Catalog, caller: Principal | None) -> None:
     """Whether `caller` may make this request, decided before it runs: `tools/call` of a tool (its scopes, and its
     own `Tool.authorize` over the arguments: the operation a discovery call names) and `resources/read` of a
     resource a tool answers (that tool's scopes). Raises `AuthChallengeError`; any other request passes here (its
@@ -271,7 +271,7 @@ def _labels(context: CallContext) -> dict[str, str]:
     return {"tool": context.tool_name, "request_id": context.request_id, **context.labels}
 
 
-def success_result(value: Any, *, result_format: str, wrap: bool) -> JSONObject:
+def success_result(value: JSONValue, *, result_format: str, wrap: bool) -> JSONObject:
     """Text in the chosen format plus `structuredContent`.
 
     Wrapped tools always get `{"result": value}` (seed 001). Otherwise an object is structured as it

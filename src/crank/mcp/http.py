@@ -64,7 +64,7 @@ from crank.mcp.streams import (
 )
 from crank.mcp.tools import CallContext
 from crank.mcp.translations import negotiate_language
-from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
+from crank.types import ASGIApp, JSONObject, JSONValue, Receive, Scope, Send
 from crank.wire.asgi import (
     EarlyAnswer,
     hold_long_stream,
@@ -557,7 +557,7 @@ def _format_query(scope: Scope) -> str | None:
     return dict(parse_qsl(query.decode("latin-1"))).get("format")
 
 
-def _parse_json(body: bytes) -> Any:
+def _parse_json(body: bytes) -> JSONValue:
     try:
         return _json.loads_bounded(body)
     except _json.JSONDecodeError:

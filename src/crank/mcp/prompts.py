@@ -15,7 +15,7 @@ from typing import Any, Literal
 from crank.exceptions import InvalidParamsError
 from crank.mcp.completions import Completer
 from crank.mcp.tools import Icon
-from crank.types import JSONObject
+from crank.types import JSONObject, JSONValue
 
 __all__ = [
     "MAX_PROMPT_ARGUMENT",
@@ -108,7 +108,7 @@ class Prompt:
         return next((argument for argument in self.arguments if argument.name == name), None)
 
 
-def check_prompt_arguments(prompt: Prompt, arguments: Any) -> dict[str, str]:
+def check_prompt_arguments(prompt: Prompt, arguments: JSONValue) -> dict[str, str]:
     """The arguments of a `prompts/get`, checked: an object of strings, each declared, no required one missing."""
     if arguments is None:
         arguments = {}
@@ -130,7 +130,7 @@ def check_prompt_arguments(prompt: Prompt, arguments: Any) -> dict[str, str]:
     return dict(arguments)
 
 
-def messages_wire(value: Any) -> JSONObject:
+def messages_wire(value: JSONValue) -> JSONObject:
     """A renderer's answer as a `GetPromptResult` (without the `resultType` of its era)."""
     description = None
     if isinstance(value, PromptResult):

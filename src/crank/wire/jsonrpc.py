@@ -19,7 +19,7 @@ from crank.exceptions import (
     ParseError,
     RPCError,
 )
-from crank.types import JSONObject
+from crank.types import JSONObject, JSONValue
 
 __all__ = [
     "DEFAULT_MAX_BATCH_ANSWER_BYTES",
@@ -89,12 +89,12 @@ async def gather_batch(
     return [answer for answer in await asyncio.gather(*(one(item) for item in items)) if answer is not None]
 
 
-def is_request_id(value: Any) -> bool:
+def is_request_id(value: JSONValue) -> bool:
     """A request id as MCP allows it: a string or an integer, never null or a boolean (basic/index.mdx)."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def request_envelope_error(message: Any, *, json_rpc: bool = False) -> RPCError | None:
+def request_envelope_error(message: JSONValue, *, json_rpc: bool = False) -> RPCError | None:
     """Why `message` is not a well-formed request or notification, or None: the one envelope rule of both
     endpoints. MCP's (the default) is stricter than JSON-RPC 2.0's (`json_rpc=True`, the rpc endpoint's), which
     also allows a null id, and leaves params (an object, or an array by position) to the method, whose answer
@@ -111,27 +111,27 @@ def request_envelope_error(message: Any, *, json_rpc: bool = False) -> RPCError 
     return None
 
 
-def id_of(message: Any) -> RequestId | None:
+def id_of(message: JSONValue) -> RequestId | None:
     """A message's id when it is a valid one, else None: what an error answer to it carries."""
     found = message.get("id") if isinstance(message, dict) else None
     return found if is_request_id(found) else None
 
 
-def is_response(message: Any) -> bool:
+def is_response(message: JSONValue) -> bool:
     """A JSON-RPC 2.0 response object: `jsonrpc` "2.0" and a `result` or an `error`."""
     return isinstance(message, dict) and message.get("jsonrpc") == "2.0" and ("result" in message or "error" in message)
 
 
-def result_response(request_id: Any, result: Any) -> JSONObject:
+def result_response(request_id: JSONValue, result: JSONValue) -> JSONObject:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
-def error_response(request_id: Any, error: JSONObject) -> JSONObject:
+def error_response(request_id: JSONValue, error: JSONObject) -> JSONObject:
     """A response carrying an error object already in wire form (`RPCError.to_wire()` or richer)."""
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
-def encode_result(request_id: RequestId, result: Any) -> bytes:
+def encode_result(request_id: RequestId, result: JSONValue) -> bytes:
     return _json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
@@ -139,6 +139,6 @@ def encode_error(request_id: RequestId | None, error: RPCError) -> bytes:
     return _json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error.to_wire()})
 
 
-def request_message(request_id: RequestId, method: str, params: Any) -> JSONObject:
+def request_message(request_id: RequestId, method: str, params: JSONValue) -> JSONObject:
     """A request object (the gateway's `jsonrpc` adapter sends it as the body of a POST)."""
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}

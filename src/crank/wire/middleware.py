@@ -376,7 +376,10 @@ class BearerAuth:
 class TokenTable:
     """The simplest `Authenticator`: a callable from a token to who it proves (a dict's `get`, say), None
     refusing it with 401; `confirm`, when given, is an awaited second look at a token it did not know. What the
-    admin API's one token and small apps need."""
+    admin API's one token and small apps need.
+
+    Its callers are `Any`, on purpose: whatever the app's look-up returns (a name, a role set) is what its handlers
+    read from `scope["crank.auth"]`; the gateway and the MCP endpoint's access use `Principal` authenticators."""
 
     def __init__(
         self,
