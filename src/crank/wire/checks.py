@@ -83,27 +83,30 @@ def check_request(scope: Scope, policy: HostOriginPolicy | None, max_body_size: 
     `max_body_size` None no framed length."""
     headers = unique_headers(scope)
     if headers is None:  # some header came twice: rare, read its own way
-        return _check_repeated(scope, policy, max_body_size)
-    # A Transfer-Encoding frames the body, whatever Content-Length says (RFC 9112 §6.3), and h11 hands an app both:
-    # a small declared length must not let a longer chunked body past the limit uncounted.
-    if "transfer-encoding" in headers:
-        if "content-length" in headers:
-            return Refused(400, AMBIGUOUS_FRAMING_MESSAGE, close=True)
-        length = None
+        read = _read_repeated(scope)
+        if isinstance(read, Refused):
+            return read
+        headers, origin, declared, repeated = read
     else:
-        length = _declared_length(headers.get("content-length"))
+        origin, declared, repeated = headers.get("origin"), headers.get("content-length"), _NOTHING_REPEATED
+    # A Transfer-Encoding frames the body, whatever Content-Length says (RFC 9112 §6.3), and h11 hands an app both:
+    # both together are refused, as a small declared length must not let a longer chunked body past the limit.
+    chunked = "transfer-encoding" in headers
+    if chunked and declared is not None:
+        return Refused(400, AMBIGUOUS_FRAMING_MESSAGE, close=True)
     if policy is not None:
-        refused = policy.check(scope.get("server"), headers.get("host"), headers.get("origin"))
+        refused = policy.check(scope.get("server"), headers.get("host"), origin)
         if refused is not None:
             return Refused(refused, HOST_ORIGIN_MESSAGES[refused])
+    length = None if chunked else _declared_length(declared)
     if max_body_size is not None and length is not None and length > max_body_size:
         return Refused(413, body_too_large_message(max_body_size))
-    return Passed(headers, length, headers.get("authorization"))
+    return Passed(headers, length, headers.get("authorization"), repeated)
 
 
-def _check_repeated(scope: Scope, policy: HostOriginPolicy | None, max_body_size: int | None) -> Passed | Refused:
-    """`check_request` for a request that repeats a header: refused when it is one that must come once; else the
-    last Origin and the first Content-Length are the ones checked, and the headers are joined."""
+def _read_repeated(scope: Scope) -> Refused | tuple[dict[str, str], str | None, str | None, frozenset[str]]:
+    """The head of a request that repeats a header: refused when it is one that must come once; else its headers
+    joined, its last Origin and first Content-Length (the ones judged), and the names that came more than once."""
     raw = scope["headers"]
     once_only = repeated_header(raw)
     if once_only is not None:
@@ -122,17 +125,7 @@ def _check_repeated(scope: Scope, policy: HostOriginPolicy | None, max_body_size
             origin = value
         elif name == "content-length" and declared is None:
             declared = value
-    chunked = "transfer-encoding" in headers
-    if chunked and declared is not None:
-        return Refused(400, AMBIGUOUS_FRAMING_MESSAGE, close=True)
-    if policy is not None:
-        refused = policy.check(scope.get("server"), headers.get("host"), origin)
-        if refused is not None:
-            return Refused(refused, HOST_ORIGIN_MESSAGES[refused])
-    length = None if chunked else _declared_length(declared)
-    if max_body_size is not None and length is not None and length > max_body_size:
-        return Refused(413, body_too_large_message(max_body_size))
-    return Passed(headers, length, headers.get("authorization"), frozenset(repeated))
+    return headers, origin, declared, frozenset(repeated)
 
 
 def count_body(receive: Receive, max_body_size: int) -> Receive:
