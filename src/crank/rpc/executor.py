@@ -148,12 +148,13 @@ class Executor:
     def _started(self, call: Call, kwargs: dict[str, Any]) -> Awaitable[Any]:
         """The method's run, to await: under its lock, after its rate limit, in a thread when it is not async; the
         plain async method's own coroutine, with no level of ours around it."""
-        method = call.method
-        if method.lock:
-            return self._locked(call, kwargs)
-        if call.apply_rate_limit and method.rate_limit is not None:
+        return self._locked(call, kwargs) if call.method.lock else self._unlocked(call, kwargs)
+
+    def _unlocked(self, call: Call, kwargs: dict[str, Any]) -> Awaitable[Any]:
+        """The method's run once any lock is held: after its rate limit when it has one."""
+        if call.apply_rate_limit and call.method.rate_limit is not None:
             return self._counted(call, kwargs)
-        return self._called(method, kwargs)
+        return self._called(call.method, kwargs)
 
     def _convert(self, call: Call) -> dict[str, Any]:
         try:
@@ -172,9 +173,7 @@ class Executor:
         token = _FENCING_TOKEN.set(held.token)
         try:
             # Made JSON under the lock too: a result that reads shared state reads it while the lock is held.
-            if call.apply_rate_limit and call.method.rate_limit is not None:
-                return self.normalize(await self._counted(call, kwargs))
-            return self.normalize(await self._called(call.method, kwargs))
+            return self.normalize(await self._unlocked(call, kwargs))
         finally:
             _FENCING_TOKEN.reset(token)
             await self.coordinator.release(held)
