@@ -137,8 +137,9 @@ class ApiKeys:
         now = time.monotonic()
         if self._stale_since is None:
             self._stale_since = now
-            logger.warning("the registry has not confirmed the API keys for more than %g s: refusing every key "
-                           "with 503 until it answers", self.list_max_age)  # fmt: skip
+            age = now - (self._trusted_until - self.list_max_age)
+            logger.warning("the registry has not confirmed the API keys for %.0f s (more than %g s): refusing every "
+                           "key with 503 until it answers", age, self.list_max_age)  # fmt: skip
         raise DependencyUnavailableError(
             "registry",
             "This server cannot confirm API keys right now (its registry does not answer); retry later.",
