@@ -18,7 +18,7 @@ from crank.exceptions import (
     RPCError,
     UnavailableError,
 )
-from crank.ids import new_request_id
+from crank.rpc.context import RPCContext
 from crank.rpc.executor import Call, Executor, error_wire
 from crank.rpc.method import Method
 from crank.types import JSONObject, Receive, Scope, Send
@@ -141,9 +141,8 @@ class JSONRPCEndpoint:
             params = dict(zip(names, params, strict=False))
         elif not isinstance(params, dict):
             raise InvalidParamsError("params must be an object or an array")
-        call = Call(method, params, self.version, "rpc", new_request_id(), request.roles, True, request.after.append)
-        outcome = await self.app.executor.run(call)
-        return outcome.result
+        call = Call(method, params, self.version, "rpc", RPCContext(), request.roles, True, request.after.append)
+        return await self.app.executor.run(call)
 
 
 def _refused(item: Any, reason: str) -> bytes:

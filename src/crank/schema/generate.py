@@ -12,13 +12,13 @@ import copy
 import inspect
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import PydanticUndefined, core_schema
+from pydantic_core import PydanticUndefined, SchemaValidator, core_schema
 
 from crank.exceptions import ConfigurationError
 from crank.types import JSONObject
@@ -74,6 +74,11 @@ class MethodSchemas:
     context_parameter: str | None = None
     """The parameter given the call's context instead of an argument (annotated with `describe_method`'s
     `context`); in neither schema."""
+    params_validator: SchemaValidator = field(init=False, repr=False, compare=False)
+    """`params_model`'s own validator, what `model_validate` calls: the executor's one conversion per call."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params_validator", self.params_model.__pydantic_validator__)
 
 
 def describe_method(

@@ -197,10 +197,9 @@ class RPCSource:
         transformer = method.mcp.transformer if method.mcp else None
 
         async def invoke(arguments: dict[str, Any], context: CallContext) -> Any:
-            call = Call(method, arguments, version, "mcp", context.request_id, roles, config.apply_rate_limit,
-                        call_after_response, context)  # fmt: skip
+            call = Call(method, arguments, version, "mcp", context, roles, config.apply_rate_limit, call_after_response)
             try:
-                result = (await app.executor.run(call)).result
+                result = await app.executor.run(call)
             except ParamsValidationError as error:
                 raise ArgumentsRejectedError(method.name, error.violations) from None
             except RPCError as error:
