@@ -341,9 +341,7 @@ class MCPServer:
     def _initialize(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> Exchange:
-        requested = params.get("protocolVersion")
-        if not isinstance(requested, str):
-            raise InvalidParamsError("initialize: params.protocolVersion must be a string")
+        requested = _string_param(params, "protocolVersion", "initialize")
         # lifecycle.mdx: echo a supported version, else offer the latest one we support.
         version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
         result: JSONObject = {
@@ -460,9 +458,7 @@ class MCPServer:
     ) -> Awaitable[JSONObject]:
         """The call's own coroutine, awaited by `handle` (which answers an `ArgumentsRejectedError`): the entry,
         its arguments, the call's context and the result format, found here in one frame."""
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise InvalidParamsError("tools/call: params.name must be a string")
+        name = _string_param(params, "name", "tools/call")
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
@@ -532,9 +528,7 @@ class MCPServer:
     async def _read_resource(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> JSONObject:
-        uri = params.get("uri")
-        if not isinstance(uri, str):
-            raise InvalidParamsError("resources/read: params.uri must be a string")
+        uri = _string_param(params, "uri", "resources/read")
         modern = version in MODERN_PROTOCOL_VERSIONS
         context = self._context(uri, request_id, params, version, catalog, info)
         if modern:
@@ -589,9 +583,7 @@ class MCPServer:
     async def _get_prompt(
         self, request_id: RequestId, params: JSONObject, version: str, catalog: Catalog, info: RequestInfo
     ) -> JSONObject:
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise InvalidParamsError("prompts/get: params.name must be a string")
+        name = _string_param(params, "name", "prompts/get")
         prompt = catalog.prompt(name)
         if prompt is None:
             raise InvalidParamsError(f"Unknown prompt: {name[:200]}")
@@ -728,6 +720,14 @@ def _read_client_meta(meta: JSONObject, context: CallContext) -> Any:
     context.client_capabilities = declared if isinstance(declared, dict) else {}
     context.client_info = meta.get(CLIENT_INFO_META_KEY)
     return declared
+
+
+def _string_param(params: JSONObject, key: str, method: str) -> str:
+    """`params[key]`, which the method needs as a string; -32602 naming it otherwise."""
+    value = params.get(key)
+    if type(value) is not str:
+        raise InvalidParamsError(f"{method}: params.{key} must be a string")
+    return value
 
 
 def _cursor(params: JSONObject, method: str) -> str | None:
