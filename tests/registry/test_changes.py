@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from crank.gateway.client import UpstreamClient
-from crank.registry import PublishedAgent, Registry, migrate, open_engine
+from crank.registry import Changes, PublishedAgent, Registry, migrate, open_engine
 from crank.registry.changes import (
     POSTGRES_CHANNEL,
     REDIS_CHANNEL,
@@ -224,10 +224,10 @@ class SlowRegistry(Registry):
 
     reads = 0
 
-    def published(self) -> list[PublishedAgent]:
+    def published(self, changes: Changes | None = None) -> list[PublishedAgent]:
         self.reads += 1
         time.sleep(0.3)
-        return super().published()
+        return super().published(changes)
 
 
 @pytest.mark.anyio

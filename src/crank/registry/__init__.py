@@ -3,6 +3,7 @@ the typed runtime view a published version holds (`crank.registry.runtime`)."""
 
 from __future__ import annotations
 
+from crank.registry.change_log import Change, Changes
 from crank.registry.database import DATABASE_ERRORS, describe_database_error, migrate, open_engine
 from crank.registry.keys import API_KEY_PREFIX, ApiKeyInfo, KeyScope, key_digest
 from crank.registry.publishing import VersionInfo, tool_name_of
@@ -14,6 +15,8 @@ __all__ = [
     "DATABASE_ERRORS",
     "FORMAT_VERSION",
     "AgentDraft",
+    "Change",
+    "Changes",
     "ApiKeyInfo",
     "OperationSummary",
     "KeyScope",

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, event, func, select, update
 from sqlalchemy.orm import Session
 
 from crank.exceptions import RegistryNotFoundError
+from crank.registry.change_log import Change, record
 from crank.registry.changes import POSTGRES_CHANNEL
 from crank.registry.models import Agent, Operation, RegistryState, Workspace
 from crank.registry.runtime import Limits
@@ -47,15 +48,17 @@ class RegistryBase:
     def _operation(session: Session, ws: Workspace, name: str) -> Operation:
         return _one_in(session, ws, Operation, f"no operation {name!r}", name=name)
 
-    def _bump(self, session: Session) -> None:
-        """The next generation, announced to every replica when the transaction commits (and never when it
-        rolls back): PostgreSQL delivers a NOTIFY on commit; the `announce` hook runs after it."""
+    def _bump(self, session: Session, *changes: Change) -> None:
+        """The next generation, with what it `changes` in the log (`crank.registry.change_log`), announced to every
+        replica when the transaction commits (and never when it rolls back): PostgreSQL delivers a NOTIFY on
+        commit; the `announce` hook runs after it. A replica reads back what changed, by the generation."""
         generation = session.execute(
             update(RegistryState)
             .where(RegistryState.id == 1)
             .values(generation=RegistryState.generation + 1)
             .returning(RegistryState.generation)
         ).scalar_one()
+        record(session, generation, changes)
         if self._notify:
             session.execute(select(func.pg_notify(POSTGRES_CHANNEL, str(generation))))
         if self.announce is not None:

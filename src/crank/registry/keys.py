@@ -9,11 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from crank.exceptions import RegistryNotFoundError
 from crank.registry.base import RegistryBase, limits_json, limits_of
+from crank.registry.change_log import Change, Changes
 from crank.registry.models import ApiKey, Workspace
 from crank.registry.runtime import Limits
 from crank.types import JSONObject
@@ -80,7 +81,7 @@ class ApiKeyStore(RegistryBase):
             session.add(row)
             session.flush()
             info = _key_info(row, workspace)
-            self._bump(session)
+            self._bump(session, Change("key", ws.slug, row.digest))
         return info, key
 
     def api_key_infos(self, workspace: str) -> list[ApiKeyInfo]:
@@ -99,7 +100,7 @@ class ApiKeyStore(RegistryBase):
             if row is None:
                 raise RegistryNotFoundError(f"workspace {workspace!r} has no API key {key_id!r}")
             row.limits = limits_json(limits)
-            self._bump(session)
+            self._bump(session, Change("key", ws.slug, row.digest))
             return _key_info(row, workspace)
 
     def delete_api_key(self, workspace: str, key_id: str) -> None:
@@ -110,15 +111,16 @@ class ApiKeyStore(RegistryBase):
             if row is None:
                 raise RegistryNotFoundError(f"workspace {workspace!r} has no API key {key_id!r}")
             session.delete(row)
-            self._bump(session)
+            self._bump(session, Change("key", ws.slug, row.digest))
 
     def revoke_api_key(self, key: str) -> None:
         with Session(self._writer) as session, session.begin():
             row = session.scalar(select(ApiKey).filter_by(digest=key_digest(key)))
             if row is None:
                 raise RegistryNotFoundError("no such API key")
+            workspace = session.scalar(select(Workspace.slug).filter_by(id=row.workspace_id))
             session.delete(row)
-            self._bump(session)
+            self._bump(session, Change("key", workspace or "", row.digest))
 
     def api_key(self, digest: str) -> KeyScope | None:
         """One key's scope by its digest, or None when the registry has no such key."""
@@ -127,10 +129,14 @@ class ApiKeyStore(RegistryBase):
             row: Any = session.execute(query).first()
         return None if row is None else _key_scope(*row[1:])
 
-    def api_keys(self) -> dict[str, KeyScope]:
-        """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation)."""
+    def api_keys(self, changes: Changes | None = None) -> dict[str, KeyScope]:
+        """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation);
+        with `changes`, of the keys they may change only (those named, and every key of a workspace named)."""
+        query = _KEY_SCOPES
+        if changes is not None and not changes.everything:
+            query = query.where(or_(ApiKey.digest.in_(changes.keys), Workspace.slug.in_(changes.workspaces)))
         with Session(self.engine) as session:
-            rows: list[Any] = list(session.execute(_KEY_SCOPES).all())
+            rows: list[Any] = list(session.execute(query).all())
         return {row[0]: _key_scope(*row[1:]) for row in rows}
 
 

@@ -131,9 +131,25 @@ class VaultEntry(Base):
 
 
 class RegistryState(Base):
-    """One row; `generation` grows with every publish or rollback, so MCP replicas notice by polling it."""
+    """One row; `generation` grows with every change that replicas serve (a publish, a rollback, a key, a
+    workspace's policy or limits), so MCP replicas notice by polling it. `changes_from`: the change log
+    (`RegistryChange`) holds every change of the generations after it."""
 
     __tablename__ = "registry_state"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     generation: Mapped[int] = mapped_column(Integer, default=0)
+    changes_from: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class RegistryChange(Base):
+    """What one generation changed: an agent (`kind` "agent", `name` its slug), a workspace's policy or limits
+    ("workspace"), or an API key ("key", `name` its digest). Replicas reload only these (`changes_since`)."""
+
+    __tablename__ = "registry_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    generation: Mapped[int] = mapped_column(Integer, index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    workspace: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(String(128), default=None)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from crank.exceptions import ConfigurationError, RegistryError, RegistryNotFoundError
 from crank.registry.base import RegistryBase, limits_of
+from crank.registry.change_log import Change
 from crank.registry.models import Agent, AgentVersion, Operation, Workspace
 from crank.registry.runtime import (
     DEFAULT_AGENT_MODE,
@@ -108,7 +109,7 @@ class Publishing(RegistryBase):
         latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
         session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=runtime.to_json()))
         agent.published_version = latest + 1
-        self._bump(session)
+        self._bump(session, Change("agent", ws.slug, agent.slug))
         return latest + 1, True
 
     def rollback(self, workspace: str, agent_slug: str, version: int) -> None:
@@ -119,7 +120,7 @@ class Publishing(RegistryBase):
             if session.scalar(select(AgentVersion).filter_by(agent_id=agent.id, version=version)) is None:
                 raise RegistryNotFoundError(f"agent {workspace}/{agent_slug} has no version {version}")
             agent.published_version = version
-            self._bump(session)
+            self._bump(session, Change("agent", ws.slug, agent.slug))
 
     def version_runtime(self, workspace: str, agent_slug: str, version: int) -> RuntimeView:
         """One published version's runtime view, as it was published (to compare two versions, say)."""

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from crank.exceptions import RegistryConflictError, RegistryNotFoundError
 from crank.registry.base import limits_json, limits_of
+from crank.registry.change_log import Change, Changes, read_since
 from crank.registry.keys import ApiKeyStore
 from crank.registry.models import Agent, AgentVersion, Operation, RegistryState, Workspace
 from crank.registry.publishing import Publishing
@@ -319,7 +320,7 @@ class Registry(Publishing, ApiKeyStore):
         stored = limits_json(limits), limits_json(key_limits)
         if (ws.limits, ws.key_limits) != stored:
             ws.limits, ws.key_limits = stored
-            self._bump(session)
+            self._bump(session, Change("workspace", ws.slug))
 
     def set_workspace_oauth(self, workspace: str, policy: OAuthPolicy | None) -> None:
         """Give the workspace an OAuth policy (None: API keys only again); every replica applies it when it
@@ -331,7 +332,7 @@ class Registry(Publishing, ApiKeyStore):
         stored = None if policy is None else policy.model_dump(mode="json", exclude_defaults=True)
         if ws.oauth != stored:
             ws.oauth = stored
-            self._bump(session)
+            self._bump(session, Change("workspace", ws.slug))
 
     def set_workspace_credential(self, workspace: str, scheme: str, credential: SchemeCredential | None) -> None:
         """Give the workspace a credential for a security scheme (None: take it away). Agents pick it up at their
@@ -356,12 +357,14 @@ class Registry(Publishing, ApiKeyStore):
             stored = self._workspace(session, workspace).oauth
         return None if stored is None else OAuthPolicy.model_validate(stored)
 
-    def workspace_oauth(self) -> dict[str, WorkspaceOAuth]:
-        """Every workspace's OAuth policy by slug, for those that have one (the MCP side reloads it with the
-        generation)."""
+    def workspace_oauth(self, changes: Changes | None = None) -> dict[str, WorkspaceOAuth]:
+        """The OAuth policy of every workspace that has one, by slug (the MCP side reloads it with the generation);
+        with `changes`, of the workspaces they name only (all when they are `everything`)."""
         query = select(Workspace.slug, Workspace.oauth, Workspace.limits, Workspace.key_limits).where(
             Workspace.oauth.is_not(None)
         )
+        if changes is not None and not changes.everything:
+            query = query.where(Workspace.slug.in_(changes.workspaces))
         with Session(self.engine) as session:
             rows: list[Any] = list(session.execute(query).all())
         return {
@@ -370,19 +373,26 @@ class Registry(Publishing, ApiKeyStore):
             if row[1] is not None
         }
 
-    # -- what the MCP side reads -------------------------------------------------------------------
-
     def generation(self) -> int:
         with Session(self.engine) as session:
             return session.scalar(select(RegistryState.generation).filter_by(id=1)) or 0
 
-    def published(self) -> list[PublishedAgent]:
-        """Every agent's currently published runtime view."""
+    def changes_since(self, generation: int) -> Changes:
+        """What changed after `generation`, up to the current one (`crank.registry.change_log`)."""
+        with Session(self.engine) as session:
+            return read_since(session, generation)
+
+    def published(self, changes: Changes | None = None) -> list[PublishedAgent]:
+        """Every agent's currently published runtime view; with `changes`, of the agents they may change only
+        (those published or rolled back, and every agent of a workspace whose policy changed)."""
         query = (
             select(Workspace.slug, Agent.slug, AgentVersion.version, AgentVersion.runtime)
             .join(Agent, Agent.workspace_id == Workspace.id)
             .join(AgentVersion, (AgentVersion.agent_id == Agent.id) & (AgentVersion.version == Agent.published_version))
         )
+        if changes is not None and not changes.everything:
+            named = [and_(Workspace.slug == workspace, Agent.slug == agent) for workspace, agent in changes.agents]
+            query = query.where(or_(Workspace.slug.in_(changes.workspaces), *named))
         with Session(self.engine) as session:
             rows: list[Any] = list(session.execute(query).all())
         return [PublishedAgent(row[0], row[1], row[2], row[3]) for row in rows]

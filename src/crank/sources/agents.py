@@ -46,6 +46,7 @@ from crank.mcp.tools import CallContext, Invoker, NotedResult, Tool, ToolAnnotat
 from crank.mcp.translations import Translations
 from crank.registry import (
     DATABASE_ERRORS,
+    Changes,
     KeyScope,
     PublishedAgent,
     Registry,
@@ -425,10 +426,12 @@ def _warn_missing(missing: list[MissingSecret]) -> None:
                        problem, ", ".join(tools))  # fmt: skip
 
 
-def _changed_lists(before: dict[Any, _Served], after: dict[Any, _Served]) -> list[tuple[Any, tuple[str, ...]]]:
-    """Which lists of which agents a reload changed (every list, for an agent no longer served or new)."""
+def _changed_lists(
+    before: dict[Any, _Served], after: dict[Any, _Served], keys: Iterable[Any]
+) -> list[tuple[Any, tuple[str, ...]]]:
+    """Which lists of the agents of `keys` a reload changed (every list, for an agent no longer served or new)."""
     told: list[tuple[Any, tuple[str, ...]]] = []
-    for key in before.keys() | after.keys():
+    for key in keys:
         old, new = before.get(key), after.get(key)
         if old is new:
             continue
@@ -505,20 +508,23 @@ class AgentSource:
         self.oauth: dict[str, WorkspaceOAuth] = {}
         """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
         self._generation = -1
+        self._unsettled = 0  # catalogs replaced since the heap was last settled whole (`_settle`)
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False  # both the watcher and (if any) the listener run
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop that serves requests (and listeners)
 
     def reload(self) -> None:
-        """Rebuild the catalogs whose published version (or workspace OAuth policy) changed; keep the rest."""
-        generation = self.registry.generation()
+        """Reload what changed since this replica's generation (`Registry.changes_since`): the agents published or
+        rolled back, every agent of a workspace whose OAuth policy changed, the keys made, limited or revoked. The
+        first load, and a replica too far behind the change log, reload everything. A catalog whose published
+        version and policy are the ones it was built from is kept."""
+        changes = self.registry.changes_since(self._generation)
         current = self._catalogs
-        fresh: dict[tuple[str, str], _Served] = {}
-        # A policy that takes keys only is no policy at all here: no token is checked, no metadata served.
-        oauth = {
-            slug: held for slug, held in self.registry.workspace_oauth().items() if held.policy.credentials != "keys"
-        }
-        for published in self.registry.published():
+        fresh = {} if changes.everything else {
+            key: served for key, served in current.items() if not changes.touches_agent(*key)
+        }  # fmt: skip
+        oauth = self._policies(changes)
+        for published in self.registry.published(changes):
             key = (published.workspace, published.agent)
             known = current.get(key)
             policy = oauth[published.workspace].policy if published.workspace in oauth else None
@@ -533,17 +539,46 @@ class AgentSource:
                 if known is not None:
                     fresh[key] = known
         self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
-        told: list[tuple[Any, tuple[str, ...]]] = _changed_lists(current, fresh) if self.changes is not None else []
-        gone = self.keys.replace(self.registry.api_keys())
+        touched = current.keys() | fresh.keys() if changes.everything else {
+            key for key in current.keys() | fresh.keys() if changes.touches_agent(*key)
+        }  # fmt: skip
+        told = _changed_lists(current, fresh, touched) if self.changes is not None else []
+        gone = self.keys.update(self.registry.api_keys(changes), changes)
         # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
         recheck = self.changes is not None and bool(gone or oauth != self.oauth)
         self.oauth = oauth
-        self._generation = generation
+        self._generation = changes.generation
         if told or recheck:
             self._tell(told, recheck)
         self.keys.confirmed()
-        if self.freeze_heap:
+        changed = [key for key in touched if current.get(key) is not fresh.get(key)]
+        if self.freeze_heap and changed:
+            self._settle(changes, replaced=sum(1 for key in changed if key in current))
+
+    def _settle(self, changes: Changes, *, replaced: int) -> None:
+        """Keep full collections off the served catalogs (`_settle_heap`) at a cost that does not grow with them.
+
+        After a reload of some agents, what is not frozen yet (their new catalogs, the reload's garbage) is
+        collected and frozen: that walks those objects only. The catalogs replaced were frozen; what they leave
+        in reference cycles waits for a whole settle (unfreeze, collect, freeze), which walks every object: it
+        runs after a reload of everything, and once the catalogs replaced since the last one reach a quarter of
+        those served, so its cost per publish stays constant however many agents a replica serves."""
+        self._unsettled += replaced
+        if changes.everything or self._unsettled * 4 > len(self._catalogs):
             _settle_heap()
+            self._unsettled = 0
+        else:
+            gc.collect()  # the frozen generation is not walked: only what came since the last freeze
+            gc.freeze()
+
+    def _policies(self, changes: Changes) -> dict[str, WorkspaceOAuth]:
+        """Each workspace's OAuth policy after `changes`: those they name read again, the others kept. A policy that
+        takes keys only is no policy at all here: no token is checked, no metadata served."""
+        kept = {} if changes.everything else {
+            slug: held for slug, held in self.oauth.items() if slug not in changes.workspaces
+        }  # fmt: skip
+        read = self.registry.workspace_oauth(changes)
+        return {**kept, **{slug: held for slug, held in read.items() if held.policy.credentials != "keys"}}
 
     def _tell(self, told: list[tuple[Any, tuple[str, ...]]], recheck: bool = False) -> None:
         """Tell the listeners (and, with `recheck`, have them check their callers again), on the event loop that

@@ -18,7 +18,7 @@ from typing import Final
 from starlette.concurrency import run_in_threadpool
 
 from crank.exceptions import DependencyUnavailableError
-from crank.registry import DATABASE_ERRORS, KeyScope, Registry, describe_database_error, key_digest
+from crank.registry import DATABASE_ERRORS, Changes, KeyScope, Registry, describe_database_error, key_digest
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "KEY_LOOKUPS_PER_SECOND", "ApiKeys"]
@@ -38,7 +38,7 @@ _STALE_RETRY_AFTER: Final = 5
 
 class ApiKeys:
     """The API keys of one registry, as a replica knows them. `authenticate` is the look-up on every request;
-    `confirm` the registry's answer for a key the list does not know; `replace` and `confirmed` are the reload's."""
+    `confirm` the registry's answer for a key the list does not know; `update` and `confirmed` are the reload's."""
 
     def __init__(
         self,
@@ -60,11 +60,19 @@ class ApiKeys:
         self._lookups: dict[str, asyncio.Future[KeyScope | None]] = {}
         """The registry lookup running now, by key digest (at most one at a time), for its key's other requests."""
 
-    def replace(self, keys: dict[str, KeyScope]) -> bool:
-        """Take the registry's whole list (by digest); True when a key of the old one is gone (revoked)."""
+    def update(self, keys: dict[str, KeyScope], changes: Changes) -> bool:
+        """Take the registry's keys (by digest) that `changes` may change, as `Registry.api_keys(changes)` read them:
+        those keys are now these, the others stay. True when a key this replica knew is gone (revoked)."""
         with self._lock:
-            gone = bool(self._keys.keys() - keys.keys())
-            self._keys = keys
+            known = {} if changes.everything else self._keys
+            kept = {
+                digest: scope
+                for digest, scope in known.items()
+                if not changes.touches_key(digest, scope.workspace or "")
+            }
+            fresh = {**kept, **keys}
+            gone = bool(self._keys.keys() - fresh.keys())
+            self._keys = fresh
         return gone
 
     def confirmed(self) -> None:
