@@ -329,7 +329,8 @@ def test_readyz_and_the_log_name_targets_this_servers_egress_policy_refuses(
     sqlite_registry: Any, serve: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A publish checked by a CLI with another `CRANK_EGRESS_ALLOW` (here: loopback allowed) served by a process
-    without it: said once in the log, and in /readyz, instead of every call failing silently."""
+    without it: said once in the log when the agent is built, and in /readyz, instead of every call failing
+    silently."""
     from crank.gateway.client import UpstreamClient
     from crank.gateway.egress import EgressPolicy
     from crank.server import GatewayService
@@ -337,9 +338,13 @@ def test_readyz_and_the_log_name_targets_this_servers_egress_policy_refuses(
     from tests.gateway.test_gateway import publish_demo
 
     publish_demo(sqlite_registry, serve(upstream.app))
-    with caplog.at_level("WARNING", logger="crank.gateway"):
-        gateway = GatewayService(sqlite_registry, client=UpstreamClient(egress=EgressPolicy()))
+    key = sqlite_registry.create_api_key("acme")
+    gateway = GatewayService(sqlite_registry, client=UpstreamClient(egress=EgressPolicy()))
     base = serve(gateway)
+    assert httpx.get(base + "/readyz", timeout=10).status_code == 200  # nothing is built before it is asked for
+    with caplog.at_level("WARNING", logger="crank.gateway"):  # said when the agent is built, on its first request
+        tools = httpx.get(base + "/mcp/v1/acme/support/tools", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    assert tools.status_code == 200
     warnings = [record.getMessage() for record in caplog.records if "egress policy refuses" in record.getMessage()]
     assert len(warnings) == 1 and "acme/support" in warnings[0] and "get_user" in warnings[0]
     ready = httpx.get(base + "/readyz", timeout=10)

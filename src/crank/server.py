@@ -51,6 +51,7 @@ from crank.registry.vault import Vault, VaultKeys
 from crank.rpc import RPCApp
 from crank.settings import Settings
 from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
+from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources.agents import AgentSource
 from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE
 from crank.sources.connect import ConnectPages
@@ -249,6 +250,7 @@ class GatewayService:
         max_streams_per_workspace: int = DEFAULT_MAX_LISTENERS_PER_GROUP,
         token_limits: TokenLimits | None = None,
         vault_keys: VaultKeys | None = None,
+        agent_cache: AgentCacheLimits | None = None,
     ) -> None:
         """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
         the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
@@ -260,7 +262,8 @@ class GatewayService:
         (`crank.state.relay`) over their Redis. `max_streams_per_workspace`: list-change streams one workspace's
         callers may hold open at once (`crank.mcp.changes`). `vault_keys`: the keys of the token vault
         (`CRANK_VAULT_KEYS`), which users' own connections to APIs need, with `public_url` for their connect
-        pages; checked here against the vault's rows (`ConfigurationError` naming a key the rows need)."""
+        pages; checked here against the vault's rows (`ConfigurationError` naming a key the rows need).
+        `agent_cache`: how many agents stay built, and how many cold ones are built a second."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         state = state or MemoryStore()
@@ -282,6 +285,7 @@ class GatewayService:
             listener=listener,
             changes=self.changes,
             connections=connections,
+            agent_cache=agent_cache,
         )
         # `/readyz` asks each dependency through a bounded, cached probe: the registry, and Redis when used.
         self.probes = [probe or registry_probe(registry)]
@@ -488,6 +492,7 @@ class CrankServer:
                 # A tenth of the connections at most for one workspace's list-change streams: docs/security.md.
                 max_streams_per_workspace=max(1, settings.max_connections // 10),
                 token_limits=settings.token_limits(),
+                agent_cache=settings.agent_cache_limits(),
                 vault_keys=settings.vault(),
             )
         if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one

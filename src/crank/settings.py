@@ -44,6 +44,7 @@ from crank.gateway.tokens import (
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 from crank.registry.vault import VaultKeys
 from crank.schema import problems_of
+from crank.sources.agent_cache import AGENT_BUILDS_PER_SECOND, DEFAULT_AGENT_CACHE, AgentCacheLimits
 from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
 from crank.wire.connection_limits import (
@@ -183,6 +184,16 @@ class Settings(BaseSettings):
     trusted_proxies: str = Field(
         "", description="Comma-separated addresses or networks of reverse proxies whose X-Forwarded-For and "
         "X-Forwarded-Proto name the client (its address counts for the per-address budgets and limits)."
+    )  # fmt: skip
+    agent_cache: int = Field(
+        DEFAULT_AGENT_CACHE, ge=1, le=1_000_000,
+        description="Agents an MCP replica keeps built, the most recently used (the others are built on their next "
+        "request).",
+    )  # fmt: skip
+    agent_builds_per_second: float = Field(
+        AGENT_BUILDS_PER_SECOND, gt=0, le=10_000,
+        description="Agents an MCP replica builds a second on requests, a quarter of them at most for one workspace "
+        "(then 503).",
     )  # fmt: skip
     token_checks_per_second: float = Field(
         SIGNATURE_CHECKS_PER_SECOND, gt=0, le=100_000,
@@ -352,6 +363,10 @@ class Settings(BaseSettings):
             cache_bytes=self.token_cache_bytes,
             cache_total_bytes=self.token_cache_total_bytes,
         )
+
+    def agent_cache_limits(self) -> AgentCacheLimits:
+        """How many agents stay built, and how many cold ones are built a second (`crank.sources.agent_cache`)."""
+        return AgentCacheLimits(size=self.agent_cache, builds_per_second=self.agent_builds_per_second)
 
     def upstream_client(self, egress: EgressPolicy) -> UpstreamClient:
         """The gateway's one upstream client, with the settings' pool limits and the egress policy."""

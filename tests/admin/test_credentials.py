@@ -70,6 +70,8 @@ def test_a_scheme_without_a_credential_is_said_before_the_first_call_and_fails_c
     missing = [finding for finding in report.findings if finding.rule == "missing-credential"]
     assert {finding.message.split(" ")[3] for finding in missing} == {s for s, _ in OPERATIONS.values()}
     gateway = serve(GatewayService(sqlite_registry, require_api_keys=False))
+    assert httpx.get(gateway + "/readyz", timeout=10).json() == {"status": "ready"}  # nothing built yet
+    assert httpx.get(gateway + "/mcp/v1/sec/desk/tools", timeout=10).status_code == 200  # built on this request
     ready = httpx.get(gateway + "/readyz", timeout=10)
     assert ready.status_code == 200  # a tenant's gap, listed: never a replica out of its load balancer
     listed = {entry["scheme"]: entry for entry in ready.json()["missing_credentials"]}

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from crank.gateway.client import UpstreamClient
+from crank.mcp.catalog import Catalog
 from crank.registry import Changes, PublishedAgent, Registry, migrate, open_engine
 from crank.registry.changes import (
     POSTGRES_CHANNEL,
@@ -93,6 +94,12 @@ def until(condition: Callable[[], bool], wait: float = WAIT) -> None:
 def republish(registry: Registry, text: str) -> None:
     registry.put_operation("shop", "get_book", operation(text))
     registry.publish("shop", "desk")
+
+
+async def provided(source: AgentSource, scope: dict[str, Any]) -> Catalog:
+    """The catalog the source provides for `scope`, built first when it is not built yet."""
+    catalog = source.provide(scope)
+    return catalog if isinstance(catalog, Catalog) else await catalog
 
 
 def listening(listener: ChangeListener) -> None:
@@ -255,7 +262,7 @@ async def test_a_burst_of_announcements_during_a_reload_costs_one_more_reload_no
     await anyio.to_thread.run_sync(burst)
     scope = {"path": "/", "path_params": {"workspace": "shop", "agent": "desk"}}
     with anyio.fail_after(WAIT):
-        while source.provide(scope).version != "11":
+        while (await provided(source, scope)).version != "11":
             await anyio.sleep(0.02)
     await anyio.sleep(1)  # any reload still owed would run now
     await source.aclose()

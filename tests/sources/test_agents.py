@@ -1,17 +1,22 @@
-"""`AgentSource` (crank.sources.agents): the watcher that follows the registry keeps running, and a reload reads
-and rebuilds only what changed."""
+"""`AgentSource` (crank.sources.agents): the watcher that follows the registry keeps running; agents are built on
+their first request, kept while they are among the most recently used, and a reload rebuilds only what changed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
+from crank.exceptions import CatalogNotFoundError, DependencyUnavailableError
 from crank.gateway.client import UpstreamClient
+from crank.mcp.catalog import Catalog
 from crank.registry import Changes, PublishedAgent, Registry, migrate, open_engine
 from crank.registry.runtime import OAuthPolicy
+from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources.agents import AgentSource
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +41,7 @@ async def test_a_watcher_that_ended_is_started_again_by_the_next_request(sqlite_
 
 
 class CountingRegistry(Registry):
-    """The registry, noting which published agents each reload reads back."""
+    """The registry, noting which published agents' views each read returns."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
@@ -57,32 +62,128 @@ def tenant(registry: Registry, slug: str, text: str = "version 1") -> None:
     registry.publish(slug, "desk")
 
 
-async def test_a_publish_in_one_workspace_reads_and_rebuilds_that_agent_alone(database_url: str) -> None:
+def scope_of(workspace: str, agent: str = "desk") -> dict[str, Any]:
+    return {"path": "/", "path_params": {"workspace": workspace, "agent": agent}}
+
+
+async def provided(source: AgentSource, workspace: str, agent: str = "desk") -> Catalog:
+    """The catalog the source provides for the agent, built first when it is not built yet."""
+    catalog = source.provide(scope_of(workspace, agent))
+    return catalog if isinstance(catalog, Catalog) else await catalog
+
+
+def description(catalog: Catalog) -> str | None:
+    entry = catalog.get("get_book")
+    assert entry is not None
+    return entry.tool.description
+
+
+@pytest.fixture
+def counting(database_url: str) -> Iterator[CountingRegistry]:
     engine = open_engine(database_url, pooled=False)
     migrate(engine)
-    registry = CountingRegistry(engine)
-    slugs = [f"tenant{index:02}" for index in range(12)]
-    for slug in slugs:
-        tenant(registry, slug)
-    source = AgentSource(registry, UpstreamClient(), require_keys=False)  # the heap settled as in production
+    yield CountingRegistry(engine)
+    engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def source_of(registry: Registry, **options: Any) -> AsyncIterator[AgentSource]:
+    source = AgentSource(registry, UpstreamClient(), require_keys=False, **options)  # the heap settled as served
     try:
         source.reload()
-        assert registry.read[-1] == [(slug, "desk") for slug in slugs]  # the first load reads everything
-        before = dict(source._catalogs)
-        tenant(registry, "tenant03", "version 2")
-        source.reload()
-        assert registry.read[-1] == [("tenant03", "desk")]
-        rebuilt = [key for key, served in source._catalogs.items() if served is not before[key]]
-        assert rebuilt == [("tenant03", "desk")]
-        scope = {"path": "/", "path_params": {"workspace": "tenant03", "agent": "desk"}}
-        assert source.provide(scope).get("get_book").tool.description == "version 2"  # type: ignore[union-attr]
-        # A workspace's new OAuth policy gives its tools other scopes: its agents, and only they, are rebuilt.
-        before = dict(source._catalogs)
-        registry.set_workspace_oauth("tenant05", OAuthPolicy(issuers=("https://id.tenant05.example",)))
-        source.reload()
-        assert registry.read[-1] == [("tenant05", "desk")]
-        assert [key for key, served in source._catalogs.items() if served is not before[key]] == [("tenant05", "desk")]
-        assert source.oauth_policy("tenant05") is not None and source.oauth_policy("tenant04") is None
+        yield source
     finally:
         await source.aclose()
-        engine.dispose()
+
+
+async def test_an_agent_is_built_on_its_first_request_and_a_publish_rebuilds_only_the_agents_built_here(
+    counting: CountingRegistry,
+) -> None:
+    slugs = [f"tenant{index:02}" for index in range(12)]
+    for slug in slugs:
+        tenant(counting, slug)
+    async with source_of(counting) as source:
+        assert counting.read == []  # loaded: the index of what is published, no agent's view
+        assert source.serves("tenant07", "desk") and not source.serves("tenant07", "other")
+        assert description(await provided(source, "tenant03")) == "version 1"
+        assert description(await provided(source, "tenant05")) == "version 1"
+        assert counting.read == [[("tenant03", "desk")], [("tenant05", "desk")]]  # each read once, when asked for
+        held = source._catalogs.peek(("tenant05", "desk"))
+        tenant(counting, "tenant03", "version 2")
+        tenant(counting, "tenant07", "version 2")
+        source.reload()
+        assert counting.read[-1] == [("tenant03", "desk")]  # built here: rebuilt at once; tenant07 is not
+        assert source._catalogs.peek(("tenant05", "desk")) is held  # untouched: kept as it was
+        assert description(await provided(source, "tenant03")) == "version 2"
+        assert description(await provided(source, "tenant07")) == "version 2"  # built now, at its new version
+        # A workspace's new OAuth policy gives its tools other scopes: its agents built here are rebuilt.
+        counting.set_workspace_oauth("tenant05", OAuthPolicy(issuers=("https://id.tenant05.example",)))
+        source.reload()
+        assert counting.read[-1] == [("tenant05", "desk")]
+        assert source._catalogs.peek(("tenant05", "desk")) is not held
+        assert source.oauth_policy("tenant05") is not None and source.oauth_policy("tenant04") is None
+
+
+async def test_more_agents_than_the_cache_holds_are_all_served_in_turn_and_a_dropped_one_comes_back_current(
+    counting: CountingRegistry,
+) -> None:
+    slugs = [f"tenant{index:02}" for index in range(8)]
+    for slug in slugs:
+        tenant(counting, slug, f"{slug} version 1")
+    async with source_of(counting, agent_cache=AgentCacheLimits(size=3)) as source:
+        for _ in range(2):
+            for slug in slugs:
+                assert description(await provided(source, slug)) == f"{slug} version 1"
+                assert len(source._catalogs) <= 3
+        assert source._catalogs.keys() == [("tenant05", "desk"), ("tenant06", "desk"), ("tenant07", "desk")]
+        await provided(source, "tenant05")  # used again: the most recent; tenant06 is now the least
+        await provided(source, "tenant00")
+        assert ("tenant06", "desk") not in source._catalogs and ("tenant05", "desk") in source._catalogs
+        tenant(counting, "tenant01", "tenant01 version 2")  # published while it is not built here
+        source.reload()
+        assert description(await provided(source, "tenant01")) == "tenant01 version 2"
+
+
+async def test_a_burst_of_requests_for_one_cold_agent_builds_it_once(counting: CountingRegistry) -> None:
+    tenant(counting, "acme")
+    async with source_of(counting) as source:
+        catalogs = await asyncio.gather(*(provided(source, "acme") for _ in range(50)))
+        assert all(catalog is catalogs[0] for catalog in catalogs)
+        assert counting.read == [[("acme", "desk")]]
+
+
+async def test_requests_for_agents_that_do_not_exist_are_refused_without_reading_the_registry(
+    counting: CountingRegistry,
+) -> None:
+    tenant(counting, "acme")
+    async with source_of(counting) as source:
+        statements: list[str] = []
+
+        def noted(*args: Any) -> None:
+            statements.append(str(args[2]))
+
+        event.listen(counting.engine, "before_cursor_execute", noted)
+        try:
+            for index in range(10_000):
+                with pytest.raises(CatalogNotFoundError):
+                    source.provide(scope_of("acme" if index % 2 else f"ghost{index}", f"agent{index}"))
+        finally:
+            event.remove(counting.engine, "before_cursor_execute", noted)
+        assert statements == []
+
+
+async def test_cold_builds_past_the_budget_are_refused_and_one_workspace_cannot_spend_it_all(
+    counting: CountingRegistry,
+) -> None:
+    for slug in ("acme", "globex"):
+        tenant(counting, slug)
+        counting.put_agent(slug, "support", {"bindings": [{"operation": "get_book"}]})
+        counting.publish(slug, "support")
+    # Four builds a second in all, a quarter of them (one) for one workspace.
+    async with source_of(counting, agent_cache=AgentCacheLimits(builds_per_second=4)) as source:
+        await provided(source, "acme", "desk")
+        with pytest.raises(DependencyUnavailableError) as refused:
+            await provided(source, "acme", "support")  # acme's share is spent
+        assert refused.value.retry_after >= 1
+        await provided(source, "globex", "desk")  # another workspace still builds
+        await provided(source, "acme", "desk")  # and what is built is served, whatever the budget

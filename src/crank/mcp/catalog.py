@@ -29,7 +29,15 @@ from crank.mcp.validation import ArgumentValidator, OutputValidator
 from crank.types import JSONObject
 from crank.wire.auth import Principal
 
-__all__ = ["DEFAULT_PAGE_SIZE", "Catalog", "CatalogEntry", "ListKind", "TemplateEntry", "estimate_tokens"]
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "Catalog",
+    "CatalogEntry",
+    "ListKind",
+    "TemplateEntry",
+    "estimate_tokens",
+    "identity_of",
+]
 
 DEFAULT_PAGE_SIZE = 100
 _MAX_VIEWS = 64  # scope views kept per catalog
@@ -125,7 +133,7 @@ class Catalog:
         self._page_count = len(self._next_cursors)
         self._lists = {kind: _paged(entries, version, page_size) for kind, entries in self._surface_entries().items()}
         self.token_estimate = estimate_tokens(self.tool_entries(self.default_language))
-        self.identity: Hashable = tuple(sorted(self.labels.items())) if self.labels else object()
+        self.identity: Hashable = identity_of(self.labels) if self.labels else object()
         """What stays the same across the catalog's versions (its labels: the gateway's workspace and agent): the
         key of its clients' list-change listeners (`crank.mcp.changes`). A catalog without labels is its own
         identity: unlabeled catalogs never hear of each other's changes (label catalogs that replace each other)."""
@@ -457,3 +465,9 @@ def _decode_cursor(cursor: str, version: str, page_count: int) -> int:
             " list the tools again from the first page"
         )
     return int(number)
+
+
+def identity_of(labels: Mapping[str, str]) -> Hashable:
+    """The identity of every catalog with these labels (`Catalog.identity`), for who must name one it does not
+    hold (a replica telling the listeners of an agent it has not built that its lists changed)."""
+    return tuple(sorted(labels.items()))

@@ -122,7 +122,9 @@ class MCPEndpoint:
 
     Parameters:
         catalog: a `Catalog`, or a callable receiving the ASGI scope and returning one, or an awaitable of one
-            (`CatalogProvider`: the published version of an agent, say).
+            (`CatalogProvider`: the published version of an agent, say). A provider answers no endpoint here with
+            `CatalogNotFoundError` (404), missing credentials with `CatalogUnauthorizedError` (401), and a catalog it
+            cannot give now with `DependencyUnavailableError` (503 with its `Retry-After`).
         options: how it serves (`EndpointOptions`: limits, formats, hosts, streams).
         access: what a request must prove and pass (`EndpointAccess`: authentication, admission and limits);
             None serves anyone.
@@ -246,6 +248,9 @@ class MCPEndpoint:
             return self._challenge(scope, exc)
         if isinstance(exc, RequestTooLargeError):  # a streamed body past the limit (`RequestGate.receive_for`)
             return Exchange(413, _refusal(scope, 413, body_too_large_message(exc.limit)))
+        if isinstance(exc, DependencyUnavailableError):  # the provider cannot answer now (a registry, a budget)
+            retry = [(b"retry-after", str(exc.retry_after).encode())]
+            return Exchange(503, _refusal(scope, 503, exc.message), retry)
         # A server fault is a JSON-RPC error with HTTP 200, as the official SDK sends it (seed 002 agrees for the
         # plain pair); the request id in its data is also in the log.
         error = self.server.internal_error(exc)
@@ -326,7 +331,7 @@ class MCPEndpoint:
             catalog = self._provider(scope)
             if not isinstance(catalog, Catalog):
                 catalog = await catalog
-        except (CatalogNotFoundError, CatalogUnauthorizedError, AuthChallengeError):
+        except (CatalogNotFoundError, CatalogUnauthorizedError, AuthChallengeError, DependencyUnavailableError):
             raise
         except Exception as exc:  # answered with the request's own id, so the client can match it
             return _internal(id_of(message), self.server.internal_error(exc))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -382,6 +382,16 @@ class Registry(Publishing, ApiKeyStore):
         with Session(self.engine) as session:
             return read_since(session, generation)
 
+    def published_versions(self, changes: Changes | None = None) -> dict[tuple[str, str], int]:
+        """The published version of every published agent by (workspace, agent), without their views (a replica's
+        index of what it may build); with `changes`, of the agents they may change only."""
+        query = select(Workspace.slug, Agent.slug, Agent.published_version).join(
+            Agent, Agent.workspace_id == Workspace.id
+        ).where(Agent.published_version.is_not(None))  # fmt: skip
+        with Session(self.engine) as session:
+            rows: list[Any] = list(session.execute(_changed_agents(query, changes)).all())
+        return {(row[0], row[1]): row[2] for row in rows}
+
     def published(self, changes: Changes | None = None) -> list[PublishedAgent]:
         """Every agent's currently published runtime view; with `changes`, of the agents they may change only
         (those published or rolled back, and every agent of a workspace whose policy changed)."""
@@ -390,14 +400,23 @@ class Registry(Publishing, ApiKeyStore):
             .join(Agent, Agent.workspace_id == Workspace.id)
             .join(AgentVersion, (AgentVersion.agent_id == Agent.id) & (AgentVersion.version == Agent.published_version))
         )
-        if changes is not None and not changes.everything:
-            named = [and_(Workspace.slug == workspace, Agent.slug == agent) for workspace, agent in changes.agents]
-            query = query.where(or_(Workspace.slug.in_(changes.workspaces), *named))
         with Session(self.engine) as session:
-            rows: list[Any] = list(session.execute(query).all())
+            rows: list[Any] = list(session.execute(_changed_agents(query, changes)).all())
         return [PublishedAgent(row[0], row[1], row[2], row[3]) for row in rows]
 
     # -- helpers -----------------------------------------------------------------------------------
+
+
+_Query = TypeVar("_Query", bound="Select[*tuple[Any, ...]]")  # a select of any row shape
+
+
+def _changed_agents(query: _Query, changes: Changes | None) -> _Query:
+    """`query` (over workspaces and agents) limited to the agents `changes` may change: those named, and every
+    agent of a workspace named; all of them without changes, or when they are `everything`."""
+    if changes is None or changes.everything:
+        return query
+    named = [and_(Workspace.slug == workspace, Agent.slug == agent) for workspace, agent in changes.agents]
+    return query.where(or_(Workspace.slug.in_(changes.workspaces), *named))
 
 
 def _workspace_info(row: Workspace) -> JSONObject:

@@ -1,18 +1,19 @@
 """Published gateway agents as a source of MCP tools, reloaded without restart.
 
-`AgentSource` keeps one catalog per published agent, built from the registry's runtime view (a typed
-`crank.registry.runtime.RuntimeView`, whatever format version stored it) and nothing else: drafts,
-samples and import metadata never reach it. A watcher polls the registry's generation and rebuilds
-what changed; the new set replaces the old one in a single assignment, so a `tools/list` page or a
-call sees the whole old or the whole new version. With a `ChangeListener` (`crank.registry.changes`:
-PostgreSQL NOTIFY or Redis pub/sub) the watcher also checks as soon as a change is announced, and the
-poll stays for a lost announcement.
+`AgentSource` builds one catalog per published agent when a request first asks for it, from the registry's runtime
+view (a typed `crank.registry.runtime.RuntimeView`, whatever format version stored it) and nothing else: drafts,
+samples and import metadata never reach it. It keeps the most recently used (`crank.sources.agent_cache`). A
+watcher polls the registry's generation and reads what changed from its change log: the agents it holds that a
+publish touched are rebuilt and swapped in whole, so a `tools/list` page or a call sees the whole old or the whole
+new version. With a `ChangeListener` (`crank.registry.changes`: PostgreSQL NOTIFY or Redis pub/sub) the watcher
+also checks as soon as a change is announced, and the poll stays for a lost announcement.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import time
@@ -28,6 +29,7 @@ from crank.exceptions import (
     CatalogNotFoundError,
     CatalogUnauthorizedError,
     ConfirmationError,
+    DependencyUnavailableError,
     ToolError,
 )
 from crank.gateway.client import UpstreamClient
@@ -38,7 +40,7 @@ from crank.gateway.operation import Placement, RemoteOperation
 from crank.gateway.safety import CONFIRMATION_ARGUMENT, CONFIRMATION_SENTENCE, HUMAN_CONFIRMATION_SENTENCE
 from crank.gateway.secrets import MissingCredential, MissingSecret, missing_credentials, missing_secrets
 from crank.gateway.user_connections import UpstreamConnectionRequiredError, UserConnections
-from crank.mcp.catalog import Catalog
+from crank.mcp.catalog import Catalog, identity_of
 from crank.mcp.changes import LIST_KINDS, ListChanges
 from crank.mcp.input_required import DEFAULT_STATE_MAX_AGE
 from crank.mcp.resources import Resource
@@ -57,6 +59,7 @@ from crank.registry.changes import ChangeListener
 from crank.registry.runtime import AuthConfig, OAuthPolicy, RuntimeView, ToolHints, origin_of
 from crank.schema import wrap_output
 from crank.sources.admission import WorkspaceAdmission
+from crank.sources.agent_cache import AgentCache, AgentCacheLimits
 from crank.sources.agent_surface import agent_surface
 from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, KEY_LOOKUPS_PER_SECOND, ApiKeys
 from crank.sources.connect import ask_to_connect
@@ -75,6 +78,8 @@ __all__ = ["AgentSource", "build_catalog"]
 logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
 UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
+_LOAD_ATTEMPTS: Final = 3  # reads of a cold agent when publishes land during its build; then the newest read serves
+_CONNECT_BUILDS: Final = 16  # agents of a workspace a connect page may have built, to find the scheme's credentials
 """Seconds between progress notifications of an upstream call that has not answered, for a request that asked
 for progress (`_meta.progressToken`)."""
 
@@ -103,7 +108,7 @@ def build_catalog(
     without it the build's operations share a cache of their own. `renders`: the process's turns at rendering
     stored prompts, per workspace (`crank.sources.prompt_templates.RenderGates`); a gate of its own when None."""
     client = client or UpstreamClient()
-    labels = {"workspace": runtime.workspace.slug, "agent": runtime.agent.slug}
+    labels = agent_labels(runtime.workspace.slug, runtime.agent.slug)
     placement = Placement(labels["workspace"], labels["agent"], version)
     observer = metrics.observer(**labels) if metrics is not None else None
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
@@ -153,6 +158,11 @@ def build_catalog(
 
 
 CONNECTIONS_URI: Final = "crank://connections"
+
+
+def agent_labels(workspace: str, agent: str) -> dict[str, str]:
+    """An agent catalog's labels (its metrics' and logs', and its identity for list-change listeners)."""
+    return {"workspace": workspace, "agent": agent}
 
 
 def _connections_resource(connections: UserConnections, workspace: str) -> Resource:
@@ -462,7 +472,8 @@ def _settle_heap() -> None:
 
 
 class AgentSource:
-    """The published agents of a registry as tools: one catalog per agent, reloaded without restart.
+    """The published agents of a registry as tools: one catalog per agent, built on its first request, kept while
+    it is among the most recently used (`AgentCache`), and rebuilt without restart when it is published again.
 
     `provide` is its `CatalogProvider` (the agent of the request's path, for the key that
     `authenticate` recognised); `crank.server.GatewayService` serves it."""
@@ -482,9 +493,11 @@ class AgentSource:
         listener: ChangeListener | None = None,
         changes: ListChanges | None = None,
         connections: UserConnections | None = None,
+        agent_cache: AgentCacheLimits | None = None,
     ) -> None:
         """`connections`: the users' own connections to APIs (`crank.gateway.user_connections`), for tools that act
-        as the user through them; none: such tools fail as `configuration_error`."""
+        as the user through them; none: such tools fail as `configuration_error`. `agent_cache`: how many agents
+        stay built, and how many cold ones are built a second (`crank.sources.agent_cache`)."""
         self.registry = registry
         self.listener = listener
         self.changes = changes
@@ -504,7 +517,11 @@ class AgentSource:
         self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
-        self._catalogs: dict[tuple[str, str], _Served] = {}
+        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(agent_cache)
+        """The agents built here, the most recently used ones (built on their first request)."""
+        self._index: dict[tuple[str, str], int] = {}
+        """Every published agent's version, by (workspace, agent): what may be built, without building it."""
+        self._workspaces: frozenset[str] = frozenset()  # the workspaces of the index (what a 404 may say)
         self.oauth: dict[str, WorkspaceOAuth] = {}
         """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
         self._generation = -1
@@ -514,46 +531,81 @@ class AgentSource:
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop that serves requests (and listeners)
 
     def reload(self) -> None:
-        """Reload what changed since this replica's generation (`Registry.changes_since`): the agents published or
-        rolled back, every agent of a workspace whose OAuth policy changed, the keys made, limited or revoked. The
-        first load, and a replica too far behind the change log, reload everything. A catalog whose published
-        version and policy are the ones it was built from is kept."""
+        """Follow what changed since this replica's generation (`Registry.changes_since`): the index of published
+        agents, the OAuth policies and the keys those changes name, and the agents built here that they touch,
+        rebuilt at once (an agent not built here is built on its next request). The first load, and a replica too
+        far behind the change log, read the whole index, policies and keys, and build nothing new."""
         changes = self.registry.changes_since(self._generation)
-        current = self._catalogs
-        fresh = {} if changes.everything else {
-            key: served for key, served in current.items() if not changes.touches_agent(*key)
-        }  # fmt: skip
+        before = self._index
         oauth = self._policies(changes)
-        for published in self.registry.published(changes):
-            key = (published.workspace, published.agent)
-            known = current.get(key)
-            policy = oauth[published.workspace].policy if published.workspace in oauth else None
-            stamp = (published.version, policy)  # a new policy gives the tools other scopes: built again
-            if known is not None and known.stamp == stamp:
-                fresh[key] = known
-                continue
-            try:
-                fresh[key] = self._serve(published, stamp, policy)
-            except Exception:
-                logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
-                if known is not None:
-                    fresh[key] = known
-        self._catalogs = fresh  # one assignment: requests see the whole old or the whole new set
-        touched = current.keys() | fresh.keys() if changes.everything else {
-            key for key in current.keys() | fresh.keys() if changes.touches_agent(*key)
-        }  # fmt: skip
-        told = _changed_lists(current, fresh, touched) if self.changes is not None else []
+        index = self._published_index(changes)
+        # The index and the policies first: a cold build that finishes after this compares itself with them.
+        self.oauth, self._index = oauth, index
+        self._workspaces = frozenset(workspace for workspace, _ in index)
+        current = {key: served for key in self._catalogs.keys() if (served := self._catalogs.peek(key)) is not None}
+        touched = [key for key in current if changes.touches_agent(*key)]
+        fresh = self._rebuilt(changes, touched, current)
+        told = self._told(changes, before, current, fresh) if self.changes is not None else []
         gone = self.keys.update(self.registry.api_keys(changes), changes)
         # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
-        recheck = self.changes is not None and bool(gone or oauth != self.oauth)
-        self.oauth = oauth
+        recheck = self.changes is not None and bool(gone or changes.everything or changes.workspaces)
         self._generation = changes.generation
         if told or recheck:
             self._tell(told, recheck)
         self.keys.confirmed()
-        changed = [key for key in touched if current.get(key) is not fresh.get(key)]
-        if self.freeze_heap and changed:
-            self._settle(changes, replaced=sum(1 for key in changed if key in current))
+        replaced = sum(1 for key in touched if fresh.get(key) is not current[key])
+        if self.freeze_heap and (replaced or changes.everything):
+            self._settle(changes, replaced=replaced)
+
+    def _published_index(self, changes: Changes) -> dict[tuple[str, str], int]:
+        """The published version of every agent after `changes`: those they name read again, the others kept."""
+        read = self.registry.published_versions(changes)
+        if changes.everything:
+            return read
+        kept = {key: version for key, version in self._index.items() if not changes.touches_agent(*key)}
+        return {**kept, **read}
+
+    def _rebuilt(
+        self, changes: Changes, touched: list[tuple[str, str]], current: dict[tuple[str, str], _Served]
+    ) -> dict[tuple[str, str], _Served]:
+        """The agents built here that `changes` touch, rebuilt from their published versions (kept where version
+        and policy are the ones they were built from) and swapped in; those no longer published dropped."""
+        fresh: dict[tuple[str, str], _Served] = {}
+        wanted = Changes(changes.generation, agents=frozenset(touched))
+        for published in self.registry.published(wanted) if touched else []:
+            key = (published.workspace, published.agent)
+            known = current[key]
+            policy = self._policy_of(published.workspace)
+            stamp = (published.version, policy)  # a new policy gives the tools other scopes: built again
+            if known.stamp != stamp:
+                try:
+                    known = self._serve(published, stamp, policy)
+                except Exception:
+                    logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
+            fresh[key] = known
+            self._catalogs.replace(key, known)
+        for key in touched:
+            if key not in fresh:
+                self._catalogs.drop(key)
+        return fresh
+
+    def _told(
+        self,
+        changes: Changes,
+        before: dict[tuple[str, str], int],
+        current: dict[tuple[str, str], _Served],
+        fresh: dict[tuple[str, str], _Served],
+    ) -> list[tuple[Any, tuple[str, ...]]]:
+        """Which lists of which agents `changes` changed, for their listeners: compared list by list for the agents
+        built here; every list of an agent not built here whose published version changed (its listeners, if
+        any, are told to list again)."""
+        told = _changed_lists(current, fresh, [key for key in current if changes.touches_agent(*key)])
+        index = self._index
+        keys = (before.keys() | index.keys()) if changes.everything else changes.agents
+        for key in keys:
+            if key not in current and before.get(key) != index.get(key):
+                told.append((identity_of(agent_labels(*key)), LIST_KINDS))
+        return told
 
     def _settle(self, changes: Changes, *, replaced: int) -> None:
         """Keep full collections off the served catalogs (`_settle_heap`) at a cost that does not grow with them.
@@ -625,25 +677,70 @@ class AgentSource:
             limiter=self.limiter, oauth=oauth, tokens=self.tokens, renders=self.renders,
         )  # fmt: skip
 
+    def _policy_of(self, workspace: str) -> OAuthPolicy | None:
+        held = self.oauth.get(workspace)
+        return held.policy if held is not None else None
+
+    async def _cold(self, key: tuple[str, str]) -> Catalog:
+        """An agent not built here: built now (once, however many requests wait; within the build budget)."""
+        served = await self._catalogs.build(key, functools.partial(self._load, key), tenant=key[0])
+        return served.catalog
+
+    async def _load(self, key: tuple[str, str]) -> _Served:
+        """The agent's published version, read and built in a worker thread. A publish (or a new policy) that
+        lands meanwhile has it read again, so that what is kept is the version the replica's index names."""
+        wanted = Changes(self._generation, agents=frozenset({key}))
+        for _ in range(_LOAD_ATTEMPTS):
+            try:
+                found = await run_in_threadpool(self.registry.published, wanted)
+            except DATABASE_ERRORS as exc:
+                _notices.warning("agent-read", "reading an agent from the registry failed: %s",
+                                 describe_database_error(exc))  # fmt: skip
+                raise DependencyUnavailableError(
+                    "registry", "This server cannot read the agent from its registry right now; retry later."
+                ) from None
+            if not found:
+                raise CatalogNotFoundError(f"Workspace {key[0]!r} has no published agent {key[1]!r}")
+            published = found[0]
+            policy = self._policy_of(published.workspace)
+            try:
+                served = await run_in_threadpool(self._serve, published, (published.version, policy), policy)
+            except Exception:
+                logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
+                raise CatalogNotFoundError(f"Agent {key[0]}/{key[1]} cannot be served now") from None
+            if self._index.get(key) == published.version and self._policy_of(published.workspace) == policy:
+                break
+        return served
+
     def serves(self, workspace: str, agent: str) -> bool:
-        """Whether `workspace` has `agent` published here."""
-        return (workspace, agent) in self._catalogs
+        """Whether `workspace` has `agent` published (built here or not)."""
+        return (workspace, agent) in self._index
 
     def missing_credentials(self) -> list[MissingCredential]:
-        """The security schemes served tools require with no credential given (their calls get the upstream's
-        401): `/readyz` names each with its tools and how to give it."""
+        """The security schemes the tools built here require with no credential given (their calls get the
+        upstream's 401): `/readyz` names each with its tools and how to give it."""
         return [missing for served in self._catalogs.values() for missing in served.gaps]
 
     def oauth_policy(self, workspace: str) -> OAuthPolicy | None:
         """The workspace's OAuth policy as this replica serves it (the connect page signs its users in with it)."""
-        found = self.oauth.get(workspace)
-        return found.policy if found is not None else None
+        return self._policy_of(workspace)
 
-    def connection_auth(self, workspace: str, scheme: str) -> AuthConfig | None:
-        """The credentials through which a served tool of the workspace acts as its users' own connection to the
-        scheme's API (`user_connection`), for the connect page; None when no served tool does."""
-        for (served_workspace, _), served in self._catalogs.items():
-            if served_workspace != workspace or served.secrets is None:
+    async def connection_auth(self, workspace: str, scheme: str) -> AuthConfig | None:
+        """The credentials through which a published tool of the workspace acts as its users' own connection to
+        the scheme's API (`user_connection`), for the connect page; None when no published tool does. Agents of
+        the workspace not built here are built for it (within the build budget: 503 past it)."""
+        found = self._connection_auth(workspace, scheme)
+        if found is None:
+            for key in [key for key in self._index if key[0] == workspace][:_CONNECT_BUILDS]:
+                if self._catalogs.peek(key) is None:
+                    await self._cold(key)
+            found = self._connection_auth(workspace, scheme)
+        return found
+
+    def _connection_auth(self, workspace: str, scheme: str) -> AuthConfig | None:
+        for key in self._catalogs.keys():
+            served = self._catalogs.peek(key)
+            if key[0] != workspace or served is None or served.secrets is None:
                 continue
             for tool in served.secrets.tools:
                 auth = tool.execution_config.auth
@@ -652,12 +749,12 @@ class AgentSource:
         return None
 
     def refused_targets(self) -> list[RefusedTarget]:
-        """The served tools whose target address this server's egress policy refuses (their calls would fail as
-        `configuration_error`): a publish checked under another process's settings."""
+        """The tools built here whose target address this server's egress policy refuses (their calls would fail
+        as `configuration_error`): a publish checked under another process's settings."""
         return [target for served in self._catalogs.values() for target in served.refused]
 
     def missing_secrets(self) -> list[MissingSecret]:
-        """The secret references of served tools that do not resolve on this host now (checked on each
+        """The secret references of tools built here that do not resolve on this host now (checked on each
         call: a secret file mounted later counts as soon as it is there)."""
         views = (served.secrets for served in self._catalogs.values() if served.secrets is not None)
         return [missing for view in views for missing in missing_secrets(view)]
@@ -724,9 +821,9 @@ class AgentSource:
         await self.client.aclose()
         await self.state.aclose()
 
-    def provide(self, scope: Scope) -> Catalog:
-        """The `CatalogProvider` of the gateway's endpoint: the agent of the request's path, for its caller, at
-        once (nothing to await)."""
+    def provide(self, scope: Scope) -> Catalog | Awaitable[Catalog]:
+        """The `CatalogProvider` of the gateway's endpoint: the agent of the request's path, for its caller: at once
+        when it is built here, else built first (`_cold`)."""
         if not self._watching:  # the watcher stopped, or never started: start it (a method call only then)
             self.ensure_watching()
         params = scope.get("path_params", {})
@@ -738,12 +835,17 @@ class AgentSource:
             key_scope = None
         elif self.require_keys and (key_scope is None or key_scope.workspace != workspace):
             raise CatalogUnauthorizedError(workspace)  # a key never opens another workspace, nor says what is there
-        entry = self._catalogs.get((workspace, agent))
         # An agent the key may not use is answered as one that does not exist: a key limited to some agents
         # cannot learn which others its workspace has.
-        if entry is None or (key_scope is not None and not key_scope.allows(workspace, agent)):
+        if key_scope is not None and not key_scope.allows(workspace, agent):
             raise CatalogNotFoundError(self._not_found(workspace, agent, key_scope))
-        return entry.catalog
+        key = (workspace, agent)
+        entry = self._catalogs.get(key)
+        if entry is not None:
+            return entry.catalog
+        if key not in self._index:  # nothing published there: no registry read, whatever the path
+            raise CatalogNotFoundError(self._not_found(workspace, agent, key_scope))
+        return self._cold(key)
 
     def _not_found(self, workspace: str, agent: str, key_scope: KeyScope | None) -> str:
         """What a request to no agent is told: the URL form, and which part is unknown where the credentials may
@@ -751,6 +853,6 @@ class AgentSource:
         form = "MCP endpoints are at /mcp/v1/{workspace}/{agent}"
         if key_scope is not None and key_scope.agents is not None:
             return f"No MCP endpoint at this path ({form})"
-        if key_scope is None and not any(known == workspace for known, _ in self._catalogs):
+        if key_scope is None and workspace not in self._workspaces:
             return f"No workspace {workspace!r} serves agents here ({form})"
         return f"Workspace {workspace!r} has no published agent {agent!r} ({form})"

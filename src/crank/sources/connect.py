@@ -42,7 +42,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode, urlsplit
@@ -203,7 +203,7 @@ class ConnectPages:
         verifier: TokenVerifier,
         client: UpstreamClient,
         policies: Callable[[str], OAuthPolicy | None],
-        connection_auth: Callable[[str, str], AuthConfig | None],
+        connection_auth: Callable[[str, str], Awaitable[AuthConfig | None]],
     ) -> None:
         self.public_url = public_url.rstrip("/")
         self.connections = connections
@@ -244,7 +244,7 @@ class ConnectPages:
         workspace, scheme = request.path_params["workspace"], request.path_params["scheme"]
         try:
             asked = self._links.read(request.query_params.get("request", ""), workspace, scheme)
-            self._auth(workspace, scheme)  # a scheme no published tool connects: said before any sign-in
+            await self._auth(workspace, scheme)  # a scheme no published tool connects: said before any sign-in
             sign_in = self._sign_in(workspace, asked.issuer)
             return await self._to_sign_in(sign_in, workspace, {"purpose": "connect", "request": _fields(asked)})
         except ConnectLinkError:
@@ -267,7 +267,7 @@ class ConnectPages:
                                extra={"workspace": asked.workspace, "scheme": asked.scheme})  # fmt: skip
                 raise _Refused("This link was made for another account than the one you signed in with. Nothing "
                                "was connected: ask for your own link by calling the tool yourself.", 403)  # fmt: skip
-            return self._to_api(asked)
+            return await self._to_api(asked)
         except _Refused as refused:
             return self._page("Nothing was connected", refused.message, status=refused.status)
 
@@ -297,7 +297,7 @@ class ConnectPages:
 
     async def _exchange(self, request: Request, asked: ConnectRequest, pending: PendingSignIn) -> Connected:
         """The code exchanged at the scheme's token endpoint (PKCE verifier, Crank's client): the user's tokens."""
-        auth = self._auth(asked.workspace, asked.scheme)
+        auth = await self._auth(asked.workspace, asked.scheme)
         endpoint = TokenEndpoint(auth, self.client, workspace=asked.workspace, where=f"connection {asked.scheme}",
                                  timeout=EXCHANGE_TIMEOUT)  # fmt: skip
         form = {"grant_type": "authorization_code", "code": request.query_params.get("code", "")[:_MAX_CODE],
@@ -372,8 +372,8 @@ class ConnectPages:
         return OpenIDSignIn(issuer=client.issuer, client_id=client.client_id, client_secret=secret,
                             verifier=self.verifier, tenant=workspace)  # fmt: skip
 
-    def _auth(self, workspace: str, scheme: str) -> AuthConfig:
-        auth = self._connection_auth(workspace, scheme)
+    async def _auth(self, workspace: str, scheme: str) -> AuthConfig:
+        auth = await self._connection_auth(workspace, scheme)
         if auth is None:
             raise _Refused("No published tool of this workspace connects accounts for this API.", 404)
         return auth
@@ -403,8 +403,8 @@ class ConnectPages:
         except SignInRefusedError as refused:
             raise _Refused(str(refused), 403) from None
 
-    def _to_api(self, asked: ConnectRequest) -> Response:
-        auth = self._auth(asked.workspace, asked.scheme)
+    async def _to_api(self, asked: ConnectRequest) -> Response:
+        auth = await self._auth(asked.workspace, asked.scheme)
         assert auth.authorization_url is not None and auth.client_id is not None
         pending = PendingSignIn.new()
         query = {"response_type": "code", "client_id": auth.client_id,

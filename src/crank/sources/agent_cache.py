@@ -1,0 +1,124 @@
+"""`AgentCache`: the agents a replica keeps built, the least recently used dropped past a bound, and the cold
+builds of the others, each built once however many requests wait for it, at a bounded rate.
+
+A replica serves thousands of tenants, most of them idle: it builds an agent's catalog on its first request and
+keeps the `size` most recently used (`CRANK_AGENT_CACHE`). A dropped agent is built again on its next request.
+Building costs CPU (an agent of 20 tools: milliseconds), so cold builds share a budget of `builds_per_second`
+(`CRANK_AGENT_BUILDS_PER_SECOND`), a quarter of it at most for one tenant: past it a request for a cold agent is
+answered 503 with `Retry-After`, and a flood of requests for cold agents cannot take the CPU that hot agents'
+calls need, nor one tenant's cold agents all of the budget. Requests for the agent being
+built wait for that build; none starts another.
+
+Reads and writes of the cache are single dictionary operations: the event loop marks and inserts, the reload
+thread replaces what it rebuilt, and neither iterates what the other changes (`keys` takes a copy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+from crank.exceptions import DependencyUnavailableError
+from crank.wire.budgets import Budget, KeyedBudgets
+
+__all__ = ["AGENT_BUILDS_PER_SECOND", "DEFAULT_AGENT_CACHE", "AgentCache", "AgentCacheLimits"]
+
+DEFAULT_AGENT_CACHE: Final = 256
+"""Agents a replica keeps built (`CRANK_AGENT_CACHE`): about 0.8 MB each for an agent of 20 tools from GitHub's
+description (docs/deployment.md, "Many tenants")."""
+AGENT_BUILDS_PER_SECOND: Final = 50.0
+"""Cold agents a replica builds a second on requests, with bursts of as many (`CRANK_AGENT_BUILDS_PER_SECOND`)."""
+TENANT_SHARE: Final = 0.25
+"""The share of the build budget one tenant (workspace) may take."""
+COLD_RETRY_AFTER: Final = 1
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCacheLimits:
+    """How many agents stay built (`size`) and how many cold ones may be built a second."""
+
+    size: int = DEFAULT_AGENT_CACHE
+    builds_per_second: float = AGENT_BUILDS_PER_SECOND
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.builds_per_second <= 0:
+            raise ValueError("an agent cache holds at least one agent and builds more than none a second")
+
+
+class AgentCache(Generic[K, V]):
+    """Built agents by key, at most `limits.size`, the least recently used dropped first."""
+
+    def __init__(self, limits: AgentCacheLimits | None = None) -> None:
+        self.limits = limits or AgentCacheLimits()
+        self._built: OrderedDict[K, V] = OrderedDict()
+        self._building: dict[K, asyncio.Future[V]] = {}
+        rate = self.limits.builds_per_second
+        self._builds = Budget(rate)
+        self._tenant_builds = KeyedBudgets(max(rate * TENANT_SHARE, 1.0))
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._built
+
+    def get(self, key: K) -> V | None:
+        """The built agent, now the most recently used; None when it is not built."""
+        value = self._built.get(key)
+        if value is not None:
+            self._built.move_to_end(key)
+        return value
+
+    def peek(self, key: K) -> V | None:
+        """The built agent, its place left as it is (the reload's look, not a request's)."""
+        return self._built.get(key)
+
+    def keys(self) -> list[K]:
+        return list(self._built)
+
+    def values(self) -> list[V]:
+        return list(self._built.values())
+
+    def put(self, key: K, value: V) -> None:
+        """Keep `value` as the most recently used; past the bound, drop the least recently used."""
+        self._built[key] = value
+        self._built.move_to_end(key)
+        while len(self._built) > self.limits.size:
+            self._built.popitem(last=False)
+
+    def replace(self, key: K, value: V) -> None:
+        """Swap a rebuilt agent in where it is held, in its place; one dropped meanwhile stays dropped."""
+        if key in self._built:
+            self._built[key] = value
+
+    def drop(self, key: K) -> None:
+        self._built.pop(key, None)
+
+    async def build(self, key: K, load: Callable[[], Awaitable[V]], *, tenant: Hashable) -> V:
+        """The agent `load` builds, kept once built. One build per key at a time: the requests that come while it
+        runs wait for it (a request that leaves does not cancel it). A new build takes one from the replica's
+        budget and one from its `tenant`'s (a quarter of it, so one tenant's cold agents cannot spend all of it);
+        past either, 503 with `Retry-After`."""
+        running = self._building.get(key)
+        if running is None:
+            if not (self._tenant_builds.left(tenant) and self._builds.take() and self._tenant_builds.take(tenant)):
+                raise DependencyUnavailableError(
+                    "agents",
+                    "This server is building many agents at once; retry in a moment.",
+                    retry_after=COLD_RETRY_AFTER,
+                )
+            running = self._building[key] = asyncio.ensure_future(load())
+            running.add_done_callback(functools.partial(self._finished, key))
+        return await asyncio.shield(running)
+
+    def _finished(self, key: K, done: asyncio.Future[V]) -> None:
+        del self._building[key]
+        if not done.cancelled() and done.exception() is None:  # a failure is its waiters' (retrieved: never logged)
+            self.put(key, done.result())

@@ -1,0 +1,85 @@
+"""`AgentCache` (crank.sources.agent_cache): the most recently used agents kept, cold builds shared and budgeted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from crank.exceptions import DependencyUnavailableError
+from crank.sources.agent_cache import AgentCache, AgentCacheLimits
+
+pytestmark = pytest.mark.anyio
+
+
+def test_the_least_recently_used_goes_first_and_a_replacement_never_brings_one_back() -> None:
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(size=2))
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # a is now the most recent
+    cache.put("c", 3)
+    assert cache.keys() == ["a", "c"]
+    cache.replace("b", 20)  # dropped meanwhile: stays dropped
+    assert "b" not in cache and len(cache) == 2
+    cache.replace("a", 10)  # held: swapped in place, its recency unchanged
+    assert cache.peek("a") == 10 and cache.keys() == ["a", "c"]
+    cache.drop("c")
+    assert cache.keys() == ["a"]
+
+
+def test_limits_refuse_an_empty_cache_or_budget() -> None:
+    with pytest.raises(ValueError):
+        AgentCacheLimits(size=0)
+    with pytest.raises(ValueError):
+        AgentCacheLimits(builds_per_second=0)
+
+
+async def test_a_failed_build_reaches_its_waiters_and_is_not_kept() -> None:
+    cache: AgentCache[str, int] = AgentCache()
+
+    async def failing() -> int:
+        await asyncio.sleep(0.01)
+        raise LookupError("gone")
+
+    waiters = [asyncio.ensure_future(cache.build("a", failing, tenant="t")) for _ in range(3)]
+    results = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(result, LookupError) for result in results)
+    assert "a" not in cache
+
+
+async def test_a_waiter_that_leaves_does_not_cancel_the_build_the_others_wait_for() -> None:
+    cache: AgentCache[str, int] = AgentCache()
+    release = asyncio.Event()
+    runs = 0
+
+    async def slow() -> int:
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return 7
+
+    leaving = asyncio.ensure_future(cache.build("a", slow, tenant="t"))
+    staying = asyncio.ensure_future(cache.build("a", slow, tenant="t"))
+    await asyncio.sleep(0)
+    leaving.cancel()
+    release.set()
+    assert await staying == 7 and runs == 1
+    assert cache.peek("a") == 7
+
+
+async def test_new_builds_past_the_budget_are_503_while_a_running_one_is_joined() -> None:
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=1))  # one a second, one a tenant
+    release = asyncio.Event()
+
+    async def slow() -> int:
+        await release.wait()
+        return 1
+
+    first = asyncio.ensure_future(cache.build("a", slow, tenant="t"))
+    await asyncio.sleep(0)
+    joined = asyncio.ensure_future(cache.build("a", slow, tenant="t"))  # the same build: no budget taken
+    with pytest.raises(DependencyUnavailableError) as refused:
+        await cache.build("b", slow, tenant="u")
+    assert refused.value.retry_after == 1
+    release.set()
+    assert await first == 1 and await joined == 1
