@@ -687,10 +687,12 @@ class AgentSource:
         return served.catalog
 
     async def _load(self, key: tuple[str, str]) -> _Served:
-        """The agent's published version, read and built in a worker thread. A publish (or a new policy) that
-        lands meanwhile has it read again, so that what is kept is the version the replica's index names."""
+        """The agent's published version, read and built in a worker thread. A reload that moves the replica's index
+        (or the workspace's policy) meanwhile has it read again: what is kept is never older than the index, and
+        one newer than it (a publish the watcher has not read yet) is what the coming reload finds in place."""
         wanted = Changes(self._generation, agents=frozenset({key}))
         for _ in range(_LOAD_ATTEMPTS):
+            known = (self._index.get(key), self._policy_of(key[0]))
             try:
                 found = await run_in_threadpool(self.registry.published, wanted)
             except DATABASE_ERRORS as exc:
@@ -708,7 +710,7 @@ class AgentSource:
             except Exception:
                 logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
                 raise CatalogNotFoundError(f"Agent {key[0]}/{key[1]} cannot be served now") from None
-            if self._index.get(key) == published.version and self._policy_of(published.workspace) == policy:
+            if (self._index.get(key), self._policy_of(key[0])) == known:
                 break
         return served
 
