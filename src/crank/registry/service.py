@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -415,8 +415,9 @@ def _changed_agents(query: _Query, changes: Changes | None) -> _Query:
     agent of a workspace named; all of them without changes, or when they are `everything`."""
     if changes is None or changes.everything:
         return query
-    named = [and_(Workspace.slug == workspace, Agent.slug == agent) for workspace, agent in changes.agents]
-    return query.where(or_(Workspace.slug.in_(changes.workspaces), *named))
+    # A row-value IN, not an OR of pairs: SQLite refuses an expression deeper than 1,000 terms.
+    named = tuple_(Workspace.slug, Agent.slug).in_(sorted(changes.agents))
+    return query.where(or_(Workspace.slug.in_(changes.workspaces), named))
 
 
 def _workspace_info(row: Workspace) -> JSONObject:

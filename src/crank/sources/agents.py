@@ -17,7 +17,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -79,6 +79,7 @@ logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
 UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
 _LOAD_ATTEMPTS: Final = 3  # reads of a cold agent when publishes land during its build; then the newest read serves
+_READ_CHUNK: Final = 500  # held agents whose views one registry read brings back (a reload of many)
 _CONNECT_BUILDS: Final = 16  # agents of a workspace a connect page may have built, to find the scheme's credentials
 """Seconds between progress notifications of an upstream call that has not answered, for a request that asked
 for progress (`_meta.progressToken`)."""
@@ -545,7 +546,8 @@ class AgentSource:
         current = {key: served for key in self._catalogs.keys() if (served := self._catalogs.peek(key)) is not None}
         touched = [key for key in current if changes.touches_agent(*key)]
         fresh = self._rebuilt(changes, touched, current)
-        told = self._told(changes, before, current, fresh) if self.changes is not None else []
+        first = self._generation < 0  # nothing built, no listener yet: nothing to tell
+        told = self._told(changes, before, current, fresh) if self.changes is not None and not first else []
         gone = self.keys.update(self.registry.api_keys(changes), changes)
         # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
         recheck = self.changes is not None and bool(gone or changes.everything or changes.workspaces)
@@ -571,8 +573,7 @@ class AgentSource:
         """The agents built here that `changes` touch, rebuilt from their published versions (kept where version
         and policy are the ones they were built from) and swapped in; those no longer published dropped."""
         fresh: dict[tuple[str, str], _Served] = {}
-        wanted = Changes(changes.generation, agents=frozenset(touched))
-        for published in self.registry.published(wanted) if touched else []:
+        for published in self._published_views(changes.generation, touched):
             key = (published.workspace, published.agent)
             known = current[key]
             policy = self._policy_of(published.workspace)
@@ -588,6 +589,11 @@ class AgentSource:
             if key not in fresh:
                 self._catalogs.drop(key)
         return fresh
+
+    def _published_views(self, generation: int, keys: list[tuple[str, str]]) -> Iterator[PublishedAgent]:
+        """The published views of these agents, read `_READ_CHUNK` at a time (a replica may hold thousands)."""
+        for start in range(0, len(keys), _READ_CHUNK):
+            yield from self.registry.published(Changes(generation, agents=frozenset(keys[start : start + _READ_CHUNK])))
 
     def _told(
         self,
@@ -610,11 +616,12 @@ class AgentSource:
     def _settle(self, changes: Changes, *, replaced: int) -> None:
         """Keep full collections off the served catalogs (`_settle_heap`) at a cost that does not grow with them.
 
-        After a reload of some agents, what is not frozen yet (their new catalogs, the reload's garbage) is
-        collected and frozen: that walks those objects only. The catalogs replaced were frozen; what they leave
-        in reference cycles waits for a whole settle (unfreeze, collect, freeze), which walks every object: it
-        runs after a reload of everything, and once the catalogs replaced since the last one reach a quarter of
-        those served, so its cost per publish stays constant however many agents a replica serves."""
+        After a reload of some agents, or a cold build, what is not frozen yet (the new catalogs, the garbage made
+        since the last freeze) is collected and frozen: that walks those objects only. The catalogs replaced or
+        evicted were frozen; what they leave in reference cycles waits for a whole settle (unfreeze, collect,
+        freeze), which walks every object: it runs after a reload of everything, and once the catalogs replaced
+        since the last one reach a quarter of those held, so its cost per publish or build stays constant however
+        many agents a replica holds."""
         self._unsettled += replaced
         if changes.everything or self._unsettled * 4 > len(self._catalogs):
             _settle_heap()
@@ -712,6 +719,10 @@ class AgentSource:
                 raise CatalogNotFoundError(f"Agent {key[0]}/{key[1]} cannot be served now") from None
             if (self._index.get(key), self._policy_of(key[0])) == known:
                 break
+        if self.freeze_heap:  # the new catalog out of the collector's walks; the one it evicts counts as replaced
+            self._settle(
+                Changes(self._generation), replaced=1 if len(self._catalogs) >= self._catalogs.limits.size else 0
+            )
         return served
 
     def serves(self, workspace: str, agent: str) -> bool:
