@@ -531,6 +531,19 @@ async def test_provider_can_answer_404_for_an_unknown_endpoint(serve: Callable[.
     assert response.status_code == 404
 
 
+async def test_provider_that_cannot_answer_now_is_503_with_its_retry_after(serve: Callable[..., str]) -> None:
+    from crank.exceptions import DependencyUnavailableError
+    from crank.mcp import MCPEndpoint
+
+    async def provider(scope: Any) -> Any:
+        raise DependencyUnavailableError("agents", "Building many agents at once; retry in a moment.", retry_after=3)
+
+    url = serve(MCPEndpoint(provider))
+    response = await post(url, legacy_request("tools/list"), legacy_headers())
+    assert response.status_code == 503 and response.headers["retry-after"] == "3"
+    assert "retry in a moment" in response.json()["error"]["message"]
+
+
 async def test_list_answers_are_built_once_per_page_language_and_era(
     serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
