@@ -123,3 +123,15 @@ def test_a_registry_upgraded_to_the_log_starts_it_at_its_generation_and_its_mode
             assert compare_metadata(context, Base.metadata) == []
     finally:
         engine.dispose()
+
+
+def test_a_generation_an_older_crank_bumped_without_the_log_makes_a_replica_reload_everything(
+    registry: Registry,
+) -> None:
+    workspace(registry, "acme")
+    since = registry.generation()
+    with registry.engine.begin() as connection:  # a rolling upgrade: an older process publishes, logging nothing
+        connection.execute(text("UPDATE registry_state SET generation = generation + 1"))
+    registry.publish("acme", "desk", skip_unchanged=False)
+    assert registry.changes_since(since).everything
+    assert not registry.changes_since(since + 1).everything  # the logged generation after it reads as ever

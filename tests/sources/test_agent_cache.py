@@ -12,6 +12,10 @@ from crank.sources.agent_cache import AgentCache, AgentCacheLimits
 pytestmark = pytest.mark.anyio
 
 
+def kept(key: str, value: int, dropped: int) -> bool:
+    return True
+
+
 def test_the_least_recently_used_goes_first_and_a_replacement_never_brings_one_back() -> None:
     cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(size=2))
     cache.put("a", 1)
@@ -41,7 +45,7 @@ async def test_a_failed_build_reaches_its_waiters_and_is_not_kept() -> None:
         await asyncio.sleep(0.01)
         raise LookupError("gone")
 
-    waiters = [asyncio.ensure_future(cache.build("a", failing, tenant="t")) for _ in range(3)]
+    waiters = [asyncio.ensure_future(cache.build("a", failing, tenant="t", client="c", keep=kept)) for _ in range(3)]
     results = await asyncio.gather(*waiters, return_exceptions=True)
     assert all(isinstance(result, LookupError) for result in results)
     assert "a" not in cache
@@ -58,8 +62,8 @@ async def test_a_waiter_that_leaves_does_not_cancel_the_build_the_others_wait_fo
         await release.wait()
         return 7
 
-    leaving = asyncio.ensure_future(cache.build("a", slow, tenant="t"))
-    staying = asyncio.ensure_future(cache.build("a", slow, tenant="t"))
+    leaving = asyncio.ensure_future(cache.build("a", slow, tenant="t", client="c", keep=kept))
+    staying = asyncio.ensure_future(cache.build("a", slow, tenant="t", client="c", keep=kept))
     await asyncio.sleep(0)
     leaving.cancel()
     release.set()
@@ -75,11 +79,43 @@ async def test_new_builds_past_the_budget_are_503_while_a_running_one_is_joined(
         await release.wait()
         return 1
 
-    first = asyncio.ensure_future(cache.build("a", slow, tenant="t"))
+    first = asyncio.ensure_future(cache.build("a", slow, tenant="t", client="c", keep=kept))
     await asyncio.sleep(0)
-    joined = asyncio.ensure_future(cache.build("a", slow, tenant="t"))  # the same build: no budget taken
+    joined = asyncio.ensure_future(
+        cache.build("a", slow, tenant="t", client="c", keep=kept)
+    )  # the same build: no budget taken
     with pytest.raises(DependencyUnavailableError) as refused:
-        await cache.build("b", slow, tenant="u")
+        await cache.build("b", slow, tenant="u", client="d", keep=kept)
     assert refused.value.retry_after == 1
     release.set()
     assert await first == 1 and await joined == 1
+
+
+async def test_a_build_that_should_not_be_served_any_more_is_dropped_once_in() -> None:
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(size=1))
+    seen: list[tuple[str, int, int]] = []
+
+    def stale(key: str, value: int, dropped: int) -> bool:
+        seen.append((key, value, dropped))
+        return value != 2
+
+    async def value(number: int) -> int:
+        return number
+
+    assert await cache.build("a", lambda: value(1), tenant="t", client="c", keep=stale) == 1
+    assert await cache.build("b", lambda: value(2), tenant="u", client="d", keep=stale) == 2  # its waiters get it
+    assert seen == [("a", 1, 0), ("b", 2, 1)]  # b pushed a out, then was found stale itself
+    assert len(cache) == 0
+
+
+async def test_one_client_asking_for_many_tenants_agents_spends_only_its_share() -> None:
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=8))  # a quarter: 2 a client
+
+    async def one() -> int:
+        return 1
+
+    for tenant in ("t1", "t2"):
+        await cache.build(tenant, one, tenant=tenant, client="mallory", keep=kept)
+    with pytest.raises(DependencyUnavailableError):
+        await cache.build("t3", one, tenant="t3", client="mallory", keep=kept)
+    await cache.build("t3", one, tenant="t3", client="alice", keep=kept)  # another client still builds it

@@ -62,13 +62,13 @@ def tenant(registry: Registry, slug: str, text: str = "version 1") -> None:
     registry.publish(slug, "desk")
 
 
-def scope_of(workspace: str, agent: str = "desk") -> dict[str, Any]:
-    return {"path": "/", "path_params": {"workspace": workspace, "agent": agent}}
+def scope_of(workspace: str, agent: str = "desk", client: str = "192.0.2.1") -> dict[str, Any]:
+    return {"path": "/", "path_params": {"workspace": workspace, "agent": agent}, "client": (client, 50000)}
 
 
-async def provided(source: AgentSource, workspace: str, agent: str = "desk") -> Catalog:
+async def provided(source: AgentSource, workspace: str, agent: str = "desk", client: str = "192.0.2.1") -> Catalog:
     """The catalog the source provides for the agent, built first when it is not built yet."""
-    catalog = source.provide(scope_of(workspace, agent))
+    catalog = source.provide(scope_of(workspace, agent, client))
     return catalog if isinstance(catalog, Catalog) else await catalog
 
 
@@ -130,7 +130,7 @@ async def test_more_agents_than_the_cache_holds_are_all_served_in_turn_and_a_dro
     slugs = [f"tenant{index:02}" for index in range(8)]
     for slug in slugs:
         tenant(counting, slug, f"{slug} version 1")
-    async with source_of(counting, agent_cache=AgentCacheLimits(size=3)) as source:
+    async with source_of(counting, agent_cache=AgentCacheLimits(size=3, builds_per_second=1000)) as source:
         for _ in range(2):
             for slug in slugs:
                 assert description(await provided(source, slug)) == f"{slug} version 1"
@@ -172,18 +172,47 @@ async def test_requests_for_agents_that_do_not_exist_are_refused_without_reading
         assert statements == []
 
 
-async def test_cold_builds_past_the_budget_are_refused_and_one_workspace_cannot_spend_it_all(
+async def test_cold_builds_past_the_budget_are_refused_and_one_workspace_or_client_cannot_spend_it_all(
     counting: CountingRegistry,
 ) -> None:
     for slug in ("acme", "globex"):
         tenant(counting, slug)
         counting.put_agent(slug, "support", {"bindings": [{"operation": "get_book"}]})
         counting.publish(slug, "support")
-    # Four builds a second in all, a quarter of them (one) for one workspace.
+    # Four builds a second in all, a quarter of them (one) for one workspace, and one for one client address.
     async with source_of(counting, agent_cache=AgentCacheLimits(builds_per_second=4)) as source:
-        await provided(source, "acme", "desk")
+        await provided(source, "acme", "desk", client="192.0.2.1")
         with pytest.raises(DependencyUnavailableError) as refused:
-            await provided(source, "acme", "support")  # acme's share is spent
+            await provided(source, "acme", "support", client="192.0.2.2")  # acme's share is spent
         assert refused.value.retry_after >= 1
-        await provided(source, "globex", "desk")  # another workspace still builds
-        await provided(source, "acme", "desk")  # and what is built is served, whatever the budget
+        with pytest.raises(DependencyUnavailableError):
+            await provided(source, "globex", "desk", client="192.0.2.1")  # so is this client's, whatever workspace
+        await provided(source, "globex", "desk", client="192.0.2.3")  # another workspace, another client: built
+        await provided(source, "acme", "desk", client="192.0.2.4")  # and what is built is served, whatever the budget
+
+
+class OvertakingRegistry(CountingRegistry):
+    """A registry under which a publish, and the replica's reload of it, land while a cold build reads its view."""
+
+    source: AgentSource | None = None
+
+    def published(self, changes: Changes | None = None) -> list[PublishedAgent]:
+        agents = super().published(changes)
+        if self.source is not None and len(self.read) == 1:  # the first cold read only
+            tenant(self, "acme", "version 2")
+            self.source.reload()
+        return agents
+
+
+async def test_a_cold_build_that_a_publish_overtakes_serves_the_new_version(database_url: str) -> None:
+    engine = open_engine(database_url, pooled=False)
+    migrate(engine)
+    registry = OvertakingRegistry(engine)
+    tenant(registry, "acme")
+    try:
+        async with source_of(registry) as source:
+            registry.source = source
+            assert description(await provided(source, "acme")) == "version 2"  # read again: never the overtaken one
+            assert description(await provided(source, "acme")) == "version 2"
+    finally:
+        engine.dispose()

@@ -48,8 +48,8 @@ class RegistryBase:
     def _operation(session: Session, ws: Workspace, name: str) -> Operation:
         return _one_in(session, ws, Operation, f"no operation {name!r}", name=name)
 
-    def _bump(self, session: Session, *changes: Change) -> None:
-        """The next generation, with what it `changes` in the log (`crank.registry.change_log`), announced to every
+    def _bump(self, session: Session, change: Change, *more: Change) -> None:
+        """The next generation, with what it changes in the log (`crank.registry.change_log`), announced to every
         replica when the transaction commits (and never when it rolls back): PostgreSQL delivers a NOTIFY on
         commit; the `announce` hook runs after it. A replica reads back what changed, by the generation."""
         generation = session.execute(
@@ -58,7 +58,7 @@ class RegistryBase:
             .values(generation=RegistryState.generation + 1)
             .returning(RegistryState.generation)
         ).scalar_one()
-        record(session, generation, changes)
+        record(session, generation, (change, *more))
         if self._notify:
             session.execute(select(func.pg_notify(POSTGRES_CHANNEL, str(generation))))
         if self.announce is not None:

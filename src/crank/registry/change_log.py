@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, distinct, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from crank.registry.models import RegistryChange, RegistryState
@@ -62,10 +62,10 @@ class Changes:
 
 
 def record(session: Session, generation: int, changes: tuple[Change, ...]) -> None:
-    """Log what `generation` changed, in the transaction that bumped it; now and then, forget the oldest."""
-    if changes:
-        rows = [{"generation": generation, "kind": c.kind, "workspace": c.workspace, "name": c.name} for c in changes]
-        session.execute(insert(RegistryChange), rows)
+    """Log what `generation` changed (at least one row: a generation with none is one an older Crank bumped, and
+    makes its readers reload everything), in the transaction that bumped it; now and then, forget the oldest."""
+    rows = [{"generation": generation, "kind": c.kind, "workspace": c.workspace, "name": c.name} for c in changes]
+    session.execute(insert(RegistryChange), rows)
     if generation % _PRUNE_EVERY == 0 and generation > CHANGE_LOG_GENERATIONS:
         oldest = generation - CHANGE_LOG_GENERATIONS
         session.execute(delete(RegistryChange).where(RegistryChange.generation <= oldest))
@@ -78,6 +78,13 @@ def read_since(session: Session, since: int) -> Changes:
     state = session.execute(select(RegistryState.generation, RegistryState.changes_from).filter_by(id=1)).one()
     generation, changes_from = int(state[0]), int(state[1])
     if since < changes_from or since > generation:  # too far behind, or a registry that was reset
+        return Changes(generation, everything=True)
+    logged = session.scalar(
+        select(func.count(distinct(RegistryChange.generation))).where(
+            RegistryChange.generation > since, RegistryChange.generation <= generation
+        )
+    )
+    if logged != generation - since:  # a generation bumped by a Crank without the log (a rolling upgrade)
         return Changes(generation, everything=True)
     query = (
         select(RegistryChange.kind, RegistryChange.workspace, RegistryChange.name)

@@ -4,18 +4,21 @@ builds of the others, each built once however many requests wait for it, at a bo
 A replica serves thousands of tenants, most of them idle: it builds an agent's catalog on its first request and
 keeps the `size` most recently used (`CRANK_AGENT_CACHE`). A dropped agent is built again on its next request.
 Building costs CPU (an agent of 20 tools: milliseconds), so cold builds share a budget of `builds_per_second`
-(`CRANK_AGENT_BUILDS_PER_SECOND`), a quarter of it at most for one tenant: past it a request for a cold agent is
-answered 503 with `Retry-After`, and a flood of requests for cold agents cannot take the CPU that hot agents'
-calls need, nor one tenant's cold agents all of the budget. Requests for the agent being
-built wait for that build; none starts another.
+(`CRANK_AGENT_BUILDS_PER_SECOND`), a quarter of it at most for one tenant and for one client address: past it a
+request for a cold agent is answered 503 with `Retry-After`, so that requests for cold agents take a bounded share
+of the CPU, and neither one tenant's cold agents nor one client asking for many tenants' spend all of the budget.
+Requests for the agent being built wait for that build; none starts another. A build that a reload overtook (a
+publish while it ran) is checked once it is in (`keep`), and dropped when it is not what should be served.
 
 Reads and writes of the cache are single dictionary operations: the event loop marks and inserts, the reload
-thread replaces what it rebuilt, and neither iterates what the other changes (`keys` takes a copy).
+thread replaces what it rebuilt, and neither iterates what the other changes (`keys` takes a copy); an entry
+dropped by one between another's two operations stays dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -33,11 +36,13 @@ description (docs/deployment.md, "Many tenants")."""
 AGENT_BUILDS_PER_SECOND: Final = 50.0
 """Cold agents a replica builds a second on requests, with bursts of as many (`CRANK_AGENT_BUILDS_PER_SECOND`)."""
 TENANT_SHARE: Final = 0.25
-"""The share of the build budget one tenant (workspace) may take."""
+"""The share of the build budget one tenant (workspace), or one client address, may take."""
 COLD_RETRY_AFTER: Final = 1
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+Keep = Callable[[K, V, int], bool]
+"""`keep(key, value, dropped)`: whether a value just built is still what should be served (`AgentCache.build`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,7 @@ class AgentCache(Generic[K, V]):
         rate = self.limits.builds_per_second
         self._builds = Budget(rate)
         self._tenant_builds = KeyedBudgets(max(rate * TENANT_SHARE, 1.0))
+        self._client_builds = KeyedBudgets(max(rate * TENANT_SHARE, 1.0))
 
     def __len__(self) -> int:
         return len(self._built)
@@ -73,7 +79,8 @@ class AgentCache(Generic[K, V]):
         """The built agent, now the most recently used; None when it is not built."""
         value = self._built.get(key)
         if value is not None:
-            self._built.move_to_end(key)
+            with contextlib.suppress(KeyError):  # dropped by the reload thread a moment ago: served this once
+                self._built.move_to_end(key)
         return value
 
     def peek(self, key: K) -> V | None:
@@ -86,12 +93,18 @@ class AgentCache(Generic[K, V]):
     def values(self) -> list[V]:
         return list(self._built.values())
 
-    def put(self, key: K, value: V) -> None:
-        """Keep `value` as the most recently used; past the bound, drop the least recently used."""
+    def put(self, key: K, value: V) -> int:
+        """Keep `value` as the most recently used; past the bound, drop the least recently used. Returns how many
+        were dropped."""
         self._built[key] = value
-        self._built.move_to_end(key)
+        with contextlib.suppress(KeyError):  # dropped by the reload thread between the two: it stays dropped
+            self._built.move_to_end(key)
+        dropped = 0
         while len(self._built) > self.limits.size:
-            self._built.popitem(last=False)
+            with contextlib.suppress(KeyError):
+                self._built.popitem(last=False)
+                dropped += 1
+        return dropped
 
     def replace(self, key: K, value: V) -> None:
         """Swap a rebuilt agent in where it is held, in its place; one dropped meanwhile stays dropped."""
@@ -101,24 +114,39 @@ class AgentCache(Generic[K, V]):
     def drop(self, key: K) -> None:
         self._built.pop(key, None)
 
-    async def build(self, key: K, load: Callable[[], Awaitable[V]], *, tenant: Hashable) -> V:
-        """The agent `load` builds, kept once built. One build per key at a time: the requests that come while it
-        runs wait for it (a request that leaves does not cancel it). A new build takes one from the replica's
-        budget and one from its `tenant`'s (a quarter of it, so one tenant's cold agents cannot spend all of it);
-        past either, 503 with `Retry-After`."""
+    async def build(
+        self, key: K, load: Callable[[], Awaitable[V]], *, tenant: Hashable, client: Hashable, keep: Keep[K, V]
+    ) -> V:
+        """The agent `load` builds. One build per key at a time: the requests that come while it runs wait for it
+        (a request that leaves does not cancel it). Once built it is kept, and then `keep(key, value, dropped)`
+        says whether it still is what should be served (it is dropped when not: the next request builds it again),
+        `dropped` being how many agents it pushed out.
+
+        A new build takes one from the replica's budget, one from its `tenant`'s and one from its `client`'s (an
+        address: a quarter of the budget each, so neither one tenant's agents nor one client asking for many
+        tenants' spends all of it); past any, 503 with `Retry-After`."""
         running = self._building.get(key)
         if running is None:
-            if not (self._tenant_builds.left(tenant) and self._builds.take() and self._tenant_builds.take(tenant)):
+            budgets = self._tenant_builds, self._client_builds
+            if not (all(each.left(who) for each, who in zip(budgets, (tenant, client), strict=True))
+                    and self._builds.take() and self._tenant_builds.take(tenant)
+                    and self._client_builds.take(client)):  # fmt: skip
                 raise DependencyUnavailableError(
                     "agents",
                     "This server is building many agents at once; retry in a moment.",
                     retry_after=COLD_RETRY_AFTER,
                 )
             running = self._building[key] = asyncio.ensure_future(load())
-            running.add_done_callback(functools.partial(self._finished, key))
+            running.add_done_callback(functools.partial(self._finished, key, keep))
         return await asyncio.shield(running)
 
-    def _finished(self, key: K, done: asyncio.Future[V]) -> None:
+    def _finished(self, key: K, keep: Keep[K, V], done: asyncio.Future[V]) -> None:
         del self._building[key]
-        if not done.cancelled() and done.exception() is None:  # a failure is its waiters' (retrieved: never logged)
-            self.put(key, done.result())
+        if done.cancelled() or done.exception() is not None:  # a failure is its waiters' (retrieved: never logged)
+            return
+        value = done.result()
+        dropped = self.put(key, value)
+        # Checked after it is in: a reload that moved on before this look is seen by it; one after it finds the
+        # agent held, and rebuilds it itself.
+        if not keep(key, value, dropped):
+            self.drop(key)

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import gc
 import logging
+import math
 import time
 from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -70,6 +71,7 @@ from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
 from crank.wire.auth import Principal
+from crank.wire.budgets import client_address
 from crank.wire.middleware import AUTH_SCOPE_KEY
 from crank.wire.notices import ThrottledLog
 
@@ -79,6 +81,8 @@ logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
 UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
 _LOAD_ATTEMPTS: Final = 3  # reads of a cold agent when publishes land during its build; then the newest read serves
+SETTLE_INTERVAL: Final = 60.0
+"""Seconds between two whole settles of the heap driven by replaced or evicted catalogs (`AgentSource._settle`)."""
 _READ_CHUNK: Final = 500  # held agents whose views one registry read brings back (a reload of many)
 _CONNECT_BUILDS: Final = 16  # agents of a workspace a connect page may have built, to find the scheme's credentials
 """Seconds between progress notifications of an upstream call that has not answered, for a request that asked
@@ -522,11 +526,13 @@ class AgentSource:
         """The agents built here, the most recently used ones (built on their first request)."""
         self._index: dict[tuple[str, str], int] = {}
         """Every published agent's version, by (workspace, agent): what may be built, without building it."""
+        self._told_index: dict[tuple[str, str], int] = {}  # the index as of the last reload that finished
         self._workspaces: frozenset[str] = frozenset()  # the workspaces of the index (what a 404 may say)
         self.oauth: dict[str, WorkspaceOAuth] = {}
         """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
         self._generation = -1
-        self._unsettled = 0  # catalogs replaced since the heap was last settled whole (`_settle`)
+        self._unsettled = 0  # catalogs replaced or evicted since the heap was last settled whole (`_settle`)
+        self._settled = -math.inf  # when it was (monotonic)
         self._watcher: asyncio.Task[None] | None = None
         self._watching = False  # both the watcher and (if any) the listener run
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop that serves requests (and listeners)
@@ -535,23 +541,25 @@ class AgentSource:
         """Follow what changed since this replica's generation (`Registry.changes_since`): the index of published
         agents, the OAuth policies and the keys those changes name, and the agents built here that they touch,
         rebuilt at once (an agent not built here is built on its next request). The first load, and a replica too
-        far behind the change log, read the whole index, policies and keys, and build nothing new."""
+        far behind the change log, read the whole index, policies and keys, and build nothing new. What it reads
+        comes first; a read that fails leaves the generation where it was, and the next reload tells what this one
+        could not."""
         changes = self.registry.changes_since(self._generation)
-        before = self._index
         oauth = self._policies(changes)
         index = self._published_index(changes)
-        # The index and the policies first: a cold build that finishes after this compares itself with them.
+        keys = self.registry.api_keys(changes)
+        # The index and the policies before the rebuild: a cold build that finishes after this compares with them.
         self.oauth, self._index = oauth, index
         self._workspaces = frozenset(workspace for workspace, _ in index)
         current = {key: served for key in self._catalogs.keys() if (served := self._catalogs.peek(key)) is not None}
         touched = [key for key in current if changes.touches_agent(*key)]
         fresh = self._rebuilt(changes, touched, current)
         first = self._generation < 0  # nothing built, no listener yet: nothing to tell
-        told = self._told(changes, before, current, fresh) if self.changes is not None and not first else []
-        gone = self.keys.update(self.registry.api_keys(changes), changes)
+        told = self._told(changes, current, fresh) if self.changes is not None and not first else []
+        gone = self.keys.update(keys, changes)
         # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
         recheck = self.changes is not None and bool(gone or changes.everything or changes.workspaces)
-        self._generation = changes.generation
+        self._generation, self._told_index = changes.generation, index
         if told or recheck:
             self._tell(told, recheck)
         self.keys.confirmed()
@@ -584,9 +592,10 @@ class AgentSource:
                 except Exception:
                     logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
             fresh[key] = known
-            self._catalogs.replace(key, known)
-        for key in touched:
-            if key not in fresh:
+        for key in touched:  # swapped in once every view is read and built (a failed read changes nothing)
+            if key in fresh:
+                self._catalogs.replace(key, fresh[key])
+            else:
                 self._catalogs.drop(key)
         return fresh
 
@@ -596,17 +605,13 @@ class AgentSource:
             yield from self.registry.published(Changes(generation, agents=frozenset(keys[start : start + _READ_CHUNK])))
 
     def _told(
-        self,
-        changes: Changes,
-        before: dict[tuple[str, str], int],
-        current: dict[tuple[str, str], _Served],
-        fresh: dict[tuple[str, str], _Served],
+        self, changes: Changes, current: dict[tuple[str, str], _Served], fresh: dict[tuple[str, str], _Served]
     ) -> list[tuple[Any, tuple[str, ...]]]:
         """Which lists of which agents `changes` changed, for their listeners: compared list by list for the agents
         built here; every list of an agent not built here whose published version changed (its listeners, if
         any, are told to list again)."""
         told = _changed_lists(current, fresh, [key for key in current if changes.touches_agent(*key)])
-        index = self._index
+        before, index = self._told_index, self._index  # the index its listeners were last told of
         keys = (before.keys() | index.keys()) if changes.everything else changes.agents
         for key in keys:
             if key not in current and before.get(key) != index.get(key):
@@ -614,21 +619,32 @@ class AgentSource:
         return told
 
     def _settle(self, changes: Changes, *, replaced: int) -> None:
-        """Keep full collections off the served catalogs (`_settle_heap`) at a cost that does not grow with them.
+        """Keep full collections off the held catalogs (`_settle_heap`) at a cost that does not grow with them.
 
-        After a reload of some agents, or a cold build, what is not frozen yet (the new catalogs, the garbage made
-        since the last freeze) is collected and frozen: that walks those objects only. The catalogs replaced or
-        evicted were frozen; what they leave in reference cycles waits for a whole settle (unfreeze, collect,
-        freeze), which walks every object: it runs after a reload of everything, and once the catalogs replaced
-        since the last one reach a quarter of those held, so its cost per publish or build stays constant however
-        many agents a replica holds."""
+        After a reload of some agents (here) or a cold build (`_keep`), what is not frozen yet (the new catalogs,
+        the garbage made since the last freeze) is collected and frozen: that walks those objects only. The
+        catalogs replaced or evicted were frozen; what they leave in reference cycles waits for a whole settle
+        (unfreeze, collect, freeze), which walks every object: after a reload of everything, and, at most once a
+        `SETTLE_INTERVAL`, once the catalogs replaced or evicted since the last one reach a quarter of those held
+        (`_settle_if_due`, from the watcher too). Its cost per publish or build stays constant however many agents
+        a replica holds, and cold builds never run it on the event loop."""
         self._unsettled += replaced
-        if changes.everything or self._unsettled * 4 > len(self._catalogs):
-            _settle_heap()
-            self._unsettled = 0
-        else:
+        if changes.everything:
+            self._settle_whole()
+        elif not self._settle_if_due():
             gc.collect()  # the frozen generation is not walked: only what came since the last freeze
             gc.freeze()
+
+    def _settle_if_due(self) -> bool:
+        """A whole settle when enough catalogs were replaced or evicted and the last one is old enough."""
+        due = self._unsettled * 4 > len(self._catalogs) and time.monotonic() - self._settled >= SETTLE_INTERVAL
+        if due:
+            self._settle_whole()
+        return due
+
+    def _settle_whole(self) -> None:
+        _settle_heap()
+        self._unsettled, self._settled = 0, time.monotonic()
 
     def _policies(self, changes: Changes) -> dict[str, WorkspaceOAuth]:
         """Each workspace's OAuth policy after `changes`: those they name read again, the others kept. A policy that
@@ -688,10 +704,22 @@ class AgentSource:
         held = self.oauth.get(workspace)
         return held.policy if held is not None else None
 
-    async def _cold(self, key: tuple[str, str]) -> Catalog:
-        """An agent not built here: built now (once, however many requests wait; within the build budget)."""
-        served = await self._catalogs.build(key, functools.partial(self._load, key), tenant=key[0])
+    async def _cold(self, key: tuple[str, str], client: str) -> Catalog:
+        """An agent not built here: built now (once, however many requests wait; within the build budget of the
+        replica, of its workspace and of the `client` address that asks)."""
+        load = functools.partial(self._load, key)
+        served = await self._catalogs.build(key, load, tenant=key[0], client=client, keep=self._keep)
         return served.catalog
+
+    def _keep(self, key: tuple[str, str], served: _Served, dropped: int) -> bool:
+        """A cold build just put in the cache, `dropped` agents pushed out for it: its objects collected and frozen
+        (a young collection: the new catalog and what came since the last freeze), and whether it is still what
+        the index and the policy say to serve (a reload may have moved on while it was built)."""
+        if self.freeze_heap:
+            self._unsettled += dropped
+            gc.collect()  # the frozen generation is not walked
+            gc.freeze()
+        return served.stamp == (self._index.get(key), self._policy_of(key[0]))
 
     async def _load(self, key: tuple[str, str]) -> _Served:
         """The agent's published version, read and built in a worker thread. A reload that moves the replica's index
@@ -719,10 +747,6 @@ class AgentSource:
                 raise CatalogNotFoundError(f"Agent {key[0]}/{key[1]} cannot be served now") from None
             if (self._index.get(key), self._policy_of(key[0])) == known:
                 break
-        if self.freeze_heap:  # the new catalog out of the collector's walks; the one it evicts counts as replaced
-            self._settle(
-                Changes(self._generation), replaced=1 if len(self._catalogs) >= self._catalogs.limits.size else 0
-            )
         return served
 
     def serves(self, workspace: str, agent: str) -> bool:
@@ -746,7 +770,8 @@ class AgentSource:
         if found is None:
             for key in [key for key in self._index if key[0] == workspace][:_CONNECT_BUILDS]:
                 if self._catalogs.peek(key) is None:
-                    await self._cold(key)
+                    with contextlib.suppress(CatalogNotFoundError):  # one agent that cannot be built: the next
+                        await self._cold(key, f"connect:{workspace}")
             found = self._connection_auth(workspace, scheme)
         return found
 
@@ -785,6 +810,8 @@ class AgentSource:
                     await run_in_threadpool(self.reload)
                 else:
                     self.keys.confirmed()
+                    if self.freeze_heap:  # evictions by cold builds count too, with no publish to run it
+                        await run_in_threadpool(self._settle_if_due)
                 if self._failing:
                     self._failing = False
                     logger.info("the registry answers again")
@@ -858,7 +885,9 @@ class AgentSource:
             return entry.catalog
         if key not in self._index:  # nothing published there: no registry read, whatever the path
             raise CatalogNotFoundError(self._not_found(workspace, agent, key_scope))
-        return self._cold(key)
+        # Who asks, for the build budget: a caller without credentials by its address (one client must not spend
+        # every workspace's share); a key or token holder by its workspace, whose share already bounds it.
+        return self._cold(key, client_address(scope) if key_scope is None else workspace)
 
     def _not_found(self, workspace: str, agent: str, key_scope: KeyScope | None) -> str:
         """What a request to no agent is told: the URL form, and which part is unknown where the credentials may

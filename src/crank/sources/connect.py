@@ -54,7 +54,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
 
-from crank.exceptions import ConfigurationError, ToolError, UserCredentialsError
+from crank.exceptions import ConfigurationError, DependencyUnavailableError, ToolError, UserCredentialsError
 from crank.gateway.client import UpstreamClient
 from crank.gateway.secrets import resolve_secret
 from crank.gateway.sign_in import OpenIDSignIn, PendingSignIn, SignInRefusedError, pkce_challenge
@@ -373,7 +373,10 @@ class ConnectPages:
                             verifier=self.verifier, tenant=workspace)  # fmt: skip
 
     async def _auth(self, workspace: str, scheme: str) -> AuthConfig:
-        auth = await self._connection_auth(workspace, scheme)
+        try:
+            auth = await self._connection_auth(workspace, scheme)
+        except DependencyUnavailableError as unavailable:  # the workspace's agents cannot be built now
+            raise _Refused(unavailable.message, 503) from None
         if auth is None:
             raise _Refused("No published tool of this workspace connects accounts for this API.", 404)
         return auth
