@@ -30,7 +30,6 @@ from crank.exceptions import (
     CatalogNotFoundError,
     CatalogUnauthorizedError,
     ConfirmationError,
-    DependencyUnavailableError,
     ToolError,
 )
 from crank.gateway.client import UpstreamClient
@@ -66,6 +65,7 @@ from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, KEY_LOOKUPS_PER_SEC
 from crank.sources.connect import ask_to_connect
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.prompt_templates import RenderGates
+from crank.sources.registry_reads import registry_read
 from crank.sources.search import IndexedOperation
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
@@ -728,14 +728,7 @@ class AgentSource:
         wanted = Changes(self._generation, agents=frozenset({key}))
         for _ in range(_LOAD_ATTEMPTS):
             known = (self._index.get(key), self._policy_of(key[0]))
-            try:
-                found = await run_in_threadpool(self.registry.published, wanted)
-            except DATABASE_ERRORS as exc:
-                _notices.warning("agent-read", "reading an agent from the registry failed: %s",
-                                 describe_database_error(exc))  # fmt: skip
-                raise DependencyUnavailableError(
-                    "registry", "This server cannot read the agent from its registry right now; retry later."
-                ) from None
+            found = await registry_read(self.registry.published, wanted, what="read this agent")
             if not found:
                 raise CatalogNotFoundError(f"Workspace {key[0]!r} has no published agent {key[1]!r}")
             published = found[0]

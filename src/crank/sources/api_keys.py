@@ -15,10 +15,9 @@ import threading
 import time
 from typing import Final
 
-from starlette.concurrency import run_in_threadpool
-
 from crank.exceptions import DependencyUnavailableError
-from crank.registry import DATABASE_ERRORS, Changes, KeyScope, Registry, describe_database_error, key_digest
+from crank.registry import Changes, KeyScope, Registry, key_digest
+from crank.sources.registry_reads import registry_read
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "KEY_LOOKUPS_PER_SECOND", "ApiKeys"]
@@ -156,16 +155,8 @@ class ApiKeys:
 
     async def _look_up(self, digest: str) -> KeyScope | None:
         keys = self._keys
-        try:
-            key_scope = await run_in_threadpool(self.registry.api_key, digest)
-        except DATABASE_ERRORS as exc:
-            _notices.warning("key-lookup", "looking up an API key in the registry failed: %s",
-                             describe_database_error(exc))  # fmt: skip
-            raise DependencyUnavailableError(
-                "registry",
-                "This server cannot look up API keys right now (its registry does not answer); retry later.",
-                retry_after=_STALE_RETRY_AFTER,
-            ) from None
+        key_scope = await registry_read(self.registry.api_key, digest, what="look up API keys",
+                                        retry_after=_STALE_RETRY_AFTER)  # fmt: skip
         if key_scope is None:
             return None
         with self._lock:
