@@ -192,8 +192,8 @@ class Settings(BaseSettings):
     )  # fmt: skip
     agent_builds_per_second: float = Field(
         AGENT_BUILDS_PER_SECOND, gt=0, le=10_000,
-        description="Agents an MCP replica builds a second on requests, a quarter of them at most for one workspace "
-        "(then 503).",
+        description="Agents an MCP replica builds a second on requests, a quarter of them at most for one workspace, "
+        "and for one client address among callers without credentials (then 503).",
     )  # fmt: skip
     token_checks_per_second: float = Field(
         SIGNATURE_CHECKS_PER_SECOND, gt=0, le=100_000,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ from sqlalchemy import Engine, event
 from crank.exceptions import CatalogNotFoundError, DependencyUnavailableError
 from crank.gateway.client import UpstreamClient
 from crank.mcp.catalog import Catalog
-from crank.registry import Changes, PublishedAgent, Registry, migrate, open_engine
+from crank.registry import Changes, PublishedAgent, Registry
 from crank.registry.runtime import OAuthPolicy
 from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources.agents import AgentSource
@@ -79,11 +79,9 @@ def description(catalog: Catalog) -> str | None:
 
 
 @pytest.fixture
-def counting(database_url: str) -> Iterator[CountingRegistry]:
-    engine = open_engine(database_url, pooled=False)
-    migrate(engine)
-    yield CountingRegistry(engine)
-    engine.dispose()
+def counting(registry: Registry) -> CountingRegistry:
+    """The test's registry (SQLite and PostgreSQL), counting its reads."""
+    return CountingRegistry(registry.engine)
 
 
 @contextlib.asynccontextmanager
@@ -204,15 +202,10 @@ class OvertakingRegistry(CountingRegistry):
         return agents
 
 
-async def test_a_cold_build_that_a_publish_overtakes_serves_the_new_version(database_url: str) -> None:
-    engine = open_engine(database_url, pooled=False)
-    migrate(engine)
-    registry = OvertakingRegistry(engine)
-    tenant(registry, "acme")
-    try:
-        async with source_of(registry) as source:
-            registry.source = source
-            assert description(await provided(source, "acme")) == "version 2"  # read again: never the overtaken one
-            assert description(await provided(source, "acme")) == "version 2"
-    finally:
-        engine.dispose()
+async def test_a_cold_build_that_a_publish_overtakes_serves_the_new_version(registry: Registry) -> None:
+    overtaking = OvertakingRegistry(registry.engine)
+    tenant(overtaking, "acme")
+    async with source_of(overtaking) as source:
+        overtaking.source = source
+        assert description(await provided(source, "acme")) == "version 2"  # read again: never the overtaken one
+        assert description(await provided(source, "acme")) == "version 2"

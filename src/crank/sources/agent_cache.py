@@ -11,7 +11,7 @@ Requests for the agent being built wait for that build; none starts another. A b
 publish while it ran) is checked once it is in (`keep`), and dropped when it is not what should be served.
 
 Reads and writes of the cache are single dictionary operations: the event loop marks and inserts, the reload
-thread replaces what it rebuilt, and neither iterates what the other changes (`keys` takes a copy); an entry
+thread replaces what it rebuilt, and neither iterates what the other changes (`keys` and `items` take a copy); an entry
 dropped by one between another's two operations stays dropped.
 """
 
@@ -93,6 +93,9 @@ class AgentCache(Generic[K, V]):
     def values(self) -> list[V]:
         return list(self._built.values())
 
+    def items(self) -> list[tuple[K, V]]:
+        return list(self._built.items())
+
     def put(self, key: K, value: V) -> int:
         """Keep `value` as the most recently used; past the bound, drop the least recently used. Returns how many
         were dropped."""
@@ -127,15 +130,15 @@ class AgentCache(Generic[K, V]):
         tenants' spends all of it); past any, 503 with `Retry-After`."""
         running = self._building.get(key)
         if running is None:
-            budgets = self._tenant_builds, self._client_builds
-            if not (all(each.left(who) for each, who in zip(budgets, (tenant, client), strict=True))
-                    and self._builds.take() and self._tenant_builds.take(tenant)
-                    and self._client_builds.take(client)):  # fmt: skip
+            # Each share looked at first, so that a refusal takes nothing from the others.
+            if not (self._tenant_builds.left(tenant) and self._client_builds.left(client) and self._builds.take()):
                 raise DependencyUnavailableError(
                     "agents",
                     "This server is building many agents at once; retry in a moment.",
                     retry_after=COLD_RETRY_AFTER,
                 )
+            self._tenant_builds.take(tenant)
+            self._client_builds.take(client)
             running = self._building[key] = asyncio.ensure_future(load())
             running.add_done_callback(functools.partial(self._finished, key, keep))
         return await asyncio.shield(running)

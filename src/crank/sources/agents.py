@@ -80,13 +80,13 @@ __all__ = ["AgentSource", "build_catalog"]
 logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
 UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
-_LOAD_ATTEMPTS: Final = 3  # reads of a cold agent when publishes land during its build; then the newest read serves
-SETTLE_INTERVAL: Final = 60.0
-"""Seconds between two whole settles of the heap driven by replaced or evicted catalogs (`AgentSource._settle`)."""
-_READ_CHUNK: Final = 500  # held agents whose views one registry read brings back (a reload of many)
-_CONNECT_BUILDS: Final = 16  # agents of a workspace a connect page may have built, to find the scheme's credentials
 """Seconds between progress notifications of an upstream call that has not answered, for a request that asked
 for progress (`_meta.progressToken`)."""
+SETTLE_INTERVAL: Final = 60.0
+"""Seconds between two whole settles of the heap driven by replaced or evicted catalogs (`AgentSource._settle`)."""
+_LOAD_ATTEMPTS: Final = 3  # reads of a cold agent when publishes land during its build; then the newest read serves
+_READ_CHUNK: Final = 500  # held agents whose views one registry read brings back (a reload of many)
+_CONNECT_BUILDS: Final = 16  # agents of a workspace a connect page may have built, to find the scheme's credentials
 
 
 def build_catalog(
@@ -462,6 +462,13 @@ def _changed_lists(
     return told
 
 
+def _freeze_new() -> None:
+    """Collect and freeze what came since the last freeze: a young collection, since the frozen generation is not
+    walked (the whole heap's is `_settle_heap`)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _settle_heap() -> None:
     """Collect what the old catalogs left, then move everything alive to the permanent generation.
 
@@ -551,11 +558,11 @@ class AgentSource:
         # The index and the policies before the rebuild: a cold build that finishes after this compares with them.
         self.oauth, self._index = oauth, index
         self._workspaces = frozenset(workspace for workspace, _ in index)
-        current = {key: served for key in self._catalogs.keys() if (served := self._catalogs.peek(key)) is not None}
+        current = dict(self._catalogs.items())
         touched = [key for key in current if changes.touches_agent(*key)]
         fresh = self._rebuilt(changes, touched, current)
         first = self._generation < 0  # nothing built, no listener yet: nothing to tell
-        told = self._told(changes, current, fresh) if self.changes is not None and not first else []
+        told = self._told(changes, touched, current, fresh) if self.changes is not None and not first else []
         gone = self.keys.update(keys, changes)
         # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
         recheck = self.changes is not None and bool(gone or changes.everything or changes.workspaces)
@@ -605,12 +612,16 @@ class AgentSource:
             yield from self.registry.published(Changes(generation, agents=frozenset(keys[start : start + _READ_CHUNK])))
 
     def _told(
-        self, changes: Changes, current: dict[tuple[str, str], _Served], fresh: dict[tuple[str, str], _Served]
+        self,
+        changes: Changes,
+        touched: list[tuple[str, str]],
+        current: dict[tuple[str, str], _Served],
+        fresh: dict[tuple[str, str], _Served],
     ) -> list[tuple[Any, tuple[str, ...]]]:
         """Which lists of which agents `changes` changed, for their listeners: compared list by list for the agents
-        built here; every list of an agent not built here whose published version changed (its listeners, if
-        any, are told to list again)."""
-        told = _changed_lists(current, fresh, [key for key in current if changes.touches_agent(*key)])
+        built here that they touched; every list of an agent not built here whose published version changed (its
+        listeners, if any, are told to list again)."""
+        told = _changed_lists(current, fresh, touched)
         before, index = self._told_index, self._index  # the index its listeners were last told of
         keys = (before.keys() | index.keys()) if changes.everything else changes.agents
         for key in keys:
@@ -632,8 +643,7 @@ class AgentSource:
         if changes.everything:
             self._settle_whole()
         elif not self._settle_if_due():
-            gc.collect()  # the frozen generation is not walked: only what came since the last freeze
-            gc.freeze()
+            _freeze_new()
 
     def _settle_if_due(self) -> bool:
         """A whole settle when enough catalogs were replaced or evicted and the last one is old enough."""
@@ -717,8 +727,7 @@ class AgentSource:
         the index and the policy say to serve (a reload may have moved on while it was built)."""
         if self.freeze_heap:
             self._unsettled += dropped
-            gc.collect()  # the frozen generation is not walked
-            gc.freeze()
+            _freeze_new()
         return served.stamp == (self._index.get(key), self._policy_of(key[0]))
 
     async def _load(self, key: tuple[str, str]) -> _Served:
@@ -769,9 +778,8 @@ class AgentSource:
         return found
 
     def _connection_auth(self, workspace: str, scheme: str) -> AuthConfig | None:
-        for key in self._catalogs.keys():
-            served = self._catalogs.peek(key)
-            if key[0] != workspace or served is None or served.secrets is None:
+        for key, served in self._catalogs.items():
+            if key[0] != workspace or served.secrets is None:
                 continue
             for tool in served.secrets.tools:
                 auth = tool.execution_config.auth
