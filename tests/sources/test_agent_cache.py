@@ -119,3 +119,12 @@ async def test_one_client_asking_for_many_tenants_agents_spends_only_its_share()
     with pytest.raises(DependencyUnavailableError):
         await cache.build("t3", one, tenant="t3", client="mallory", keep=kept)
     await cache.build("t3", one, tenant="t3", client="alice", keep=kept)  # another client still builds it
+
+
+def test_one_tenant_holds_at_most_a_quarter_of_the_cache_and_its_own_oldest_goes_first() -> None:
+    cache: AgentCache[tuple[str, str], int] = AgentCache(AgentCacheLimits(size=8), tenant_of=lambda key: key[0])
+    cache.put(("other", "desk"), 0)
+    for index in range(5):  # a tenant with many agents, each asked for once: two of the eight places at most
+        cache.put(("big", f"agent{index}"), index)
+    assert cache.keys() == [("other", "desk"), ("big", "agent3"), ("big", "agent4")]
+    assert cache.put(("big", "agent4"), 40) == 0  # held already: replaced in place, nothing dropped

@@ -36,7 +36,8 @@ description (docs/deployment.md, "Many tenants")."""
 AGENT_BUILDS_PER_SECOND: Final = 50.0
 """Cold agents a replica builds a second on requests, with bursts of as many (`CRANK_AGENT_BUILDS_PER_SECOND`)."""
 TENANT_SHARE: Final = 0.25
-"""The share of the build budget one tenant (workspace), or one client address, may take."""
+"""The share of the build budget one tenant (workspace), or one client address, may take; and of the cache, one
+tenant's agents."""
 COLD_RETRY_AFTER: Final = 1
 
 K = TypeVar("K", bound=Hashable)
@@ -60,8 +61,13 @@ class AgentCacheLimits:
 class AgentCache(Generic[K, V]):
     """Built agents by key, at most `limits.size`, the least recently used dropped first."""
 
-    def __init__(self, limits: AgentCacheLimits | None = None) -> None:
+    def __init__(
+        self, limits: AgentCacheLimits | None = None, *, tenant_of: Callable[[K], Hashable] | None = None
+    ) -> None:
+        """`tenant_of`: the tenant of a key; with it, one tenant holds at most a quarter of the cache (its own least
+        recently used goes first), so that its agents cannot push every other tenant's out."""
         self.limits = limits or AgentCacheLimits()
+        self._tenant_of = tenant_of
         self._built: OrderedDict[K, V] = OrderedDict()
         self._building: dict[K, asyncio.Future[V]] = {}
         rate = self.limits.builds_per_second
@@ -97,12 +103,18 @@ class AgentCache(Generic[K, V]):
         return list(self._built.items())
 
     def put(self, key: K, value: V) -> int:
-        """Keep `value` as the most recently used; past the bound, drop the least recently used. Returns how many
-        were dropped."""
+        """Keep `value` as the most recently used; past its tenant's share, drop that tenant's least recently used,
+        and past the bound, the least recently used of all. Returns how many were dropped."""
+        dropped = 0
+        if self._tenant_of is not None and key not in self._built:
+            tenant = self._tenant_of(key)
+            held = [other for other in self.keys() if self._tenant_of(other) == tenant]  # a scan per cold build
+            if len(held) >= max(int(self.limits.size * TENANT_SHARE), 1):
+                self.drop(held[0])
+                dropped += 1
         self._built[key] = value
         with contextlib.suppress(KeyError):  # dropped by the reload thread between the two: it stays dropped
             self._built.move_to_end(key)
-        dropped = 0
         while len(self._built) > self.limits.size:
             with contextlib.suppress(KeyError):
                 self._built.popitem(last=False)

@@ -17,6 +17,7 @@ import functools
 import gc
 import logging
 import math
+import operator
 import time
 from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -529,7 +530,7 @@ class AgentSource:
         self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
-        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(agent_cache)
+        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(agent_cache, tenant_of=operator.itemgetter(0))
         """The agents built here, the most recently used ones (built on their first request)."""
         self._index: dict[tuple[str, str], int] = {}
         """Every published agent's version, by (workspace, agent): what may be built, without building it."""
