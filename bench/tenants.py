@@ -1,22 +1,25 @@
 """Many tenants on one replica (issue 39): memory, start, a cold and a warm `tools/list`, and publish -> served.
 
     .venv/bin/python -m bench.tenants [--tenants 100,1000] [--tools 20] [--publishes 5] [--base DIR]
+        [--databases sqlite,postgresql] [--seeders 2] [--base-tenants 100,1000]
 
-For each N: a SQLite registry of N workspaces, each with one agent of `--tools` tools taken from GitHub's API
-description (the first operations the importer reads of it, the same for every tenant) and one API key. Then
-`crank serve --role mcp` (one worker) starts on it, and the run measures:
+For each N and database: a registry of N workspaces, each with one agent of `--tools` tools taken from GitHub's
+API description (the first operations the importer reads of it, the same for every tenant) and one API key,
+written by `--seeders` processes side by side (a PostgreSQL registry is a database of a cluster the run starts on
+a free port). Then `crank serve --role mcp` (one worker) starts on it, and the run measures:
 
 - the time from the process's start until `/readyz` answers 200, and its RSS then;
 - one tenant's first `tools/list` (a cold agent, where agents are built when asked for), and the median of the
   next 20 (warm);
 - publish -> served: each of `--publishes` rounds publishes a new version of one tenant's agent (one the replica
-  has served, so it holds it), from a process of its own as `crank publish` does, which announces it over a Redis
-  of the run's own (`CRANK_REDIS_URL`, as a SQLite registry announces its changes); the clock starts when that
-  process has committed, and stops when the replica lists the new description;
+  has served, so it holds it), from a process of its own as `crank publish` does, which announces it (PostgreSQL
+  NOTIFY, or over a Redis of the run's own for SQLite, `CRANK_REDIS_URL`); the clock starts when that process has
+  committed, and stops when the replica lists the new description (p50, p99 and max);
 - its RSS after the publishes.
 
 With `--base DIR` (a `git worktree` of an older commit), the same is measured for that tree's Crank, each on a
-registry its own code made (an older Crank cannot read a newer registry's migrations), one after the other.
+registry its own code made (an older Crank cannot read a newer registry's migrations), one after the other, for
+the sizes of `--base-tenants` (default: all of them; a design that holds every tenant may not fit the largest).
 It measures latency, not throughput: other work on the machine adds to it.
 """
 
@@ -31,11 +34,12 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.services import start_redis
+from tests.services import fresh_database, start_postgres, start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -54,15 +58,20 @@ def github_operations(tools: int) -> dict[str, Any]:
     return {operation.name: operation.spec for operation in imported[:tools]}
 
 
+MIGRATE = """
+import sys
+from crank.registry import migrate, open_engine
+migrate(open_engine(sys.argv[1], pooled=False))
+print("migrated")
+"""
+
 SEED = """
 import json, sys
-from crank.registry import Registry, migrate, open_engine
-url, tenants, operations = sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3]).read())
-engine = open_engine(url, pooled=False)
-migrate(engine)
-registry = Registry(engine)
+from crank.registry import Registry, open_engine
+url, first, end, operations = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(open(sys.argv[4]).read())
+registry = Registry(open_engine(url, pooled=False))
 keys = {}
-for index in range(tenants):
+for index in range(first, end):
     slug = f"t{index:05}"
     registry.put_workspace(slug, slug)
     registry.put_operations(slug, operations)
@@ -133,18 +142,31 @@ def tools_list(client: httpx.Client, slug: str, key: str) -> tuple[float, str]:
     return took, min(tools, key=lambda tool: tool["name"])["description"]
 
 
+def seed(tree: Path, url: str, tenants: int, seeders: int, operations_file: Path) -> dict[str, str]:
+    """The registry's tenants, written by `seeders` processes side by side; their keys by workspace."""
+    run_python(tree, MIGRATE, url)
+    bounds = [tenants * part // seeders for part in range(seeders + 1)]
+    keys: dict[str, str] = {}
+    with ThreadPoolExecutor(seeders) as pool:
+        parts = pool.map(lambda part: run_python(tree, SEED, url, str(bounds[part]), str(bounds[part + 1]),
+                                                 str(operations_file)), range(seeders))  # fmt: skip
+        for part in parts:
+            keys.update(json.loads(part))
+    return keys
+
+
 def measure(tree: Path, name: str, tenants: int, publishes: int, operations_file: Path, folder: Path,
-            redis: str) -> None:  # fmt: skip
+            redis: str, database: str, seeders: int) -> None:  # fmt: skip
     folder.mkdir(parents=True)
-    database = folder / f"{name}.sqlite3"
-    url = f"sqlite:///{database}"
+    url = f"sqlite:///{folder / f'{name}.sqlite3'}" if database == "sqlite" else database
     seeded = time.perf_counter()
-    keys = json.loads(run_python(tree, SEED, url, str(tenants), str(operations_file)))
+    keys = seed(tree, url, tenants, seeders, operations_file)
     seeded = time.perf_counter() - seeded
     port = free_port()
     env = {**python_of(tree), "CRANK_DATABASE_URL": url, "CRANK_ROLE": "mcp", "CRANK_LISTEN": f"{HOST}:{port}",
-           "CRANK_DATA_DIR": str(folder / f"{name}-data"), "CRANK_LOG_LEVEL": "error",
-           "CRANK_REDIS_URL": redis}  # fmt: skip
+           "CRANK_DATA_DIR": str(folder / f"{name}-data"), "CRANK_LOG_LEVEL": "error"}  # fmt: skip
+    if url.startswith("sqlite"):  # a SQLite registry announces its changes over Redis; PostgreSQL by NOTIFY
+        env["CRANK_REDIS_URL"] = redis
     log = (folder / f"{name}.log").open("wb")
     started = time.perf_counter()
     server = subprocess.Popen([sys.executable, "-m", "crank.cli", "serve"], env=env, cwd=folder, stdout=log,
@@ -156,12 +178,15 @@ def measure(tree: Path, name: str, tenants: int, publishes: int, operations_file
         operation = min(json.loads(operations_file.read_text()))
         cold, _ = tools_list(client, "t00001", keys["t00001"])
         warm = statistics.median(tools_list(client, "t00001", keys["t00001"])[0] for _ in range(WARM_LISTS))
-        latencies = [publish_served(tree, client, url, redis, keys, operation, round_, tenants)
+        announce = redis if url.startswith("sqlite") else ""
+        latencies = [publish_served(tree, client, url, announce, keys, operation, round_, tenants)
                      for round_ in range(publishes)]  # fmt: skip
-        print(f"{name:>8} {tenants:>6} tenants: seeded in {seeded:6.1f} s; ready in {ready:6.2f} s, RSS "
-              f"{rss_ready:7.0f} MB; tools/list cold {cold * 1000:7.1f} ms, warm {warm * 1000:6.1f} ms; publish -> "
-              f"served p50 {statistics.median(latencies) * 1000:7.0f} ms, max {max(latencies) * 1000:7.0f} ms; "
-              f"RSS then {rss_mb(server.pid):7.0f} MB", flush=True)  # fmt: skip
+        p99 = statistics.quantiles(latencies, n=100, method="inclusive")[98] if len(latencies) > 1 else latencies[0]
+        print(f"{name:>5} {'sqlite' if url.startswith('sqlite') else 'postgresql':>10} {tenants:>6} tenants: seeded in {seeded:6.1f} s; ready in "
+              f"{ready:6.2f} s, RSS {rss_ready:7.0f} MB; tools/list cold {cold * 1000:7.1f} ms, warm "
+              f"{warm * 1000:6.1f} ms; publish -> served p50 {statistics.median(latencies) * 1000:5.0f} ms, p99 "
+              f"{p99 * 1000:5.0f} ms, max {max(latencies) * 1000:5.0f} ms; RSS then {rss_mb(server.pid):7.0f} MB",
+              flush=True)  # fmt: skip
         client.close()
     finally:
         server.terminate()
@@ -219,23 +244,48 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=20)
     parser.add_argument("--publishes", type=int, default=5)
     parser.add_argument("--base", type=Path, default=None, help="an older tree to measure beside this one")
+    parser.add_argument("--base-tenants", default=None, help="the sizes the older tree is measured at (default: all)")
+    parser.add_argument("--databases", default="sqlite", help="sqlite, postgresql, or both (comma-separated)")
+    parser.add_argument("--seeders", type=int, default=2, help="processes that write the tenants side by side")
     args = parser.parse_args()
-    redis = start_redis()  # of its own, on a free port: publishes are announced over it, as `crank serve` does
+    databases = args.databases.split(",")
+    redis = start_redis()  # of its own, on a free port: a SQLite registry's publishes are announced over it
+    postgres = start_postgres() if "postgresql" in databases else None  # a cluster of its own, on a free port
     try:
-        run(args, redis.url)
+        run(args, redis.url, postgres.url if postgres is not None else None)
     finally:
         redis.stop()
+        if postgres is not None:
+            postgres.destroy()
 
 
-def run(args: argparse.Namespace, redis: str) -> None:
+def run(args: argparse.Namespace, redis: str, postgres: str | None) -> None:
+    sizes = [int(part) for part in args.tenants.split(",")]
+    base_sizes = [int(part) for part in args.base_tenants.split(",")] if args.base_tenants else sizes
     with tempfile.TemporaryDirectory(prefix="bench-tenants-") as temporary:
         folder = Path(temporary)
         operations_file = folder / "operations.json"
         operations_file.write_text(json.dumps(github_operations(args.tools)))
         trees = [("this", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
-        for tenants in (int(part) for part in args.tenants.split(",")):
-            for name, tree in trees:
-                measure(tree, name, tenants, args.publishes, operations_file, folder / f"{name}-{tenants}", redis)
+        for database in args.databases.split(","):
+            for tenants in sizes:
+                for name, tree in trees:
+                    if name == "base" and tenants not in base_sizes:
+                        continue
+                    run_one(args, tree, name, tenants, database, folder, operations_file, redis, postgres)
+
+
+def run_one(args: argparse.Namespace, tree: Path, name: str, tenants: int, database: str, folder: Path,
+            operations_file: Path, redis: str, postgres: str | None) -> None:  # fmt: skip
+    """One tree at one size on one database (a PostgreSQL database of its own, dropped after)."""
+    where = folder / f"{name}-{database}-{tenants}"
+    if database == "sqlite":
+        measure(tree, name, tenants, args.publishes, operations_file, where, redis, "sqlite", args.seeders)
+        return
+    if postgres is None:
+        raise SystemExit(f"unknown database {database!r}: sqlite or postgresql")
+    with fresh_database(postgres, "bench_tenants") as (url, _):
+        measure(tree, name, tenants, args.publishes, operations_file, where, redis, url, args.seeders)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from crank.settings import Settings
 from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
 from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources.agents import AgentSource
-from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE
+from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, KeyCacheLimits
 from crank.sources.connect import ConnectPages
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
@@ -251,6 +251,7 @@ class GatewayService:
         token_limits: TokenLimits | None = None,
         vault_keys: VaultKeys | None = None,
         agent_cache: AgentCacheLimits | None = None,
+        key_cache: KeyCacheLimits | None = None,
     ) -> None:
         """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
         the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
@@ -263,7 +264,8 @@ class GatewayService:
         callers may hold open at once (`crank.mcp.changes`). `vault_keys`: the keys of the token vault
         (`CRANK_VAULT_KEYS`), which users' own connections to APIs need, with `public_url` for their connect
         pages; checked here against the vault's rows (`ConfigurationError` naming a key the rows need).
-        `agent_cache`: how many agents stay built, and how many cold ones are built a second."""
+        `agent_cache`: how many agents stay built, and how many cold ones are built a second; `key_cache`: how many API
+        keys stay held, and how many are looked up a second."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         state = state or MemoryStore()
@@ -286,6 +288,7 @@ class GatewayService:
             changes=self.changes,
             connections=connections,
             agent_cache=agent_cache,
+            key_cache=key_cache,
         )
         # `/readyz` asks each dependency through a bounded, cached probe: the registry, and Redis when used.
         self.probes = [probe or registry_probe(registry)]
@@ -493,6 +496,7 @@ class CrankServer:
                 max_streams_per_workspace=max(1, settings.max_connections // 10),
                 token_limits=settings.token_limits(),
                 agent_cache=settings.agent_cache_limits(),
+                key_cache=settings.key_cache_limits(),
                 vault_keys=settings.vault(),
             )
         if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one

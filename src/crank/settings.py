@@ -45,7 +45,7 @@ from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_T
 from crank.registry.vault import VaultKeys
 from crank.schema import problems_of
 from crank.sources.agent_cache import AGENT_BUILDS_PER_SECOND, DEFAULT_AGENT_CACHE, AgentCacheLimits
-from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE
+from crank.sources.api_keys import DEFAULT_KEY_CACHE, DEFAULT_KEY_LIST_MAX_AGE, KEY_LOOKUPS_PER_SECOND, KeyCacheLimits
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
 from crank.wire.connection_limits import (
     DEFAULT_BODY_TIMEOUT,
@@ -194,6 +194,16 @@ class Settings(BaseSettings):
         AGENT_BUILDS_PER_SECOND, gt=0, le=10_000,
         description="Agents an MCP replica builds a second on requests, a quarter of them at most for one workspace, "
         "and for one client address among callers without credentials (then 503).",
+    )  # fmt: skip
+    key_cache: int = Field(
+        DEFAULT_KEY_CACHE, ge=1, le=10_000_000,
+        description="API keys an MCP replica keeps, the most recently used (the others are looked up by digest on "
+        "their next request).",
+    )  # fmt: skip
+    key_lookups_per_second: float = Field(
+        KEY_LOOKUPS_PER_SECOND, gt=0, le=100_000,
+        description="API keys an MCP replica looks up in the registry a second, a quarter of them at most for one "
+        "client address (then 503).",
     )  # fmt: skip
     token_checks_per_second: float = Field(
         SIGNATURE_CHECKS_PER_SECOND, gt=0, le=100_000,
@@ -367,6 +377,10 @@ class Settings(BaseSettings):
     def agent_cache_limits(self) -> AgentCacheLimits:
         """How many agents stay built, and how many cold ones are built a second (`crank.sources.agent_cache`)."""
         return AgentCacheLimits(size=self.agent_cache, builds_per_second=self.agent_builds_per_second)
+
+    def key_cache_limits(self) -> KeyCacheLimits:
+        """How many API keys stay held, and how many are looked up a second (`crank.sources.api_keys`)."""
+        return KeyCacheLimits(size=self.key_cache, lookups_per_second=self.key_lookups_per_second)
 
     def upstream_client(self, egress: EgressPolicy) -> UpstreamClient:
         """The gateway's one upstream client, with the settings' pool limits and the egress policy."""

@@ -16,9 +16,11 @@ from tests.cluster import StartCluster, admin, mcp, publish_user_agent, serves_t
 from tests.gateway import upstream
 
 
-def test_three_replicas_behind_nginx_serve_what_the_admin_api_published(
+def test_three_replicas_behind_nginx_serve_what_the_admin_api_published_and_agree_on_each_change(
     start_cluster: StartCluster, serve: Callable[..., str]
 ) -> None:
+    """Each replica builds the agent on its first request and holds it: a second publish rebuilds it on every
+    replica, and a key revoked through one replica is refused by all (each looked it up by its digest)."""
     users = serve(upstream.app)
     cluster = start_cluster(3)
     key = publish_user_agent(cluster.url, users)  # through nginx: any replica may take each admin request
@@ -31,6 +33,17 @@ def test_three_replicas_behind_nginx_serve_what_the_admin_api_published(
     for replica in cluster.replicas:  # every replica serves it, not just the one that took the publish
         called = mcp(replica.url, key, "tools/call", {"name": "user_get", "arguments": {"id": 2}})
         assert called.json()["result"]["structuredContent"]["name"] == "user2"
+
+    bindings = [{"operation": "get_user", "tool_name": "user_get"}, {"operation": "get_user", "tool_name": "profile"}]
+    admin(cluster.url, "PUT", "/workspaces/acme/agents/desk", {"description": "Desk", "bindings": bindings})
+    admin(cluster.url, "POST", "/workspaces/acme/agents/desk/publish")
+    for replica in cluster.replicas:
+        until(partial(serves_tool, replica.url, key, "profile"), what=f"the second publish on {replica.url}")
+    (held,) = admin(cluster.url, "GET", "/workspaces/acme/api-keys").json()["api_keys"]
+    admin(cluster.url, "DELETE", f"/workspaces/acme/api-keys/{held['id']}")
+    for replica in cluster.replicas:
+        until(lambda url=replica.url: mcp(url, key, "tools/list").status_code == 401,
+              what=f"the revocation on {replica.url}")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,69 @@
-"""`ApiKeys`: a replica's list of API keys, trusted only while the registry confirms it."""
+"""`ApiKeys`: API keys looked up by their digest when first used, held in a bounded cache, read again when a change
+touches them, and trusted only while the registry confirms them."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Collection
 
 import pytest
+from sqlalchemy import Engine
 
 from crank.exceptions import DependencyUnavailableError
-from crank.registry import Changes, Registry, key_digest
-from crank.sources.api_keys import ApiKeys
+from crank.registry import Changes, KeyScope, Registry, key_digest
+from crank.registry.runtime import Limits, RateLimit
+from crank.sources.api_keys import ApiKeys, KeyCacheLimits
+
+pytestmark = pytest.mark.anyio
 
 
-def test_a_list_never_confirmed_or_confirmed_too_long_ago_refuses_every_key_and_says_so_once_an_episode(
+class CountingKeys(Registry):
+    """The registry, noting each key lookup (by digest) and each read of several keys."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.lookups: list[str] = []
+        self.reads: list[list[str]] = []
+
+    def api_key(self, digest: str) -> KeyScope | None:
+        self.lookups.append(digest)
+        return super().api_key(digest)
+
+    def api_keys(self, digests: Collection[str] | None = None) -> dict[str, KeyScope]:
+        self.reads.append(sorted(digests) if digests is not None else ["*"])
+        return super().api_keys(digests)
+
+
+@pytest.fixture
+def counting(registry: Registry) -> CountingKeys:
+    """The test's registry (SQLite and PostgreSQL), counting its key reads."""
+    return CountingKeys(registry.engine)
+
+
+def trusted(registry: Registry, limits: KeyCacheLimits | None = None) -> ApiKeys:
+    """A replica's keys after its first reload."""
+    keys = ApiKeys(registry, limits)
+    keys.update(Changes(registry.generation(), everything=True))
+    keys.confirmed()
+    return keys
+
+
+async def known(keys: ApiKeys, key: str, client: str = "192.0.2.1") -> KeyScope | None:
+    """Who the key is, as a request finds out: held, else looked up."""
+    return keys.authenticate(key) or await keys.confirm(key, client)
+
+
+async def test_a_cache_never_confirmed_or_confirmed_too_long_ago_refuses_every_key_and_says_so_once_an_episode(
     sqlite_registry: Registry, caplog: pytest.LogCaptureFixture
 ) -> None:
     sqlite_registry.create_workspace("acme", "ACME")
     key = sqlite_registry.create_api_key("acme")
     keys = ApiKeys(sqlite_registry, list_max_age=0.0)
-    keys.update(sqlite_registry.api_keys(), Changes(0, everything=True))
-    with pytest.raises(DependencyUnavailableError):  # loaded, but never confirmed
+    with pytest.raises(DependencyUnavailableError):  # never confirmed
         keys.authenticate(key)
+    with pytest.raises(DependencyUnavailableError):  # nor looked up
+        await keys.confirm(key)
     keys.confirmed()  # trusted for 0 s: stale at once, a new episode
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="crank.gateway"):
@@ -31,37 +75,129 @@ def test_a_list_never_confirmed_or_confirmed_too_long_ago_refuses_every_key_and_
     assert keys.authenticate(None) is None  # no key: nothing to refuse (the authenticator asks for one)
 
 
-def test_a_confirmed_list_knows_its_keys_and_a_replacement_tells_of_revoked_ones(sqlite_registry: Registry) -> None:
-    sqlite_registry.create_workspace("acme", "ACME")
-    kept, revoked = sqlite_registry.create_api_key("acme"), sqlite_registry.create_api_key("acme", ["support"])
-    keys = ApiKeys(sqlite_registry)
-    assert keys.update(sqlite_registry.api_keys(), Changes(0, everything=True)) is False  # nothing was there to lose
-    keys.confirmed()
-    found = keys.authenticate(revoked)
-    assert found is not None and found.workspace == "acme" and found.agents == frozenset({"support"})
-    assert keys.authenticate("crk_not-a-key") is None
-    sqlite_registry.revoke_api_key(revoked)
-    assert keys.update(sqlite_registry.api_keys(), Changes(0, everything=True)) is True
-    assert keys.authenticate(revoked) is None and keys.authenticate(kept) is not None
-    assert key_digest(kept) in sqlite_registry.api_keys()
+async def test_no_key_is_read_at_start_and_each_is_looked_up_once_by_its_digest(counting: CountingKeys) -> None:
+    counting.create_workspace("acme", "ACME")
+    support, everything = counting.create_api_key("acme", ["support"]), counting.create_api_key("acme")
+    keys = trusted(counting)
+    assert counting.reads == [] and len(keys) == 0  # a replica's start reads no key, however many there are
+    assert keys.authenticate(support) is None  # not held: the request goes on to `confirm`
+    for _ in range(3):
+        found = await known(keys, support)
+        assert found is not None and found.workspace == "acme" and found.agents == frozenset({"support"})
+    everyone = await known(keys, everything)
+    assert everyone is not None and everyone.agents is None
+    assert len(counting.lookups) == 2 and len(keys) == 2  # once each: then held
 
 
-def test_an_update_reads_back_only_the_keys_the_changes_name_and_keeps_the_others(sqlite_registry: Registry) -> None:
-    sqlite_registry.create_workspace("acme", "ACME")
-    sqlite_registry.create_workspace("globex", "Globex")
-    acme, globex = sqlite_registry.create_api_key("acme"), sqlite_registry.create_api_key("globex")
-    keys = ApiKeys(sqlite_registry)
-    keys.update(sqlite_registry.api_keys(), Changes(0, everything=True))
+async def test_more_keys_than_the_cache_holds_are_all_served_in_turn_and_the_cache_stays_bounded(
+    counting: CountingKeys,
+) -> None:
+    counting.create_workspace("acme", "ACME")
+    made = [counting.create_api_key("acme") for _ in range(8)]
+    keys = trusted(counting, KeyCacheLimits(size=3))
+    for _ in range(2):
+        for key in made:
+            found = await known(keys, key)
+            assert found is not None and found.workspace == "acme"
+            assert len(keys) <= 3
+    assert len(counting.lookups) == 16  # each pushed out before its turn came again: looked up again
+    assert keys.authenticate(made[-1]) is not None  # the most recently used are held
+    assert keys.authenticate(made[0]) is None
+
+
+async def test_the_most_recently_used_key_stays_held_while_others_come_and_go(counting: CountingKeys) -> None:
+    counting.create_workspace("acme", "ACME")
+    hot, *others = [counting.create_api_key("acme") for _ in range(6)]
+    keys = trusted(counting, KeyCacheLimits(size=2))
+    await known(keys, hot)
+    for key in others:
+        assert keys.authenticate(hot) is not None  # used before each newcomer: never the least recently used
+        await known(keys, key)
+    assert counting.lookups.count(counting.lookups[0]) == 1
+
+
+async def test_a_reload_reads_again_only_the_held_keys_its_changes_touch_and_drops_the_revoked(
+    counting: CountingKeys,
+) -> None:
+    counting.create_workspace("acme", "ACME")
+    counting.create_workspace("globex", "Globex")
+    acme, other, globex = (counting.create_api_key("acme"), counting.create_api_key("acme"),
+                           counting.create_api_key("globex"))  # fmt: skip
+    keys = trusted(counting)
+    for key in (acme, other, globex):
+        await known(keys, key)
+    since = counting.generation()
+    counting.revoke_api_key(acme)
+    added = counting.create_api_key("acme", ["support"])
+    counting.put_workspace("globex", "Globex", key_limits=Limits(rate=RateLimit(calls=5, window=60)))
+    changes = counting.changes_since(since)
+    counting.reads.clear()
+    assert keys.update(changes) is True  # a key the changes name is gone: revoked
+    # Read: the keys the changes name, and the held key of the workspace whose key limits changed; not acme's other.
+    (read,) = counting.reads
+    assert set(read) == set(changes.keys) | {key_digest(globex)}
+    assert keys.authenticate(acme) is None and await keys.confirm(acme) is None
+    held_globex = keys.authenticate(globex)
+    assert held_globex is not None and held_globex.limits is not None  # its workspace's new key limits
+    assert keys.authenticate(other) is not None  # kept without being read again
+    assert keys.authenticate(added) is None  # a new key is not held until it is used
+    assert len(keys) == 2
+
+
+async def test_a_revoked_key_is_refused_once_its_change_arrives_whether_held_or_not(counting: CountingKeys) -> None:
+    counting.create_workspace("acme", "ACME")
+    held, dropped, spare = (counting.create_api_key("acme") for _ in range(3))
+    keys = trusted(counting, KeyCacheLimits(size=1))
+    await known(keys, dropped)
+    await known(keys, held)  # `dropped` is pushed out
+    since = counting.generation()
+    counting.revoke_api_key(held)
+    counting.revoke_api_key(dropped)
+    assert keys.update(counting.changes_since(since)) is True
     keys.confirmed()
-    since = sqlite_registry.generation()
-    sqlite_registry.revoke_api_key(acme)
-    added = sqlite_registry.create_api_key("acme", ["support"])
-    changes = sqlite_registry.changes_since(since)
-    assert changes.keys == {key_digest(acme), key_digest(added)} and not changes.everything
-    read = sqlite_registry.api_keys(changes)
-    assert set(read) == {key_digest(added)}  # the revoked key is not there to read; globex's was not asked for
-    assert keys.update(read, changes) is True  # acme's revoked key is gone
-    assert keys.authenticate(acme) is None
-    assert keys.authenticate(globex) is not None  # kept without being read again
-    found = keys.authenticate(added)
-    assert found is not None and found.agents == frozenset({"support"})
+    for key in (held, dropped):
+        assert keys.authenticate(key) is None and await keys.confirm(key) is None
+    assert await known(keys, spare) is not None
+
+
+async def test_a_wrong_key_repeated_costs_one_lookup_until_a_change_names_it(counting: CountingKeys) -> None:
+    counting.create_workspace("acme", "ACME")
+    key = counting.create_api_key("acme")
+    keys = trusted(counting)
+    await known(keys, key)
+    since = counting.generation()
+    counting.revoke_api_key(key)
+    keys.update(counting.changes_since(since))
+    counting.lookups.clear()
+    for _ in range(5):
+        assert await known(keys, key) is None  # a client repeating its revoked key
+        assert await known(keys, "crk_wrong") is None
+    assert len(counting.lookups) == 2
+
+
+async def test_past_its_share_one_address_is_refused_with_503_and_another_still_gets_its_lookups(
+    counting: CountingKeys,
+) -> None:
+    counting.create_workspace("acme", "ACME")
+    good = counting.create_api_key("acme")
+    keys = trusted(counting, KeyCacheLimits(lookups_per_second=4))  # a quarter: one a second for one address
+    assert await keys.confirm("crk_wrong-0", "198.51.100.7") is None
+    with pytest.raises(DependencyUnavailableError) as refused:
+        await keys.confirm("crk_wrong-1", "198.51.100.7")
+    assert refused.value.retry_after == 1 and "many API keys" in refused.value.message
+    assert len(counting.lookups) == 1  # the refused one cost no lookup
+    found = await keys.confirm(good, "192.0.2.1")  # another address: its own share of what is left
+    assert found is not None and len(counting.lookups) == 2
+
+
+async def test_lookups_of_different_keys_run_side_by_side_and_requests_with_one_key_share_its_lookup(
+    registry: Registry,
+) -> None:
+    registry.create_workspace("acme", "ACME")
+    made = [registry.create_api_key("acme") for _ in range(6)]
+    counting = CountingKeys(registry.engine)
+    keys = trusted(counting)
+    answers = await asyncio.gather(*(keys.confirm(key, f"192.0.2.{index}") for index, key in enumerate(made)),
+                                   *(keys.confirm(made[0], "192.0.2.0") for _ in range(4)))  # fmt: skip
+    assert all(answer is not None and answer.workspace == "acme" for answer in answers)
+    assert sorted(counting.lookups) == sorted(set(counting.lookups)) and len(counting.lookups) == 6

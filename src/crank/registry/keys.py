@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from crank.exceptions import RegistryNotFoundError
 from crank.registry.base import RegistryBase, limits_json, limits_of
-from crank.registry.change_log import Change, Changes
+from crank.registry.change_log import Change
 from crank.registry.models import ApiKey, Workspace
 from crank.registry.runtime import Limits
 from crank.types import JSONObject
@@ -129,12 +129,10 @@ class ApiKeyStore(RegistryBase):
             row: Any = session.execute(query).first()
         return None if row is None else _key_scope(*row[1:])
 
-    def api_keys(self, changes: Changes | None = None) -> dict[str, KeyScope]:
-        """Every key's scope by digest (the MCP side keeps this in memory and reloads it with the generation);
-        with `changes`, of the keys they may change only (those named, and every key of a workspace named)."""
-        query = _KEY_SCOPES
-        if changes is not None and not changes.everything:
-            query = query.where(or_(ApiKey.digest.in_(changes.keys), Workspace.slug.in_(changes.workspaces)))
+    def api_keys(self, digests: Collection[str] | None = None) -> dict[str, KeyScope]:
+        """The scopes of these keys (by digest) that the registry has, by digest; every key's without `digests`
+        (a replica reads the keys it holds that a change touched, `ApiKeys.update`)."""
+        query = _KEY_SCOPES if digests is None else _KEY_SCOPES.where(ApiKey.digest.in_(digests))
         with Session(self.engine) as session:
             rows: list[Any] = list(session.execute(query).all())
         return {row[0]: _key_scope(*row[1:]) for row in rows}

@@ -104,7 +104,7 @@ class GatewayAuthenticator:
         workspace, agent = _target(scope)
         oauth = self.source.oauth.get(workspace)
         if oauth is None or token.startswith(API_KEY_PREFIX):
-            key = await self.source.keys.confirm(token)
+            key = await self.source.keys.confirm(token, client_address(scope))
             if key is None:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
             return key

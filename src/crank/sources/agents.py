@@ -62,7 +62,7 @@ from crank.schema import wrap_output
 from crank.sources.admission import WorkspaceAdmission
 from crank.sources.agent_cache import AgentCache, AgentCacheLimits
 from crank.sources.agent_surface import agent_surface
-from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, KEY_LOOKUPS_PER_SECOND, ApiKeys
+from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, ApiKeys, KeyCacheLimits
 from crank.sources.connect import ask_to_connect
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.prompt_templates import RenderGates
@@ -501,7 +501,7 @@ class AgentSource:
         metrics: Metrics | None = None,
         state: StateStore | None = None,
         freeze_heap: bool = True,
-        key_lookups_per_second: float = KEY_LOOKUPS_PER_SECOND,
+        key_cache: KeyCacheLimits | None = None,
         key_list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
         listener: ChangeListener | None = None,
         changes: ListChanges | None = None,
@@ -510,14 +510,15 @@ class AgentSource:
     ) -> None:
         """`connections`: the users' own connections to APIs (`crank.gateway.user_connections`), for tools that act
         as the user through them; none: such tools fail as `configuration_error`. `agent_cache`: how many agents
-        stay built, and how many cold ones are built a second (`crank.sources.agent_cache`)."""
+        stay built, and how many cold ones are built a second (`crank.sources.agent_cache`). `key_cache`: how many
+        API keys stay held, and how many are looked up a second (`crank.sources.api_keys`)."""
         self.registry = registry
         self.listener = listener
         self.changes = changes
         """Told which lists of which agents a reload changed, for the clients that listen (`crank.mcp.changes`)."""
         self._listening: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()  # set by an announced change: the watcher checks now, not at its next poll
-        self.keys = ApiKeys(registry, lookups_per_second=key_lookups_per_second, list_max_age=key_list_max_age)
+        self.keys = ApiKeys(registry, key_cache, list_max_age=key_list_max_age)
         self._failing = False  # the watcher's reads fail: logged once per episode
         self.freeze_heap = freeze_heap
         self.metrics = metrics
@@ -547,15 +548,15 @@ class AgentSource:
 
     def reload(self) -> None:
         """Follow what changed since this replica's generation (`Registry.changes_since`): the index of published
-        agents, the OAuth policies and the keys those changes name, and the agents built here that they touch,
-        rebuilt at once (an agent not built here is built on its next request). The first load, and a replica too
-        far behind the change log, read the whole index, policies and keys, and build nothing new. What it reads
-        comes first; a read that fails leaves the generation where it was, and the next reload tells what this one
-        could not."""
+        agents and the OAuth policies those changes name, the keys held here they touch (`ApiKeys.update`), and the
+        agents built here that they touch, rebuilt at once (an agent not built here is built on its next request).
+        The first load, and a replica too far behind the change log, read the whole index and policies, and build
+        nothing new. What it reads comes first; a read that fails leaves the generation where it was, and the next
+        reload tells what this one could not."""
         changes = self.registry.changes_since(self._generation)
         oauth = self._policies(changes)
         index = self._published_index(changes)
-        keys = self.registry.api_keys(changes)
+        gone = self.keys.update(changes)  # read and applied at once: a revocation is not worth holding back
         # The index and the policies before the rebuild: a cold build that finishes after this compares with them.
         self.oauth, self._index = oauth, index
         self._workspaces = frozenset(workspace for workspace, _ in index)
@@ -564,7 +565,6 @@ class AgentSource:
         fresh = self._rebuilt(changes, touched, current)
         first = self._generation < 0  # nothing built, no listener yet: nothing to tell
         told = self._told(changes, touched, current, fresh) if self.changes is not None and not first else []
-        gone = self.keys.update(keys, changes)
         # A key revoked or a policy replaced: listening streams ask whether their callers still hold.
         recheck = self.changes is not None and bool(gone or changes.everything or changes.workspaces)
         self._generation, self._told_index = changes.generation, index

@@ -1,9 +1,13 @@
-"""`ApiKeys`: a replica's list of the registry's API keys, and who a key is.
+"""`ApiKeys`: who an API key is, as a replica knows it: the keys seen lately, each looked up by its digest.
 
-The list is loaded with the agents (`AgentSource.reload`) and trusted for `key_list_max_age` seconds after the
-registry last confirmed it; past that, every key is refused with 503 until the registry answers again, so that a
-key revoked meanwhile never goes on working on a replica that cannot hear of it. A key the list does not know is
-looked up in the registry (`confirm`): a key made a moment ago works on its first request, at a bounded cost.
+A replica loads no key at start. A key it has not seen is looked up in the registry by its digest (`confirm`),
+within a budget of lookups a second (a quarter of it for one client address) and a few at a time, and kept in a
+bounded cache, the least recently used dropped first (`CRANK_KEY_CACHE`); a key the registry does not know is
+remembered too, in a smaller cache, so that a client repeating a wrong or revoked key costs one lookup. A reload
+(`AgentSource.reload`) reads again the cached keys its changes touch: a revoked key is refused on every replica as
+soon as its change reaches it. The cache is trusted for `list_max_age` seconds after the registry last confirmed
+it; past that, every key is refused with 503 until the registry answers again, so that a key revoked meanwhile
+never goes on working on a replica that cannot hear of it.
 """
 
 from __future__ import annotations
@@ -13,69 +17,117 @@ import logging
 import math
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Final
 
 from crank.exceptions import DependencyUnavailableError
 from crank.registry import Changes, KeyScope, Registry, key_digest
 from crank.sources.registry_reads import registry_read
+from crank.wire.budgets import Budget, KeyedBudgets
 from crank.wire.notices import ThrottledLog
 
-__all__ = ["DEFAULT_KEY_LIST_MAX_AGE", "KEY_LOOKUPS_PER_SECOND", "ApiKeys"]
+__all__ = ["DEFAULT_KEY_CACHE", "DEFAULT_KEY_LIST_MAX_AGE", "KEY_LOOKUPS_PER_SECOND", "ApiKeys", "KeyCacheLimits"]
 
 logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
 
-KEY_LOOKUPS_PER_SECOND: Final = 10.0
-"""Registry lookups of keys a replica has not loaded yet (`ApiKeys.confirm`), per replica and second."""
+DEFAULT_KEY_CACHE: Final = 10_000
+"""API keys a replica keeps (`CRANK_KEY_CACHE`), the most recently used: about 1 KB each."""
+KEY_LOOKUPS_PER_SECOND: Final = 100.0
+"""Registry lookups of keys a replica does not hold, per replica and second, with bursts of as many
+(`CRANK_KEY_LOOKUPS_PER_SECOND`); a quarter of them for one client address."""
 DEFAULT_KEY_LIST_MAX_AGE: Final = 30.0
-"""Seconds a replica trusts its list of API keys without the registry confirming it (a generation read by the
-watcher). Past it, a revoked key could still be in the list: every key is refused with 503 until the registry
-answers again."""
+"""Seconds a replica trusts the keys it holds without the registry confirming them (a generation read by the
+watcher). Past it, a revoked key could still be held: every key is refused with 503 until the registry answers
+again."""
+CLIENT_SHARE: Final = 0.25
+"""The share of the lookup budget one client address may spend."""
+LOOKUPS_AT_ONCE: Final = 4
+"""Key lookups that run at once (each holds a worker thread); the others wait their turn."""
+LOOKUP_QUEUE: Final = 256
+"""Requests that may wait for a lookup's turn; past it, 503 with `Retry-After`."""
+_ABSENT_CACHE: Final = 4096  # digests the registry does not know, remembered
 _DIGEST_CACHE: Final = 4096
 _STALE_RETRY_AFTER: Final = 5
+_BUSY_RETRY_AFTER: Final = 1
+_READ_CHUNK: Final = 500  # digests one registry read asks for (a reload of every held key)
+_UNKNOWN: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCacheLimits:
+    """How many keys a replica holds (`size`) and how many it may look up a second."""
+
+    size: int = DEFAULT_KEY_CACHE
+    lookups_per_second: float = KEY_LOOKUPS_PER_SECOND
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.lookups_per_second <= 0:
+            raise ValueError("a key cache holds at least one key and looks up more than none a second")
 
 
 class ApiKeys:
     """The API keys of one registry, as a replica knows them. `authenticate` is the look-up on every request;
-    `confirm` the registry's answer for a key the list does not know; `update` and `confirmed` are the reload's."""
+    `confirm` the registry's answer for a key not held; `update` and `confirmed` are the reload's."""
 
     def __init__(
         self,
         registry: Registry,
+        limits: KeyCacheLimits | None = None,
         *,
-        lookups_per_second: float = KEY_LOOKUPS_PER_SECOND,
         list_max_age: float = DEFAULT_KEY_LIST_MAX_AGE,
     ) -> None:
         self.registry = registry
-        self.lookups_per_second = lookups_per_second
+        self.limits = limits = limits or KeyCacheLimits()
         self.list_max_age = list_max_age
-        self._keys: dict[str, KeyScope] = {}
+        self._held: OrderedDict[str, KeyScope] = OrderedDict()  # digest -> scope, the most recently used last
+        self._absent: OrderedDict[str, None] = OrderedDict()  # digests the registry did not know
         self._digests: dict[str, str] = {}  # key -> its digest, so a call hashes no key it has seen
-        self._lock = threading.Lock()  # a reload (in a thread) against a lookup adding its key (`_look_up`)
-        self._trusted_until = -math.inf  # monotonic: the list is trusted until then (`confirmed`)
+        self._lock = threading.Lock()  # a reload (in a thread) against a lookup adding its answer (`_look_up`)
+        self._epoch = 0  # bumped when a reload starts and ends: a lookup that overlapped one keeps nothing
+        self._trusted_until = -math.inf  # monotonic: the cache is trusted until then (`confirmed`)
         self._stale_since: float | None = None  # the start of an episode of unconfirmed keys, logged once
-        self._lookup_budget = max(lookups_per_second, 1.0)
-        self._lookup_refilled = time.monotonic()
+        self._budget = Budget(limits.lookups_per_second)
+        self._client_budgets = KeyedBudgets(max(limits.lookups_per_second * CLIENT_SHARE, 1.0))
+        self._turns = asyncio.Semaphore(LOOKUPS_AT_ONCE)
+        self._waiting = 0
         self._lookups: dict[str, asyncio.Future[KeyScope | None]] = {}
-        """The registry lookup running now, by key digest (at most one at a time), for its key's other requests."""
+        """The registry lookup running now for a digest, for its key's other requests."""
 
-    def update(self, keys: dict[str, KeyScope], changes: Changes) -> bool:
-        """Take the registry's keys (by digest) that `changes` may change, as `Registry.api_keys(changes)` read them:
-        those keys are now these, the others stay. True when a key this replica knew is gone (revoked)."""
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def update(self, changes: Changes) -> bool:
+        """Follow `changes` (the reload's thread): the held keys they may change, and the keys they name, read again
+        from the registry; a key no longer there is dropped. True when a key they name is gone (revoked)."""
         with self._lock:
-            known = {} if changes.everything else self._keys
-            kept = {
-                digest: scope
-                for digest, scope in known.items()
-                if not changes.touches_key(digest, scope.workspace or "")
-            }
-            fresh = {**kept, **keys}
-            gone = bool(self._keys.keys() - fresh.keys())
-            self._keys = fresh
-        return gone
+            self._epoch += 1  # a lookup running now may have read the registry before these changes
+            if changes.everything:
+                self._absent.clear()
+                touched = list(self._held)
+            else:
+                for digest in changes.keys:
+                    self._absent.pop(digest, None)
+                touched = [digest for digest, scope in list(self._held.items())
+                           if changes.touches_key(digest, scope.workspace or "")]  # fmt: skip
+        wanted = sorted(set(touched) | changes.keys)
+        read: dict[str, KeyScope] = {}
+        for start in range(0, len(wanted), _READ_CHUNK):
+            read.update(self.registry.api_keys(wanted[start : start + _READ_CHUNK]))
+        with self._lock:
+            self._epoch += 1
+            for digest in touched:
+                scope = read.get(digest)
+                if scope is None:
+                    self._held.pop(digest, None)
+                elif digest in self._held:
+                    self._held[digest] = scope
+        return any(digest not in read for digest in changes.keys)
 
     def confirmed(self) -> None:
-        """The registry confirmed the list just now (a reload, or a generation read): trusted for `list_max_age`."""
+        """The registry confirmed the keys just now (a reload, or a generation read): trusted for `list_max_age`."""
         now = time.monotonic()
         self._trusted_until = now + self.list_max_age
         if self._stale_since is not None:
@@ -84,9 +136,10 @@ class ApiKeys:
             self._stale_since = None
 
     def authenticate(self, token: str | None) -> KeyScope | None:
-        """The scope of an API key, or None for no key or one this replica does not know (then `confirm`).
+        """The scope of an API key held here, or None for no key, one the registry does not know, or one not held
+        (then `confirm`).
 
-        Raises `DependencyUnavailableError` (503) for any key while the list is not trusted (`list_max_age`)."""
+        Raises `DependencyUnavailableError` (503) for any key while the keys are not trusted (`list_max_age`)."""
         if token is None:
             return None
         if time.monotonic() > self._trusted_until:
@@ -96,20 +149,29 @@ class ApiKeys:
             if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
                 self._digests.clear()
             digest = self._digests[token] = key_digest(token)
-        return self._keys.get(digest)
+        scope = self._held.get(digest)
+        if scope is not None:
+            try:
+                self._held.move_to_end(digest)
+            except KeyError:  # dropped by a reload between the two: this request is older than the revocation
+                pass
+        return scope
 
-    async def confirm(self, token: str) -> KeyScope | None:
-        """A key `authenticate` does not know, looked up in the registry: a key made a moment ago (by the CLI, the
-        admin API or another replica) works on its first request instead of after the next poll.
+    async def confirm(self, token: str, client: Hashable = "") -> KeyScope | None:
+        """A key `authenticate` does not hold, looked up in the registry by its digest: a key made a moment ago (by
+        the CLI, the admin API or another replica) works on its first request, and a key dropped from the cache on
+        its next one. None: the registry has no such key (remembered: asked again once a change names it).
 
-        At most `lookups_per_second` lookups a second and one at a time, so a flood of wrong keys costs the
-        registry that much and holds one worker thread at most; past the budget an unknown key is refused (401)
-        without a lookup. The requests of the key being looked up meanwhile wait for that lookup's answer (a
-        client's first requests with a new key often come together). A registry that fails the lookup is 503 (the
-        key may be good)."""
+        Lookups take one from the replica's budget and one from the `client` address's (a quarter of it), and run
+        `LOOKUPS_AT_ONCE` at a time: a flood of wrong keys costs the registry that much. Past the budget, or with
+        `LOOKUP_QUEUE` requests waiting, a key is 503 with `Retry-After` (it may be good), as is a lookup the
+        registry fails. The requests of the key being looked up meanwhile wait for that lookup's answer (a client's
+        first requests with a new key often come together)."""
         if time.monotonic() > self._trusted_until:
             self._refuse_stale()
         digest = self._digests.get(token) or key_digest(token)
+        if digest in self._absent:
+            return None
         running = self._lookups.get(digest)
         if running is not None:
             try:
@@ -117,10 +179,9 @@ class ApiKeys:
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if running.cancelled() and (task is None or not task.cancelling()):
-                    return await self.confirm(token)  # the lookup's own request went away: look again
+                    return await self.confirm(token, client)  # the lookup's own request went away: look again
                 raise
-        if self._lookups or not self._take_lookup():
-            return None
+        self._take_lookup(client)
         answer: asyncio.Future[KeyScope | None] = asyncio.get_running_loop().create_future()
         self._lookups[digest] = answer
         try:
@@ -139,7 +200,7 @@ class ApiKeys:
             del self._lookups[digest]
 
     def _refuse_stale(self) -> None:
-        """503 once the list is older than `list_max_age` (past `_trusted_until`): a key revoked meanwhile must not
+        """503 once the cache is older than `list_max_age` (past `_trusted_until`): a key revoked meanwhile must not
         go on working on a replica that cannot hear of it. The first refusal of an episode is logged."""
         now = time.monotonic()
         if self._stale_since is None:
@@ -153,27 +214,45 @@ class ApiKeys:
             retry_after=_STALE_RETRY_AFTER,
         )
 
+    def _take_lookup(self, client: Hashable) -> None:
+        """One lookup from the client's share and the replica's budget, with a place in the queue; else 503."""
+        if not (self._waiting < LOOKUP_QUEUE and self._client_budgets.left(client) and self._budget.take()):
+            _notices.warning("key-lookups", "API keys this replica does not hold come faster than it may look them "
+                             "up (%g a second): refusing them with 503", self.limits.lookups_per_second)  # fmt: skip
+            raise DependencyUnavailableError(
+                "registry",
+                "This server is looking up many API keys at once; retry in a moment.",
+                retry_after=_BUSY_RETRY_AFTER,
+            )
+        self._client_budgets.take(client)
+
     async def _look_up(self, digest: str) -> KeyScope | None:
-        keys = self._keys
-        key_scope = await registry_read(self.registry.api_key, digest, what="look up API keys",
-                                        retry_after=_STALE_RETRY_AFTER)  # fmt: skip
-        if key_scope is None:
-            return None
+        epoch = self._epoch
+        self._waiting += 1
+        try:
+            await self._turns.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            key_scope = await registry_read(self.registry.api_key, digest, what="look up API keys",
+                                            retry_after=_STALE_RETRY_AFTER)  # fmt: skip
+        finally:
+            self._turns.release()
         with self._lock:
-            if self._keys is not keys:
-                # A reload came in meanwhile: its list is newer than this lookup (the key may have been revoked
-                # since), so it decides; adding the key back would let a revoked key live on.
-                return self._keys.get(digest)
-            self._keys = {**keys, digest: key_scope}  # a new dict: readers on the loop never see it half made
+            if self._epoch != epoch:
+                # A reload ran meanwhile: it is newer than this lookup (the key may have been revoked since), so it
+                # decides; keeping this answer could let a revoked key live on.
+                return self._held.get(digest)
+            self._keep(digest, key_scope)
         return key_scope
 
-    def _take_lookup(self) -> bool:
-        """One lookup from a budget of `lookups_per_second` that refills continuously."""
-        now = time.monotonic()
-        rate = self.lookups_per_second
-        self._lookup_budget = min(max(rate, 1.0), self._lookup_budget + (now - self._lookup_refilled) * rate)
-        self._lookup_refilled = now
-        if self._lookup_budget < 1:
-            return False
-        self._lookup_budget -= 1
-        return True
+    def _keep(self, digest: str, key_scope: KeyScope | None) -> None:
+        """A lookup's answer held, the least recently used pushed out past the bounds (under the lock)."""
+        if key_scope is None:
+            self._absent[digest] = None
+            if len(self._absent) > _ABSENT_CACHE:
+                self._absent.popitem(last=False)
+            return
+        self._held[digest] = key_scope
+        while len(self._held) > self.limits.size:
+            self._held.popitem(last=False)
