@@ -182,7 +182,8 @@ def measure(tree: Path, name: str, tenants: int, publishes: int, operations_file
         latencies = [publish_served(tree, client, url, announce, keys, operation, round_, tenants)
                      for round_ in range(publishes)]  # fmt: skip
         p99 = statistics.quantiles(latencies, n=100, method="inclusive")[98] if len(latencies) > 1 else latencies[0]
-        print(f"{name:>5} {'sqlite' if url.startswith('sqlite') else 'postgresql':>10} {tenants:>6} tenants: seeded in {seeded:6.1f} s; ready in "
+        kind = "sqlite" if url.startswith("sqlite") else "postgresql"
+        print(f"{name:>5} {kind:>10} {tenants:>6} tenants: seeded in {seeded:6.1f} s; ready in "
               f"{ready:6.2f} s, RSS {rss_ready:7.0f} MB; tools/list cold {cold * 1000:7.1f} ms, warm "
               f"{warm * 1000:6.1f} ms; publish -> served p50 {statistics.median(latencies) * 1000:5.0f} ms, p99 "
               f"{p99 * 1000:5.0f} ms, max {max(latencies) * 1000:5.0f} ms; RSS then {rss_mb(server.pid):7.0f} MB",

@@ -25,7 +25,9 @@ def test_a_tiny_run_measures_start_lists_and_a_publish_served() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()[-2:]
-    assert [line.split(":")[0].split() for line in lines] == [["this", "sqlite", "3", "tenants"],
-                                                               ["this", "postgresql", "3", "tenants"]]
+    assert [line.split(":")[0].split() for line in lines] == [
+        ["this", "sqlite", "3", "tenants"],
+        ["this", "postgresql", "3", "tenants"],
+    ]
     for line in lines:
         assert all(part in line for part in ("ready in", "tools/list cold", "publish -> served p50", "p99", "RSS then"))

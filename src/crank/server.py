@@ -383,7 +383,7 @@ class GatewayService:
             return
         path = scope.get("path", "")
         if path.startswith(PROTECTED_RESOURCE_PATH) and scope["type"] == "http":
-            response = self._resource_metadata(path, scope["method"])
+            response = await self._resource_metadata(scope, path, scope["method"])
         elif path.startswith(CONNECT_PATH + "/") and self.connect is not None and scope["type"] == "http":
             await self.connect(scope, receive, send)
             return
@@ -396,7 +396,7 @@ class GatewayService:
             response = JSONResponse({"error": {"code": "not_found", "message": message}}, 404)
         await response(scope, receive, send)
 
-    def _resource_metadata(self, path: str, method: str) -> Response:
+    async def _resource_metadata(self, scope: Scope, path: str, method: str) -> Response:
         """RFC 9728 documents, with CORS so that a browser-based client can read them: an agent's at the
         well-known path plus its resource's path (the public URL's own path, if any, included). None at the root:
         a server of many tenants has no one resource there, and clients try the agent's path first."""
@@ -409,7 +409,7 @@ class GatewayService:
         route = _agent_route(agent_path, {}) if agent_path else None
         document = None
         if route is not None and route[0] == agent_path.rstrip("/"):
-            document = self.auth.metadata(route[1]["workspace"], route[1]["agent"])
+            document = await self.auth.metadata(scope, route[1]["workspace"], route[1]["agent"])
         if document is None or metadata_path(document["resource"]) != path.rstrip("/"):
             return JSONResponse({"error": "no protected resource here"}, 404, headers=_CORS)
         return JSONResponse(document, headers={**_CORS, "cache-control": "max-age=300"})

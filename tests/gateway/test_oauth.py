@@ -18,6 +18,7 @@ from crank.gateway.safety import CONFIRMATION_ARGUMENT
 from crank.registry import Registry
 from crank.registry.runtime import IntrospectionClient, OAuthPolicy
 from crank.server import GatewayService
+from crank.sources.workspace_policies import Unknown
 from tests.gateway import upstream
 from tests.gateway.issuer import Issuer
 from tests.gateway.test_gateway import publish_demo
@@ -236,7 +237,7 @@ def test_opaque_tokens_are_introspected(oauth: Setup, monkeypatch: pytest.Monkey
     monkeypatch.setenv("INTROSPECTION_SECRET", "introspection-secret")
     client = IntrospectionClient(client_id="crank", client_secret="env:INTROSPECTION_SECRET")
     oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, introspection=client))
-    _until(lambda: oauth.gateway.source.oauth["acme"].policy.introspection is not None)
+    _until(lambda: _held(oauth, lambda held: held.policy.introspection is not None))
     good = oauth.issuer.opaque_token(oauth.url)
     assert oauth.call(good).status_code == 200
     assert oauth.call(oauth.issuer.opaque_token(oauth.url, active=False)).status_code == 401
@@ -248,7 +249,7 @@ def test_opaque_tokens_are_introspected(oauth: Setup, monkeypatch: pytest.Monkey
 
 def test_lazy_sign_in_leaves_the_listing_open_and_asks_for_a_token_on_a_call(oauth: Setup) -> None:
     oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, sign_in="calls"))
-    _until(lambda: oauth.gateway.source.oauth["acme"].policy.sign_in == "calls")
+    _until(lambda: _held(oauth, lambda held: held.policy.sign_in == "calls"))
     initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
     assert oauth.post(None, "initialize", initialize).status_code == 200
     listed = oauth.post(None, "tools/list")
@@ -270,11 +271,11 @@ def test_keys_and_tokens_side_by_side_or_tokens_only_or_keys_only(oauth: Setup) 
     token = oauth.issuer.token(oauth.url)
     assert oauth.call(key).status_code == 200 and oauth.call(token).status_code == 200
     oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, credentials="oauth"))
-    _until(lambda: oauth.gateway.source.oauth["acme"].policy.credentials == "oauth")
+    _until(lambda: _held(oauth, lambda held: held.policy.credentials == "oauth"))
     assert oauth.call(key).status_code == 401
     assert oauth.call(token).status_code == 200
     oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, credentials="keys"))
-    _until(lambda: "acme" not in oauth.gateway.source.oauth)
+    _until(lambda: _held(oauth, lambda held: held is None))
     assert oauth.call(token).status_code == 401  # even a token it had accepted before
     assert oauth.call(key).status_code == 200
     assert httpx.get(oauth.base + "/.well-known/oauth-protected-resource/mcp/v1/acme/support").status_code == 404
@@ -284,7 +285,7 @@ def test_a_tightened_policy_applies_to_tokens_already_seen(oauth: Setup) -> None
     token = oauth.issuer.token(oauth.url, scope=READ)
     assert oauth.call(token).status_code == 200
     oauth.registry.set_workspace_oauth("acme", _policy(oauth.issuer, agent_scopes={"*": (READ, "tools:admin")}))
-    _until(lambda: "tools:admin" in oauth.gateway.source.oauth["acme"].policy.agent_needs("support"))
+    _until(lambda: _held(oauth, lambda held: "tools:admin" in held.policy.agent_needs("support")))
     assert oauth.call(token).status_code == 403
 
 
@@ -303,7 +304,13 @@ def test_one_workspace_introspection_answer_opens_nothing_in_another(
     monkeypatch.setenv("INTROSPECTION_SECRET", "introspection-secret")
     client = IntrospectionClient(client_id="crank", client_secret="env:INTROSPECTION_SECRET")
     oauth.registry.set_workspace_oauth("beta", _policy(oauth.issuer, introspection=client))
-    _until(lambda: oauth.gateway.source.oauth["beta"].policy.introspection is not None)
+    # An agent published in beta: a workspace's policy is read (and its tokens checked) where it serves agents.
+    target = {"method": "GET", "url": _upstream_base(oauth) + "/users/{id}"}
+    oauth.registry.put_operation("beta", "get_user", {"protocol": "http", "target": target})
+    oauth.registry.put_agent("beta", "desk", {"bindings": [{"operation": "get_user"}]})
+    oauth.registry.publish("beta", "desk")
+    _until(lambda: oauth.gateway.source.serves("beta", "desk"))
+    _until(lambda: _held(oauth, lambda held: held.policy.introspection is not None, "beta"))
     token = oauth.issuer.opaque_token(oauth.url)  # its answer names acme's agent as audience
     beta = oauth.post(token, "tools/list", url=oauth.base + "/mcp/v1/beta/desk")
     assert beta.status_code in (401, 404)  # introspected by beta's client: not beta's resource
@@ -339,6 +346,20 @@ def _upstream_base(oauth: Setup) -> str:
     return view.tools[0].target.url.split("/users")[0]
 
 
+def _held(oauth: Setup, condition: Callable[[Any], bool], workspace: str = "acme") -> bool:
+    """Whether the workspace's policy as the replica checks a request now meets `condition`: the one it holds (a
+    reload reads it again after a change), or, when none is held, the registry's (the next request reads it)."""
+    held = oauth.gateway.source.policies.held(workspace)
+    return isinstance(held, Unknown) or _met(condition, held)
+
+
+def _met(condition: Callable[[Any], bool], held: Any) -> bool:
+    try:
+        return condition(held)
+    except AttributeError:  # None (no policy) where the condition reads one
+        return False
+
+
 def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -359,7 +380,7 @@ def test_rate_limits_count_per_subject(oauth: Setup) -> None:
     from crank.registry.runtime import Limits, RateLimit
 
     oauth.registry.put_workspace("acme", "Acme", key_limits=Limits(rate=RateLimit(calls=2, window=60)))
-    _until(lambda: oauth.gateway.source.oauth["acme"].key_limits is not None)
+    _until(lambda: _held(oauth, lambda held: held.key_limits is not None))
     alice = oauth.issuer.token(oauth.url, subject="alice")
     bob = oauth.issuer.token(oauth.url, subject="bob")
     assert [oauth.call(alice).json()["result"]["isError"] for _ in range(3)] == [False, False, True]

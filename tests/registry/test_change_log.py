@@ -46,7 +46,7 @@ def test_each_write_names_what_it_changed_and_a_replica_reads_back_those_alone(r
         ("initech", "desk"),
     ]
     assert changes.touches_key(key_digest(key), "globex") and not changes.touches_key("other", "globex")
-    assert set(registry.workspace_oauth(changes)) == {"initech"}
+    assert set(registry.workspace_oauth(changes.workspaces)) == {"initech"}
     assert len(registry.published()) == 3  # without changes: everything, as at a first load
 
 

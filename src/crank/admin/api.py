@@ -186,7 +186,7 @@ class _AdminToken:
             self._guard.failed(scope, "the admin API")
         raise AuthChallengeError(_UNAUTHORIZED)
 
-    async def verify(self, scope: Scope, token: str) -> Principal:
+    async def verify(self, scope: Scope, token: str | None) -> Principal:
         raise AuthChallengeError(_UNAUTHORIZED)  # `authenticate` always knows
 
 

@@ -12,7 +12,7 @@ half-written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
@@ -357,14 +357,14 @@ class Registry(Publishing, ApiKeyStore):
             stored = self._workspace(session, workspace).oauth
         return None if stored is None else OAuthPolicy.model_validate(stored)
 
-    def workspace_oauth(self, changes: Changes | None = None) -> dict[str, WorkspaceOAuth]:
-        """The OAuth policy of every workspace that has one, by slug (the MCP side reloads it with the generation);
-        with `changes`, of the workspaces they name only (all when they are `everything`)."""
+    def workspace_oauth(self, workspaces: Collection[str] | None = None) -> dict[str, WorkspaceOAuth]:
+        """The OAuth policy of each of these workspaces (every workspace without `workspaces`) that has one, with
+        its limits, by slug (a replica reads a workspace's when a request first names it)."""
         query = select(Workspace.slug, Workspace.oauth, Workspace.limits, Workspace.key_limits).where(
             Workspace.oauth.is_not(None)
         )
-        if changes is not None and not changes.everything:
-            query = query.where(Workspace.slug.in_(changes.workspaces))
+        if workspaces is not None:
+            query = query.where(Workspace.slug.in_(workspaces))
         with Session(self.engine) as session:
             rows: list[Any] = list(session.execute(query).all())
         return {

@@ -20,6 +20,7 @@ from crank.gateway.tokens import LEEWAY, TokenClaims, TokenLimits, TokenVerifier
 from crank.registry import API_KEY_PREFIX, KeyScope, WorkspaceOAuth
 from crank.registry.runtime import Limits, OAuthPolicy
 from crank.sources.agents import AgentSource
+from crank.sources.workspace_policies import Unknown
 from crank.types import JSONObject, Scope
 from crank.wire.auth import Principal, metadata_path, protected_resource_metadata, same_resource
 from crank.wire.budgets import client_address
@@ -83,7 +84,15 @@ class GatewayAuthenticator:
 
     def authenticate(self, scope: Scope, token: str | None) -> Principal | None:
         workspace, agent = _target(scope)
-        oauth = self.source.oauth.get(workspace)
+        oauth = self.source.policies.held(workspace)
+        if isinstance(oauth, Unknown):  # the workspace's first request here: `verify` reads its policy
+            return None
+        return self._known(scope, workspace, agent, oauth, token)
+
+    def _known(
+        self, scope: Scope, workspace: str, agent: str, oauth: WorkspaceOAuth | None, token: str | None
+    ) -> Principal | None:
+        """`authenticate`, the workspace's policy known."""
         if token is None:
             if oauth is None:
                 raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
@@ -100,9 +109,16 @@ class GatewayAuthenticator:
         claims = self.verifier.cached(token, oauth.policy.introspection, workspace=workspace)
         return None if claims is None else self._principal(claims, workspace, agent, oauth, token)
 
-    async def verify(self, scope: Scope, token: str) -> Principal:
+    async def verify(self, scope: Scope, token: str | None) -> Principal:
         workspace, agent = _target(scope)
-        oauth = self.source.oauth.get(workspace)
+        oauth = self.source.policies.held(workspace)
+        if isinstance(oauth, Unknown):
+            oauth = await self.source.policies.read(workspace, client_address(scope))
+            known = self._known(scope, workspace, agent, oauth, token)
+            if known is not None:
+                return known
+        if token is None:
+            raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
         if oauth is None or token.startswith(API_KEY_PREFIX):
             key = await self.source.keys.confirm(token, client_address(scope))
             if key is None:
@@ -121,7 +137,7 @@ class GatewayAuthenticator:
 
     def resource(self, workspace: str, agent: str) -> str | None:
         """The agent's canonical URL (its tokens' audience), from configuration, never from a request."""
-        oauth = self.source.oauth.get(workspace)
+        oauth = self._held(workspace)
         base = (oauth.policy.audience if oauth is not None and oauth.policy.audience else None) or self.public_url
         if base is None:
             return None
@@ -130,16 +146,18 @@ class GatewayAuthenticator:
     def metadata_url(self, scope: Scope) -> str | None:
         """Where the challenge points a client: the agent's protected resource metadata (workspaces with OAuth)."""
         workspace, agent = _target(scope)
-        if workspace not in self.source.oauth:
+        if self._held(workspace) is None:
             return None
         resource = self.resource(workspace, agent)
         return None if resource is None else metadata_url(resource)
 
-    def metadata(self, workspace: str, agent: str) -> JSONObject | None:
+    async def metadata(self, scope: Scope, workspace: str, agent: str) -> JSONObject | None:
         """The RFC 9728 document of an agent whose workspace takes OAuth tokens; None for any other path (so a
         client cannot learn which agents a workspace without OAuth has)."""
-        oauth = self.source.oauth.get(workspace)
-        if oauth is None or not self.source.serves(workspace, agent):
+        if not self.source.serves(workspace, agent):
+            return None
+        oauth = await self.source.policies.read(workspace, client_address(scope))
+        if oauth is None:
             return None
         resource = self.resource(workspace, agent)
         if resource is None:
@@ -149,6 +167,11 @@ class GatewayAuthenticator:
         policy = oauth.policy
         return protected_resource_metadata(resource, policy.issuers, policy.scopes_supported(agent),
                                            resource_name=f"{workspace}/{agent}")  # fmt: skip
+
+    def _held(self, workspace: str) -> WorkspaceOAuth | None:
+        """The workspace's policy when held here (read by `verify` on the workspace's first request)."""
+        held = self.source.policies.held(workspace)
+        return None if isinstance(held, Unknown) else held
 
     # -- principals ------------------------------------------------------------------------------------------
 
@@ -233,7 +256,9 @@ class ResourceAuthenticator:
         claims = self.verifier.cached(token, self.policy.introspection)
         return None if claims is None else self._principal(token, claims)
 
-    async def verify(self, scope: Scope, token: str) -> Principal:
+    async def verify(self, scope: Scope, token: str | None) -> Principal:
+        if token is None:  # `authenticate` answers every request without one
+            raise AuthChallengeError(UNAUTHORIZED_TOKEN_MESSAGE, scopes=sorted(self.policy.agent_needs("*")))
         policy = self.policy
         claims = await self.verifier.verify(token, policy.issuers, policy.introspection, client=client_address(scope))
         return self._principal(token, claims)

@@ -53,7 +53,6 @@ from crank.registry import (
     KeyScope,
     PublishedAgent,
     Registry,
-    WorkspaceOAuth,
     describe_database_error,
 )
 from crank.registry.changes import ChangeListener
@@ -68,6 +67,7 @@ from crank.sources.discovery import Discovery, observer_for
 from crank.sources.prompt_templates import RenderGates
 from crank.sources.registry_reads import registry_read
 from crank.sources.search import IndexedOperation
+from crank.sources.workspace_policies import Unknown, WorkspacePolicies
 from crank.state import MemoryStore, StateStore
 from crank.telemetry import Metrics
 from crank.types import JSONObject, Scope
@@ -537,8 +537,8 @@ class AgentSource:
         """Every published agent's version, by (workspace, agent): what may be built, without building it."""
         self._told_index: dict[tuple[str, str], int] = {}  # the index as of the last reload that finished
         self._workspaces: frozenset[str] = frozenset()  # the workspaces of the index (what a 404 may say)
-        self.oauth: dict[str, WorkspaceOAuth] = {}
-        """Each workspace's OAuth policy, for those that have one (reloaded with the catalogs)."""
+        self.policies = WorkspacePolicies(registry, self._publishes)
+        """Each workspace's OAuth policy, read when a request first names the workspace."""
         self._generation = -1
         self._unsettled = 0  # catalogs replaced or evicted since the heap was last settled whole (`_settle`)
         self._settled = -math.inf  # when it was (monotonic)
@@ -554,11 +554,12 @@ class AgentSource:
         nothing new. What it reads comes first; a read that fails leaves the generation where it was, and the next
         reload tells what this one could not."""
         changes = self.registry.changes_since(self._generation)
-        oauth = self._policies(changes)
         index = self._published_index(changes)
-        gone = self.keys.update(changes)  # read and applied at once: a revocation is not worth holding back
-        # The index and the policies before the rebuild: a cold build that finishes after this compares with them.
-        self.oauth, self._index = oauth, index
+        # Read and applied at once: a revocation, or a policy replaced, is not worth holding back.
+        gone = self.keys.update(changes)
+        self.policies.update(changes)
+        # The index before the rebuild: a cold build that finishes after this compares with it.
+        self._index = index
         self._workspaces = frozenset(workspace for workspace, _ in index)
         current = dict(self._catalogs.items())
         touched = [key for key in current if changes.touches_agent(*key)]
@@ -592,7 +593,7 @@ class AgentSource:
         for published in self._published_views(changes.generation, touched):
             key = (published.workspace, published.agent)
             known = current[key]
-            policy = self._policy_of(published.workspace)
+            policy = self._policy_now(published.workspace)
             stamp = (published.version, policy)  # a new policy gives the tools other scopes: built again
             if known.stamp != stamp:
                 try:
@@ -657,15 +658,6 @@ class AgentSource:
         _settle_heap()
         self._unsettled, self._settled = 0, time.monotonic()
 
-    def _policies(self, changes: Changes) -> dict[str, WorkspaceOAuth]:
-        """Each workspace's OAuth policy after `changes`: those they name read again, the others kept. A policy that
-        takes keys only is no policy at all here: no token is checked, no metadata served."""
-        kept = {} if changes.everything else {
-            slug: held for slug, held in self.oauth.items() if slug not in changes.workspaces
-        }  # fmt: skip
-        read = self.registry.workspace_oauth(changes)
-        return {**kept, **{slug: held for slug, held in read.items() if held.policy.credentials != "keys"}}
-
     def _tell(self, told: list[tuple[Any, tuple[str, ...]]], recheck: bool = False) -> None:
         """Tell the listeners (and, with `recheck`, have them check their callers again), on the event loop that
         serves them: a reload runs in a worker thread, and the listeners' events and sets belong to the loop."""
@@ -711,14 +703,24 @@ class AgentSource:
             limiter=self.limiter, oauth=oauth, tokens=self.tokens, renders=self.renders,
         )  # fmt: skip
 
-    def _policy_of(self, workspace: str) -> OAuthPolicy | None:
-        held = self.oauth.get(workspace)
+    def _policy_of(self, workspace: str) -> OAuthPolicy | None | Unknown:
+        """The workspace's policy as held now (`Unknown`: not held: a build compared with it is not kept)."""
+        held = self.policies.held(workspace)
+        return held.policy if held is not None and not isinstance(held, Unknown) else held
+
+    def _policy_now(self, workspace: str) -> OAuthPolicy | None:
+        """The workspace's policy, read in this worker thread when it is not held (a reload's rebuild)."""
+        held = self.policies.read_now(workspace)
         return held.policy if held is not None else None
+
+    def _publishes(self, workspace: str) -> bool:
+        """Whether the workspace has an agent published (the index)."""
+        return workspace in self._workspaces
 
     async def _cold(self, key: tuple[str, str], client: str) -> Catalog:
         """An agent not built here: built now (once, however many requests wait; within the build budget of the
         replica, of its workspace and of the `client` address that asks)."""
-        load = functools.partial(self._load, key)
+        load = functools.partial(self._load, key, client)
         served = await self._catalogs.build(key, load, tenant=key[0], client=client, keep=self._keep)
         return served.catalog
 
@@ -731,18 +733,20 @@ class AgentSource:
             _freeze_new()
         return served.stamp == (self._index.get(key), self._policy_of(key[0]))
 
-    async def _load(self, key: tuple[str, str]) -> _Served:
-        """The agent's published version, read and built in a worker thread. A reload that moves the replica's index
-        (or the workspace's policy) meanwhile has it read again: what is kept is never older than the index, and
-        one newer than it (a publish the watcher has not read yet) is what the coming reload finds in place."""
+    async def _load(self, key: tuple[str, str], client: str) -> _Served:
+        """The agent's published version and its workspace's policy, read and built in a worker thread. A reload that
+        moves the replica's index (or the workspace's policy) meanwhile has it read again: what is kept is never
+        older than the index, and one newer than it (a publish the watcher has not read yet) is what the coming
+        reload finds in place."""
         wanted = Changes(self._generation, agents=frozenset({key}))
         for _ in range(_LOAD_ATTEMPTS):
+            held = await self.policies.read(key[0], client)
+            policy = held.policy if held is not None else None
             known = (self._index.get(key), self._policy_of(key[0]))
             found = await registry_read(self.registry.published, wanted, what="read this agent")
             if not found:
                 raise CatalogNotFoundError(f"Workspace {key[0]!r} has no published agent {key[1]!r}")
             published = found[0]
-            policy = self._policy_of(published.workspace)
             try:
                 served = await run_in_threadpool(self._serve, published, (published.version, policy), policy)
             except Exception:
@@ -761,9 +765,11 @@ class AgentSource:
         upstream's 401): `/readyz` names each with its tools and how to give it."""
         return [missing for served in self._catalogs.values() for missing in served.gaps]
 
-    def oauth_policy(self, workspace: str) -> OAuthPolicy | None:
-        """The workspace's OAuth policy as this replica serves it (the connect page signs its users in with it)."""
-        return self._policy_of(workspace)
+    async def oauth_policy(self, workspace: str) -> OAuthPolicy | None:
+        """The workspace's OAuth policy as this replica serves it (the connect page signs its users in with it), read
+        when it is not held."""
+        held = await self.policies.read(workspace, f"connect:{workspace}")
+        return held.policy if held is not None else None
 
     async def connection_auth(self, workspace: str, scheme: str) -> AuthConfig | None:
         """The credentials through which a published tool of the workspace acts as its users' own connection to

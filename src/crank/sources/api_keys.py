@@ -25,7 +25,7 @@ from typing import Final
 from crank.exceptions import DependencyUnavailableError
 from crank.registry import Changes, KeyScope, Registry, key_digest
 from crank.sources.registry_reads import registry_read
-from crank.wire.budgets import Budget, KeyedBudgets
+from crank.wire.budgets import CLIENT_SHARE, SharedBudget
 from crank.wire.notices import ThrottledLog
 
 __all__ = ["DEFAULT_KEY_CACHE", "DEFAULT_KEY_LIST_MAX_AGE", "KEY_LOOKUPS_PER_SECOND", "ApiKeys", "KeyCacheLimits"]
@@ -42,8 +42,6 @@ DEFAULT_KEY_LIST_MAX_AGE: Final = 30.0
 """Seconds a replica trusts the keys it holds without the registry confirming them (a generation read by the
 watcher). Past it, a revoked key could still be held: every key is refused with 503 until the registry answers
 again."""
-CLIENT_SHARE: Final = 0.25
-"""The share of the lookup budget one client address may spend."""
 LOOKUPS_AT_ONCE: Final = 4
 """Key lookups that run at once (each holds a worker thread); the others wait their turn."""
 LOOKUP_QUEUE: Final = 256
@@ -89,8 +87,7 @@ class ApiKeys:
         self._epoch = 0  # bumped when a reload starts and ends: a lookup that overlapped one keeps nothing
         self._trusted_until = -math.inf  # monotonic: the cache is trusted until then (`confirmed`)
         self._stale_since: float | None = None  # the start of an episode of unconfirmed keys, logged once
-        self._budget = Budget(limits.lookups_per_second)
-        self._client_budgets = KeyedBudgets(max(limits.lookups_per_second * CLIENT_SHARE, 1.0))
+        self._budget = SharedBudget(limits.lookups_per_second, CLIENT_SHARE)  # a quarter of it for one address
         self._turns = asyncio.Semaphore(LOOKUPS_AT_ONCE)
         self._waiting = 0
         self._lookups: dict[str, asyncio.Future[KeyScope | None]] = {}
@@ -216,7 +213,7 @@ class ApiKeys:
 
     def _take_lookup(self, client: Hashable) -> None:
         """One lookup from the client's share and the replica's budget, with a place in the queue; else 503."""
-        if not (self._waiting < LOOKUP_QUEUE and self._client_budgets.left(client) and self._budget.take()):
+        if not (self._waiting < LOOKUP_QUEUE and self._budget.take(client)):
             _notices.warning("key-lookups", "API keys this replica does not hold come faster than it may look them "
                              "up (%g a second): refusing them with 503", self.limits.lookups_per_second)  # fmt: skip
             raise DependencyUnavailableError(
@@ -224,7 +221,6 @@ class ApiKeys:
                 "This server is looking up many API keys at once; retry in a moment.",
                 retry_after=_BUSY_RETRY_AFTER,
             )
-        self._client_budgets.take(client)
 
     async def _look_up(self, digest: str) -> KeyScope | None:
         epoch = self._epoch

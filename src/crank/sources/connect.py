@@ -202,7 +202,7 @@ class ConnectPages:
         state: StateStore,
         verifier: TokenVerifier,
         client: UpstreamClient,
-        policies: Callable[[str], OAuthPolicy | None],
+        policies: Callable[[str], Awaitable[OAuthPolicy | None]],
         connection_auth: Callable[[str, str], Awaitable[AuthConfig | None]],
     ) -> None:
         self.public_url = public_url.rstrip("/")
@@ -245,7 +245,7 @@ class ConnectPages:
         try:
             asked = self._links.read(request.query_params.get("request", ""), workspace, scheme)
             await self._auth(workspace, scheme)  # a scheme no published tool connects: said before any sign-in
-            sign_in = self._sign_in(workspace, asked.issuer)
+            sign_in = await self._sign_in(workspace, asked.issuer)
             return await self._to_sign_in(sign_in, workspace, {"purpose": "connect", "request": _fields(asked)})
         except ConnectLinkError:
             return self._page("This connect link is not valid, or has expired",
@@ -319,9 +319,9 @@ class ConnectPages:
         session = self._session(request, workspace)
         try:
             if session is None:
-                policy = self._policy(workspace)
+                policy = await self._policy(workspace)
                 assert policy.sign_in_client is not None  # `_policy` refuses a workspace without one
-                sign_in = self._sign_in(workspace, policy.sign_in_client.issuer)
+                sign_in = await self._sign_in(workspace, policy.sign_in_client.issuer)
                 return await self._to_sign_in(sign_in, workspace, {"purpose": "manage"})
         except _Refused as refused:
             return self._page("Your connections", refused.message, status=refused.status)
@@ -351,15 +351,15 @@ class ConnectPages:
 
     # -- inside ------------------------------------------------------------------------------------------------
 
-    def _policy(self, workspace: str) -> OAuthPolicy:
-        policy = self._policies(workspace)
+    async def _policy(self, workspace: str) -> OAuthPolicy:
+        policy = await self._policies(workspace)
         if policy is None or policy.sign_in_client is None:
             raise _Refused("This workspace does not sign users in for connections (it has no sign-in client).", 404)
         return policy
 
-    def _sign_in(self, workspace: str, issuer: str) -> OpenIDSignIn:
+    async def _sign_in(self, workspace: str, issuer: str) -> OpenIDSignIn:
         """The workspace's sign-in client, at `issuer` (the issuer of the user who asked)."""
-        client = self._policy(workspace).sign_in_client
+        client = (await self._policy(workspace)).sign_in_client
         assert client is not None
         if not same_issuer(client.issuer, issuer):
             raise _Refused("You signed in to your assistant with another identity provider than the one this "
@@ -399,7 +399,7 @@ class ConnectPages:
         said = request.query_params.get("iss")  # RFC 9207: the issuer that answers, when it says
         if said is not None and not same_issuer(said, kept["issuer"]):
             raise _Refused("This answer came from another identity provider than the one this sign-in went to.")
-        sign_in = self._sign_in(workspace, kept["issuer"])
+        sign_in = await self._sign_in(workspace, kept["issuer"])
         try:
             code = request.query_params.get("code", "")[:_MAX_CODE]
             return await sign_in.finish(code, self.signed_in_url(workspace), pending)

@@ -88,17 +88,18 @@ class Authenticator(Protocol):
     """Who a request's bearer token proves, in two steps so that the common request pays for a dictionary look-up
     only:
 
-    - `authenticate` (synchronous): the principal when it is known at once (a loaded API key, a token validated
+    - `authenticate` (synchronous): the principal when it is known at once (a held API key, a token validated
       before and not expired), None when it takes a slower look, or `AuthChallengeError` to refuse. With no token
-      (None) it refuses, or answers an anonymous principal (`method="anonymous"`) where that is allowed.
-    - `verify`: the slower look (a registry look-up, a signature check, an introspection call): a principal, or
-      `AuthChallengeError`.
+      (None) it refuses, answers an anonymous principal (`method="anonymous"`) where that is allowed, or None when
+      it cannot tell yet (the gateway has not read the workspace's policy).
+    - `verify`: the slower look (a registry look-up, a signature check, an introspection call), with the token or
+      None: a principal, or `AuthChallengeError`.
 
     Either may raise `DependencyUnavailableError` (503) when it cannot tell."""
 
     def authenticate(self, scope: Scope, token: str | None) -> Principal | None: ...
 
-    def verify(self, scope: Scope, token: str) -> Awaitable[Principal]: ...
+    def verify(self, scope: Scope, token: str | None) -> Awaitable[Principal]: ...
 
 
 def _quoted(value: str) -> str:

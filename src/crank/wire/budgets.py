@@ -1,5 +1,5 @@
 """Budgets of work that anyone may ask for: who asks (`client_address`) and how much a second (`Budget`,
-`KeyedBudgets`).
+`KeyedBudgets`, `SharedBudget`).
 
 Some work is done before anyone is known (a new token's signature check, an introspection call, a guess at the
 admin token). Its budget must not be one per process, or a flood from one address spends it for everybody:
@@ -18,7 +18,7 @@ from typing import Final
 
 from crank.types import Scope
 
-__all__ = ["DEFAULT_MAX_KEYS", "NO_ADDRESS", "Budget", "KeyedBudgets", "client_address"]
+__all__ = ["CLIENT_SHARE", "DEFAULT_MAX_KEYS", "NO_ADDRESS", "Budget", "KeyedBudgets", "SharedBudget", "client_address"]
 
 NO_ADDRESS: Final = "-"
 """The address of a request whose server does not say where it came from (a Unix socket, a test client)."""
@@ -114,3 +114,25 @@ class KeyedBudgets:
             del self._budgets[oldest]
         budget = self._budgets[key] = Budget(self.rate, self.burst)
         return budget
+
+
+CLIENT_SHARE: Final = 0.25
+"""The share of a `SharedBudget` one client may take."""
+
+
+class SharedBudget:
+    """A process's budget of some work a second (a token bucket, bursts of as many), of which one client (an
+    address) may take `share`: a flood from one client spends its share, never the whole."""
+
+    __slots__ = ("_clients", "_whole")
+
+    def __init__(self, rate: float, share: float = CLIENT_SHARE) -> None:
+        self._whole = Budget(rate)
+        self._clients = KeyedBudgets(max(rate * share, 1.0))
+
+    def take(self, client: Hashable) -> bool:
+        """One from the client's share and the whole; False, taking nothing, when either is spent."""
+        if not (self._clients.left(client) and self._whole.take()):
+            return False
+        self._clients.take(client)
+        return True

@@ -283,8 +283,6 @@ class BearerAuth:
         token = None if authorization is None else self._token(authorization)
         try:
             if self.authenticator.authenticate(scope, token) is None:
-                if token is None:
-                    return False
                 await self.authenticator.verify(scope, token)
         except AuthChallengeError:
             return False
@@ -341,8 +339,6 @@ class BearerAuth:
     async def _verified(self, scope: Scope, send: Send, token: str | None) -> bool:
         """The slower look at a token `authenticate` did not know (`verify`), then the admission."""
         try:
-            if token is None:
-                raise AuthChallengeError(self.message)
             caller = await self.authenticator.verify(scope, token)
         except AuthChallengeError as refused:
             return await self._challenged(scope, send, refused)
@@ -398,8 +394,8 @@ class TokenTable:
             raise AuthChallengeError(self.message)
         return caller
 
-    async def verify(self, scope: Scope, token: str) -> Any:
-        caller = await self.confirm(token) if self.confirm is not None else None
+    async def verify(self, scope: Scope, token: str | None) -> Any:
+        caller = await self.confirm(token) if self.confirm is not None and token is not None else None
         if caller is None:
             raise AuthChallengeError(self.message)
         return caller
