@@ -192,8 +192,9 @@ class Settings(BaseSettings):
     )  # fmt: skip
     agent_builds_per_second: float = Field(
         AGENT_BUILDS_PER_SECOND, gt=0, le=10_000,
-        description="Agents an MCP replica builds a second on requests, a quarter of them at most for one workspace, "
-        "and for one client address among callers without credentials (then 503).",
+        description="Agents of up to 20 tools an MCP replica builds a second on requests (a larger one counts one per "
+        "20 tools), a quarter of them at most for one workspace, and for one client address among callers without "
+        "credentials (then 503).",
     )  # fmt: skip
     key_cache: int = Field(
         DEFAULT_KEY_CACHE, ge=1, le=10_000_000,

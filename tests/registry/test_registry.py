@@ -155,3 +155,31 @@ def test_a_published_versions_view_reads_back_and_a_missing_one_is_not_found(reg
     assert [tool.tool_name for tool in registry.version_runtime("ws", "a", 1).tools] == ["op"]
     with pytest.raises(RegistryNotFoundError, match="no version 2"):
         registry.version_runtime("ws", "a", 2)
+
+
+def test_an_agent_whose_view_is_over_the_per_agent_bound_is_refused_at_publish_and_nothing_is_written(
+    registry: Registry,
+) -> None:
+    """A replica builds and holds an agent from its published view: one tenant's huge agent is refused when it is
+    published, naming the agent and the bound, before any replica meets it."""
+    from crank.registry.runtime import MAX_AGENT_VIEW_BYTES
+
+    registry.create_workspace("big", "Big")
+    properties = {
+        f"field_{field}": {"type": "string", "enum": [f"choice-{field}-{index}-" + "x" * 40 for index in range(40)]}
+        for field in range(150)
+    }
+    for index in range(30):  # 30 operations of about 350 KB of schema each
+        registry.put_operation("big", f"op{index}", {
+            "protocol": "http", "target": {"method": "POST", "url": "https://api.example.com/items"},
+            "input_schema": {"type": "object", "properties": properties},
+        })  # fmt: skip
+    registry.put_agent("big", "everything", {"bindings": [{"operation": f"op{index}"} for index in range(30)]})
+    registry.put_agent("big", "some", {"bindings": [{"operation": f"op{index}"} for index in range(3)]})
+    with pytest.raises(RegistryError) as refused:
+        registry.publish("big", "everything")
+    message = str(refused.value)
+    assert "agent big/everything" in message and f"more than the {MAX_AGENT_VIEW_BYTES} allowed" in message
+    assert "split its tools among several agents" in message
+    assert registry.versions("big", "everything") == []
+    assert registry.publish("big", "some") == 1  # a part of the same tools is within the bound

@@ -128,3 +128,19 @@ def test_one_tenant_holds_at_most_a_quarter_of_the_cache_and_its_own_oldest_goes
         cache.put(("big", f"agent{index}"), index)
     assert cache.keys() == [("other", "desk"), ("big", "agent3"), ("big", "agent4")]
     assert cache.put(("big", "agent4"), 40) == 0  # held already: replaced in place, nothing dropped
+
+
+async def test_a_large_build_spends_what_it_cost_of_its_tenants_share_and_of_the_whole_budget() -> None:
+    """Builds count by their cost (`cost_of`, an agent's tools in units of 20): one tenant's large agent cannot
+    spend the CPU of many builds for the price of one."""
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=4), cost_of=float)  # the value: cost
+
+    async def costing(cost: int) -> int:
+        return cost
+
+    assert await cache.build("small", lambda: costing(1), tenant="t1", client="c1", keep=kept) == 1
+    assert await cache.build("huge", lambda: costing(5), tenant="big", client="c2", keep=kept) == 5
+    # 4 - 1 - 5: the whole budget is spent past zero (half a second to refill to one), for every tenant.
+    for tenant, client in (("big", "c2"), ("t3", "c3")):
+        with pytest.raises(DependencyUnavailableError):
+            await cache.build(f"next-{tenant}", lambda: costing(1), tenant=tenant, client=client, keep=kept)

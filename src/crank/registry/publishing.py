@@ -25,6 +25,7 @@ from crank.registry.runtime import (
     RuntimeView,
     SchemeCredential,
     WorkspaceInfo,
+    check_agent_size,
     load_runtime,
     tool_from_spec,
 )
@@ -106,8 +107,13 @@ class Publishing(RegistryBase):
             )
             if _same_view(served, runtime):
                 return agent.published_version, False
+        stored = runtime.to_json()
+        try:
+            check_agent_size(stored, f"agent {ws.slug}/{agent.slug}")
+        except ValueError as heavy:
+            raise RegistryError(str(heavy)) from None
         latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
-        session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=runtime.to_json()))
+        session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=stored))
         agent.published_version = latest + 1
         self._bump(session, Change("agent", ws.slug, agent.slug))
         return latest + 1, True

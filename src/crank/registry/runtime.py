@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
+from crank import _json
 from crank.exceptions import ConfigurationError
 from crank.schema import problems_of
 from crank.types import JSONObject, JSONValue
@@ -660,6 +661,10 @@ MAX_DOCUMENTS: Final = 64
 MAX_AGENT_MEDIA: Final = 4 * 1024 * 1024
 """The most an agent's documents and prompt images hold together (characters of text and of base64): each is
 bounded alone, and this bounds what one agent version makes every replica keep in memory."""
+MAX_AGENT_VIEW_BYTES: Final = 8 * 1024 * 1024
+"""The largest published view of one agent, as the registry stores it (JSON bytes): about four times the view of
+all 1,223 operations of GitHub's description. A replica builds and holds an agent from its view (docs/deployment.md,
+"Many tenants"): this bounds what one tenant's agent makes a replica build and keep."""
 MAX_PROMPTS: Final = 64
 MAX_PROMPT_MESSAGES: Final = 16
 MAX_PROMPT_TEMPLATE: Final = 16 * 1024
@@ -843,6 +848,18 @@ def check_agent_media(documents: Sequence[AgentDocument], prompts: Sequence[Agen
         raise ValueError(
             f"the agent's documents and prompt images hold {size} characters together, more than the "
             f"{MAX_AGENT_MEDIA} allowed: link to large material instead of storing it"
+        )
+
+
+def check_agent_size(stored: JSONObject, where: str) -> None:
+    """Refuse an agent version whose stored view exceeds `MAX_AGENT_VIEW_BYTES` (ValueError). Checked when it is
+    published, never when a stored version is loaded: a version published before the bound existed is still
+    served."""
+    size = len(_json.dumps(stored))
+    if size > MAX_AGENT_VIEW_BYTES:
+        raise ValueError(
+            f"{where}: its published view would be {size} bytes, more than the {MAX_AGENT_VIEW_BYTES} allowed: split "
+            "its tools among several agents"
         )
 
 

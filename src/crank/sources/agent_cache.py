@@ -4,9 +4,10 @@ builds of the others, each built once however many requests wait for it, at a bo
 A replica serves thousands of tenants, most of them idle: it builds an agent's catalog on its first request and
 keeps the `size` most recently used (`CRANK_AGENT_CACHE`). A dropped agent is built again on its next request.
 Building costs CPU (an agent of 20 tools: milliseconds), so cold builds share a budget of `builds_per_second`
-(`CRANK_AGENT_BUILDS_PER_SECOND`), a quarter of it at most for one tenant and for one client address: past it a
-request for a cold agent is answered 503 with `Retry-After`, so that requests for cold agents take a bounded share
-of the CPU, and neither one tenant's cold agents nor one client asking for many tenants' spend all of the budget.
+(`CRANK_AGENT_BUILDS_PER_SECOND`; a larger agent spends what it cost, `cost_of`, once built), a quarter of it at
+most for one tenant and for one client address: past it a request for a cold agent is answered 503 with
+`Retry-After`, so that requests for cold agents take a bounded share of the CPU, and neither one tenant's cold
+agents nor one client asking for many tenants' spend all of the budget.
 Requests for the agent being built wait for that build; none starts another. A build that a reload overtook (a
 publish while it ran) is checked once it is in (`keep`), and dropped when it is not what should be served.
 
@@ -62,12 +63,18 @@ class AgentCache(Generic[K, V]):
     """Built agents by key, at most `limits.size`, the least recently used dropped first."""
 
     def __init__(
-        self, limits: AgentCacheLimits | None = None, *, tenant_of: Callable[[K], Hashable] | None = None
+        self,
+        limits: AgentCacheLimits | None = None,
+        *,
+        tenant_of: Callable[[K], Hashable] | None = None,
+        cost_of: Callable[[V], float] | None = None,
     ) -> None:
         """`tenant_of`: the tenant of a key; with it, one tenant holds at most a quarter of the cache (its own least
-        recently used goes first), so that its agents cannot push every other tenant's out."""
+        recently used goes first), so that its agents cannot push every other tenant's out. `cost_of`: what a build
+        cost, in builds of the budget (at least one): a large agent spends as many as it cost, once built."""
         self.limits = limits or AgentCacheLimits()
         self._tenant_of = tenant_of
+        self._cost_of = cost_of
         self._built: OrderedDict[K, V] = OrderedDict()
         self._building: dict[K, asyncio.Future[V]] = {}
         rate = self.limits.builds_per_second
@@ -152,14 +159,19 @@ class AgentCache(Generic[K, V]):
             self._tenant_builds.take(tenant)
             self._client_builds.take(client)
             running = self._building[key] = asyncio.ensure_future(load())
-            running.add_done_callback(functools.partial(self._finished, key, keep))
+            running.add_done_callback(functools.partial(self._finished, key, keep, tenant, client))
         return await asyncio.shield(running)
 
-    def _finished(self, key: K, keep: Keep[K, V], done: asyncio.Future[V]) -> None:
+    def _finished(self, key: K, keep: Keep[K, V], tenant: Hashable, client: Hashable, done: asyncio.Future[V]) -> None:
         del self._building[key]
         if done.cancelled() or done.exception() is not None:  # a failure is its waiters' (retrieved: never logged)
             return
         value = done.result()
+        extra = self._cost_of(value) - 1 if self._cost_of is not None else 0
+        if extra > 0:  # measured once built: the shares it came from may go below zero, and refill from there
+            self._builds.spend(extra)
+            self._tenant_builds.spend(tenant, extra)
+            self._client_builds.spend(client, extra)
         dropped = self.put(key, value)
         # Checked after it is in: a reload that moved on before this look is seen by it; one after it finds the
         # agent held, and rebuilds it itself.

@@ -85,6 +85,8 @@ UPSTREAM_PROGRESS_INTERVAL: Final = 1.0
 for progress (`_meta.progressToken`)."""
 SETTLE_INTERVAL: Final = 60.0
 """Seconds between two whole settles of the heap driven by replaced or evicted catalogs (`AgentSource._settle`)."""
+BUILD_UNIT: Final = 20
+"""Tools one build of the budget stands for (`CRANK_AGENT_BUILDS_PER_SECOND`): an agent of 1,000 tools spends 50."""
 _LOAD_ATTEMPTS: Final = 3  # reads of a cold agent when publishes land during its build; then the newest read serves
 _READ_CHUNK: Final = 500  # held agents whose views one registry read brings back (a reload of many)
 _CONNECT_BUILDS: Final = 16  # agents of a workspace a connect page may have built, to find the scheme's credentials
@@ -384,6 +386,8 @@ class _Served:
     """Its view when its tools use secrets (checked on each `/readyz`: a file mounted later counts at once)."""
     refused: tuple[RefusedTarget, ...]
     gaps: tuple[MissingCredential, ...]
+    cost: float = 1.0
+    """What building it cost, in builds of the budget: one per `BUILD_UNIT` tools, at least one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,7 +535,9 @@ class AgentSource:
         self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
-        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(agent_cache, tenant_of=operator.itemgetter(0))
+        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(
+            agent_cache, tenant_of=operator.itemgetter(0), cost_of=operator.attrgetter("cost")
+        )
         """The agents built here, the most recently used ones (built on their first request)."""
         self._index: dict[tuple[str, str], int] = {}
         """Every published agent's version, by (workspace, agent): what may be built, without building it."""
@@ -695,7 +701,8 @@ class AgentSource:
         _warn_refused(refused)
         tools = ((tool.tool_name, tool.target.url, tool.execution_config) for tool in runtime.tools)
         gaps = missing_credentials(published.workspace, tools)
-        return _Served(stamp, catalog, secrets, tuple(refused), tuple(gaps))
+        cost = max(1.0, len(runtime.tools) / BUILD_UNIT)
+        return _Served(stamp, catalog, secrets, tuple(refused), tuple(gaps), cost)
 
     def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(

@@ -102,6 +102,10 @@ class KeyedBudgets:
         """Whether `key`'s budget has one left (nothing is taken)."""
         return self._budget(key).available()
 
+    def spend(self, key: Hashable, amount: float) -> None:
+        """Take `amount` from `key`'s budget after the fact (`Budget.spend`)."""
+        self._budget(key).spend(amount)
+
     def _budget(self, key: Hashable) -> Budget:
         budget = self._budgets.get(key)
         if budget is not None:
