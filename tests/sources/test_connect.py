@@ -35,6 +35,7 @@ from crank.registry import Registry
 from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection, origin_of
 from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
+from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources import connect as connect_module
 from crank.sources.connect import MAX_WAITING
 from crank.state.store import MemoryStore
@@ -425,6 +426,43 @@ def _step(response: httpx.Response) -> tuple[str, dict[str, str]]:
     """The state a connect page's redirect carries, and the cookie that remembers its step."""
     state = parse_qs(urlsplit(response.headers["location"]).query)["state"][0]
     return state, dict(response.cookies)
+
+
+async def test_a_connect_page_whose_workspace_agents_cannot_be_built_now_answers_503_and_connects_nobody(
+    setup: Setup, identity: str, serve: Callable[..., str]
+) -> None:
+    """A replica that has not built the workspace's agents builds them to find the API the link connects, within
+    its build budget: past it, the page says so with 503 (the user retries), not an error page of the server."""
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    gateway = GatewayService(
+        setup.registry,
+        poll_interval=0.05,
+        public_url=root,
+        vault_keys=setup.vault.keys,
+        agent_cache=AgentCacheLimits(builds_per_second=0.01),
+    )  # one build, then one a 100 s
+    assert serve(gateway, port=port) == root
+    registry = setup.registry
+    registry.create_workspace("globex", "Globex")
+    registry.put_operation("globex", "ping", {"protocol": "http", "target": {"method": "GET",
+                                                                            "url": "http://127.0.0.1:9/ping"}})  # fmt: skip
+    registry.put_agent("globex", "desk", {"bindings": [{"operation": "ping"}]})
+    registry.publish("globex", "desk")
+    key = registry.create_api_key("globex")
+    async with httpx.AsyncClient(timeout=10) as http:
+        for _ in range(200):  # the publish reaches the replica at its next poll
+            if gateway.source.serves("globex", "desk"):
+                break
+            await anyio.sleep(0.05)
+        listed = await http.post(root + "/mcp/v1/globex/desk", headers={
+            "Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25"}, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})  # fmt: skip
+        assert listed.status_code == 200  # another workspace's agent spent the replica's budget
+        link = ConnectLinks(root, setup.vault.keys).link(ConnectRequest("acme", "people", identity, "ivan", "e1"))
+        page = await http.get(link)
+    assert page.status_code == 503 and "building many agents" in page.text
+    assert "location" not in page.headers  # nobody was sent to sign in
 
 
 async def test_each_step_that_cannot_go_on_says_why_and_connects_nobody(

@@ -352,7 +352,10 @@ class ConnectPages:
     # -- inside ------------------------------------------------------------------------------------------------
 
     async def _policy(self, workspace: str) -> OAuthPolicy:
-        policy = await self._policies(workspace)
+        try:
+            policy = await self._policies(workspace)
+        except DependencyUnavailableError as unavailable:  # its policy cannot be read now
+            raise _Refused(unavailable.message, 503) from None
         if policy is None or policy.sign_in_client is None:
             raise _Refused("This workspace does not sign users in for connections (it has no sign-in client).", 404)
         return policy
