@@ -35,8 +35,8 @@ from crank.registry import Registry
 from crank.registry.runtime import OAuthPolicy, SchemeCredential, SignInClient, UserConnection, origin_of
 from crank.registry.vault import Vault, VaultKeys, new_vault_key
 from crank.server import GatewayService
-from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources import connect as connect_module
+from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources.connect import MAX_WAITING
 from crank.state.store import MemoryStore
 from crank.telemetry import JSONLogFormatter
@@ -445,8 +445,8 @@ async def test_a_connect_page_whose_workspace_agents_cannot_be_built_now_answers
     assert serve(gateway, port=port) == root
     registry = setup.registry
     registry.create_workspace("globex", "Globex")
-    registry.put_operation("globex", "ping", {"protocol": "http", "target": {"method": "GET",
-                                                                            "url": "http://127.0.0.1:9/ping"}})  # fmt: skip
+    target = {"method": "GET", "url": "http://127.0.0.1:9/ping"}
+    registry.put_operation("globex", "ping", {"protocol": "http", "target": target})
     registry.put_agent("globex", "desk", {"bindings": [{"operation": "ping"}]})
     registry.publish("globex", "desk")
     key = registry.create_api_key("globex")
@@ -455,9 +455,10 @@ async def test_a_connect_page_whose_workspace_agents_cannot_be_built_now_answers
             if gateway.source.serves("globex", "desk"):
                 break
             await anyio.sleep(0.05)
-        listed = await http.post(root + "/mcp/v1/globex/desk", headers={
-            "Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": "2025-11-25"}, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})  # fmt: skip
+        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream",
+                   "MCP-Protocol-Version": "2025-11-25"}  # fmt: skip
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        listed = await http.post(root + "/mcp/v1/globex/desk", headers=headers, json=body)
         assert listed.status_code == 200  # another workspace's agent spent the replica's budget
         link = ConnectLinks(root, setup.vault.keys).link(ConnectRequest("acme", "people", identity, "ivan", "e1"))
         page = await http.get(link)
