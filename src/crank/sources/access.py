@@ -20,7 +20,7 @@ from crank.gateway.tokens import LEEWAY, TokenClaims, TokenLimits, TokenVerifier
 from crank.registry import API_KEY_PREFIX, KeyScope, WorkspaceOAuth
 from crank.registry.runtime import Limits, OAuthPolicy
 from crank.sources.agents import AgentSource
-from crank.sources.workspace_policies import Unknown
+from crank.sources.workspace_policies import UNKNOWN, Unknown
 from crank.types import JSONObject, Scope
 from crank.wire.auth import Principal, metadata_path, protected_resource_metadata, same_resource
 from crank.wire.budgets import client_address
@@ -84,8 +84,8 @@ class GatewayAuthenticator:
 
     def authenticate(self, scope: Scope, token: str | None) -> Principal | None:
         workspace, agent = _target(scope)
-        oauth = self.source.policies.held(workspace)
-        if isinstance(oauth, Unknown):  # the workspace's first request here: `verify` reads its policy
+        oauth = self.source.policies.known.get(workspace, UNKNOWN)
+        if oauth is UNKNOWN:  # the workspace's first request here: `verify` reads its policy
             return None
         return self._known(scope, workspace, agent, oauth, token)
 

@@ -5,18 +5,20 @@ A replica loads no policy at start. The first request for a workspace's agents (
 workspace's policy, and its limits, from the registry: one read however many requests wait for it, within a budget
 of reads a second (a quarter of it for one client address; past it, 503 with `Retry-After`). A workspace that has
 no published agent is answered without a read (it takes no token: no agent there to serve). The `size` most
-recently used workspaces are held, those without a policy too (most of them), so that a workspace's next requests
-cost a dictionary look-up. A reload reads again the held policies its changes name; a read that overlapped a
-reload keeps nothing (the reload is newer).
+recently read workspaces are held, those without a policy too (most of them), so that a workspace's next requests
+cost one dictionary look-up (`known`; the oldest read goes first, and is read again on its next request). A reload
+reads again the held policies its changes name; a read that overlapped a reload keeps nothing (the reload is
+newer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Final
 
 from crank.exceptions import DependencyUnavailableError
@@ -34,13 +36,13 @@ _READ_CHUNK: Final = 500  # workspaces one registry read asks for (a reload of e
 _BUSY_RETRY_AFTER: Final = 1
 
 
-class Unknown:
+class Unknown(enum.Enum):
     """The policy of a workspace this replica does not hold: read it (`WorkspacePolicies.read`)."""
 
-    __slots__ = ()
+    UNKNOWN = "unknown"
 
 
-UNKNOWN: Final = Unknown()
+UNKNOWN: Final = Unknown.UNKNOWN
 
 
 class WorkspacePolicies:
@@ -60,6 +62,8 @@ class WorkspacePolicies:
         self.size = size
         self._published = published
         self._held: OrderedDict[str, WorkspaceOAuth | None] = OrderedDict()
+        self.known: Mapping[str, WorkspaceOAuth | None] = self._held
+        """The policies held, by workspace: the authenticator's look-up on every request (`UNKNOWN` when missing)."""
         self._lock = threading.Lock()  # a reload (in a thread) against a read adding its answer
         self._epoch = 0  # bumped when a reload starts and ends: a read that overlapped one keeps nothing
         self._budget = SharedBudget(reads_per_second)
@@ -70,13 +74,8 @@ class WorkspacePolicies:
 
     def held(self, workspace: str) -> WorkspaceOAuth | None | Unknown:
         """The workspace's policy (None: it takes API keys only), or `UNKNOWN` when it is not held here."""
-        if workspace not in self._held:
-            return None if not self._published(workspace) else UNKNOWN
-        try:
-            self._held.move_to_end(workspace)
-            return self._held[workspace]
-        except KeyError:  # dropped by a reload between the two
-            return UNKNOWN
+        found = self._held.get(workspace, UNKNOWN)
+        return None if found is UNKNOWN and not self._published(workspace) else found
 
     async def read(self, workspace: str, client: Hashable = "") -> WorkspaceOAuth | None:
         """The workspace's policy, read from the registry when it is not held: once however many requests ask (a
