@@ -198,7 +198,7 @@ class Settings(BaseSettings):
     )  # fmt: skip
     key_cache: int = Field(
         DEFAULT_KEY_CACHE, ge=1, le=10_000_000,
-        description="API keys an MCP replica keeps, the most recently used (the others are looked up by digest on "
+        description="API keys an MCP replica keeps, the most recently looked up (the others are looked up by digest on "
         "their next request).",
     )  # fmt: skip
     key_lookups_per_second: float = Field(

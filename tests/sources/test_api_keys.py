@@ -105,17 +105,6 @@ async def test_more_keys_than_the_cache_holds_are_all_served_in_turn_and_the_cac
     assert keys.authenticate(made[0]) is None
 
 
-async def test_the_most_recently_used_key_stays_held_while_others_come_and_go(counting: CountingKeys) -> None:
-    counting.create_workspace("acme", "ACME")
-    hot, *others = [counting.create_api_key("acme") for _ in range(6)]
-    keys = trusted(counting, KeyCacheLimits(size=2))
-    await known(keys, hot)
-    for key in others:
-        assert keys.authenticate(hot) is not None  # used before each newcomer: never the least recently used
-        await known(keys, key)
-    assert counting.lookups.count(counting.lookups[0]) == 1
-
-
 async def test_a_reload_reads_again_only_the_held_keys_its_changes_touch_and_drops_the_revoked(
     counting: CountingKeys,
 ) -> None:

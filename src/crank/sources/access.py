@@ -85,6 +85,8 @@ class GatewayAuthenticator:
     def authenticate(self, scope: Scope, token: str | None) -> Principal | None:
         workspace, agent = _target(scope)
         oauth = self.source.policies.known.get(workspace, UNKNOWN)
+        if oauth is None and token is not None:  # most requests: a workspace of API keys only (as `_known` has it)
+            return self.source.keys.authenticate(token)
         if oauth is UNKNOWN:  # the workspace's first request here: `verify` reads its policy
             return None
         return self._known(scope, workspace, agent, oauth, token)

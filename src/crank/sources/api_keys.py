@@ -2,7 +2,8 @@
 
 A replica loads no key at start. A key it has not seen is looked up in the registry by its digest (`confirm`),
 within a budget of lookups a second (a quarter of it for one client address) and a few at a time, and kept in a
-bounded cache, the least recently used dropped first (`CRANK_KEY_CACHE`); a key the registry does not know is
+bounded cache, the oldest lookup dropped first (`CRANK_KEY_CACHE`; a request costs one dictionary look-up, and a
+key dropped is looked up again on its next request); a key the registry does not know is
 remembered too, in a smaller cache, so that a client repeating a wrong or revoked key costs one lookup. A reload
 (`AgentSource.reload`) reads again the cached keys its changes touch: a revoked key is refused on every replica as
 soon as its change reaches it. The cache is trusted for `list_max_age` seconds after the registry last confirmed
@@ -34,7 +35,7 @@ logger = logging.getLogger("crank.gateway")
 _notices = ThrottledLog(logger)
 
 DEFAULT_KEY_CACHE: Final = 10_000
-"""API keys a replica keeps (`CRANK_KEY_CACHE`), the most recently used: about 1 KB each."""
+"""API keys a replica keeps (`CRANK_KEY_CACHE`), the most recently looked up: about 1 KB each."""
 KEY_LOOKUPS_PER_SECOND: Final = 100.0
 """Registry lookups of keys a replica does not hold, per replica and second, with bursts of as many
 (`CRANK_KEY_LOOKUPS_PER_SECOND`); a quarter of them for one client address."""
@@ -80,7 +81,7 @@ class ApiKeys:
         self.registry = registry
         self.limits = limits = limits or KeyCacheLimits()
         self.list_max_age = list_max_age
-        self._held: OrderedDict[str, KeyScope] = OrderedDict()  # digest -> scope, the most recently used last
+        self._held: OrderedDict[str, KeyScope] = OrderedDict()  # digest -> scope, the latest lookup last
         self._absent: OrderedDict[str, None] = OrderedDict()  # digests the registry did not know
         self._digests: dict[str, str] = {}  # key -> its digest, so a call hashes no key it has seen
         self._lock = threading.Lock()  # a reload (in a thread) against a lookup adding its answer (`_look_up`)
@@ -146,13 +147,7 @@ class ApiKeys:
             if len(self._digests) >= _DIGEST_CACHE:  # bounded: a flood of wrong keys cannot grow it
                 self._digests.clear()
             digest = self._digests[token] = key_digest(token)
-        scope = self._held.get(digest)
-        if scope is not None:
-            try:
-                self._held.move_to_end(digest)
-            except KeyError:  # dropped by a reload between the two: this request is older than the revocation
-                pass
-        return scope
+        return self._held.get(digest)
 
     async def confirm(self, token: str, client: Hashable = "") -> KeyScope | None:
         """A key `authenticate` does not hold, looked up in the registry by its digest: a key made a moment ago (by
@@ -243,7 +238,7 @@ class ApiKeys:
         return key_scope
 
     def _keep(self, digest: str, key_scope: KeyScope | None) -> None:
-        """A lookup's answer held, the least recently used pushed out past the bounds (under the lock)."""
+        """A lookup's answer held, the oldest lookup pushed out past the bounds (under the lock)."""
         if key_scope is None:
             self._absent[digest] = None
             if len(self._absent) > _ABSENT_CACHE:
