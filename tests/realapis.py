@@ -27,6 +27,7 @@ ZOOM = DIRECTORY / "zoom.us.json"  # 373
 DOCUSIGN = DIRECTORY / "docusign.net.json"  # 402
 EC2 = DIRECTORY / "amazonaws.com" / "ec2.json"  # 1,188
 MAILCHIMP = DIRECTORY / "mailchimp.com.json"  # 272
+ASANA = DIRECTORY / "asana.com.json"  # 167, one of them a multipart upload
 APIS_GURU = DIRECTORY / "apis.guru.json"  # 6: Prism starts it in seconds
 PRISM = NODE_MODULES / ".bin" / "prism"
 OAS_EXAMPLES = NODE_MODULES / "@readme" / "oas-examples"

@@ -231,3 +231,23 @@ def test_serve_openapi_never_writes_into_a_workspace_it_did_not_create(tmp_path:
     assert built.workspace == "other-shop" and registry.workspace("other-shop")["created_by"] == "crank serve --openapi"
     again = build_instant(settings, str(shop), base_url="http://other.test", workspace="other-shop")
     assert again.version == built.version  # its own workspace: re-imported, nothing changed to publish
+
+
+def test_serve_openapi_serves_a_description_without_the_operation_it_cannot_call_and_says_which(
+    tmp_path: Path,
+) -> None:
+    """One upload among Asana's 167 operations no longer refuses the document: the banner names what was skipped,
+    and `strict` keeps the refusal."""
+    from crank.exceptions import SpecError
+    from crank.instant import build_instant
+    from crank.settings import given_settings
+    from tests.realapis import ASANA, require
+
+    settings = given_settings(listen="127.0.0.1:9", data_dir=tmp_path)
+    with pytest.raises(SpecError, match="include pattern '!create_attachment_for_object'"):
+        build_instant(settings, str(require(ASANA)), strict=True)
+    built = build_instant(settings, str(ASANA))
+    assert len(built.changes.names) == 166 and built.mode == "discovery"
+    banner = built.banner()
+    assert "Skipped:        1 operation(s) Crank cannot call (--strict refuses them):" in banner
+    assert "  skipped create_attachment_for_object (POST /attachments): only JSON bodies can be sent" in banner

@@ -161,6 +161,16 @@ class SpecError(ConfigurationError):
     """An API description that cannot be loaded or imported. The message names the place and the problem."""
 
 
+class UnsupportedOperationError(SpecError):
+    """One operation of an API description that Crank cannot call as described (a body it cannot send): an import
+    leaves it out and says so, or, strict, refuses the document. `where` names its place, `reason` the problem."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
 class ApplyError(ConfigurationError):
     """The catalog file is wrong; the message names the file and the place."""
 

@@ -85,6 +85,12 @@ class InstantServer:
         lines = [
             f"Serving {self.title!r} as {self.workspace}/{AGENT}, version {self.version}: {served}",
             *(f"  {line}" for line in self.changes.lines() if not self.changes.first),
+            *(
+                [f"Skipped:        {len(self.changes.skipped)} operation(s) Crank cannot call (--strict refuses them):"]
+                if self.changes.skipped
+                else []
+            ),
+            *(f"  {skipped.line()}" for skipped in self.changes.skipped),
             f"MCP endpoint:   {self.mcp_url}",
             f"API key:        {self.api_key}",
             f"Data folder:    {self.server.settings.data_dir} (the key is kept in {self.key_file.name})",
@@ -115,8 +121,10 @@ def build_instant(
     credentials: Mapping[str, tuple[str, str | None]] | None = None,
     workspace: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    strict: bool = False,
 ) -> InstantServer:
-    """Import `spec`, bind all of it into the agent `api`, publish it and get a key; nothing is served yet.
+    """Import `spec`, bind all of it into the agent `api`, publish it and get a key; nothing is served yet. An
+    operation Crank cannot call is skipped and named in the banner (`strict`: the document is refused).
 
     `auth` (`{"type": "bearer", "secret": "env:NAME"}` or `{"type": "header", "name": ..., "secret": ...}`)
     goes into every operation's execution settings; `credentials` are the workspace's for the document's
@@ -146,7 +154,7 @@ def build_instant(
     _own_workspace(registry, slug, title, key_file, named=workspace is not None)
     # The agent is published below, with every operation bound: not by the import.
     changes = reimport(registry, slug, "openapi", document, base_url=base_url, include=include, progress=progress,
-                       republish=False, egress=egress)  # fmt: skip
+                       republish=False, egress=egress, strict=strict)  # fmt: skip
     if auth is not None:
         set_operations_auth(registry, slug, changes.names, auth)
     if credentials:

@@ -402,17 +402,31 @@ def test_the_callers_document_is_not_changed() -> None:
         ("duplicate_operation_id.yaml", r"^paths\./animals\.get: operationId 'listPets' is used by paths\./pets\.get"),
         ("name_clash.yaml", r"^paths\./pets/\{id\}\.get and paths\./pet\.get both become the tool 'get_pet'"),
         ("required_upload.yaml",
-         r"^paths\./photos\.post\.requestBody: only JSON bodies can be sent, this one is multipart/form-data"),
+         r"^paths\./photos\.post\.requestBody: only JSON bodies can be sent, this one is multipart/form-data; leave "
+         r"the operation out with the include pattern '!upload_photo'$"),
         ("bad_schema.json", r"^components\.schemas\.Book\.properties\.year\.type: not a valid JSON Schema"),
         ("swagger.json", r"^swagger: Swagger 2\.0 is not supported"),
     ],
 )  # fmt: skip
 def test_an_invalid_document_raises_naming_the_place_and_returns_nothing(name: str, message: str) -> None:
     calls: list[tuple[int, int]] = []
-    with pytest.raises(SpecError, match=message):
-        import_openapi(load("invalid/" + name), progress=lambda done, total: calls.append((done, total)))
+    with pytest.raises(SpecError, match=message):  # strict: an operation that cannot be called refuses it all
+        import_openapi(load("invalid/" + name), progress=lambda done, total: calls.append((done, total)), strict=True)
     if name != "required_upload.yaml":  # a validation error: found before any conversion
         assert calls == []
+
+
+def test_an_operation_that_cannot_be_called_is_skipped_naming_it_why_and_the_pattern_that_leaves_it_out() -> None:
+    imported = import_openapi(load("invalid/required_upload.yaml"))
+    assert [op.name for op in imported] == ["list_pets"]
+    (skipped,) = imported.skipped
+    assert (skipped.name, skipped.place) == ("upload_photo", "POST /photos")
+    assert skipped.reason == "only JSON bodies can be sent, this one is multipart/form-data"
+    assert skipped.line() == (
+        "skipped upload_photo (POST /photos): only JSON bodies can be sent, this one is multipart/form-data; "
+        "--include '!upload_photo' leaves it out quietly"
+    )
+    assert import_openapi(load("invalid/required_upload.yaml"), include=["!upload*"]).skipped == []
 
 
 def test_an_operation_that_cannot_be_imported_can_be_left_out() -> None:

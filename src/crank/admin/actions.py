@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from crank.admin.documents import Imported, SkippedOperation
 from crank.admin.lint import CatalogReport, Finding, ToolSize, catalog_report, checked_catalog, lint_runtime, tool_sizes
 from crank.admin.openapi import import_openapi
 from crank.admin.openrpc import import_openrpc
@@ -29,6 +30,7 @@ from crank.types import JSONObject
 __all__ = [
     "CheckAndLint",
     "ImportFormat",
+    "ImportedSpecs",
     "PublishReport",
     "bind_tool",
     "check_runtime",
@@ -220,6 +222,14 @@ def imported_sizes(registry: Registry, workspace: str, names: list[str]) -> list
     )
 
 
+@dataclass(frozen=True)
+class ImportedSpecs:
+    """Operation drafts from a document, by name, and the operations it left out (`SkippedOperation`)."""
+
+    specs: dict[str, JSONObject]
+    skipped: list[SkippedOperation]
+
+
 def imported_specs(
     kind: ImportFormat,
     document: JSONObject,
@@ -227,13 +237,15 @@ def imported_specs(
     base_url: str | None = None,
     include: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> dict[str, JSONObject]:
-    """Operation drafts from an OpenAPI or OpenRPC document, by name. Raises `SpecError` naming the place."""
+    strict: bool = False,
+) -> ImportedSpecs:
+    """Operation drafts from an OpenAPI or OpenRPC document. Raises `SpecError` naming the place; an operation Crank
+    cannot call is skipped (`strict`: refused)."""
     if kind == "openapi":
-        imported = import_openapi(document, base_url=base_url, include=include, progress=progress)
+        imported = import_openapi(document, base_url=base_url, include=include, progress=progress, strict=strict)
     else:
-        imported = import_openrpc(document, url=base_url, include=include, progress=progress)
-    return {operation.name: operation.spec for operation in imported}
+        imported = Imported(import_openrpc(document, url=base_url, include=include, progress=progress), [])
+    return ImportedSpecs({operation.name: operation.spec for operation in imported}, imported.skipped)
 
 
 def bind_tool(registry: Registry, workspace: str, agent: str, binding: JSONObject) -> JSONObject:

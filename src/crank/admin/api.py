@@ -295,7 +295,7 @@ def import_document(api: AdminAPI, request: Request, body: ImportIn) -> Any:
         raise _HTTPError(422, "invalid_body", "url: only http(s) URLs (the admin API does not read server files)")
     report = reimport(api.registry, _path(request, "workspace"), body.format, source, base_url=body.base_url,
                       include=body.include, republish=body.republish, dry_run=body.dry_run,
-                      egress=api.egress)  # fmt: skip
+                      egress=api.egress, strict=body.strict)  # fmt: skip
     answer: JSONObject = report.to_json()
     if not body.dry_run:  # the schemes its operations require with no credential, said before any call
         gaps = credential_gaps(api.registry, _path(request, "workspace"), report.names)

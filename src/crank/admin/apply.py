@@ -77,8 +77,9 @@ def apply_catalog(
         try:
             kind, location = _source(source, index)
             reference = location if is_url(location) else str(base_dir / location)
-            operations.update(imported_specs(kind, load_document(reference, egress=egress), base_url=source.base_url,
-                                             include=source.include, progress=progress))  # fmt: skip
+            imported = imported_specs(kind, load_document(reference, egress=egress), base_url=source.base_url,
+                                      include=source.include, progress=progress, strict=True)  # fmt: skip
+            operations.update(imported.specs)
         except SpecError as exc:
             raise ApplyError(f"sources[{index}]: {exc}") from None
     for name, patch in catalog.operations.items():

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
-from crank.admin.documents import Matcher, load_document
+from crank.admin.documents import Matcher, SkippedOperation, load_document
 from crank.admin.lint import Finding
 from crank.gateway.egress import EgressPolicy
 from crank.registry import Registry, tool_name_of
@@ -94,6 +94,8 @@ class ImportReport:
     dry_run: bool = False
     first: bool = False
     """Nothing had been imported from this document before (the added operations are not listed)."""
+    skipped: list[SkippedOperation] = field(default_factory=list)
+    """The document's operations that Crank cannot call, left out."""
 
     def lines(self) -> list[str]:
         """The report as text, one fact a line (the CLI prints it)."""
@@ -110,6 +112,7 @@ class ImportReport:
     def to_json(self) -> JSONObject:
         return {
             "imported": self.names,
+            "skipped": [asdict(skipped) for skipped in self.skipped],
             "added": self.added,
             "removed": self.removed,
             "changed": [asdict(change) for change in self.changed],
@@ -279,6 +282,7 @@ def reimport(
     republish: bool = True,
     dry_run: bool = False,
     egress: EgressPolicy | None = None,
+    strict: bool = False,
 ) -> ImportReport:
     """Import a document (a path, a URL or the parsed document) into the workspace's drafts and report
     what changed against the operations imported from it before.
@@ -287,12 +291,14 @@ def reimport(
     imported before titles were kept count too) that `include` selects. Added and changed operations
     are written, removed ones deleted with their bindings, and (with `republish`) every published agent
     that binds a changed or removed operation is published again: all in one transaction, so an invalid
-    document or an agent that cannot be built changes nothing. `dry_run` reports and writes nothing.
+    document or an agent that cannot be built changes nothing. `dry_run` reports and writes nothing. An operation
+    Crank cannot call is skipped and reported (`strict`: the document is refused for it).
     `egress`: the policy for a URL and the published targets (`CRANK_EGRESS_ALLOW` when not given)."""
     registry.workspace(workspace)  # an unknown workspace fails before the document is read
     document = load_document(source, egress=egress) if isinstance(source, str) else source
     title = _title(document)
-    imported = imported_specs(kind, document, base_url=base_url, include=include, progress=progress)
+    read = imported_specs(kind, document, base_url=base_url, include=include, progress=progress, strict=strict)
+    imported = read.specs
     for spec in imported.values():
         spec["source"] = {**(spec.get("source") or {}), "document": title}
     drafts = registry.operations(workspace)
@@ -322,7 +328,7 @@ def reimport(
     published = {agent: version for agent, (version, new) in versions.items() if new}
     findings = {agent: check.findings[agent] for agent in published}
     return ImportReport(workspace, added, removed, changed, unchanged, breaking, published, list(imported),
-                        findings, dry_run, first=not earlier)  # fmt: skip
+                        findings, dry_run, first=not earlier, skipped=read.skipped)  # fmt: skip
 
 
 def republish_operation(

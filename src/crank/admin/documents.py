@@ -63,11 +63,13 @@ __all__ = [
     "MAX_SCHEMA_DEPTH",
     "Arguments",
     "Document",
+    "Imported",
     "ImportedOperation",
     "Include",
     "Matcher",
     "Progress",
     "Schemas",
+    "SkippedOperation",
     "argument_name",
     "check_annotations",
     "check_schema",
@@ -128,6 +130,28 @@ class ImportedOperation:
 
     name: str
     spec: JSONObject
+
+
+@dataclass(frozen=True)
+class SkippedOperation:
+    """An operation an import left out, because Crank cannot call it as its document describes it."""
+
+    name: str
+    place: str
+    """`METHOD /path` (OpenAPI)."""
+    reason: str
+
+    def line(self) -> str:
+        """What the CLI prints: the operation, why, and the option that leaves it out without a word."""
+        return f"skipped {self.name} ({self.place}): {self.reason}; --include '!{self.name}' leaves it out quietly"
+
+
+class Imported(list[ImportedOperation]):
+    """The operations an import converted, in the document's order, and those it left out (`skipped`)."""
+
+    def __init__(self, operations: list[ImportedOperation], skipped: list[SkippedOperation]) -> None:
+        super().__init__(operations)
+        self.skipped = skipped
 
 
 # -- loading ----------------------------------------------------------------------------------------

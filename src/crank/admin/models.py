@@ -188,6 +188,8 @@ class ImportIn(_Model):
     include: list[str] | None = None
     republish: bool = Field(True, description="Publish again the agents that bind a changed or removed operation.")
     dry_run: bool = Field(False, description="Only report what would change; write nothing.")
+    strict: bool = Field(False, description="Refuse the document when an operation cannot be called (default: skip "
+                         "it and report it under `skipped`).")  # fmt: skip
 
 
 class RollbackIn(_Model):

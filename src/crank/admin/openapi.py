@@ -26,8 +26,8 @@ Conversion, per operation (`import_openapi` says what each part of the draft is)
   name gets its location as prefix (`body_id`, `header_id`). Each argument has an explicit mapping
   rule. The input schema refuses other arguments unless the body allows additional properties.
 - only JSON bodies (`application/json`, a `+json` type, `*/*`) can be sent, and the http adapter
-  sends them as `application/json`: an operation whose required body is not JSON raises `SpecError`
-  (leave it out with `include`); an optional one is left out.
+  sends them as `application/json`: an operation whose required body is not JSON is skipped (named in
+  the result's `skipped`, or `SpecError` with `strict`); an optional one is left out.
 - annotations: what RFC 9110 says of the method. GET, HEAD, OPTIONS, TRACE are safe (`readOnlyHint`);
   PUT and DELETE are idempotent and may destroy or overwrite (`destructiveHint: true`); POST and PATCH
   are neither read-only nor idempotent, and whether they destroy is not known, so `destructiveHint`
@@ -48,11 +48,13 @@ import jsonschema_rs
 from crank.admin.documents import (
     Arguments,
     Document,
+    Imported,
     ImportedOperation,
     Include,
     Matcher,
     Progress,
     Schemas,
+    SkippedOperation,
     argument_name,
     check_annotations,
     check_schema,
@@ -66,7 +68,7 @@ from crank.admin.documents import (
     tool_name,
     where,
 )
-from crank.exceptions import SpecError
+from crank.exceptions import SpecError, UnsupportedOperationError
 from crank.gateway.client import placeholder_in_origin
 from crank.registry.runtime import SCHEME_NAME, is_secure_url
 from crank.types import JSONObject
@@ -102,8 +104,11 @@ def import_openapi(
     base_url: str | None = None,
     include: Include = None,
     progress: Progress = None,
-) -> list[ImportedOperation]:
-    """The operations of an OpenAPI 3.0 or 3.1 document as drafts; raises `SpecError`, returning nothing.
+    strict: bool = False,
+) -> Imported:
+    """The operations of an OpenAPI 3.0 or 3.1 document as drafts; raises `SpecError`, returning nothing. An
+    operation Crank cannot call as described (a required body that is not JSON) is left out and named in the
+    result's `skipped`; `strict` refuses the document for it instead (naming the option that leaves it out).
 
     Each draft has `protocol: "http"`, `target` (`{"method", "url"}`: `base_url`, or the first server
     of the operation, path or document with its variables' defaults, followed by the path, whose
@@ -125,11 +130,17 @@ def import_openapi(
     operations = _select(list(_walk(doc)), Matcher(include))
     converter = _Converter(Schemas(doc, openapi30=version == "3.0"), base_url)
     imported: list[ImportedOperation] = []
+    skipped: list[SkippedOperation] = []
     report(progress, 0, len(operations))
     for name, operation in operations:
-        imported.append(ImportedOperation(name, converter.convert(operation)))
-        report(progress, len(imported), len(operations))
-    return imported
+        try:
+            imported.append(ImportedOperation(name, converter.convert(operation)))
+        except UnsupportedOperationError as unsupported:
+            if strict:
+                raise SpecError(f"{unsupported}; leave the operation out with the include pattern '!{name}'") from None
+            skipped.append(SkippedOperation(name, f"{operation.method} {operation.path}", unsupported.reason))
+        report(progress, len(imported) + len(skipped), len(operations))
+    return Imported(imported, skipped)
 
 
 def _version(contents: JSONObject) -> str:
@@ -425,8 +436,8 @@ class _Converter:
         media = _json_media(content)
         if media is None:
             if required:
-                raise SpecError(f"{where(parts)}: only JSON bodies can be sent, this one is {', '.join(content)}; "
-                                "leave the operation out with include")  # fmt: skip
+                raise UnsupportedOperationError(where(parts), f"only JSON bodies can be sent, this one is "
+                                                f"{', '.join(content)}")  # fmt: skip
             return
         schema = media.get("schema", {})
         fields = self._fields(schema, ())

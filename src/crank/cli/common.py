@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -15,6 +15,7 @@ from crank import _json
 from crank.exceptions import ConfigurationError, DependencyUnavailableError
 
 __all__ = [
+    "INCLUDE_HELP",
     "Commands",
     "clear_errors",
     "current_settings",
@@ -182,3 +183,9 @@ def import_app(app: str, app_dir: str) -> Any:
         return import_from_string(app)
     except ImportFromStringError as exc:
         raise click.BadParameter(str(exc), param_hint="APP") from None
+
+
+INCLUDE_HELP: Final = (
+    "Only the operations this glob matches (case-insensitive) by name, operationId, a tag or 'METHOD /path'; "
+    "repeatable. A pattern starting with '!' leaves out what it matches: --include 'pets*' --include '!delete_*'."
+)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from crank.cli.common import (
+    INCLUDE_HELP,
     clear_errors,
     echo_json,
     egress_policy,
@@ -274,19 +275,23 @@ def import_() -> None:
 
 def _import(kind: str, spec: str, workspace: str, base_url: str | None, include: tuple[str, ...],
             republish: bool = True, dry_run: bool = False, auth: dict[str, str] | None = None,
-            credentials: dict[str, tuple[str, str | None]] | None = None) -> None:  # fmt: skip
+            credentials: dict[str, tuple[str, str | None]] | None = None, strict: bool = False) -> None:  # fmt: skip
     from crank.admin.changes import reimport
 
     registry = open_registry()
     with clear_errors(), progress_bar(f"importing {Path(spec).name}") as progress:
         report = reimport(registry, workspace, kind,  # type: ignore[arg-type]
                           spec, base_url=base_url, include=include or None, progress=progress,
-                          republish=republish, dry_run=dry_run, egress=egress_policy())  # fmt: skip
+                          republish=republish, dry_run=dry_run, egress=egress_policy(), strict=strict)  # fmt: skip
+    for skipped in report.skipped:
+        click.echo(skipped.line(), err=True)
     for line in report.lines():
         click.echo(line)
     for agent, findings in report.findings.items():
         click.echo(f"  {agent}: {len(findings)} lint finding(s) (crank lint {workspace} {agent})")
     counts = f"{len(report.added)} added, {len(report.removed)} removed, {len(report.changed)} changed"
+    if report.skipped:
+        counts += f", {len(report.skipped)} skipped (Crank cannot call them)"
     if dry_run:
         click.echo(f"dry run: {counts}, {len(report.unchanged)} unchanged; nothing written")
     elif not report.added and not report.removed and not report.changed:
@@ -332,7 +337,9 @@ def _echo_sizes(sizes: list[Any]) -> None:
 @click.argument("spec")
 @click.option("--workspace", "-w", required=True)
 @click.option("--base-url", default=None, help="Upstream base URL (default: the document's first server).")
-@click.option("--include", multiple=True, help="Only operations whose name, operationId or tag matches (glob).")
+@click.option("--include", multiple=True, help=INCLUDE_HELP)
+@click.option("--strict", is_flag=True, help="Refuse the document when an operation cannot be called (default: "
+              "skip it and say why).")  # fmt: skip
 @click.option("--republish/--no-republish", default=True, show_default=True,
               help="Publish again the agents that bind a changed or removed operation.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Only report what would change; write nothing.")
@@ -344,16 +351,19 @@ def _echo_sizes(sizes: list[Any]) -> None:
               help="The workspace's credential of one of the document's security schemes (repeatable): "
               "SCHEME=env:NAME, or SCHEME=CLIENT_ID:env:NAME for OAuth 2 client credentials.")  # fmt: skip
 def import_openapi(
-    spec: str, workspace: str, base_url: str | None, include: tuple[str, ...], republish: bool, dry_run: bool,
-    auth_bearer: str | None, auth_header: str | None, auth_schemes: tuple[str, ...],
+    spec: str, workspace: str, base_url: str | None, include: tuple[str, ...], strict: bool, republish: bool,
+    dry_run: bool, auth_bearer: str | None, auth_header: str | None, auth_schemes: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Import an OpenAPI 3.0/3.1 document (file or URL, JSON or YAML): one operation per path and method.
 
     Importing a newer version reports what was added, removed and changed, flags the changes that break
     bound tools, and republishes the agents concerned, in one transaction. The document's security schemes are
-    read: each operation records what it requires, and a scheme without a credential is said before any call."""
+    read: each operation records what it requires, and a scheme without a credential is said before any call. An
+    operation Crank cannot call (a body that is not JSON) is skipped with one line saying why (`--strict`: the
+    document is refused)."""
     auth = upstream_auth(auth_bearer, auth_header)
-    _import("openapi", spec, workspace, base_url, include, republish, dry_run, auth, scheme_credentials(auth_schemes))
+    _import("openapi", spec, workspace, base_url, include, republish, dry_run, auth, scheme_credentials(auth_schemes),
+            strict)  # fmt: skip
 
 
 @import_.command("openrpc")

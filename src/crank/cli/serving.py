@@ -12,6 +12,7 @@ import click
 
 from crank import __version__
 from crank.cli.common import (
+    INCLUDE_HELP,
     clear_errors,
     current_settings,
     echo_json,
@@ -46,7 +47,9 @@ from crank.cli.group import main
 @click.option("--workspace", "-w", "workspace", default=None,
               help="With --openapi: the workspace to serve it in [a slug of the document's title]; one this command "
               "made, or a new one.")  # fmt: skip
-@click.option("--include", multiple=True, help="With --openapi: only these operations (glob, as for import).")
+@click.option("--include", multiple=True, help="With --openapi: " + INCLUDE_HELP)
+@click.option("--strict", is_flag=True, help="With --openapi: refuse the document when an operation cannot be called "
+              "(default: skip it and say why).")  # fmt: skip
 @click.option(
     "--auth-bearer",
     default=None,
@@ -64,7 +67,7 @@ from crank.cli.group import main
               "SCHEME=env:NAME, or SCHEME=CLIENT_ID:env:NAME for OAuth 2 client credentials.")  # fmt: skip
 def serve(
     app: str | None, role: str | None, listen: str | None, workers: int | None, app_dir: str, data_dir: str | None,
-    spec: str | None, base_url: str | None, workspace: str | None, include: tuple[str, ...],
+    spec: str | None, base_url: str | None, workspace: str | None, include: tuple[str, ...], strict: bool,
     auth_bearer: str | None, auth_header: str | None, auth_schemes: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Serve the gateway, or an ASGI APP (module:attribute) built with Crank, such as an RPCService.
@@ -81,8 +84,8 @@ def serve(
 
     auth = upstream_auth(auth_bearer, auth_header)
     credentials = scheme_credentials(auth_schemes)
-    if spec is None and (base_url or workspace or include or auth or credentials):
-        raise click.UsageError("--base-url, --workspace, --include and --auth-* go with --openapi")
+    if spec is None and (base_url or workspace or include or strict or auth or credentials):
+        raise click.UsageError("--base-url, --workspace, --include, --strict and --auth-* go with --openapi")
     settings = current_settings(role=role, listen=listen, data_dir=data_dir, workers=workers)
     if spec is not None and settings.role == "admin":
         raise click.UsageError("--openapi serves an MCP endpoint: not with role admin")
@@ -98,7 +101,7 @@ def serve(
             _serve_workers(settings, lambda: serve_on(app, sock, settings.connection_limits(),
                                                       trusted_proxies=settings.trusted_proxies))  # fmt: skip
         elif spec is not None:
-            _serve_openapi(settings, sock, spec, base_url, workspace, include, auth, credentials)
+            _serve_openapi(settings, sock, spec, base_url, workspace, include, auth, credentials, strict)
         else:
             _prepare_registry(settings)
             _announce(settings)
@@ -181,13 +184,15 @@ def _serve_openapi(
     include: tuple[str, ...],
     auth: dict[str, str] | None,
     credentials: dict[str, Any],
+    strict: bool,
 ) -> None:
     from crank.instant import build_instant
     from crank.wire.listen import serve_on
 
     with clear_errors(), progress_bar(f"importing {Path(spec).name}") as progress:
         instant = build_instant(settings, spec, base_url=base_url, include=include or None, auth=auth,
-                                credentials=credentials, workspace=workspace, progress=progress)  # fmt: skip
+                                credentials=credentials, workspace=workspace, progress=progress,
+                                strict=strict)  # fmt: skip
     click.echo(instant.banner())
     sys.stdout.flush()
     serve_on(instant.server, sock, settings.connection_limits(), stopping=instant.server.stopping,
