@@ -61,7 +61,11 @@ class Callback:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
-                callback.query = {name: values[0] for name, values in parse_qs(urlsplit(self.path).query).items()}
+                where = urlsplit(self.path)
+                if where.path != "/callback":  # a browser also asks for /favicon.ico: not the redirect
+                    self.send_error(404)
+                    return
+                callback.query = {name: values[0] for name, values in parse_qs(where.query).items()}
                 self.send_response(200)
                 self.send_header("content-type", "text/plain; charset=utf-8")
                 self.end_headers()

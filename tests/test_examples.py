@@ -100,6 +100,9 @@ def test_the_oauth_client_example_signs_in_and_calls_through_the_gateway(
             assert line.startswith("Sign in at: "), (line, example.stderr.read() if example.poll() is not None else "")
             redirect = f"http://127.0.0.1:{callback_port}/callback"
             result = anyio.run(lambda: sign_in(line.removeprefix("Sign in at: ").strip(), redirect_uri=redirect))
+            # A browser asks for the page's icon too: not the redirect, and no end to the sign-in.
+            icon = httpx.get(f"http://127.0.0.1:{callback_port}/favicon.ico", timeout=10)
+            assert icon.status_code == 404 and example.poll() is None
             landed = httpx.get(
                 redirect, params={"code": result.code, "state": result.state, "iss": result.iss}, timeout=10
             )
