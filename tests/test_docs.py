@@ -323,6 +323,8 @@ def run_server(command: str, work: Path, env: dict[str, str]) -> None:
                                    stdout=output, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         try:
             answered = _wait_for_http(f"http://{address}/", process)
+            # The console the banner names answers there (its sign-in page).
+            console = httpx.get(f"http://{address}/console/login", timeout=10).status_code if answered else None
         finally:
             os.killpg(process.pid, signal.SIGTERM)  # the group this test started: make, scripts/run, crank
             process.wait(timeout=30)
@@ -330,6 +332,8 @@ def run_server(command: str, work: Path, env: dict[str, str]) -> None:
     assert answered, f"{command!r} never answered on {address}:\n{printed}"
     if command.startswith(("make run", "crank demo")):
         assert f"MCP endpoint:   http://{address}/mcp/v1/demo/bookshop" in printed, printed
+        assert f"Console:        http://{address}/console (sign in with the admin token in " in printed, printed
+        assert console == 200
     elif not re.match(r"crank serve\s+[\w.]+:\w+", command):
         assert f"http://{address}/" in printed, printed  # the gateway's banner names its URLs
 
