@@ -43,6 +43,21 @@ async def test_the_demo_serves_the_bookshop_to_an_mcp_client(tmp_path: Path, ser
             everything = await client.call_tool("search_books", {"query": ""})
             cancel = await client.call_tool("cancel_order", {"order_id": 1001})
             too_many = await client.call_tool("order_book", {"book_id": 1, "quantity": 50})
+            # A newcomer's first resources/list and prompts/list: the demo has both.
+            documents = [resource.uri for resource in (await client.list_resources()).resources]
+            templates = [template.uri_template for template in (await client.list_resource_templates())
+                         .resource_templates]  # fmt: skip
+            book = await client.read_resource("crank://demo/bookshop/get_book/1")
+            prompts = [prompt.name for prompt in (await client.list_prompts()).prompts]
+            recommend = await client.get_prompt("recommend", {"topic": "poetry", "tone": "warm"})
+    assert documents == ["docs://demo/how-to-order"]
+    assert templates == ["crank://demo/bookshop/get_book/{book_id}"]
+    assert json.loads(book.contents[0].text)["title"] == "Kobzar"  # type: ignore[union-attr]
+    assert prompts == ["recommend"]
+    first = recommend.messages[0].content
+    assert (
+        first.text == "Recommend one book about poetry from the shop, in a warm tone. Check its price and stock first."
+    )  # type: ignore[union-attr]
     assert names == ["search_books", "get_book", "get_bestseller", "order_book", "get_order", "cancel_order"]
     assert bestseller.structured_content == {"result": {"title": "Kobzar", "author": "Taras Shevchenko", "price": 12.5}}
     assert order.structured_content is not None and order.structured_content["result"]["total"] == 18.0
