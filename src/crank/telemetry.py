@@ -42,7 +42,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from crank import _json
-from crank.exceptions import OutputValidationError, ToolError
+from crank.exceptions import ConfirmationError, OutputValidationError, ToolError
 
 __all__ = [
     "DEFAULT_PROBE_CACHE",
@@ -76,11 +76,12 @@ health_logger = logging.getLogger("crank.health")
 class _ToolCalls:
     """One tool's calls (by outcome) and their latency histogram."""
 
-    __slots__ = ("buckets", "created", "errors", "errors_created", "ok", "seconds")
+    __slots__ = ("buckets", "created", "errors", "errors_created", "ok", "seconds", "steps")
 
     def __init__(self) -> None:
         self.ok = 0
         self.errors = 0
+        self.steps = 0  # of the errors, first steps of a confirmation (`confirmation_required`): no failure
         self.buckets = [0] * (len(_BUCKETS) + 1)  # per bucket (not cumulative); the last one is +Inf
         self.seconds = 0.0
         self.created = time.time()
@@ -168,6 +169,8 @@ class Metrics:
             if not counts.errors:
                 counts.errors_created = time.time()
             counts.errors += 1
+            if error.error_code == ConfirmationError.default_code:
+                counts.steps += 1
             self.errors.labels(workspace, agent, tool, error.error_class, error.error_code).inc()
             extra = {**labels, "tool": tool, "request_id": request_id, "error_class": error.error_class,
                      "error_code": error.error_code, "duration_ms": round(seconds * 1000, 2),
@@ -187,11 +190,13 @@ class Metrics:
 
     def agent_calls(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Every agent's tool calls and failed calls in this process since it started: (workspace, agent) ->
-        (calls, errors), read from the counters `crank_tool_calls_total` exposes."""
+        (calls, errors), read from the counters `crank_tool_calls_total` exposes. The first step of a confirmation
+        (a destructive call answered `confirmation_required`, to be repeated with its token) is a call, not a
+        failure (Prometheus counts it under `outcome="error"`, with its code in `crank_tool_errors_total`)."""
         totals: dict[tuple[str, str], tuple[int, int]] = {}
         for (workspace, agent, _), tool in list(self._calls.tools.items()):
             calls, errors = totals.get((workspace, agent), (0, 0))
-            totals[(workspace, agent)] = (calls + tool.ok + tool.errors, errors + tool.errors)
+            totals[(workspace, agent)] = (calls + tool.ok + tool.errors, errors + tool.errors - tool.steps)
         return totals
 
     def exposition(self) -> bytes:

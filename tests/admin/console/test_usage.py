@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from crank.admin.console.usage import SAMPLE_INTERVAL, Usage
-from crank.exceptions import ToolError
+from crank.exceptions import ConfirmationError, ToolError
 from crank.telemetry import Metrics
 
 
@@ -49,3 +49,17 @@ def test_the_reading_thread_stops_when_closed() -> None:
     assert usage._thread is not None
     usage._thread.join(timeout=5)
     assert not usage._thread.is_alive()
+
+
+def test_the_first_step_of_a_confirmation_is_a_call_and_not_an_error() -> None:
+    """A destructive tool answers its first call with `confirmation_required` (the model repeats it with the token):
+    the usage page counts that step as a call, never as a failure."""
+    metrics, clock = Metrics(), Clock()
+    usage = Usage(metrics, clock=clock)
+    desk = metrics.observer("shop", "desk")
+    desk("cancel_order", ConfirmationError("Confirm it first."), 0.01, "r1")  # the first step
+    desk("cancel_order", None, 0.01, "r2")  # repeated with the token: done
+    desk("cancel_order", ConfirmationError("Wrong token.", error_code="confirmation_invalid"), 0.01, "r3")
+    clock.now += 60
+    (row,) = usage.last_hour("shop").agents
+    assert (row.calls, row.errors) == (3, 1)  # the wrong token is an error; the first step is not
