@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from crank import _json
 from crank.admin.actions import (
     CheckAndLint,
     credential_gaps,
@@ -31,6 +30,7 @@ from crank.admin.actions import (
     set_operations_auth,
 )
 from crank.admin.changes import ImportReport, reimport
+from crank.admin.clients import client_setups
 from crank.admin.documents import is_url, load_document
 from crank.admin.lint import CatalogReport, catalog_report
 from crank.admin.models import SLUG
@@ -218,47 +218,3 @@ def _give_variable(workspace: str, reference: str) -> None:
     if kind == "env" and name:
         given = os.environ.get(ENV_ALLOW_VARIABLE, "")
         os.environ[ENV_ALLOW_VARIABLE] = f"{given},{workspace}:{name}" if given else f"{workspace}:{name}"
-
-
-def client_setups(url: str, key: str, *, name: str) -> str:
-    """Ready-to-use client setups for an MCP endpoint and its key: the JSON client configuration, a Python
-    snippet for the official MCP SDK, and the MCP Inspector's command line."""
-    entry = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {key}"}}
-    config = _json.dumps_pretty({"mcpServers": {name: entry}}).decode()
-    return "\n".join([
-        "Client configuration (Claude Code's .mcp.json, Cursor, VS Code, ...):",
-        "",
-        config,
-        "",
-        "Python, with the official MCP SDK (pip install mcp):",
-        "",
-        PYTHON_SNIPPET.format(url=url, key=key).rstrip(),
-        "",
-        "MCP Inspector, on the command line:",
-        "",
-        f'npx @modelcontextprotocol/inspector --cli {url} --transport http --header "Authorization: Bearer {key}" '
-        "--method tools/list",
-    ])  # fmt: skip
-
-
-PYTHON_SNIPPET = """\
-import asyncio
-
-import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-
-URL = "{url}"
-KEY = "{key}"
-
-
-async def main() -> None:
-    async with httpx2.AsyncClient(headers={{"Authorization": f"Bearer {{KEY}}"}}) as http:
-        async with Client(streamable_http_client(URL, http_client=http)) as client:
-            tools = (await client.list_tools()).tools
-            print(f"{{len(tools)}} tools:", ", ".join(tool.name for tool in tools[:10]))
-
-
-asyncio.run(main())
-"""
-"""The official MCP Python SDK's client (2.x), sending the key on every request."""

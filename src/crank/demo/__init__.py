@@ -16,9 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from crank import _json
 from crank.admin.actions import kept_api_key
 from crank.admin.apply import apply_catalog, load_catalog_file
+from crank.admin.clients import client_config
 from crank.demo.api import create_app
 from crank.gateway.egress import EgressPolicy
 from crank.server import CrankServer
@@ -41,8 +41,7 @@ class DemoServer:
 
     def client_config(self) -> str:
         """The `mcpServers` entry most MCP clients accept (Claude Code's .mcp.json, Cursor, VS Code...)."""
-        entry = {"type": "http", "url": self.mcp_url, "headers": {"Authorization": f"Bearer {self.api_key}"}}
-        return _json.dumps_pretty({"mcpServers": {"crank-demo": entry}}).decode()
+        return client_config(self.mcp_url, self.api_key, name="crank-demo")
 
 
 def build_demo(listen: str, data_dir: Path) -> DemoServer:

@@ -4,6 +4,7 @@ serves each change. axe-core (from npm) checks every page; screenshots go to art
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,11 @@ def test_publish_compare_roll_back_and_revoke_reach_the_mcp_endpoint(
 
     sqlite_registry.put_agent("shop", "desk", {"bindings": [{"operation": "search_books"}]})  # a change
     page.goto(console_url + "/workspaces/shop/agents/desk")
+    # How a client connects: the MCP URL (this page's address, without CRANK_PUBLIC_URL) and its configuration.
+    shown = console_url.removesuffix("/console") + "/mcp/v1/shop/desk"
+    expect(page.locator("#mcp-url")).to_have_text(shown)
+    config = json.loads(page.locator("#client-config").inner_text())["mcpServers"]["shop-desk"]
+    assert config == {"type": "http", "url": shown, "headers": {"Authorization": "Bearer <API key>"}}
     page.get_by_role("button", name="Publish the draft").click()
     expect(page.get_by_role("status")).to_have_text("Published version 2.")
     assert eventually_listed(mcp_url, key, ["search_books"])

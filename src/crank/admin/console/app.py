@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from crank import __version__, _json
 from crank.admin.actions import ImportFormat, publish_agent
+from crank.admin.clients import client_config
 from crank.admin.console.pages import (
     POLICY_FIELDS,
     ImportPage,
@@ -54,6 +55,7 @@ from crank.gateway.safety import CONFIRMATION_ARGUMENT
 from crank.ids import new_request_id
 from crank.registry import DATABASE_ERRORS, Registry, describe_database_error
 from crank.registry.vault import Vault
+from crank.sources.access import AGENT_PATH
 from crank.telemetry import Metrics
 from crank.types import ASGIApp, JSONObject, Receive, Scope, Send
 from crank.wire.asgi import serve_lifespan
@@ -367,7 +369,13 @@ async def _agent(console: Console, request: Request, session: ConsoleSession, **
     page = await run_in_threadpool(agent_page, console.registry, workspace, agent, language=language, mode=mode)
     context.setdefault("notice", _notice(request))
     context.setdefault("problem", None)
-    return console.render(request, "agent.html", session, context.pop("status", 200), page=page, **context)
+    # Where clients reach it: the configured public URL, else the address this page was asked at.
+    mcp_url = (console.public_url or str(request.base_url).rstrip("/")) + AGENT_PATH.format(
+        workspace=quote(workspace), agent=quote(agent)
+    )
+    config = client_config(mcp_url, "<API key>", name=f"{workspace}-{agent}")
+    return console.render(request, "agent.html", session, context.pop("status", 200), page=page, mcp_url=mcp_url,
+                          client_config=config, **context)  # fmt: skip
 
 
 async def _publish(console: Console, request: Request, session: ConsoleSession) -> Response:
