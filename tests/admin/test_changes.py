@@ -252,3 +252,20 @@ def test_each_kind_of_change_is_named_and_only_the_breaking_ones_flagged() -> No
     assert merge_draft(None, new) is new
     assert merge_draft({**old, "execution_config": {"timeout": 3}}, {**new, "execution_config": {"idempotency": {
         "argument": "k"}}})["execution_config"] == {"timeout": 3, "idempotency": {"argument": "k"}}  # fmt: skip
+
+
+def test_an_operation_that_a_newer_document_makes_uncallable_is_skipped_and_kept_as_it_was(
+    registry: Registry, versions: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """A bound operation whose body becomes one Crank cannot send is skipped by the new import, reported, and
+    neither deleted nor unbound: the agent goes on serving it as published."""
+    older, _ = versions
+    published_with_bindings(registry, older)
+    newer = copy.deepcopy(older)
+    exports = newer["paths"]["/account-exports"]
+    exports["get"]["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": {}}}}
+    report = reimport(registry, "mc", "openapi", newer)
+    assert [skipped.name for skipped in report.skipped] == ["get_account_exports"]
+    assert "get_account_exports" not in report.removed and report.breaking == []
+    assert "get_account_exports" in registry.operations("mc")
+    assert {"operation": "get_account_exports"} in registry.agent("mc", "desk")["bindings"]

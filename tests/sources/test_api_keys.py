@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Collection
 
 import pytest
@@ -25,10 +26,17 @@ class CountingKeys(Registry):
         super().__init__(engine)
         self.lookups: list[str] = []
         self.reads: list[list[str]] = []
+        self.hold: threading.Event | None = None
+        self.held_read = threading.Event()
 
     def api_key(self, digest: str) -> KeyScope | None:
         self.lookups.append(digest)
-        return super().api_key(digest)
+        hold, self.hold = self.hold, None
+        found = super().api_key(digest)
+        if hold is not None:  # the next lookup, once it has read, waits for the test
+            self.held_read.set()
+            hold.wait(timeout=30)
+        return found
 
     def api_keys(self, digests: Collection[str] | None = None) -> dict[str, KeyScope]:
         self.reads.append(sorted(digests) if digests is not None else ["*"])
@@ -190,3 +198,24 @@ async def test_lookups_of_different_keys_run_side_by_side_and_requests_with_one_
                                    *(keys.confirm(made[0], "192.0.2.0") for _ in range(4)))  # fmt: skip
     assert all(answer is not None and answer.workspace == "acme" for answer in answers)
     assert sorted(counting.lookups) == sorted(set(counting.lookups)) and len(counting.lookups) == 6
+
+
+async def test_a_new_key_looked_up_while_another_workspace_reloads_is_accepted_and_read_again(
+    counting: CountingKeys,
+) -> None:
+    """A reload that overlaps a lookup (here another workspace's new key) may carry a revocation of the key looked
+    up: the key is read again, and a good key is still accepted on its first request."""
+    counting.create_workspace("acme", "ACME")
+    counting.create_workspace("globex", "Globex")
+    key = counting.create_api_key("acme")
+    keys = trusted(counting)
+    counting.hold = hold = threading.Event()
+    lookup = asyncio.ensure_future(keys.confirm(key))
+    assert await asyncio.to_thread(counting.held_read.wait, 30)
+    since = counting.generation()
+    counting.create_api_key("globex")  # a change elsewhere, and the reload that follows it
+    await asyncio.to_thread(keys.update, counting.changes_since(since))
+    hold.set()
+    found = await lookup
+    assert found is not None and found.workspace == "acme"
+    assert len(counting.lookups) == 2 and keys.authenticate(key) is not None  # read again, then held

@@ -34,7 +34,7 @@ DOCUMENTS = {
 
 def discovery_runtime(api: str) -> RuntimeView:
     path, include = DOCUMENTS[api]
-    specs = imported_specs("openapi", load_document(str(path)), include=include)
+    specs = imported_specs("openapi", load_document(str(path)), include=include).specs
     tools = tuple(
         tool_from_spec({**spec, "tool_name": name, "tool_description": spec.get("description")})
         for name, spec in specs.items()

@@ -120,19 +120,23 @@ async def test_a_reload_reads_again_only_the_held_policies_its_changes_name(coun
     assert policies.held(held) is None  # its policy removed: it takes keys now
 
 
-async def test_a_read_overlapped_by_a_reload_keeps_nothing(counting: CountingPolicies) -> None:
+async def test_a_read_overlapped_by_a_reload_is_read_again_and_what_the_reload_applied_is_served(
+    counting: CountingPolicies,
+) -> None:
+    """A request that joins a read begun before a reload (the policy changed meanwhile) gets the new policy: the
+    read is made again, never the old answer kept or served to it."""
     (slug,) = workspaces(counting, 1)
     policies = WorkspacePolicies(counting, lambda workspace: True)
     counting.hold = hold = threading.Event()
     reading = asyncio.ensure_future(policies.read(slug))
     assert await asyncio.to_thread(counting.held_read.wait, 30)  # the read found the old policy ...
     since = counting.generation()
-    counting.set_workspace_oauth(slug, None)
+    counting.set_workspace_oauth(slug, None)  # ... the workspace takes keys only now ...
     await asyncio.to_thread(policies.update, counting.changes_since(since))  # ... and a reload came meanwhile
+    joined = asyncio.ensure_future(policies.read(slug))  # a request after the reload, joining the read
     hold.set()
-    assert await reading is not None  # this request goes on with what it read, as any request in flight
-    assert policies.held(slug) is UNKNOWN  # not kept: the next request reads the policy as it is now
-    assert await policies.read(slug) is None
+    assert await reading is None and await joined is None  # read again: the policy as the reload left it
+    assert policies.held(slug) is None and len(counting.reads) == 2  # the first and the second (the reload: none)
 
 
 async def test_past_its_share_one_address_is_refused_with_503_and_another_still_reads(

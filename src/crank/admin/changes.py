@@ -305,7 +305,8 @@ def reimport(
     earlier = {name for name, spec in drafts.items() if _from(spec, kind, title) and _selected(name, spec, include)}
     specs = {name: merge_draft(drafts.get(name), spec) for name, spec in imported.items()}
     added = [name for name in imported if name not in drafts]
-    removed = sorted(earlier - set(imported))
+    # An operation the document still has but Crank cannot call now stays as it was (never deleted for it).
+    removed = sorted(earlier - set(imported) - {skipped.name for skipped in read.skipped})
     changed, unchanged = [], []
     for name in imported:
         if name in drafts:

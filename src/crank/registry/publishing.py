@@ -99,6 +99,11 @@ class Publishing(RegistryBase):
         skip_unchanged: bool,
     ) -> tuple[int, bool]:
         runtime = self._runtime_view(session, ws, agent)
+        stored = runtime.to_json()
+        try:  # before the check, which builds the whole catalog
+            check_agent_size(stored, f"agent {ws.slug}/{agent.slug}")
+        except ValueError as heavy:
+            raise RegistryError(str(heavy)) from None
         if check is not None:
             check(runtime)
         if skip_unchanged and agent.published_version is not None:
@@ -107,11 +112,6 @@ class Publishing(RegistryBase):
             )
             if _same_view(served, runtime):
                 return agent.published_version, False
-        stored = runtime.to_json()
-        try:
-            check_agent_size(stored, f"agent {ws.slug}/{agent.slug}")
-        except ValueError as heavy:
-            raise RegistryError(str(heavy)) from None
         latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
         session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=stored))
         agent.published_version = latest + 1

@@ -113,12 +113,11 @@ class GatewayAuthenticator:
 
     async def verify(self, scope: Scope, token: str | None) -> Principal:
         workspace, agent = _target(scope)
-        oauth = self.source.policies.held(workspace)
-        if isinstance(oauth, Unknown):
-            oauth = await self.source.policies.read(workspace, client_address(scope))
-            known = self._known(scope, workspace, agent, oauth, token)
-            if known is not None:
-                return known
+        held = self.source.policies.held(workspace)
+        oauth = await self.source.policies.read(workspace, client_address(scope)) if isinstance(held, Unknown) else held
+        known = self._known(scope, workspace, agent, oauth, token)  # the policy's rules first, as `authenticate`'s
+        if known is not None:
+            return known
         if token is None:
             raise AuthChallengeError(UNAUTHORIZED_MESSAGE)
         if oauth is None or token.startswith(API_KEY_PREFIX):
@@ -137,9 +136,10 @@ class GatewayAuthenticator:
 
     # -- resources and their metadata ----------------------------------------------------------------------
 
-    def resource(self, workspace: str, agent: str) -> str | None:
-        """The agent's canonical URL (its tokens' audience), from configuration, never from a request."""
-        oauth = self._held(workspace)
+    def resource(self, workspace: str, agent: str, oauth: WorkspaceOAuth | None = None) -> str | None:
+        """The agent's canonical URL (its tokens' audience), from configuration, never from a request: its
+        workspace's `oauth` policy (the one held when not given) or the server's public URL."""
+        oauth = oauth or self._held(workspace)
         base = (oauth.policy.audience if oauth is not None and oauth.policy.audience else None) or self.public_url
         if base is None:
             return None
@@ -161,7 +161,7 @@ class GatewayAuthenticator:
         oauth = await self.source.policies.read(workspace, client_address(scope))
         if oauth is None:
             return None
-        resource = self.resource(workspace, agent)
+        resource = self.resource(workspace, agent, oauth)
         if resource is None:
             _notices.warning("no-public-url", "workspace %s takes OAuth tokens but neither its audience nor "
                              "CRANK_PUBLIC_URL is set: its agents cannot name their resource", workspace)  # fmt: skip
@@ -181,7 +181,7 @@ class GatewayAuthenticator:
         self, claims: TokenClaims, workspace: str, agent: str, oauth: WorkspaceOAuth, token: str
     ) -> KeyScope:
         """The principal of a valid token at this agent, or the challenge that refuses it here."""
-        resource = self.resource(workspace, agent)
+        resource = self.resource(workspace, agent, oauth)
         if resource is None:
             raise DependencyUnavailableError("configuration", "This server has no public URL to check tokens with.")
         principal = token_principal(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
 from crank.exceptions import DependencyUnavailableError
-from crank.wire.budgets import Budget, KeyedBudgets
+from crank.wire.budgets import CLIENT_SHARE, Budget, KeyedBudgets
 
 __all__ = ["AGENT_BUILDS_PER_SECOND", "DEFAULT_AGENT_CACHE", "AgentCache", "AgentCacheLimits"]
 
@@ -36,9 +36,9 @@ DEFAULT_AGENT_CACHE: Final = 256
 description (docs/deployment.md, "Many tenants")."""
 AGENT_BUILDS_PER_SECOND: Final = 50.0
 """Cold agents a replica builds a second on requests, with bursts of as many (`CRANK_AGENT_BUILDS_PER_SECOND`)."""
-TENANT_SHARE: Final = 0.25
+TENANT_SHARE: Final = CLIENT_SHARE
 """The share of the build budget one tenant (workspace), or one client address, may take; and of the cache, one
-tenant's agents."""
+tenant's agents: a quarter, as every shared budget's (`crank.wire.budgets.CLIENT_SHARE`)."""
 COLD_RETRY_AFTER: Final = 1
 
 K = TypeVar("K", bound=Hashable)

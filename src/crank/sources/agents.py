@@ -772,10 +772,10 @@ class AgentSource:
         upstream's 401): `/readyz` names each with its tools and how to give it."""
         return [missing for served in self._catalogs.values() for missing in served.gaps]
 
-    async def oauth_policy(self, workspace: str) -> OAuthPolicy | None:
+    async def oauth_policy(self, workspace: str, client: str) -> OAuthPolicy | None:
         """The workspace's OAuth policy as this replica serves it (the connect page signs its users in with it), read
-        when it is not held."""
-        held = await self.policies.read(workspace, f"connect:{workspace}")
+        when it is not held (within the `client` address's share of the budget)."""
+        held = await self.policies.read(workspace, client)
         return held.policy if held is not None else None
 
     async def connection_auth(self, workspace: str, scheme: str) -> AuthConfig | None:

@@ -52,6 +52,7 @@ _DIGEST_CACHE: Final = 4096
 _STALE_RETRY_AFTER: Final = 5
 _BUSY_RETRY_AFTER: Final = 1
 _READ_CHUNK: Final = 500  # digests one registry read asks for (a reload of every held key)
+_LOOKUP_ATTEMPTS: Final = 3  # reads of one key when reloads overlap them
 _UNKNOWN: Final = object()
 
 
@@ -218,24 +219,25 @@ class ApiKeys:
             )
 
     async def _look_up(self, digest: str) -> KeyScope | None:
-        epoch = self._epoch
         self._waiting += 1
         try:
             await self._turns.acquire()
         finally:
             self._waiting -= 1
         try:
-            key_scope = await registry_read(self.registry.api_key, digest, what="look up API keys",
-                                            retry_after=_STALE_RETRY_AFTER)  # fmt: skip
+            for _ in range(_LOOKUP_ATTEMPTS):
+                epoch = self._epoch
+                key_scope = await registry_read(self.registry.api_key, digest, what="look up API keys",
+                                                retry_after=_STALE_RETRY_AFTER)  # fmt: skip
+                with self._lock:
+                    if self._epoch == epoch:
+                        self._keep(digest, key_scope)
+                        return key_scope
+                # A reload ran meanwhile: this answer may be older than a revocation it carries, so it is read
+                # again (that read starts after the reload did, and sees what it saw).
         finally:
             self._turns.release()
-        with self._lock:
-            if self._epoch != epoch:
-                # A reload ran meanwhile: it is newer than this lookup (the key may have been revoked since), so it
-                # decides; keeping this answer could let a revoked key live on.
-                return self._held.get(digest)
-            self._keep(digest, key_scope)
-        return key_scope
+        return key_scope  # reloads overlapped every read: the last one started after the others, and is kept by none
 
     def _keep(self, digest: str, key_scope: KeyScope | None) -> None:
         """A lookup's answer held, the oldest lookup pushed out past the bounds (under the lock)."""

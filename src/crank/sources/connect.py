@@ -75,6 +75,7 @@ from crank.registry.vault import VaultKeys
 from crank.state.store import StateStore
 from crank.types import Receive, Scope, Send
 from crank.wire.auth import Principal
+from crank.wire.budgets import client_address
 
 __all__ = [
     "CONNECT_WAIT",
@@ -202,7 +203,7 @@ class ConnectPages:
         state: StateStore,
         verifier: TokenVerifier,
         client: UpstreamClient,
-        policies: Callable[[str], Awaitable[OAuthPolicy | None]],
+        policies: Callable[[str, str], Awaitable[OAuthPolicy | None]],
         connection_auth: Callable[[str, str], Awaitable[AuthConfig | None]],
     ) -> None:
         self.public_url = public_url.rstrip("/")
@@ -245,7 +246,7 @@ class ConnectPages:
         try:
             asked = self._links.read(request.query_params.get("request", ""), workspace, scheme)
             await self._auth(workspace, scheme)  # a scheme no published tool connects: said before any sign-in
-            sign_in = await self._sign_in(workspace, asked.issuer)
+            sign_in = await self._sign_in(request, workspace, asked.issuer)
             return await self._to_sign_in(sign_in, workspace, {"purpose": "connect", "request": _fields(asked)})
         except ConnectLinkError:
             return self._page("This connect link is not valid, or has expired",
@@ -319,9 +320,9 @@ class ConnectPages:
         session = self._session(request, workspace)
         try:
             if session is None:
-                policy = await self._policy(workspace)
+                policy = await self._policy(workspace, client_address(request.scope))
                 assert policy.sign_in_client is not None  # `_policy` refuses a workspace without one
-                sign_in = await self._sign_in(workspace, policy.sign_in_client.issuer)
+                sign_in = await self._sign_in(request, workspace, policy.sign_in_client.issuer)
                 return await self._to_sign_in(sign_in, workspace, {"purpose": "manage"})
         except _Refused as refused:
             return self._page("Your connections", refused.message, status=refused.status)
@@ -351,18 +352,18 @@ class ConnectPages:
 
     # -- inside ------------------------------------------------------------------------------------------------
 
-    async def _policy(self, workspace: str) -> OAuthPolicy:
+    async def _policy(self, workspace: str, client: str) -> OAuthPolicy:
         try:
-            policy = await self._policies(workspace)
+            policy = await self._policies(workspace, client)
         except DependencyUnavailableError as unavailable:  # its policy cannot be read now
             raise _Refused(unavailable.message, 503) from None
         if policy is None or policy.sign_in_client is None:
             raise _Refused("This workspace does not sign users in for connections (it has no sign-in client).", 404)
         return policy
 
-    async def _sign_in(self, workspace: str, issuer: str) -> OpenIDSignIn:
+    async def _sign_in(self, request: Request, workspace: str, issuer: str) -> OpenIDSignIn:
         """The workspace's sign-in client, at `issuer` (the issuer of the user who asked)."""
-        client = (await self._policy(workspace)).sign_in_client
+        client = (await self._policy(workspace, client_address(request.scope))).sign_in_client
         assert client is not None
         if not same_issuer(client.issuer, issuer):
             raise _Refused("You signed in to your assistant with another identity provider than the one this "
@@ -402,7 +403,7 @@ class ConnectPages:
         said = request.query_params.get("iss")  # RFC 9207: the issuer that answers, when it says
         if said is not None and not same_issuer(said, kept["issuer"]):
             raise _Refused("This answer came from another identity provider than the one this sign-in went to.")
-        sign_in = await self._sign_in(workspace, kept["issuer"])
+        sign_in = await self._sign_in(request, workspace, kept["issuer"])
         try:
             code = request.query_params.get("code", "")[:_MAX_CODE]
             return await sign_in.finish(code, self.signed_in_url(workspace), pending)

@@ -1,5 +1,5 @@
 """`WorkspacePolicies`: each workspace's OAuth policy as a replica knows it, read when a request first names the
-workspace and the most recently used held.
+workspace and the most recently read held.
 
 A replica loads no policy at start. The first request for a workspace's agents (or its connect page) reads that
 workspace's policy, and its limits, from the registry: one read however many requests wait for it, within a budget
@@ -29,10 +29,11 @@ from crank.wire.budgets import SharedBudget
 __all__ = ["DEFAULT_POLICY_CACHE", "POLICY_READS_PER_SECOND", "UNKNOWN", "Unknown", "WorkspacePolicies"]
 
 DEFAULT_POLICY_CACHE: Final = 10_000
-"""Workspaces whose policy (or its absence) a replica holds, the most recently used."""
+"""Workspaces whose policy (or its absence) a replica holds, the most recently read."""
 POLICY_READS_PER_SECOND: Final = 100.0
 """Registry reads of workspaces' policies a replica makes a second on requests, a quarter of them for one client."""
 _READ_CHUNK: Final = 500  # workspaces one registry read asks for (a reload of every held policy)
+_READ_ATTEMPTS: Final = 3  # reads of one policy when reloads overlap them
 _BUSY_RETRY_AFTER: Final = 1
 
 
@@ -100,8 +101,9 @@ class WorkspacePolicies:
         found = self.held(workspace)
         if not isinstance(found, Unknown):
             return found
-        epoch = self._epoch
-        return self._keep(workspace, _served(self.registry.workspace_oauth([workspace]).get(workspace)), epoch)
+        policy = _served(self.registry.workspace_oauth([workspace]).get(workspace))
+        self._keep(workspace, policy, self._epoch)  # the reload's own thread: no reload overlaps it
+        return policy
 
     def update(self, changes: Changes) -> None:
         """Follow `changes` (the reload's thread): the held policies of the workspaces they name read again."""
@@ -121,19 +123,25 @@ class WorkspacePolicies:
                 yield workspace, _served(held)
 
     async def _read(self, workspace: str) -> WorkspaceOAuth | None:
-        epoch = self._epoch
-        found = await registry_read(self.registry.workspace_oauth, [workspace], what="read a workspace's policy")
-        return self._keep(workspace, _served(found.get(workspace)), epoch)
+        """The registry's policy, read again when a reload overlapped the read (the policy may have changed: the
+        requests that joined this read, even after the reload, get what it applied)."""
+        for _ in range(_READ_ATTEMPTS):
+            epoch = self._epoch
+            found = await registry_read(self.registry.workspace_oauth, [workspace], what="read a workspace's policy")
+            policy = _served(found.get(workspace))
+            if self._keep(workspace, policy, epoch):
+                return policy
+        return policy  # reloads overlapped every read: the last one started after the others, and is kept by none
 
-    def _keep(self, workspace: str, policy: WorkspaceOAuth | None, epoch: int) -> WorkspaceOAuth | None:
-        """A read's answer held, unless a reload ran meanwhile (its answer wins: the policy may have changed)."""
+    def _keep(self, workspace: str, policy: WorkspaceOAuth | None, epoch: int) -> bool:
+        """Hold a read's answer, unless a reload ran meanwhile (False: read it again)."""
         with self._lock:
             if self._epoch != epoch:
-                return self._held.get(workspace, policy)
+                return False
             self._held[workspace] = policy
             while len(self._held) > self.size:
                 self._held.popitem(last=False)
-        return policy
+        return True
 
     def _finished(self, workspace: str, done: asyncio.Future[WorkspaceOAuth | None]) -> None:
         del self._reading[workspace]
