@@ -119,7 +119,10 @@ async def test_an_agent_is_built_on_its_first_request_and_a_publish_rebuilds_onl
         source.reload()
         assert counting.read[-1] == [("tenant05", "desk")]
         assert source._catalogs.peek(("tenant05", "desk")) is not held
-        assert await source.oauth_policy("tenant05", "-") is not None and await source.oauth_policy("tenant04", "-") is None
+        assert (
+            await source.oauth_policy("tenant05", "-") is not None
+            and await source.oauth_policy("tenant04", "-") is None
+        )
 
 
 async def test_more_agents_than_the_cache_holds_are_all_served_in_turn_and_a_dropped_one_comes_back_current(
