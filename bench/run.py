@@ -245,8 +245,10 @@ def wait_listening(name: str, proc: subprocess.Popen[bytes], port: int, log: Pat
     while True:
         if proc.poll() is not None:
             raise SystemExit(f"{name} exited with {proc.returncode} before listening; see {log}")
-        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2):
-            return
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2) as probe:
+            # A connect to a free port of the ephemeral range can meet itself (TCP simultaneous open): not a server.
+            if probe.getsockname() != probe.getpeername():
+                return
         if time.monotonic() > deadline:
             raise SystemExit(f"{name} did not listen on port {port} within 120 s; see {log}")
         time.sleep(0.1)

@@ -1,4 +1,4 @@
-"""`bench/tenants.py` works: three tenants on `crank serve`, on SQLite and PostgreSQL, written by two seeders, two
+"""`bench/tenants.py` works: two tenants on `crank serve`, on SQLite and PostgreSQL, written by two seeders, two
 publishes each; no timing asserted."""
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_tiny_run_measures_start_lists_and_a_publish_served() -> None:
     require(GITHUB)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.tenants", "--tenants", "3", "--tools", "3", "--publishes", "2",
+        [sys.executable, "-m", "bench.tenants", "--tenants", "2", "--tools", "3", "--publishes", "2",
          "--databases", "sqlite,postgresql", "--seeders", "2"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()[-2:]
     assert [line.split(":")[0].split() for line in lines] == [
-        ["this", "sqlite", "3", "tenants"],
-        ["this", "postgresql", "3", "tenants"],
+        ["this", "sqlite", "2", "tenants"],
+        ["this", "postgresql", "2", "tenants"],
     ]
     for line in lines:
         assert all(part in line for part in ("ready in", "tools/list cold", "publish -> served p50", "p99", "RSS then"))

@@ -130,6 +130,7 @@ __all__ = [
     "UnknownFormatError",
     "UnavailableError",
     "UnknownOperationError",
+    "UnsupportedOperationError",
     "UpstreamBusyError",
     "UpstreamConnectionError",
     "UpstreamError",
