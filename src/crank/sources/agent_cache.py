@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
 from crank.exceptions import DependencyUnavailableError
-from crank.wire.budgets import CLIENT_SHARE, Budget, KeyedBudgets
+from crank.wire.budgets import CLIENT_SHARE, KeyedBudgets, SharedBudget
 
 __all__ = ["AGENT_BUILDS_PER_SECOND", "DEFAULT_AGENT_CACHE", "AgentCache", "AgentCacheLimits"]
 
@@ -78,9 +78,8 @@ class AgentCache(Generic[K, V]):
         self._built: OrderedDict[K, V] = OrderedDict()
         self._building: dict[K, asyncio.Future[V]] = {}
         rate = self.limits.builds_per_second
-        self._builds = Budget(rate)
+        self._builds = SharedBudget(rate, TENANT_SHARE)  # the replica's, a quarter of it for one client address
         self._tenant_builds = KeyedBudgets(max(rate * TENANT_SHARE, 1.0))
-        self._client_builds = KeyedBudgets(max(rate * TENANT_SHARE, 1.0))
 
     def __len__(self) -> int:
         return len(self._built)
@@ -150,14 +149,13 @@ class AgentCache(Generic[K, V]):
         running = self._building.get(key)
         if running is None:
             # Each share looked at first, so that a refusal takes nothing from the others.
-            if not (self._tenant_builds.left(tenant) and self._client_builds.left(client) and self._builds.take()):
+            if not (self._tenant_builds.left(tenant) and self._builds.take(client)):
                 raise DependencyUnavailableError(
                     "agents",
                     "This server is building many agents at once; retry in a moment.",
                     retry_after=COLD_RETRY_AFTER,
                 )
             self._tenant_builds.take(tenant)
-            self._client_builds.take(client)
             running = self._building[key] = asyncio.ensure_future(load())
             running.add_done_callback(functools.partial(self._finished, key, keep, tenant, client))
         return await asyncio.shield(running)
@@ -169,9 +167,8 @@ class AgentCache(Generic[K, V]):
         value = done.result()
         extra = self._cost_of(value) - 1 if self._cost_of is not None else 0
         if extra > 0:  # measured once built: the shares it came from may go below zero, and refill from there
-            self._builds.spend(extra)
+            self._builds.spend(client, extra)
             self._tenant_builds.spend(tenant, extra)
-            self._client_builds.spend(client, extra)
         dropped = self.put(key, value)
         # Checked after it is in: a reload that moved on before this look is seen by it; one after it finds the
         # agent held, and rebuilds it itself.

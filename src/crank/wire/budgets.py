@@ -140,3 +140,8 @@ class SharedBudget:
             return False
         self._clients.take(client)
         return True
+
+    def spend(self, client: Hashable, amount: float) -> None:
+        """Take `amount` after the fact (work measured once done) from the client's share and the whole."""
+        self._whole.spend(amount)
+        self._clients.spend(client, amount)
