@@ -183,3 +183,40 @@ def test_an_agent_whose_view_is_over_the_per_agent_bound_is_refused_at_publish_a
     assert "split its tools among several agents" in message
     assert registry.versions("big", "everything") == []
     assert registry.publish("big", "some") == 1  # a part of the same tools is within the bound
+
+
+def test_the_index_of_published_versions_counts_their_tools_and_the_upgrade_counts_those_published_before(
+    database_url: str,
+) -> None:
+    """A replica's index says what building each agent costs (its tools) without reading its view; the migration
+    that adds the count counts the versions published before it from their views."""
+    from pathlib import Path
+
+    from alembic import command
+    from alembic.config import Config
+
+    import crank.registry
+    from crank.registry import PublishedVersion, open_engine
+
+    engine = open_engine(database_url, pooled=False)
+    try:
+        migrate(engine)
+        registry = Registry(engine)
+        registry.create_workspace("ws", "WS")
+        for name in ("one", "two", "three"):
+            registry.put_operation("ws", name, {"protocol": "http", "target": {"url": f"http://127.0.0.1:9/{name}"}})
+        registry.put_agent("ws", "big", {"bindings": [{"operation": name} for name in ("one", "two", "three")]})
+        registry.put_agent("ws", "small", {"bindings": [{"operation": "one"}]})
+        registry.publish("ws", "big")
+        registry.publish("ws", "small")
+        expected = {("ws", "big"): PublishedVersion(1, 3), ("ws", "small"): PublishedVersion(1, 1)}
+        assert registry.published_versions() == expected
+        config = Config()
+        config.set_main_option("script_location", str(Path(crank.registry.__file__).parent / "migrations"))
+        with engine.begin() as connection:  # back to the registry of before the count, and up again
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0010")
+        migrate(engine)
+        assert registry.published_versions() == expected
+    finally:
+        engine.dispose()

@@ -130,17 +130,44 @@ def test_one_tenant_holds_at_most_a_quarter_of_the_cache_and_its_own_oldest_goes
     assert cache.put(("big", "agent4"), 40) == 0  # held already: replaced in place, nothing dropped
 
 
-async def test_a_large_build_spends_what_it_cost_of_its_tenants_share_and_of_the_whole_budget() -> None:
-    """Builds count by their cost (`cost_of`, an agent's tools in units of 20): one tenant's large agent cannot
-    spend the CPU of many builds for the price of one."""
-    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=4), cost_of=float)  # the value: cost
+async def test_a_large_build_spends_what_it_costs_of_its_tenants_share_and_of_the_whole_budget() -> None:
+    """Builds count by their cost (an agent's tools in units of 20, known from the index): one tenant's large agent
+    cannot spend the CPU of many builds for the price of one."""
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=4))
 
-    async def costing(cost: int) -> int:
-        return cost
+    async def one() -> int:
+        return 1
 
-    assert await cache.build("small", lambda: costing(1), tenant="t1", client="c1", keep=kept) == 1
-    assert await cache.build("huge", lambda: costing(5), tenant="big", client="c2", keep=kept) == 5
+    assert await cache.build("small", one, tenant="t1", client="c1", keep=kept) == 1
+    assert await cache.build("huge", one, tenant="big", client="c2", keep=kept, cost=5) == 1
     # 4 - 1 - 5: the whole budget is spent past zero (half a second to refill to one), for every tenant.
     for tenant, client in (("big", "c2"), ("t3", "c3")):
         with pytest.raises(DependencyUnavailableError):
-            await cache.build(f"next-{tenant}", lambda: costing(1), tenant=tenant, client=client, keep=kept)
+            await cache.build(f"next-{tenant}", one, tenant=tenant, client=client, keep=kept)
+
+
+async def test_large_builds_started_together_cannot_overdraw_the_budget() -> None:
+    """A large build's cost is taken as it starts, not once it is built: a burst of large cold builds started
+    before any finishes is refused past the first, instead of each finding the budget still whole."""
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=8))
+    release = asyncio.Event()
+
+    async def slow() -> int:
+        await release.wait()
+        return 1
+
+    first = asyncio.ensure_future(cache.build("a", slow, tenant="t1", client="c1", keep=kept, cost=8))
+    await asyncio.sleep(0)  # started: its cost is taken
+    with pytest.raises(DependencyUnavailableError):
+        await cache.build("b", slow, tenant="t2", client="c2", keep=kept, cost=8)
+    release.set()
+    assert await first == 1
+
+
+async def test_an_agent_larger_than_the_burst_is_still_built() -> None:
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=4))
+
+    async def one() -> int:
+        return 1
+
+    assert await cache.build("giant", one, tenant="t", client="c", keep=kept, cost=100) == 1

@@ -17,7 +17,7 @@ from crank.mcp.catalog import Catalog
 from crank.registry import Changes, PublishedAgent, Registry
 from crank.registry.runtime import OAuthPolicy
 from crank.sources.agent_cache import AgentCacheLimits
-from crank.sources.agents import AgentSource
+from crank.sources.agents import BUILD_UNIT, AgentSource
 
 pytestmark = pytest.mark.anyio
 
@@ -190,6 +190,30 @@ async def test_cold_builds_past_the_budget_are_refused_and_one_workspace_or_clie
             await provided(source, "globex", "desk", client="192.0.2.1")  # so is this client's, whatever workspace
         await provided(source, "globex", "desk", client="192.0.2.3")  # another workspace, another client: built
         await provided(source, "acme", "desk", client="192.0.2.4")  # and what is built is served, whatever the budget
+
+
+async def test_a_large_agent_costs_its_workspace_builds_by_its_tools_known_before_it_is_built(
+    counting: CountingRegistry,
+) -> None:
+    """An agent of 60 tools costs three builds (one per `BUILD_UNIT`), taken from its workspace's share as its build
+    starts: the share (two of eight) is spent, and the workspace's next cold agent waits."""
+    counting.put_workspace("big", "Big")
+    names = [f"op{index:02}" for index in range(3 * BUILD_UNIT)]
+    for name in names:
+        counting.put_operation("big", name, {"protocol": "http", "target": {"url": f"http://127.0.0.1:9/{name}"}})
+    counting.put_agent("big", "all", {"bindings": [{"operation": name} for name in names]})
+    counting.put_agent("big", "one", {"bindings": [{"operation": names[0]}]})
+    counting.publish("big", "all")
+    counting.publish("big", "one")
+    async with source_of(counting, agent_cache=AgentCacheLimits(builds_per_second=8)) as source:
+        await provided(source, "big", "all", client="192.0.2.1")
+        with pytest.raises(DependencyUnavailableError):
+            await provided(source, "big", "one", client="192.0.2.2")
+    counting.put_agent("big", "all", {"bindings": [{"operation": names[0]}]})  # the same workspace, small agents
+    counting.publish("big", "all")
+    async with source_of(counting, agent_cache=AgentCacheLimits(builds_per_second=8)) as source:
+        await provided(source, "big", "all", client="192.0.2.1")
+        await provided(source, "big", "one", client="192.0.2.2")  # a share of two builds: both built
 
 
 class OvertakingRegistry(CountingRegistry):

@@ -8,7 +8,14 @@ from crank.registry.database import DATABASE_ERRORS, describe_database_error, mi
 from crank.registry.keys import API_KEY_PREFIX, ApiKeyInfo, KeyScope, key_digest
 from crank.registry.publishing import VersionInfo, tool_name_of
 from crank.registry.runtime import FORMAT_VERSION, RuntimeTool, RuntimeView, load_runtime, tool_from_spec
-from crank.registry.service import AgentDraft, OperationSummary, PublishedAgent, Registry, WorkspaceOAuth
+from crank.registry.service import (
+    AgentDraft,
+    OperationSummary,
+    PublishedAgent,
+    PublishedVersion,
+    Registry,
+    WorkspaceOAuth,
+)
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -21,6 +28,7 @@ __all__ = [
     "OperationSummary",
     "KeyScope",
     "PublishedAgent",
+    "PublishedVersion",
     "Registry",
     "RuntimeTool",
     "RuntimeView",

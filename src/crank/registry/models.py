@@ -90,6 +90,8 @@ class AgentVersion(Base):
     agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
     version: Mapped[int] = mapped_column(Integer)
     runtime: Mapped[dict[str, Any]] = mapped_column()
+    tools: Mapped[int] = mapped_column(Integer, default=0)
+    """How many tools the view has: what building it costs, known without reading the view (a replica's index)."""
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
     agent: Mapped[Agent] = relationship(back_populates="versions")
 

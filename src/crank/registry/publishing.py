@@ -113,7 +113,7 @@ class Publishing(RegistryBase):
             if _same_view(served, runtime):
                 return agent.published_version, False
         latest = session.scalar(select(func.max(AgentVersion.version)).filter_by(agent_id=agent.id)) or 0
-        session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=stored))
+        session.add(AgentVersion(agent_id=agent.id, version=latest + 1, runtime=stored, tools=len(runtime.tools)))
         agent.published_version = latest + 1
         self._bump(session, Change("agent", ws.slug, agent.slug))
         return latest + 1, True

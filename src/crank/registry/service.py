@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Select, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
@@ -69,6 +69,13 @@ class AgentDraft:
 
     slug: str
     spec: JSONObject
+
+
+class PublishedVersion(NamedTuple):
+    """An agent's published version in a replica's index: what may be built, and what building it costs."""
+
+    version: int
+    tools: int
 
 
 @dataclass(frozen=True)
@@ -382,15 +389,17 @@ class Registry(Publishing, ApiKeyStore):
         with Session(self.engine) as session:
             return read_since(session, generation)
 
-    def published_versions(self, changes: Changes | None = None) -> dict[tuple[str, str], int]:
-        """The published version of every published agent by (workspace, agent), without their views (a replica's
-        index of what it may build); with `changes`, of the agents they may change only."""
-        query = select(Workspace.slug, Agent.slug, Agent.published_version).join(
-            Agent, Agent.workspace_id == Workspace.id
-        ).where(Agent.published_version.is_not(None))  # fmt: skip
+    def published_versions(self, changes: Changes | None = None) -> dict[tuple[str, str], PublishedVersion]:
+        """The published version of every published agent by (workspace, agent) and its number of tools, without
+        their views (a replica's index of what it may build); with `changes`, of the agents they may change only."""
+        query = (
+            select(Workspace.slug, Agent.slug, AgentVersion.version, AgentVersion.tools)
+            .join(Agent, Agent.workspace_id == Workspace.id)
+            .join(AgentVersion, (AgentVersion.agent_id == Agent.id) & (AgentVersion.version == Agent.published_version))
+        )
         with Session(self.engine) as session:
             rows: list[Any] = list(session.execute(_changed_agents(query, changes)).all())
-        return {(row[0], row[1]): row[2] for row in rows}
+        return {(row[0], row[1]): PublishedVersion(row[2], row[3]) for row in rows}
 
     def published(self, changes: Changes | None = None) -> list[PublishedAgent]:
         """Every agent's currently published runtime view; with `changes`, of the agents they may change only

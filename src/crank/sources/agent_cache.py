@@ -4,7 +4,7 @@ builds of the others, each built once however many requests wait for it, at a bo
 A replica serves thousands of tenants, most of them idle: it builds an agent's catalog on its first request and
 keeps the `size` most recently used (`CRANK_AGENT_CACHE`). A dropped agent is built again on its next request.
 Building costs CPU (an agent of 20 tools: milliseconds), so cold builds share a budget of `builds_per_second`
-(`CRANK_AGENT_BUILDS_PER_SECOND`; a larger agent spends what it cost, `cost_of`, once built), a quarter of it at
+(`CRANK_AGENT_BUILDS_PER_SECOND`; a larger agent spends its `cost` as it starts), a quarter of it at
 most for one tenant and for one client address: past it a request for a cold agent is answered 503 with
 `Retry-After`, so that requests for cold agents take a bounded share of the CPU, and neither one tenant's cold
 agents nor one client asking for many tenants' spend all of the budget.
@@ -67,14 +67,11 @@ class AgentCache(Generic[K, V]):
         limits: AgentCacheLimits | None = None,
         *,
         tenant_of: Callable[[K], Hashable] | None = None,
-        cost_of: Callable[[V], float] | None = None,
     ) -> None:
         """`tenant_of`: the tenant of a key; with it, one tenant holds at most a quarter of the cache (its own least
-        recently used goes first), so that its agents cannot push every other tenant's out. `cost_of`: what a build
-        cost, in builds of the budget (at least one): a large agent spends as many as it cost, once built."""
+        recently used goes first), so that its agents cannot push every other tenant's out."""
         self.limits = limits or AgentCacheLimits()
         self._tenant_of = tenant_of
-        self._cost_of = cost_of
         self._built: OrderedDict[K, V] = OrderedDict()
         self._building: dict[K, asyncio.Future[V]] = {}
         rate = self.limits.builds_per_second
@@ -136,7 +133,14 @@ class AgentCache(Generic[K, V]):
         self._built.pop(key, None)
 
     async def build(
-        self, key: K, load: Callable[[], Awaitable[V]], *, tenant: Hashable, client: Hashable, keep: Keep[K, V]
+        self,
+        key: K,
+        load: Callable[[], Awaitable[V]],
+        *,
+        tenant: Hashable,
+        client: Hashable,
+        keep: Keep[K, V],
+        cost: float = 1.0,
     ) -> V:
         """The agent `load` builds. One build per key at a time: the requests that come while it runs wait for it
         (a request that leaves does not cancel it). Once built it is kept, and then `keep(key, value, dropped)`
@@ -145,7 +149,10 @@ class AgentCache(Generic[K, V]):
 
         A new build takes one from the replica's budget, one from its `tenant`'s and one from its `client`'s (an
         address: a quarter of the budget each, so neither one tenant's agents nor one client asking for many
-        tenants' spends all of it); past any, 503 with `Retry-After`."""
+        tenants' spends all of it); past any, 503 with `Retry-After`. A build that costs more (`cost`, in builds:
+        a large agent) needs one left to start, and takes the rest as it starts: the shares may go below zero and
+        refill from there, so that a burst of large builds started together cannot overdraw them, and an agent
+        larger than the burst can still be built."""
         running = self._building.get(key)
         if running is None:
             # Each share looked at first, so that a refusal takes nothing from the others.
@@ -156,19 +163,18 @@ class AgentCache(Generic[K, V]):
                     retry_after=COLD_RETRY_AFTER,
                 )
             self._tenant_builds.take(tenant)
+            if cost > 1:
+                self._builds.spend(client, cost - 1)
+                self._tenant_builds.spend(tenant, cost - 1)
             running = self._building[key] = asyncio.ensure_future(load())
-            running.add_done_callback(functools.partial(self._finished, key, keep, tenant, client))
+            running.add_done_callback(functools.partial(self._finished, key, keep))
         return await asyncio.shield(running)
 
-    def _finished(self, key: K, keep: Keep[K, V], tenant: Hashable, client: Hashable, done: asyncio.Future[V]) -> None:
+    def _finished(self, key: K, keep: Keep[K, V], done: asyncio.Future[V]) -> None:
         del self._building[key]
         if done.cancelled() or done.exception() is not None:  # a failure is its waiters' (retrieved: never logged)
             return
         value = done.result()
-        extra = self._cost_of(value) - 1 if self._cost_of is not None else 0
-        if extra > 0:  # measured once built: the shares it came from may go below zero, and refill from there
-            self._builds.spend(client, extra)
-            self._tenant_builds.spend(tenant, extra)
         dropped = self.put(key, value)
         # Checked after it is in: a reload that moved on before this look is seen by it; one after it finds the
         # agent held, and rebuilds it itself.

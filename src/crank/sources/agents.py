@@ -52,6 +52,7 @@ from crank.registry import (
     Changes,
     KeyScope,
     PublishedAgent,
+    PublishedVersion,
     Registry,
     describe_database_error,
 )
@@ -386,8 +387,6 @@ class _Served:
     """Its view when its tools use secrets (checked on each `/readyz`: a file mounted later counts at once)."""
     refused: tuple[RefusedTarget, ...]
     gaps: tuple[MissingCredential, ...]
-    cost: float = 1.0
-    """What building it cost, in builds of the budget: one per `BUILD_UNIT` tools, at least one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,13 +534,12 @@ class AgentSource:
         self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
-        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(
-            agent_cache, tenant_of=operator.itemgetter(0), cost_of=operator.attrgetter("cost")
-        )
+        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(agent_cache, tenant_of=operator.itemgetter(0))
         """The agents built here, the most recently used ones (built on their first request)."""
-        self._index: dict[tuple[str, str], int] = {}
-        """Every published agent's version, by (workspace, agent): what may be built, without building it."""
-        self._told_index: dict[tuple[str, str], int] = {}  # the index as of the last reload that finished
+        self._index: dict[tuple[str, str], PublishedVersion] = {}
+        """Every published agent's version and size, by (workspace, agent): what may be built, and what building it
+        costs, without building it."""
+        self._told_index: dict[tuple[str, str], PublishedVersion] = {}  # the index as of the last reload that finished
         self._workspaces: frozenset[str] = frozenset()  # the workspaces of the index (what a 404 may say)
         self.policies = WorkspacePolicies(registry, self._publishes)
         """Each workspace's OAuth policy, read when a request first names the workspace."""
@@ -582,7 +580,7 @@ class AgentSource:
         if self.freeze_heap and (replaced or changes.everything):
             self._settle(changes, replaced=replaced)
 
-    def _published_index(self, changes: Changes) -> dict[tuple[str, str], int]:
+    def _published_index(self, changes: Changes) -> dict[tuple[str, str], PublishedVersion]:
         """The published version of every agent after `changes`: those they name read again, the others kept."""
         read = self.registry.published_versions(changes)
         if changes.everything:
@@ -701,14 +699,18 @@ class AgentSource:
         _warn_refused(refused)
         tools = ((tool.tool_name, tool.target.url, tool.execution_config) for tool in runtime.tools)
         gaps = missing_credentials(published.workspace, tools)
-        cost = max(1.0, len(runtime.tools) / BUILD_UNIT)
-        return _Served(stamp, catalog, secrets, tuple(refused), tuple(gaps), cost)
+        return _Served(stamp, catalog, secrets, tuple(refused), tuple(gaps))
 
     def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(
             published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state,
             limiter=self.limiter, oauth=oauth, tokens=self.tokens, renders=self.renders,
         )  # fmt: skip
+
+    def _version_of(self, key: tuple[str, str]) -> int | None:
+        """The agent's published version in the index; None when it has none."""
+        indexed = self._index.get(key)
+        return indexed.version if indexed is not None else None
 
     def _policy_of(self, workspace: str) -> OAuthPolicy | None | Unknown:
         """The workspace's policy as held now (`Unknown`: not held: a build compared with it is not kept)."""
@@ -728,7 +730,9 @@ class AgentSource:
         """An agent not built here: built now (once, however many requests wait; within the build budget of the
         replica, of its workspace and of the `client` address that asks)."""
         load = functools.partial(self._load, key, client)
-        served = await self._catalogs.build(key, load, tenant=key[0], client=client, keep=self._keep)
+        indexed = self._index.get(key)
+        cost = max(1.0, indexed.tools / BUILD_UNIT) if indexed is not None else 1.0
+        served = await self._catalogs.build(key, load, tenant=key[0], client=client, keep=self._keep, cost=cost)
         return served.catalog
 
     def _keep(self, key: tuple[str, str], served: _Served, dropped: int) -> bool:
@@ -738,7 +742,7 @@ class AgentSource:
         if self.freeze_heap:
             self._unsettled += dropped
             _freeze_new()
-        return served.stamp == (self._index.get(key), self._policy_of(key[0]))
+        return served.stamp == (self._version_of(key), self._policy_of(key[0]))
 
     async def _load(self, key: tuple[str, str], client: str) -> _Served:
         """The agent's published version and its workspace's policy, read and built in a worker thread. A reload that
@@ -749,7 +753,7 @@ class AgentSource:
         for _ in range(_LOAD_ATTEMPTS):
             held = await self.policies.read(key[0], client)
             policy = held.policy if held is not None else None
-            known = (self._index.get(key), self._policy_of(key[0]))
+            known = (self._version_of(key), self._policy_of(key[0]))
             found = await registry_read(self.registry.published, wanted, what="read this agent")
             if not found:
                 raise CatalogNotFoundError(f"Workspace {key[0]!r} has no published agent {key[1]!r}")
@@ -759,7 +763,7 @@ class AgentSource:
             except Exception:
                 logger.exception("agent %s/%s v%s cannot be served", *key, published.version)
                 raise CatalogNotFoundError(f"Agent {key[0]}/{key[1]} cannot be served now") from None
-            if (self._index.get(key), self._policy_of(key[0])) == known:
+            if (self._version_of(key), self._policy_of(key[0])) == known:
                 break
         return served
 
