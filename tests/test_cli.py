@@ -395,3 +395,42 @@ def test_the_vault_commands_make_a_key_check_rotate_and_connections_are_listed_a
     )
     assert json.loads(runner.invoke(main, ["connection", "list"]).output) == []
     engine.dispose()
+
+
+READ_ONLY_COMMANDS = [
+    ["workspace", "list"],
+    ["agent", "list", "shop"],
+    ["key", "list", "shop"],
+    ["operation", "list", "shop"],
+]
+"""Commands that only read the registry: they start in a fraction of what a publish or `crank serve` imports."""
+NOT_FOR_READING = (
+    *("alembic", "redis", "psycopg", "httpx", "uvicorn", "jinja2", "yaml"),
+    *("crank.mcp", "crank.admin", "crank.gateway.adapters", "crank.gateway.operation", "crank.sources.agents"),
+    "crank.server",
+)
+
+
+@pytest.mark.parametrize("command", READ_ONLY_COMMANDS, ids=" ".join)
+def test_a_command_that_only_reads_the_registry_imports_neither_the_server_nor_alembic(
+    command: list[str], tmp_path: Path
+) -> None:
+    """The CLI's imports stay lazy: a read-only command on a registry already at the newest migration imports no
+    migration tool, no client of Redis, PostgreSQL or HTTP, and none of the server's layers (docs/architecture.md,
+    "Imports"); its start time is in docs/benchmarks.md."""
+    environment = {**os.environ, "CRANK_DATA_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-m", "crank.cli", "workspace", "create", "shop"], cwd=ROOT, env=environment,
+                   capture_output=True, check=True, timeout=120)  # fmt: skip
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['crank', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('crank.cli', run_name='__main__')\n"
+        "except SystemExit as exit:\n    assert not exit.code, exit.code\n"
+        "print('\\n'.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *command], cwd=ROOT, env=environment, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = done.stderr.split()
+    assert "crank.registry.service" in imported  # it did read the registry
+    assert [name for name in imported if name.startswith(NOT_FOR_READING)] == []

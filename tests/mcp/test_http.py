@@ -521,7 +521,8 @@ async def test_malformed_call_params_are_invalid_params(url: str, params: dict[s
 
 
 async def test_provider_can_answer_404_for_an_unknown_endpoint(serve: Callable[..., str]) -> None:
-    from crank.mcp import CatalogNotFoundError, MCPEndpoint
+    from crank.exceptions import CatalogNotFoundError
+    from crank.mcp import MCPEndpoint
 
     async def provider(scope: Any) -> Any:
         raise CatalogNotFoundError(scope["path"])

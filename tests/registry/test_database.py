@@ -1,4 +1,5 @@
-"""The registry's connections have timeouts: a registry that stops answering fails requests, never hangs them."""
+"""The registry's connections have timeouts: a registry that stops answering fails requests, never hangs them; and
+a registry already at the newest migration is told so by one read, without Alembic."""
 
 from __future__ import annotations
 
@@ -61,3 +62,35 @@ def test_a_statement_over_the_timeout_is_cancelled(postgres_url: str) -> None:
         with pytest.raises(OperationalError, match="statement timeout"):
             connection.execute(text("SELECT pg_sleep(10)"))
     engine.dispose()
+
+
+def test_the_schema_revision_is_alembics_head_and_a_current_registry_is_not_upgraded_again(database_url: str) -> None:
+    """`SCHEMA_REVISION` names the newest migration (a migration added without it fails here); `migrate` upgrades a
+    new registry, and on one at that revision reads `alembic_version` and returns, Alembic never imported."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    import crank.registry
+    from crank.registry import migrate
+    from crank.registry.database import SCHEMA_REVISION, schema_revision
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(crank.registry.__file__).parent / "migrations"))
+    assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_REVISION
+    engine = open_engine(database_url, pooled=False)
+    try:
+        assert schema_revision(engine) is None
+        migrate(engine)
+        assert schema_revision(engine) == SCHEMA_REVISION
+    finally:
+        engine.dispose()
+    code = (
+        "import sys; from crank.registry import migrate, open_engine; migrate(open_engine(sys.argv[1], pooled=False)); "
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'alembic'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, database_url], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,24 +1,7 @@
 """The admin layer: getting APIs into the registry (OpenAPI, OpenRPC, declarative YAML) and the admin HTTP API."""
 
-from __future__ import annotations
+import lazy_loader
 
-from crank.admin.api import AdminAPI
-from crank.admin.apply import ApplyReport, apply_catalog, load_catalog_file
-from crank.admin.documents import ImportedOperation, load_document, parse_document
-from crank.admin.openapi import import_openapi
-from crank.admin.openrpc import import_openrpc
-from crank.exceptions import ApplyError, SpecError
-
-__all__ = [
-    "AdminAPI",
-    "ApplyError",
-    "ApplyReport",
-    "ImportedOperation",
-    "SpecError",
-    "apply_catalog",
-    "import_openapi",
-    "import_openrpc",
-    "load_catalog_file",
-    "load_document",
-    "parse_document",
-]
+# Each name is imported from its module when first used; `__init__.pyi` lists them (for type checkers, and for
+# `attach_stub`). Importing one module of the package so imports no other: docs/architecture.md, "Imports".
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,8 +1,7 @@
 """The gateway runtime: remote operations called through mappings and adapters, with structured errors."""
 
-from __future__ import annotations
+import lazy_loader
 
-from crank.gateway.mapping import InputMapping, OutputMapping, RequestParts
-from crank.gateway.operation import RemoteOperation
-
-__all__ = ["InputMapping", "OutputMapping", "RemoteOperation", "RequestParts"]
+# Each name is imported from its module when first used; `__init__.pyi` lists them (for type checkers, and for
+# `attach_stub`). Importing one module of the package so imports no other: docs/architecture.md, "Imports".
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

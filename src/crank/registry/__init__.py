@@ -1,44 +1,8 @@
 """The registry: workspaces, operations, agents and their published versions (SQLAlchemy + Alembic), and
 the typed runtime view a published version holds (`crank.registry.runtime`)."""
 
-from __future__ import annotations
+import lazy_loader
 
-from crank.registry.change_log import Change, Changes
-from crank.registry.database import DATABASE_ERRORS, describe_database_error, migrate, open_engine
-from crank.registry.keys import API_KEY_PREFIX, ApiKeyInfo, KeyScope, key_digest
-from crank.registry.publishing import VersionInfo, tool_name_of
-from crank.registry.runtime import FORMAT_VERSION, RuntimeTool, RuntimeView, load_runtime, tool_from_spec
-from crank.registry.service import (
-    AgentDraft,
-    OperationSummary,
-    PublishedAgent,
-    PublishedVersion,
-    Registry,
-    WorkspaceOAuth,
-)
-
-__all__ = [
-    "API_KEY_PREFIX",
-    "DATABASE_ERRORS",
-    "FORMAT_VERSION",
-    "AgentDraft",
-    "Change",
-    "Changes",
-    "ApiKeyInfo",
-    "OperationSummary",
-    "KeyScope",
-    "PublishedAgent",
-    "PublishedVersion",
-    "Registry",
-    "RuntimeTool",
-    "RuntimeView",
-    "VersionInfo",
-    "WorkspaceOAuth",
-    "describe_database_error",
-    "key_digest",
-    "load_runtime",
-    "migrate",
-    "open_engine",
-    "tool_from_spec",
-    "tool_name_of",
-]
+# Each name is imported from its module when first used; `__init__.pyi` lists them (for type checkers, and for
+# `attach_stub`). Importing one module of the package so imports no other: docs/architecture.md, "Imports".
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

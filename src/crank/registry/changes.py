@@ -19,13 +19,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
-import psycopg
-import redis
-import redis.asyncio
-import redis.asyncio.retry
-import redis.retry
-from psycopg import sql
-from redis.backoff import NoBackoff
 from sqlalchemy import make_url
 
 from crank.registry.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, connection_options
@@ -82,16 +75,21 @@ class RedisAnnouncer:
     is made, and every replica's poll finds it."""
 
     def __init__(self, url: str, *, timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
+        import redis  # here: a registry that announces nothing over Redis (and the CLI) never imports it
+        import redis.retry
+        from redis.backoff import NoBackoff
+
         # No retries (redis-py's default is 10): a Redis that is away costs one timeout, not a minute, in the
         # thread that committed the change.
         self._client = redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=redis.retry.Retry(NoBackoff(), 0)
         )
+        self._errors = (redis.RedisError, OSError)
 
     def __call__(self, generation: int) -> None:
         try:
             self._client.publish(REDIS_CHANNEL, str(generation))
-        except (redis.RedisError, OSError) as exc:
+        except self._errors as exc:
             _notices.warning("announce", "telling the replicas of a registry change over Redis failed: %s; "
                              "they see it at their next poll", exc)  # fmt: skip
 
@@ -142,15 +140,20 @@ class PostgresListener(ChangeListener):
     peer gone silent (a network black hole) is noticed in about 25 s instead of never."""
 
     name = "postgresql"
-    errors = (psycopg.Error, OSError)
 
     def __init__(self, registry_url: str, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+        import psycopg  # here, as redis in `RedisListener`: only a replica that listens imports it
+
         super().__init__()
+        self.errors = (psycopg.Error, OSError)
         url = make_url(registry_url).set(drivername="postgresql")
         self.conninfo = url.render_as_string(hide_password=False)
         self.options: dict[str, Any] = connection_options("postgresql", connect_timeout, DEFAULT_STATEMENT_TIMEOUT)
 
     async def messages(self) -> AsyncIterator[int | None]:
+        import psycopg
+        from psycopg import sql
+
         connection = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.options)
         async with connection:
             await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(POSTGRES_CHANNEL)))
@@ -163,16 +166,22 @@ class RedisListener(ChangeListener):
     """One Redis connection subscribed to `REDIS_CHANNEL` (TCP keepalive on)."""
 
     name = "redis"
-    errors = (redis.RedisError, OSError)
 
     def __init__(self, url: str, *, timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
+        import redis
+
         super().__init__()
+        self.errors = (redis.RedisError, OSError)
         self.url = url
         self.timeout = timeout
 
     async def messages(self) -> AsyncIterator[int | None]:
         # No retries of its own: a dropped connection ends `messages`, and `run` reconnects with its backoff (and
         # a check after reconnecting), instead of redis-py retrying ten times behind its back.
+        import redis.asyncio
+        import redis.asyncio.retry
+        from redis.backoff import NoBackoff
+
         client = redis.asyncio.Redis.from_url(
             self.url, socket_connect_timeout=self.timeout, socket_keepalive=True,
             retry=redis.asyncio.retry.Retry(NoBackoff(), 0),

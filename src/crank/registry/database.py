@@ -10,9 +10,7 @@ import math
 from pathlib import Path
 from typing import Any, Final
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.pool import NullPool
 
@@ -20,10 +18,12 @@ __all__ = [
     "DATABASE_ERRORS",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_STATEMENT_TIMEOUT",
+    "SCHEMA_REVISION",
     "connection_options",
     "describe_database_error",
     "migrate",
     "open_engine",
+    "schema_revision",
 ]
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -33,6 +33,9 @@ DEFAULT_STATEMENT_TIMEOUT: Final = 15.0
 that long is dropped (a network black hole); on SQLite, how long to wait for the write lock."""
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
+SCHEMA_REVISION: Final = "0011"
+"""The newest migration's revision (`migrations/versions`): a registry at it needs no upgrade, which one read of
+`alembic_version` tells without importing Alembic (a CLI command's start). A test holds it to Alembic's head."""
 
 DATABASE_ERRORS: Final = (OperationalError, InterfaceError)
 """What the driver raises when the registry database cannot be used at all (refused, unreachable, timed out,
@@ -109,9 +112,23 @@ def _sqlite_begin(connection: Any) -> None:
 
 
 def migrate(engine: Engine) -> None:
-    """Upgrade the schema to the newest migration (idempotent)."""
+    """Upgrade the schema to the newest migration (idempotent). A registry already at it costs one read."""
+    if schema_revision(engine) == SCHEMA_REVISION:
+        return
+    from alembic import command  # only to upgrade: it takes longer to import than most commands take to run
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The registry's migration revision; None when it has none (a new database)."""
+    with engine.connect() as connection:
+        if not inspect(connection).has_table("alembic_version"):
+            return None
+        found = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    return str(found) if found is not None else None

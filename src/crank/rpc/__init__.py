@@ -1,12 +1,7 @@
 """The rpc layer: Python methods as JSON-RPC 2.0, OpenRPC and MCP tools, through one executor."""
 
-from __future__ import annotations
+import lazy_loader
 
-from crank.rpc.app import RPCApp
-from crank.rpc.auth import BearerTokenRoles, RoleResolver
-from crank.rpc.context import Context
-from crank.rpc.events import Event
-from crank.rpc.executor import fencing_token
-from crank.rpc.method import MCP, RateLimit
-
-__all__ = ["MCP", "BearerTokenRoles", "Context", "Event", "RPCApp", "RateLimit", "RoleResolver", "fencing_token"]
+# Each name is imported from its module when first used; `__init__.pyi` lists them (for type checkers, and for
+# `attach_stub`). Importing one module of the package so imports no other: docs/architecture.md, "Imports".
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

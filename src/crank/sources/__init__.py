@@ -8,11 +8,8 @@ into `crank.mcp.Tool`s and offers a `CatalogProvider` (`provide(scope) -> Catalo
   tools; `OperationIndex`, the full-text index they search).
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from crank.sources.agents import AgentSource, build_catalog
-from crank.sources.discovery import Discovery
-from crank.sources.rpc import MCPConfig, RPCSource, is_published
-from crank.sources.search import OperationIndex
-
-__all__ = ["AgentSource", "Discovery", "MCPConfig", "OperationIndex", "RPCSource", "build_catalog", "is_published"]
+# Each name is imported from its module when first used; `__init__.pyi` lists them (for type checkers, and for
+# `attach_stub`). Importing one module of the package so imports no other: docs/architecture.md, "Imports".
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -6,52 +6,8 @@ In-process by default (`MemoryStore`, `LocalCoordinator`); Redis when `CRANK_RED
 worker and replica of an rpc app shares one cache, one lock per method and one count per rate limit.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from crank.state.coordination import (
-    DEFAULT_CACHE_MAX_BYTES,
-    DEFAULT_CACHE_SIZE,
-    DEFAULT_LOCK_LEASE,
-    DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_REDIS_PREFIX,
-    Coordinator,
-    Held,
-    LocalCoordinator,
-    RedisCoordinator,
-)
-from crank.state.store import (
-    DEFAULT_MAX_ITEMS,
-    DEFAULT_REDIS_TIMEOUT,
-    DURABILITY_CHECK_TIMEOUT,
-    Counter,
-    Full,
-    MemoryStore,
-    RedisStore,
-    StateStore,
-    check_durability,
-    connect_redis,
-    open_state,
-)
-
-__all__ = [
-    "DEFAULT_CACHE_MAX_BYTES",
-    "DEFAULT_CACHE_SIZE",
-    "DEFAULT_LOCK_LEASE",
-    "DEFAULT_LOCK_TIMEOUT",
-    "DEFAULT_MAX_ITEMS",
-    "DEFAULT_REDIS_TIMEOUT",
-    "DEFAULT_REDIS_PREFIX",
-    "DURABILITY_CHECK_TIMEOUT",
-    "Coordinator",
-    "Counter",
-    "Full",
-    "Held",
-    "LocalCoordinator",
-    "MemoryStore",
-    "RedisCoordinator",
-    "RedisStore",
-    "StateStore",
-    "check_durability",
-    "connect_redis",
-    "open_state",
-]
+# Each name is imported from its module when first used; `__init__.pyi` lists them (for type checkers, and for
+# `attach_stub`). Importing one module of the package so imports no other: docs/architecture.md, "Imports".
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,14 +1,12 @@
 """How many tools each published version has (`agent_versions.tools`): what building it costs, known to a
-replica's index without reading the view. Versions published before are counted from their views here, once.
+replica's index without reading the view. Versions published before are counted from their views here, once,
+by the database itself (one statement: no view is read into this process).
 
 Revision ID: 0011
 Revises: 0010
 """
 
 from __future__ import annotations
-
-import json
-from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -18,36 +16,17 @@ down_revision = "0010"
 branch_labels = None
 depends_on = None
 
-_BATCH = 500  # views read at a time: a registry of thousands of agents is never read whole into memory
+_COUNT = {
+    "postgresql": "CASE WHEN jsonb_typeof(runtime -> 'tools') = 'array' THEN jsonb_array_length(runtime -> 'tools') "
+    "ELSE 0 END",
+    "sqlite": "COALESCE(json_array_length(runtime, '$.tools'), 0)",
+}
 
 
 def upgrade() -> None:
     with op.batch_alter_table("agent_versions") as batch:  # batch: SQLite alters tables by copying them
         batch.add_column(sa.Column("tools", sa.Integer, nullable=False, server_default="0"))
-    connection = op.get_bind()
-    versions = sa.table("agent_versions", sa.column("id", sa.String), sa.column("runtime", sa.JSON),
-                        sa.column("tools", sa.Integer))  # fmt: skip
-    last = ""
-    while True:
-        rows = connection.execute(
-            sa.select(versions.c.id, versions.c.runtime)
-            .where(versions.c.id > last)
-            .order_by(versions.c.id)
-            .limit(_BATCH)
-        ).all()
-        if not rows:
-            return
-        for identifier, runtime in rows:
-            count = _tools_of(runtime)
-            if count:
-                connection.execute(versions.update().where(versions.c.id == identifier).values(tools=count))
-        last = rows[-1][0]
-
-
-def _tools_of(runtime: Any) -> int:
-    view = json.loads(runtime) if isinstance(runtime, str) else runtime
-    tools = view.get("tools") if isinstance(view, dict) else None
-    return len(tools) if isinstance(tools, list) else 0
+    op.execute(f"UPDATE agent_versions SET tools = {_COUNT[op.get_bind().dialect.name]}")
 
 
 def downgrade() -> None:
