@@ -4,6 +4,7 @@ operation imported, the runtime view built, each published tool measured as the 
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from crank.schema.compact import (
 )
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
-from tests.realapis import GITHUB, STRIPE, ZOOM, document, json_bodies_only
+from tests.realapis import ASANA, GITHUB, STRIPE, ZOOM, document, json_bodies_only
 
 PETSTORE = Path(__file__).resolve().parent.parent / "admin" / "specs" / "petstore.yaml"
 
@@ -52,6 +53,23 @@ def test_descriptions_keep_their_first_sentences_within_the_limit() -> None:
     assert shorten(text, 200) == kept
     assert shorten(text, 200, sentences=1) == "List pets."
     assert shorten("One very long sentence without any end " * 5, 40) == "One very long sentence without any end…"
+
+
+def test_a_parameters_later_sentences_that_name_values_are_kept_unless_its_schema_states_them() -> None:
+    """What a model cannot guess stays: a quoted or code literal, a keyword, a format, a unit, a range or a default
+    named after the first sentence; a sentence that names only the parameter's own enum values goes (the schema
+    says them), and so does one that names nothing."""
+    user = 'A string identifying a user. This can either be the string "me", an email, or the gid of a user.'
+    assert shorten(user, 100, sentences=1, known=frozenset()) == user
+    assert shorten(user, 100, sentences=1) == "A string identifying a user."  # a tool's own description: as before
+    state = "The state of the milestone. Either `open` or `closed`. Closed milestones are kept."
+    assert shorten(state, 100, sentences=1, known=frozenset({"open", "closed"})) == "The state of the milestone."
+    limit = "A limit on the number of objects. Limit can range between 1 and 100, and the default is 10. Use it."
+    assert shorten(limit, 100, sentences=1, known=frozenset()) == limit.removesuffix(" Use it.")
+    page = 'The number of results per page (max 100). For more information, see "Using pagination in the REST API."'
+    assert shorten(page, 100, sentences=1, known=frozenset()) == "The number of results per page (max 100)."  # a title
+    long = "A cursor. " + "Ending with `obj_foo`, a very long sentence " * 4 + "ends here. `after` is an object ID."
+    assert shorten(long, 60, sentences=1, known=frozenset()) == "A cursor. `after` is an object ID."  # within 60 more
 
 
 def test_input_schemas_lose_annotations_only() -> None:
@@ -253,6 +271,41 @@ def test_compacted_tools_of_large_apis_meet_the_targets(path: Path, count: int, 
     assert max(sizes) <= 1500, max(published.tokens.items(), key=lambda item: item[1])
 
 
+# Sentences of parameters of the three documents that name what a model cannot guess, past their first sentence:
+# each survives compaction (issue 40). (document, tool, parameter, sentence)
+MEANINGFUL = [
+    (GITHUB, "code_security_attach_configuration", "selected_repository_ids",
+     "You can only provide a list of repository ids when the `scope` is set to `selected`."),
+    (GITHUB, "actions_delete_environment_variable", "environment_name", "The name must be URL encoded."),
+    (GITHUB, "actions_delete_environment_variable", "environment_name",
+     "For example, any slashes in the name must be replaced with `%2F`."),
+    (GITHUB, "issues_list_for_repo", "since", "This is a timestamp in ISO 8601 format: `YYYY-MM-DDTHH:MM:SSZ`."),
+    (STRIPE, "get_transfers", "limit", "Limit can range between 1 and 100, and the default is 10."),
+    (STRIPE, "get_refunds", "starting_after", "`starting_after` is an object ID that defines your place in the list."),
+    (ASANA, "get_user", "user_gid", 'This can either be the string "me", an email, or the gid of a user.'),
+    (ASANA, "get_tasks_for_project", "completed_since", "Accepts a date-time string or the keyword *now*."),
+    (ASANA, "get_audit_log_events", "actor_type", "If `actor_gid` is included, this should be excluded."),
+    (ASANA, "get_tasks", "assignee",
+     "*Note: If you specify `assignee`, you must also specify the `workspace` to filter on.*"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "tool", "parameter", "sentence"),
+    MEANINGFUL,
+    ids=[f"{tool}.{name}-{sentence[:12]}" for _, tool, name, sentence in MEANINGFUL],
+)
+def test_sentences_that_name_values_survive_compaction(
+    path: Path, tool: str, parameter: str, sentence: str, tmp_path: Path
+) -> None:
+    published = _published(path, tmp_path)
+    full = next(entry for entry in published.full.tools if entry.tool_name == tool).input_schema
+    written = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", full["properties"][parameter]["description"])  # links: their text
+    assert sentence in " ".join(written.split())  # the document says it
+    compacted = next(entry for entry in published.runtime.tools if entry.tool_name == tool).input_schema
+    assert sentence in compacted["properties"][parameter]["description"]
+
+
 _KEPT = (
     "type", "enum", "const", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "minLength", "maxLength", "minItems", "maxItems", "multipleOf", "x-mcp-header",
@@ -289,7 +342,8 @@ def test_every_parameter_keeps_what_a_call_needs(path: Path, count: int, tmp_pat
                 if key in parameter and not _void(key, parameter):
                     assert kept.get(key) == parameter[key], (tool.tool_name, name, key)
             if parameter.get("description"):
-                assert 0 < len(kept["description"]) <= CompactPolicy().parameter_description_chars
+                # Its first sentence within the limit, and the sentences that name values within as much again.
+                assert 0 < len(kept["description"]) <= 2 * CompactPolicy().parameter_description_chars
 
 
 _DRAWABLE = 12_000  # hypothesis-jsonschema inlines every reference first: larger schemas take minutes each

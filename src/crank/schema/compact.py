@@ -7,8 +7,12 @@ so drafts keep the full schemas and a report can show each tool's size before an
   (Markdown links become their text, whitespace is collapsed).
 - **input schema**: only annotations go: `title`, `examples`, `$comment`, `x-` extensions (but
   `x-mcp-header`), `readOnly`/`writeOnly`, defaults that are not short scalars; every description is
-  cut to its first sentences within `parameter_description_chars`. Every parameter, `required`,
-  type, enum, const, format, pattern and bound stays, so the schema accepts exactly what it did.
+  cut to its first sentence within `parameter_description_chars`, and keeps the later sentences that
+  name what a model cannot guess (`_names_values`: a quoted or code literal such as "me", `now` or
+  *now*, or a format, unit, range or default) unless the schema's enum, const or default already
+  says all the literals they name; those add at most as many characters again. Every parameter,
+  `required`, type, enum, const, format, pattern and bound stays, so the schema accepts exactly what
+  it did.
 - **output schema**: inlined and cut to `output_depth` levels of data and `output_fields` properties
   per object (required ones first); descriptions within `output_description_chars`; only `type`,
   `properties`, `items`, `required`, `anyOf`/`allOf`, `format`, `const` and short enums are kept.
@@ -193,26 +197,69 @@ _PARAGRAPH = re.compile(r"([^\s.!?:])[ \t]*\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)[.!?](?=\s+[\"'(*`A-Z0-9])|\n\s*\n")
 
 
-def shorten(text: str, limit: int, *, sentences: int = 0) -> str:
+def shorten(text: str, limit: int, *, sentences: int = 0, known: frozenset[str] | None = None) -> str:
     """The first sentences of `text` (at most `sentences`, 0: any number) that fit in `limit` characters;
     the first sentence cut at a word with an ellipsis when even it is longer. Markdown links become their
-    text; whitespace is collapsed."""
+    text; whitespace is collapsed. With `known` (the values a parameter's schema states), the later
+    sentences that name other values (`_names_values`) follow, as many as fit in `limit` more characters."""
     if limit <= 0:
         return ""
     text = _HTML.sub("", _LINK.sub(r"\1", text)).strip()
     text = _PARAGRAPH.sub(r"\1.\n\n", text)  # a summary line before a paragraph reads as a sentence
     ends = [match.end() for match in _SENTENCE_END.finditer(text)] + [len(text)]
-    kept = ""
-    for end in ends[:sentences] if sentences else ends:
+    kept, used = "", 0
+    for count, end in enumerate(ends[:sentences] if sentences else ends, 1):
         candidate = " ".join(text[:end].split())
         if len(candidate) > limit:
             break
-        kept = candidate
-    if kept:
+        kept, used = candidate, count
+    if not kept:
+        cut = " ".join(text.split())[: max(limit - 1, 1)]
+        space = cut.rfind(" ")
+        kept, used = (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…", 1
+    if known is None:
         return kept
-    cut = " ".join(text.split())[: max(limit - 1, 1)]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+    return " ".join([kept, *_values_named(text, ends[used - 1 :], known, limit)])
+
+
+# A literal a description names: "me", “pretty”, `now`, *now* or **now**, 'me'.
+_LITERAL = re.compile(
+    r'"([^"\n]{1,40})"|“([^”\n]{1,40})”|`([^`\n]{1,40})`|\*\*?([^*\s][^*\n]{0,39}?)\*\*?|(?<!\w)\'([^\'\s][^\'\n]{0,39})\'(?!\w)'
+)
+_LITERAL_WORDS = 3  # a longer quotation is a title ('see "Using pagination in the REST API."'), not a value
+# A sentence that states a format, a unit, a range or a default without quoting a literal.
+_STATES_VALUES = re.compile(
+    r"\b(?:defaults?|format|ISO[ -]?\d{3,5}|RFC ?\d{3,4}|YYYY|UTC|time ?zone|unix|epoch|(?:milli)?seconds|minutes|"
+    r"hours|bytes|percent|cents|keyword|between \S+ and|at (?:most|least)|(?:URL|percent)[- ]encoded)\b",
+    re.IGNORECASE,
+)
+
+
+def _values_named(text: str, ends: list[int], known: frozenset[str], limit: int) -> Iterator[str]:
+    """The sentences between `ends` that name values `known` does not hold, in order, within `limit` characters in
+    all (a longer one is passed over, so that a shorter one after it may still fit)."""
+    left = limit
+    for start, end in zip(ends, ends[1:], strict=False):
+        sentence = " ".join(text[start:end].split())
+        if sentence and len(sentence) < left and _names_values(sentence, known):
+            left -= len(sentence) + 1
+            yield sentence
+
+
+def _names_values(sentence: str, known: frozenset[str]) -> bool:
+    """Whether a sentence names a value a model cannot guess: a literal the schema does not state already, or
+    (quoting none) a format, unit, range or default."""
+    quoted = (next(part for part in match.groups() if part is not None) for match in _LITERAL.finditer(sentence))
+    literals = {text.strip() for text in quoted if len(text.split()) <= _LITERAL_WORDS}
+    if literals:
+        return bool(literals - known)
+    return _STATES_VALUES.search(sentence) is not None
+
+
+def _stated_values(node: JSONObject) -> frozenset[str]:
+    """The values a schema states itself (enum, const, default), as a description would quote them."""
+    values = [*(node.get("enum") or []), *(node[key] for key in ("const", "default") if key in node)]
+    return frozenset(value if isinstance(value, str) else _dumps(value).decode() for value in values)
 
 
 # -- input schemas ----------------------------------------------------------------------------------
@@ -273,7 +320,7 @@ def _annotated(node: Any, limit: int, nested: int, depth: int = 0) -> Any:
         if key == "description":
             chars = limit if depth <= 1 else nested
             if isinstance(value, str) and chars > 0 and value.strip():
-                out[key] = shorten(value, chars, sentences=1)
+                out[key] = shorten(value, chars, sentences=1, known=_stated_values(node))
         elif key == "default":
             if not isinstance(value, (dict, list)) and len(_dumps(value)) <= _SHORT_DEFAULT:
                 out[key] = value
