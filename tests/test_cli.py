@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -30,10 +30,14 @@ DEMO_SPEC = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
 
 
 @contextmanager
-def crank_process(*args: str, env: dict[str, str] | None = None, stderr: IO[bytes] | None = None) -> Iterator[str]:
-    """`crank ARGS` in a subprocess listening on a free port; yields its base URL once it answers."""
+def crank_process(
+    *args: str, env: dict[str, str] | None = None, stderr: IO[bytes] | None = None, inherit: bool = True
+) -> Iterator[str]:
+    """`crank ARGS` in a subprocess listening on a free port; yields its base URL once it answers. `inherit=False`:
+    with `env` alone, none of this process's `CRANK_*` variables."""
     port = free_port()
-    environment = {**os.environ, **(env or {}), "CRANK_LISTEN": f"127.0.0.1:{port}"}
+    inherited = os.environ if inherit else {k: v for k, v in os.environ.items() if not k.startswith("CRANK_")}
+    environment = {**inherited, **(env or {}), "CRANK_LISTEN": f"127.0.0.1:{port}"}
     server = subprocess.Popen([sys.executable, "-m", "crank.cli", *args], cwd=ROOT, env=environment,
                               stdout=subprocess.DEVNULL, stderr=stderr or subprocess.DEVNULL)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -434,3 +438,107 @@ def test_a_command_that_only_reads_the_registry_imports_neither_the_server_nor_a
     imported = done.stderr.split()
     assert "crank.registry.service" in imported  # it did read the registry
     assert [name for name in imported if name.startswith(NOT_FOR_READING)] == []
+
+
+BEARER_SPEC = """
+openapi: 3.1.0
+info: {title: Shop, version: "1"}
+components:
+  securitySchemes:
+    token: {type: http, scheme: bearer}
+security: [{token: []}]
+paths:
+  /books:
+    get:
+      operationId: list_books
+      summary: Every book.
+      responses:
+        "200":
+          description: The books.
+          content: {application/json: {schema: {type: array, items: {type: string}}}}
+"""
+
+
+def crank_run(environment: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "crank.cli", *args], cwd=ROOT, env=environment, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+def curated_shop(tmp_path: Path, upstream: str, environment: dict[str, str]) -> str:
+    """Workspace `shop`, agent `desk` of `list_books` (BEARER_SPEC at `upstream`, its token `env:SHOP_TOKEN`),
+    published by the CLI with `environment`; its API key."""
+    spec = tmp_path / "openapi.yaml"
+    spec.write_text(BEARER_SPEC)
+    steps = [
+        ["workspace", "create", "shop"],
+        ["import", "openapi", str(spec), "-w", "shop", "--base-url", upstream, "--auth-scheme", "token=env:SHOP_TOKEN"],
+        ["agent", "bind", "shop", "desk", "list_books"],
+        ["publish", "shop", "desk"],
+        ["key", "create", "shop"],
+    ]
+    for step in steps:
+        done = crank_run(environment, *step)
+        assert done.returncode == 0, (step, done.stderr[-1500:])
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_data_folders_settings_file_lets_a_publish_with_a_secret_be_served_without_new_errors(
+    tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    """The curated path with an upstream credential, on a fresh data folder whose `crank.toml` gives the egress and
+    secret allowances once: the CLI's publish is checked against them, and `crank serve`, started with only the
+    secret itself in its environment, serves the same tool's call (issue 40: one place for settings)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def books(request: Request) -> JSONResponse:
+        if request.headers.get("authorization") != "Bearer s3cret":
+            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        return JSONResponse(["Kobzar", "Lisova pisnia"])
+
+    upstream = serve(Starlette(routes=[Route("/books", books)]))
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "crank.toml").write_text(f'egress_allow = "{upstream.removeprefix("http://")}"\n'
+                                       f'secret_env_allow = "shop:SHOP_TOKEN"\n')  # fmt: skip
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("CRANK_")}
+    environment["CRANK_DATA_DIR"] = str(folder)
+    key = curated_shop(tmp_path, upstream, environment)
+    with crank_process("serve", "--role", "mcp", env={**environment, "SHOP_TOKEN": "s3cret"}, inherit=False) as base:
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_books", "arguments": {}}}
+        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream",
+                   "MCP-Protocol-Version": "2025-11-25"}  # fmt: skip
+        answer = httpx.post(f"{base}/mcp/v1/shop/desk", json=call, headers=headers, timeout=30).json()
+    assert answer["result"].get("isError") is not True, answer
+    assert "Kobzar" in json.dumps(answer["result"])
+
+
+def test_doctor_and_serve_name_what_would_fail_every_call_here_with_its_fix(tmp_path: Path) -> None:
+    """Published where the upstream and the secret were allowed, then checked with another environment: `crank
+    doctor` names the refused address and the unset secret with their fixes and exits 1, `crank serve` warns of
+    the same at its start, and with the settings fixed doctor finds nothing."""
+    upstream = f"http://127.0.0.1:{free_port()}"  # nothing needs to answer: nothing is called
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("CRANK_")}
+    environment["CRANK_DATA_DIR"] = str(tmp_path / "data")
+    allowed = {**environment, "CRANK_EGRESS_ALLOW": upstream.removeprefix("http://"),
+               "CRANK_SECRET_ENV_ALLOW": "shop:SHOP_TOKEN"}  # fmt: skip
+    curated_shop(tmp_path, upstream, allowed)
+    checked = crank_run(environment, "doctor")
+    assert checked.returncode == 1, checked.stderr
+    lines = [line for line in checked.stdout.splitlines() if line.startswith("agent shop/desk:")]
+    assert len(lines) == 2, checked.stdout
+    refused = next(line for line in lines if "may not connect to" in line)
+    assert upstream in refused and "(tools: list_books)" in refused and "fix: allow it in egress_allow" in refused
+    secret = next(line for line in lines if "secret env:SHOP_TOKEN" in line)
+    assert 'fix: give it to the workspace: secret_env_allow = "shop:SHOP_TOKEN"' in secret
+    assert "2 problems" in checked.stderr
+    log = tmp_path / "serve.log"
+    with log.open("wb") as output, crank_process("serve", "--role", "mcp", env=environment, stderr=output,
+                                                  inherit=False):  # fmt: skip
+        pass
+    warned = log.read_text()
+    assert "may not connect to" in warned and "secret env:SHOP_TOKEN does not resolve" in warned, warned
+    fixed = crank_run({**allowed, "SHOP_TOKEN": "s3cret"}, "doctor")
+    assert fixed.returncode == 0 and "no problems: 1 agent checked" in fixed.stdout, fixed.stdout + fixed.stderr

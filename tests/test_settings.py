@@ -65,6 +65,32 @@ def test_a_settings_file_is_read_and_the_environment_wins(
     assert load_settings(file, role="all").role == "all"  # command-line options win over both
 
 
+def test_the_data_folders_crank_toml_is_read_when_no_other_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command and every serving role read the same settings: the data folder's `crank.toml`, below the
+    environment; a file named by `--settings` or `CRANK_SETTINGS_FILE` is read instead of it."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "crank.toml").write_text('egress_allow = "127.0.0.1:9"\nrole = "admin"\n')
+    monkeypatch.setenv("CRANK_DATA_DIR", str(folder))
+    monkeypatch.setenv("CRANK_ROLE", "mcp")
+    monkeypatch.delenv("CRANK_EGRESS_ALLOW", raising=False)  # the tests' own
+    settings = load_settings()
+    assert settings.egress_allow == "127.0.0.1:9" and settings.role == "mcp"  # the environment wins
+    assert load_settings(data_dir=str(folder)).egress_allow == "127.0.0.1:9"
+    other = tmp_path / "other.toml"
+    other.write_text('listen = "127.0.0.1:9002"\n')
+    named = load_settings(other)
+    assert named.port == 9002 and named.egress_allow != "127.0.0.1:9"  # the named file instead
+    monkeypatch.setenv("CRANK_DATA_DIR", str(tmp_path / "empty"))
+    assert load_settings().egress_allow != "127.0.0.1:9"  # another folder: its own file, here none
+    (folder / "crank.toml").write_text(f'data_dir = "{tmp_path / "elsewhere"}"\n')
+    monkeypatch.setenv("CRANK_DATA_DIR", str(folder))
+    with pytest.raises(SettingsError, match="cannot name another data folder"):
+        load_settings()
+
+
 def test_unknown_keys_and_missing_files_are_errors(tmp_path: Path) -> None:
     file = tmp_path / "crank.yaml"
     file.write_text("lissten: 127.0.0.1:1\n")

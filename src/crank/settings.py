@@ -1,7 +1,8 @@
 """Settings of a Crank server: environment variables prefixed `CRANK_`, or a settings file.
 
 Precedence, highest first: command-line options, `CRANK_*` environment variables, the settings file
-(`CRANK_SETTINGS_FILE` or `crank serve --settings`, TOML or YAML, keys without the prefix), defaults.
+(`CRANK_SETTINGS_FILE` or `crank --settings`, TOML or YAML, keys without the prefix; without either, the data
+folder's `crank.toml` when there is one, so that every command and every serving role read the same), defaults.
 Everything is checked when the server starts; `load_settings` raises `SettingsError` listing every bad
 value with the variable that carries it.
 
@@ -16,7 +17,7 @@ import os
 import secrets
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -32,6 +33,7 @@ from sqlalchemy.exc import ArgumentError
 from crank.exceptions import ConfigurationError, SettingsError
 from crank.gateway.client import DEFAULT_LIMIT_PER_HOST, UpstreamClient
 from crank.gateway.egress import ALLOW_VARIABLE, EgressPolicy
+from crank.gateway.secrets import ENV_ALLOW_VARIABLE, ENV_PREFIX_VARIABLE, SECRET_DIRS_VARIABLE
 from crank.gateway.tokens import (
     INTROSPECTIONS_PER_ADDRESS,
     INTROSPECTIONS_PER_SECOND,
@@ -60,7 +62,7 @@ from crank.wire.connection_limits import (
 from crank.wire.listen import DEFAULT_LISTEN
 from crank.wire.workers import DEFAULT_LIVENESS_TIMEOUT, DEFAULT_WORKERS, MAX_WORKERS
 
-__all__ = ["Role", "Settings", "SettingsError", "given_settings", "load_settings"]
+__all__ = ["DATA_FOLDER_SETTINGS", "Role", "Settings", "SettingsError", "given_settings", "load_settings"]
 
 Role = Literal["admin", "mcp", "all"]
 ENV_PREFIX = "CRANK_"
@@ -233,6 +235,17 @@ class Settings(BaseSettings):
     egress_allow: str = Field(
         "", description="Comma-separated networks, address:port or host:port the gateway may connect to besides "
         "public addresses (crank.gateway.egress)."
+    )  # fmt: skip
+    secret_env_allow: str = Field(
+        "", description="Comma-separated workspace:NAME: the environment variables a workspace's operations may name "
+        "as env:NAME secrets (crank.gateway.secrets)."
+    )  # fmt: skip
+    secret_env_prefix: str = Field(
+        "", description="Comma-separated workspace:PREFIX: every environment variable with the prefix, likewise."
+    )
+    secret_dirs: str | None = Field(
+        None, description="Colon-separated folders of file: secrets, a subfolder per workspace (default: /run/secrets "
+        "and /var/run/secrets)."
     )  # fmt: skip
     allowed_hosts: str = Field(
         "", description="Comma-separated host names (no port) MCP endpoints serve besides the loopback names, when "
@@ -441,6 +454,12 @@ class Settings(BaseSettings):
         file = _settings_file.get() or os.environ.get(f"{ENV_PREFIX}SETTINGS_FILE")
         if file:
             sources.append(_file_source(settings_cls, Path(file)))
+        elif (folder_file := _data_folder_file(init_settings)).is_file():
+            source = _file_source(settings_cls, folder_file)
+            if "data_dir" in source():
+                raise SettingsError(f"{folder_file}: the data folder's settings file cannot name another data folder "
+                                    f"(data_dir); set CRANK_DATA_DIR instead")  # fmt: skip
+            sources.append(source)
         return tuple(sources)
 
 
@@ -466,6 +485,16 @@ def _split_address(value: str) -> tuple[str, str]:
     return host, port
 
 
+DATA_FOLDER_SETTINGS: Final = "crank.toml"
+"""The settings file every command and role reads from the data folder when no other file is named."""
+
+
+def _data_folder_file(init_settings: PydanticBaseSettingsSource) -> Path:
+    """The data folder's settings file: the folder as an option, `CRANK_DATA_DIR` or the default names it."""
+    given = init_settings().get("data_dir") or os.environ.get(f"{ENV_PREFIX}DATA_DIR")
+    return (Path(given) if given else _default_data_dir()) / DATA_FOLDER_SETTINGS
+
+
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
     if not path.is_file():
         raise SettingsError(f"{ENV_PREFIX}SETTINGS_FILE: no such file {str(path)!r}")
@@ -480,9 +509,22 @@ def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> 
     """Read and check the settings; `overrides` (command-line options) win over everything else."""
     token = _settings_file.set(Path(settings_file) if settings_file is not None else None)
     try:
-        return _checked({key: value for key, value in overrides.items() if value is not None})
+        settings = _checked({key: value for key, value in overrides.items() if value is not None})
     finally:
         _settings_file.reset(token)
+    _give_secret_allowances(settings)
+    return settings
+
+
+def _give_secret_allowances(settings: Settings) -> None:
+    """The secret allowances a settings file names, given to this process's environment, where every check of a
+    secret reference reads them (`crank.gateway.secrets`, on each call too) and where `--workers` inherit them. A
+    variable set already is what the settings read (the environment wins over the file), so it stays."""
+    for variable, value in ((ENV_ALLOW_VARIABLE, settings.secret_env_allow),
+                            (ENV_PREFIX_VARIABLE, settings.secret_env_prefix),
+                            (SECRET_DIRS_VARIABLE, settings.secret_dirs)):  # fmt: skip
+        if value:
+            os.environ.setdefault(variable, value)
 
 
 def _checked(values: dict[str, Any]) -> Settings:

@@ -66,6 +66,11 @@ def test_a_parameters_later_sentences_that_name_values_are_kept_unless_its_schem
     assert shorten(state, 100, sentences=1, known=frozenset({"open", "closed"})) == "The state of the milestone."
     limit = "A limit on the number of objects. Limit can range between 1 and 100, and the default is 10. Use it."
     assert shorten(limit, 100, sentences=1, known=frozenset()) == limit.removesuffix(" Use it.")
+    fields = 'Fields to return. Defaults to `["id","name"]`.'
+    listed = {"type": "array", "default": ["id", "name"], "description": fields}  # a default compaction drops
+    assert compact_input({"type": "object", "properties": {"f": listed}})["properties"]["f"]["description"] == fields
+    broken = {"type": "object", "properties": {"f": {"enum": 5, "description": "One. Either `a` or `b`."}}}
+    assert compact_input(broken)["properties"]["f"]["description"] == "One. Either `a` or `b`."  # no enum to say it
     page = 'The number of results per page (max 100). For more information, see "Using pagination in the REST API."'
     assert shorten(page, 100, sentences=1, known=frozenset()) == "The number of results per page (max 100)."  # a title
     long = "A cursor. " + "Ending with `obj_foo`, a very long sentence " * 4 + "ends here. `after` is an object ID."

@@ -171,3 +171,22 @@ async def test_an_agent_larger_than_the_burst_is_still_built() -> None:
         return 1
 
     assert await cache.build("giant", one, tenant="t", client="c", keep=kept, cost=100) == 1
+
+
+async def test_a_build_that_cost_more_than_was_known_takes_the_rest_and_a_failed_one_gives_back_its_cost() -> None:
+    """An index that did not know an agent's size (a version an older Crank published) charges one as the build
+    starts; once built, the rest (`cost_of`) is taken. A build that fails gives back all but one."""
+    cache: AgentCache[str, int] = AgentCache(AgentCacheLimits(builds_per_second=8), cost_of=float)  # value: cost
+
+    async def costing(cost: int) -> int:
+        return cost
+
+    async def failing() -> int:
+        raise RuntimeError("the registry went away")
+
+    with pytest.raises(RuntimeError):
+        await cache.build("lost", failing, tenant="t1", client="c1", keep=kept, cost=8)
+    assert await cache.build("after", lambda: costing(1), tenant="t2", client="c2", keep=kept) == 1  # given back
+    assert await cache.build("big", lambda: costing(8), tenant="t3", client="c3", keep=kept) == 8  # charged 1, then 7
+    with pytest.raises(DependencyUnavailableError):
+        await cache.build("next", lambda: costing(1), tenant="t4", client="c4", keep=kept)

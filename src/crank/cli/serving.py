@@ -1,4 +1,5 @@
-"""`crank serve`, `crank demo` and `crank openrpc`: serving the gateway or any Crank ASGI app."""
+"""`crank serve`, `crank demo`, `crank doctor` and `crank openrpc`: serving the gateway or any Crank ASGI app, and
+what would fail where it serves."""
 
 from __future__ import annotations
 
@@ -171,8 +172,29 @@ def _prepare_registry(settings: Any) -> None:
         if settings.role in ("admin", "all"):
             with clear_errors():
                 settings.admin_secret()  # generated here once, not by each worker
+        if settings.role in ("mcp", "all"):
+            with clear_errors():
+                _check_agents(settings, engine)
     finally:
         engine.dispose()
+
+
+def _check_agents(settings: Any, engine: Any) -> None:
+    """A line a problem of each served agent whose calls would fail here (`crank doctor`'s checks), when the
+    registry holds few enough to read them all at start; else one line that says to run `crank doctor`."""
+    import logging
+
+    from crank.admin.doctor import START_CHECK_AGENTS, published_findings
+    from crank.registry import Registry
+
+    logger = logging.getLogger("crank.server")
+    registry = Registry(engine)
+    published = registry.published_versions()
+    if len(published) > START_CHECK_AGENTS:
+        logger.info("%d agents published: crank doctor checks what would fail their calls here", len(published))
+        return
+    for finding in published_findings(registry, settings.egress_policy(), published):
+        logger.warning("%s", finding.line())
 
 
 def _serve_openapi(
@@ -208,6 +230,77 @@ def _announce(settings: Any) -> None:
         click.echo(f"admin API: {base}/admin/v1 (token in {where}; OpenAPI at {base}/admin/v1/openapi.json)")
     if settings.role in ("mcp", "all"):
         click.echo(f"MCP: {base}/mcp/v1/<workspace>/<agent>; metrics at {base}/metrics")
+
+
+@main.command()
+@click.argument("workspace", required=False)
+def doctor(workspace: str | None) -> None:
+    """Check the settings, the registry, Redis and every published agent (or WORKSPACE's) as `crank serve` would
+    run them here; print each problem with its fix.
+
+    Run it with the server's settings and environment (the data folder's crank.toml, the same CRANK_* variables
+    and secrets). Exits with 1 when anything would fail."""
+    from crank.admin.doctor import published_findings
+
+    settings = current_settings()
+    source = os.environ.get("CRANK_SETTINGS_FILE") or _data_folder_settings(settings)
+    click.echo(f"settings: data folder {settings.data_dir}; settings file {source or 'none'}")
+    engine = migrated_engine(settings)
+    problems = 0
+    try:
+        from crank.registry import Registry
+
+        registry = Registry(engine)
+        published = [key for key in registry.published_versions() if workspace in (None, key[0])]
+        click.echo(f"registry: {_safe_url(settings.registry_url)}, {len(published)} agents published")
+        problems += _check_redis(settings.redis_url)
+        with clear_errors():
+            for finding in published_findings(registry, settings.egress_policy(), published):
+                click.echo(finding.line())
+                problems += 1
+    finally:
+        engine.dispose()
+    if problems:
+        click.echo(f"{problems} problems: the calls they name fail until they are fixed", err=True)
+        raise click.exceptions.Exit(1)
+    click.echo(f"no problems: {len(published)} agent{'' if len(published) == 1 else 's'} checked")
+
+
+def _data_folder_settings(settings: Any) -> str | None:
+    from crank.settings import DATA_FOLDER_SETTINGS
+
+    file = settings.data_dir / DATA_FOLDER_SETTINGS
+    return str(file) if file.is_file() else None
+
+
+def _check_redis(url: str | None) -> int:
+    """Whether Redis answers (1 problem when it does not), as the gateway's state store and announcements use it."""
+    if url is None:
+        click.echo("state store: in process (no CRANK_REDIS_URL): fine for one process")
+        return 0
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        click.echo(f"state store: Redis at {_without_password(url)} does not answer: {first}; fix: start it, or "
+                   f"correct redis_url (CRANK_REDIS_URL)")  # fmt: skip
+        return 1
+    finally:
+        client.close()
+    click.echo(f"state store: Redis at {_without_password(url)} answers")
+    return 0
+
+
+def _without_password(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
 
 
 def _safe_url(url: str) -> str:

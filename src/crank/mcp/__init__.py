@@ -2,6 +2,16 @@
 
 import lazy_loader
 
+from crank.exceptions import (
+    CatalogNotFoundError,
+    CatalogUnauthorizedError,
+)  # the errors of this layer's API: light, imported at once
+
 # Each name is imported from its module when first used; `__init__.pyi` lists them (for type checkers, and for
 # `attach_stub`). Importing one module of the package so imports no other: docs/architecture.md, "Imports".
-__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
+__getattr__, _, __all__ = lazy_loader.attach_stub(__name__, __file__)
+__all__ += ["CatalogNotFoundError", "CatalogUnauthorizedError"]
+
+
+def __dir__() -> list[str]:  # lazy_loader's lists the stub's names only
+    return list(__all__)

@@ -1,3 +1,5 @@
+import crank.exceptions as _exceptions  # an absolute import: `attach_stub` reads only the `from .x` ones
+
 from .after_response import call_after_response
 from .calls import InvalidArgumentsMode
 from .catalog import Catalog, estimate_tokens
@@ -12,10 +14,15 @@ from .server import ServerInfo
 from .tools import CallContext, Icon, Invoker, NotedResult, Tool, ToolAnnotations, ToolResult
 from .translations import Translations
 
+CatalogNotFoundError = _exceptions.CatalogNotFoundError
+CatalogUnauthorizedError = _exceptions.CatalogUnauthorizedError
+
 __all__ = [
     "CallContext",
     "Catalog",
+    "CatalogNotFoundError",
     "CatalogProvider",
+    "CatalogUnauthorizedError",
     "EndpointAccess",
     "EndpointOptions",
     "EndpointRouter",

@@ -257,9 +257,18 @@ def _names_values(sentence: str, known: frozenset[str]) -> bool:
 
 
 def _stated_values(node: JSONObject) -> frozenset[str]:
-    """The values a schema states itself (enum, const, default), as a description would quote them."""
-    values = [*(node.get("enum") or []), *(node[key] for key in ("const", "default") if key in node)]
+    """The values a compacted schema still states itself (enum, const, a default short enough to stay), as a
+    description would quote them. A tenant's schema may be malformed (an `enum` that is no list): it states none."""
+    enum = node.get("enum")
+    values = [*(enum if isinstance(enum, list) else []), *([node["const"]] if "const" in node else [])]
+    if "default" in node and _short_default(node["default"]):
+        values.append(node["default"])
     return frozenset(value if isinstance(value, str) else _dumps(value).decode() for value in values)
+
+
+def _short_default(value: Any) -> bool:
+    """Whether compaction keeps a default: a scalar of at most `_SHORT_DEFAULT` bytes of JSON."""
+    return not isinstance(value, (dict, list)) and len(_dumps(value)) <= _SHORT_DEFAULT
 
 
 # -- input schemas ----------------------------------------------------------------------------------
@@ -322,7 +331,7 @@ def _annotated(node: Any, limit: int, nested: int, depth: int = 0) -> Any:
             if isinstance(value, str) and chars > 0 and value.strip():
                 out[key] = shorten(value, chars, sentences=1, known=_stated_values(node))
         elif key == "default":
-            if not isinstance(value, (dict, list)) and len(_dumps(value)) <= _SHORT_DEFAULT:
+            if _short_default(value):
                 out[key] = value
         elif key in _SCHEMA_MAPS and isinstance(value, dict):
             below = depth + 1 if key == "properties" else depth if key in ("$defs", "definitions") else depth + 1

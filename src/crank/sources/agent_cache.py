@@ -67,11 +67,14 @@ class AgentCache(Generic[K, V]):
         limits: AgentCacheLimits | None = None,
         *,
         tenant_of: Callable[[K], Hashable] | None = None,
+        cost_of: Callable[[V], float] | None = None,
     ) -> None:
         """`tenant_of`: the tenant of a key; with it, one tenant holds at most a quarter of the cache (its own least
-        recently used goes first), so that its agents cannot push every other tenant's out."""
+        recently used goes first), so that its agents cannot push every other tenant's out. `cost_of`: what a
+        build turned out to cost, when that may be more than was known as it started (`build`'s `cost`)."""
         self.limits = limits or AgentCacheLimits()
         self._tenant_of = tenant_of
+        self._cost_of = cost_of
         self._built: OrderedDict[K, V] = OrderedDict()
         self._building: dict[K, asyncio.Future[V]] = {}
         rate = self.limits.builds_per_second
@@ -152,7 +155,8 @@ class AgentCache(Generic[K, V]):
         tenants' spends all of it); past any, 503 with `Retry-After`. A build that costs more (`cost`, in builds:
         a large agent) needs one left to start, and takes the rest as it starts: the shares may go below zero and
         refill from there, so that a burst of large builds started together cannot overdraw them, and an agent
-        larger than the burst can still be built."""
+        larger than the burst can still be built. Once built, what it cost beyond `cost` (`cost_of`: an index that
+        did not know its size) is taken too; a build that fails gives back all but the one it started with."""
         running = self._building.get(key)
         if running is None:
             # Each share looked at first, so that a refusal takes nothing from the others.
@@ -167,14 +171,26 @@ class AgentCache(Generic[K, V]):
                 self._builds.spend(client, cost - 1)
                 self._tenant_builds.spend(tenant, cost - 1)
             running = self._building[key] = asyncio.ensure_future(load())
-            running.add_done_callback(functools.partial(self._finished, key, keep))
+            running.add_done_callback(functools.partial(self._finished, key, keep, tenant, client, max(cost, 1.0)))
         return await asyncio.shield(running)
 
-    def _finished(self, key: K, keep: Keep[K, V], done: asyncio.Future[V]) -> None:
+    def _spend(self, tenant: Hashable, client: Hashable, amount: float) -> None:
+        """Take `amount` more from the shares a build came from, or give it back when negative (each share refills
+        to its burst at most)."""
+        if amount != 0:
+            self._builds.spend(client, amount)
+            self._tenant_builds.spend(tenant, amount)
+
+    def _finished(
+        self, key: K, keep: Keep[K, V], tenant: Hashable, client: Hashable, charged: float, done: asyncio.Future[V]
+    ) -> None:
         del self._building[key]
         if done.cancelled() or done.exception() is not None:  # a failure is its waiters' (retrieved: never logged)
+            self._spend(tenant, client, 1 - charged)  # what it did not build, given back (a negative spend)
             return
         value = done.result()
+        if self._cost_of is not None:
+            self._spend(tenant, client, self._cost_of(value) - charged)
         dropped = self.put(key, value)
         # Checked after it is in: a reload that moved on before this look is seen by it; one after it finds the
         # agent held, and rebuilds it itself.

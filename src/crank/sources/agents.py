@@ -387,6 +387,8 @@ class _Served:
     """Its view when its tools use secrets (checked on each `/readyz`: a file mounted later counts at once)."""
     refused: tuple[RefusedTarget, ...]
     gaps: tuple[MissingCredential, ...]
+    tools: int = 0
+    """How many tools it has: what building it cost (`_build_cost`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +404,11 @@ class RefusedTarget:
     def to_json(self) -> JSONObject:
         return {"workspace": self.workspace, "agent": self.agent, "tool": self.tool, "origin": self.origin,
                 "problem": self.reason}  # fmt: skip
+
+
+def _build_cost(served: _Served) -> float:
+    """What building an agent cost, in builds of the budget: one per `BUILD_UNIT` tools, at least one."""
+    return max(1.0, served.tools / BUILD_UNIT)
 
 
 def refused_targets(runtime: RuntimeView, egress: EgressPolicy) -> list[RefusedTarget]:
@@ -534,7 +541,9 @@ class AgentSource:
         self.renders = RenderGates()  # each workspace's turn at rendering prompts, whichever build serves it
         self.poll_interval = poll_interval
         self.require_keys = require_keys
-        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(agent_cache, tenant_of=operator.itemgetter(0))
+        self._catalogs: AgentCache[tuple[str, str], _Served] = AgentCache(
+            agent_cache, tenant_of=operator.itemgetter(0), cost_of=_build_cost
+        )
         """The agents built here, the most recently used ones (built on their first request)."""
         self._index: dict[tuple[str, str], PublishedVersion] = {}
         """Every published agent's version and size, by (workspace, agent): what may be built, and what building it
@@ -699,7 +708,7 @@ class AgentSource:
         _warn_refused(refused)
         tools = ((tool.tool_name, tool.target.url, tool.execution_config) for tool in runtime.tools)
         gaps = missing_credentials(published.workspace, tools)
-        return _Served(stamp, catalog, secrets, tuple(refused), tuple(gaps))
+        return _Served(stamp, catalog, secrets, tuple(refused), tuple(gaps), len(runtime.tools))
 
     def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(
@@ -731,6 +740,8 @@ class AgentSource:
         replica, of its workspace and of the `client` address that asks)."""
         load = functools.partial(self._load, key, client)
         indexed = self._index.get(key)
+        # Known from the index; a version whose size it does not know (published by an older Crank) costs the
+        # rest once built (`_build_cost`).
         cost = max(1.0, indexed.tools / BUILD_UNIT) if indexed is not None else 1.0
         served = await self._catalogs.build(key, load, tenant=key[0], client=client, keep=self._keep, cost=cost)
         return served.catalog

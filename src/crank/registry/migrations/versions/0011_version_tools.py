@@ -26,7 +26,10 @@ _COUNT = {
 def upgrade() -> None:
     with op.batch_alter_table("agent_versions") as batch:  # batch: SQLite alters tables by copying them
         batch.add_column(sa.Column("tools", sa.Integer, nullable=False, server_default="0"))
-    op.execute(f"UPDATE agent_versions SET tools = {_COUNT[op.get_bind().dialect.name]}")
+    dialect = op.get_bind().dialect.name
+    if dialect == "postgresql":  # every version's view read once: longer than a request's statement timeout may be
+        op.execute("SET LOCAL statement_timeout = 0")
+    op.execute(f"UPDATE agent_versions SET tools = {_COUNT[dialect]}")
 
 
 def downgrade() -> None:
