@@ -26,7 +26,7 @@ SPEC = ROOT / "src" / "crank" / "demo" / "openapi.yaml"
 SETUP = [
     ["workspace", "create", "shop"],
     ["import", "openapi", str(SPEC), "-w", "shop", "--base-url", "http://127.0.0.1:9/api"],
-    ["agent", "bind", "shop", "desk", "list_books"],
+    ["agent", "bind", "shop", "desk", "search_books"],
     ["publish", "shop", "desk"],
     ["key", "create", "shop"],
 ]
