@@ -124,6 +124,35 @@ def test_admin_commands_import_bind_publish_and_roll_back(runner: CliRunner) -> 
     assert gone.exit_code == 1 and key_id in gone.output and "Traceback" not in gone.output
 
 
+def test_import_gives_the_operations_it_is_told_human_confirmation(runner: CliRunner) -> None:
+    """`--human-confirmation GLOB`: the matching imported operations are published as `confirmation: human`
+    (each call asked of the user; no token in the schema), the others as they were; a glob that matches nothing is
+    an error naming it."""
+    from crank.registry.runtime import load_runtime
+    from crank.settings import load_settings
+
+    assert runner.invoke(main, ["workspace", "create", "shop"]).exit_code == 0
+    command = ["import", "openapi", str(DEMO_SPEC), "-w", "shop", "--base-url", "http://shop.test"]
+    imported = runner.invoke(main, [*command, "--human-confirmation", "cancel_*"])
+    assert imported.exit_code == 0, imported.output
+    assert "confirmed by their user on each call: cancel_order" in imported.output
+    for name in ("cancel_order", "create_order"):
+        assert runner.invoke(main, ["agent", "bind", "shop", "desk", name]).exit_code == 0
+    assert runner.invoke(main, ["publish", "shop", "desk"]).exit_code == 0
+    from crank.registry import Registry, open_engine
+
+    engine = open_engine(load_settings().registry_url, pooled=False)
+    try:
+        runtime = load_runtime(Registry(engine).published()[0].stored, where="test")
+    finally:
+        engine.dispose()
+    tools = {tool.tool_name: tool for tool in runtime.tools}
+    assert tools["cancel_order"].execution_config.confirmation.human
+    assert not tools["create_order"].execution_config.confirmation.human
+    nothing = runner.invoke(main, [*command, "--human-confirmation", "drop_*"])
+    assert nothing.exit_code == 2 and "no imported operation matches drop_*" in nothing.output
+
+
 def test_publish_uses_the_settings_files_egress_allowance(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

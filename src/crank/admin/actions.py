@@ -23,7 +23,7 @@ from crank.gateway.client import UpstreamClient
 from crank.gateway.egress import EgressPolicy
 from crank.gateway.secrets import MissingCredential, check_secret_references, missing_credentials, missing_secrets
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
-from crank.registry.runtime import ExecutionConfig, SchemeCredential, check_agent_media, origin_of
+from crank.registry.runtime import SchemeCredential, check_agent_media, execution_config_of, origin_of
 from crank.sources.agents import build_catalog
 from crank.types import JSONObject
 
@@ -147,6 +147,18 @@ def set_operations_auth(registry: Registry, workspace: str, names: Sequence[str]
     registry.put_operations(workspace, updated)
 
 
+def set_operations_confirmation(registry: Registry, workspace: str, names: Sequence[str], confirmation: str) -> None:
+    """Give the named operations `execution_config.confirmation` (`--human-confirmation`: "human", each call asked
+    of the user through their client, docs/safety.md)."""
+    specs = registry.operations(workspace)
+    updated = {}
+    for name in names:
+        execution = {**(specs[name].get("execution_config") or {}), "confirmation": confirmation}
+        if execution != specs[name].get("execution_config"):
+            updated[name] = {**specs[name], "execution_config": execution}
+    registry.put_operations(workspace, updated)
+
+
 def credential_gaps(registry: Registry, workspace: str, names: Sequence[str]) -> list[MissingCredential]:
     """The security schemes the named operation drafts require with no credential: none of their own, and none
     of the workspace's that may serve any scheme they accept at their target. Said by the import, before any
@@ -157,7 +169,7 @@ def credential_gaps(registry: Registry, workspace: str, names: Sequence[str]) ->
     for name in names:
         spec = specs.get(name) or {}
         target = str((spec.get("target") or {}).get("url", ""))
-        config = ExecutionConfig.model_validate(spec.get("execution_config") or {})
+        config = execution_config_of(spec.get("execution_config"), where=f"operation {name!r}")
         if not any(r.scheme in given and given[r.scheme].opens(r, target) for r in config.requires):
             tools.append((name, target, config))
     return missing_credentials(workspace, tools)
@@ -173,7 +185,7 @@ def give_scheme_credentials(
         origins: set[str] = set()
         for name in names:
             spec = specs.get(name) or {}
-            config = ExecutionConfig.model_validate(spec.get("execution_config") or {})
+            config = execution_config_of(spec.get("execution_config"), where=f"operation {name!r}")
             for requirement in config.requires:
                 if requirement.scheme == scheme:
                     target = str((spec.get("target") or {}).get("url", ""))

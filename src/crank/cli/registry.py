@@ -3,6 +3,7 @@ on the registry the settings name as the admin HTTP API does."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,9 +274,24 @@ def import_() -> None:
     """Import operations from an API description into a workspace's drafts."""
 
 
+def _confirm_by_human(registry: Any, workspace: str, names: Sequence[str], patterns: tuple[str, ...]) -> None:
+    from fnmatch import fnmatchcase
+
+    from crank.admin.actions import set_operations_confirmation
+
+    chosen = [name for name in names if any(fnmatchcase(name, pattern) for pattern in patterns)]
+    if not chosen:
+        raise click.BadParameter(
+            f"no imported operation matches {', '.join(patterns)}", param_hint="--human-confirmation"
+        )
+    set_operations_confirmation(registry, workspace, chosen, "human")
+    click.echo(f"confirmed by their user on each call: {', '.join(chosen)} (publish the agents that bind them)")
+
+
 def _import(kind: str, spec: str, workspace: str, base_url: str | None, include: tuple[str, ...],
             republish: bool = True, dry_run: bool = False, auth: dict[str, str] | None = None,
-            credentials: dict[str, tuple[str, str | None]] | None = None, strict: bool = False) -> None:  # fmt: skip
+            credentials: dict[str, tuple[str, str | None]] | None = None, strict: bool = False,
+            human: tuple[str, ...] = ()) -> None:  # fmt: skip
     from crank.admin.changes import reimport
 
     registry = open_registry()
@@ -312,6 +328,8 @@ def _import(kind: str, spec: str, workspace: str, base_url: str | None, include:
             if auth is not None or credentials:
                 click.echo(f"credentials given: publish the agents that bind these operations to apply them "
                            f"(crank publish {workspace} AGENT)")  # fmt: skip
+            if human:
+                _confirm_by_human(registry, workspace, report.names, human)
             _echo_sizes(imported_sizes(registry, workspace, [*report.added, *(c.operation for c in report.changed)]))
             for gap in credential_gaps(registry, workspace, report.names):
                 click.echo(f"credentials: {gap.scheme} ({gap.type}) is required by {len(gap.tools)} operation(s) "
@@ -350,9 +368,18 @@ def _echo_sizes(sizes: list[Any]) -> None:
 @click.option("--auth-scheme", "auth_schemes", multiple=True, metavar="SCHEME=REF",
               help="The workspace's credential of one of the document's security schemes (repeatable): "
               "SCHEME=env:NAME, or SCHEME=CLIENT_ID:env:NAME for OAuth 2 client credentials.")  # fmt: skip
+@click.option(
+    "--human-confirmation",
+    "human",
+    multiple=True,
+    metavar="GLOB",
+    help="The operations whose names match (repeatable, e.g. 'delete_*') run only once their user "
+    "confirms each call in their client (confirmation: human, docs/safety.md); give it on every import.",
+)
 def import_openapi(
     spec: str, workspace: str, base_url: str | None, include: tuple[str, ...], strict: bool, republish: bool,
     dry_run: bool, auth_bearer: str | None, auth_header: str | None, auth_schemes: tuple[str, ...],
+    human: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Import an OpenAPI 3.0/3.1 document (file or URL, JSON or YAML): one operation per path and method.
 
@@ -363,7 +390,7 @@ def import_openapi(
     document is refused)."""
     auth = upstream_auth(auth_bearer, auth_header)
     _import("openapi", spec, workspace, base_url, include, republish, dry_run, auth, scheme_credentials(auth_schemes),
-            strict)  # fmt: skip
+            strict, human)  # fmt: skip
 
 
 @import_.command("openrpc")

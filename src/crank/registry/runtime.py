@@ -47,6 +47,7 @@ from crank.types import JSONObject, JSONValue
 
 __all__ = [
     "AGENT_MODES",
+    "execution_config_of",
     "MAX_DOCUMENT_SIZE",
     "MAX_PROMPT_TEMPLATE",
     "AgentDocument",
@@ -976,6 +977,12 @@ _FLAT_NAMES = {
 _FLAT_EXECUTION = (
     "timeout", "retries", "idempotent", "forward_headers", "auth", "requires", "idempotency", "accept", "output_schema",
 )  # fmt: skip
+
+
+def execution_config_of(config: Any, *, where: str = "execution_config") -> ExecutionConfig:
+    """An operation draft's `execution_config` (its flat form: `confirmation: human`, `confirmation_ttl`) as the
+    typed `ExecutionConfig`; a `ConfigurationError` naming what is wrong."""
+    return _validated(ExecutionConfig, _flat_execution(config), where)
 
 
 def _flat_execution(config: Any) -> Any:
