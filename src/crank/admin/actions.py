@@ -25,7 +25,7 @@ from crank.gateway.secrets import MissingCredential, check_secret_references, mi
 from crank.registry import Registry, RuntimeView, key_digest, tool_name_of
 from crank.registry.runtime import SchemeCredential, check_agent_media, execution_config_of, origin_of
 from crank.sources.agents import build_catalog
-from crank.types import JSONObject
+from crank.types import JSONObject, JSONValue
 
 __all__ = [
     "CheckAndLint",
@@ -138,22 +138,22 @@ def secret_findings(runtime: RuntimeView) -> list[Finding]:
 
 def set_operations_auth(registry: Registry, workspace: str, names: Sequence[str], auth: JSONObject) -> None:
     """Give the named operations one upstream credential of their own (`--auth-bearer`, `--auth-header`)."""
-    specs = registry.operations(workspace)
-    updated = {}
-    for name in names:
-        execution = {**(specs[name].get("execution_config") or {}), "auth": auth}
-        if execution != specs[name].get("execution_config"):
-            updated[name] = {**specs[name], "execution_config": execution}
-    registry.put_operations(workspace, updated)
+    _set_execution(registry, workspace, names, "auth", auth)
 
 
 def set_operations_confirmation(registry: Registry, workspace: str, names: Sequence[str], confirmation: str) -> None:
     """Give the named operations `execution_config.confirmation` (`--human-confirmation`: "human", each call asked
     of the user through their client, docs/safety.md)."""
+    _set_execution(registry, workspace, names, "confirmation", confirmation)
+
+
+def _set_execution(registry: Registry, workspace: str, names: Sequence[str], key: str, value: JSONValue) -> None:
+    """One `execution_config` key of the named operation drafts set to `value`; those that have it already are
+    left unwritten."""
     specs = registry.operations(workspace)
     updated = {}
     for name in names:
-        execution = {**(specs[name].get("execution_config") or {}), "confirmation": confirmation}
+        execution = {**(specs[name].get("execution_config") or {}), key: value}
         if execution != specs[name].get("execution_config"):
             updated[name] = {**specs[name], "execution_config": execution}
     registry.put_operations(workspace, updated)

@@ -19,6 +19,7 @@ __all__ = [
     "Commands",
     "clear_errors",
     "current_settings",
+    "named_settings_file",
     "echo_json",
     "import_app",
     "scheme_credentials",
@@ -78,10 +79,14 @@ class Commands(click.Group):
 def current_settings(**overrides: Any) -> Any:
     from crank.settings import load_settings
 
-    context = click.get_current_context()
-    settings_file = context.find_root().params.get("settings_file")
     with clear_errors():
-        return load_settings(settings_file, **overrides)
+        return load_settings(named_settings_file(), **overrides)
+
+
+def named_settings_file() -> str | None:
+    """The settings file `crank --settings` names; None without the option."""
+    found = click.get_current_context().find_root().params.get("settings_file")
+    return str(found) if found is not None else None
 
 
 def egress_policy() -> Any:

@@ -19,6 +19,7 @@ from crank.cli.common import (
     echo_json,
     import_app,
     migrated_engine,
+    named_settings_file,
     progress_bar,
     scheme_credentials,
     upstream_auth,
@@ -243,7 +244,7 @@ def doctor(workspace: str | None) -> None:
     from crank.admin.doctor import published_findings
 
     settings = current_settings()
-    source = os.environ.get("CRANK_SETTINGS_FILE") or _data_folder_settings(settings)
+    source = named_settings_file() or os.environ.get("CRANK_SETTINGS_FILE") or _data_folder_settings(settings)
     click.echo(f"settings: data folder {settings.data_dir}; settings file {source or 'none'}")
     engine = migrated_engine(settings)
     problems = 0
@@ -285,22 +286,13 @@ def _check_redis(url: str | None) -> int:
         client.ping()
     except (redis.RedisError, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        click.echo(f"state store: Redis at {_without_password(url)} does not answer: {first}; fix: start it, or "
+        click.echo(f"state store: Redis at {_safe_url(url)} does not answer: {first}; fix: start it, or "
                    f"correct redis_url (CRANK_REDIS_URL)")  # fmt: skip
         return 1
     finally:
         client.close()
-    click.echo(f"state store: Redis at {_without_password(url)} answers")
+    click.echo(f"state store: Redis at {_safe_url(url)} answers")
     return 0
-
-
-def _without_password(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
 
 
 def _safe_url(url: str) -> str:
