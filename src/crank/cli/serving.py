@@ -262,7 +262,8 @@ def doctor(workspace: str | None) -> None:
     finally:
         engine.dispose()
     if problems:
-        click.echo(f"{problems} problems: the calls they name fail until they are fixed", err=True)
+        click.echo(f"{problems} problem{'' if problems == 1 else 's'}: the calls they name fail until they are fixed",
+                   err=True)  # fmt: skip
         raise click.exceptions.Exit(1)
     click.echo(f"no problems: {len(published)} agent{'' if len(published) == 1 else 's'} checked")
 
