@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from crank import __version__
 from crank.cli import main
-from tests.realapis import ASANA, require
+from tests.realapis import ASANA, LIBRETRANSLATE, require
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,26 +171,34 @@ def test_publish_uses_the_settings_files_egress_allowance(
     assert published.exit_code == 0 and "version 1" in published.output, published.output
 
 
-def test_a_real_description_with_an_upload_is_imported_without_it_and_strict_refuses_it(runner: CliRunner) -> None:
-    """Asana's description (167 operations): one uploads a file, which Crank cannot send. It is skipped with one
-    line naming it, why and the pattern that leaves it out; the other 166 are imported. `--strict` refuses it all."""
-    asana = str(require(ASANA))
-    runner.invoke(main, ["workspace", "create", "asana"])
-    strict = runner.invoke(main, ["import", "openapi", asana, "-w", "asana", "--strict"])
+def test_a_real_description_with_an_operation_crank_cannot_call_is_imported_without_it_and_strict_refuses_it(
+    runner: CliRunner,
+) -> None:
+    """LibreTranslate's description (6 operations): one describes its multipart body as a string, which Crank cannot
+    send as fields. It is skipped with one line naming it, why and the pattern that leaves it out; the other 5 are
+    imported. `--strict` refuses it all. Asana's upload, once skipped the same way, is imported."""
+    document = str(require(LIBRETRANSLATE))
+    runner.invoke(main, ["workspace", "create", "translate"])
+    strict = runner.invoke(main, ["import", "openapi", document, "-w", "translate", "--strict"])
     assert strict.exit_code == 1 and "Traceback" not in strict.output
-    assert "paths./attachments.post.requestBody: only JSON bodies can be sent" in strict.output
-    assert "leave the operation out with the include pattern '!create_attachment_for_object'" in strict.output
-    assert runner.invoke(main, ["operation", "list", "asana"]).output == ""  # nothing imported
-    imported = runner.invoke(main, ["import", "openapi", asana, "-w", "asana"])
+    assert (
+        "paths./translate_file.post.requestBody: its multipart/form-data body is described as string" in strict.output
+    )
+    assert "leave the operation out with the include pattern '!post_translate_file'" in strict.output
+    assert runner.invoke(main, ["operation", "list", "translate"]).output == ""  # nothing imported
+    imported = runner.invoke(main, ["import", "openapi", document, "-w", "translate"])
     assert imported.exit_code == 0, imported.output
     assert (
-        "skipped create_attachment_for_object (POST /attachments): only JSON bodies can be sent, this one is "
-        "multipart/form-data; --include '!create_attachment_for_object' leaves it out quietly"
+        "skipped post_translate_file (POST /translate_file): its multipart/form-data body is described as string, "
+        "not as the object of fields Crank sends; --include '!post_translate_file' leaves it out quietly"
     ) in imported.output
-    assert "imported 166 operations into asana: 166 added, 0 removed, 0 changed, 1 skipped" in imported.output
-    quiet = runner.invoke(main, ["import", "openapi", asana, "-w", "asana", "--include", "!create_attachment*"])
+    assert "imported 5 operations into translate: 5 added, 0 removed, 0 changed, 1 skipped" in imported.output
+    quiet = runner.invoke(main, ["import", "openapi", document, "-w", "translate", "--include", "!post_translate*"])
     assert quiet.exit_code == 0 and "skipped" not in quiet.output
     assert "'!' leaves out what it matches" in runner.invoke(main, ["import", "openapi", "--help"]).output
+    runner.invoke(main, ["workspace", "create", "asana"])
+    asana = runner.invoke(main, ["import", "openapi", str(require(ASANA)), "-w", "asana", "--strict"])
+    assert asana.exit_code == 0 and "imported 167 operations into asana: 167 added" in asana.output, asana.output
 
 
 def test_admin_commands_fail_clearly(runner: CliRunner, tmp_path: Path) -> None:

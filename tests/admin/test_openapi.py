@@ -19,6 +19,7 @@ from starlette.routing import Route
 from crank.admin.documents import DESCRIPTION_LIMIT, load_document
 from crank.admin.openapi import import_openapi
 from crank.exceptions import SpecError
+from crank.gateway.bodies import FILE_ARGUMENT
 from crank.gateway.client import UpstreamClient
 from crank.gateway.mapping import InputMapping
 from crank.gateway.operation import RemoteOperation
@@ -202,7 +203,7 @@ def test_nullable_becomes_a_null_type(petstore: dict[str, JSONObject]) -> None:
     assert "nullable" not in json.dumps(schema)
 
 
-def test_a_body_that_is_no_object_is_one_argument_and_an_optional_non_json_body_is_left_out(
+def test_a_body_that_is_no_object_is_one_argument_and_a_file_body_one_file_argument(
     petstore: dict[str, JSONObject],
 ) -> None:
     tags = petstore["set_tags"]
@@ -211,7 +212,11 @@ def test_a_body_that_is_no_object_is_one_argument_and_an_optional_non_json_body_
     }  # fmt: skip
     assert tags["input_schema"]["required"] == ["petId", "body"]
     assert tags["input_mapping"] == [{"from": "petId", "to": "path.petId"}, {"from": "body", "to": "body"}]
-    assert petstore["upload_photo"]["input_mapping"] == [{"from": "petId", "to": "path.petId"}]
+    photo = petstore["upload_photo"]
+    assert photo["input_mapping"] == [{"from": "petId", "to": "path.petId"}, {"from": "body", "to": "body"}]
+    assert photo["input_schema"]["required"] == ["petId"]  # the body is optional
+    assert photo["input_schema"]["properties"]["body"] == {"type": "string", "description": FILE_ARGUMENT}
+    assert photo["execution_config"]["body"] == {"content_type": "image/png"}
 
 
 def test_bodies_that_are_not_plain_objects_are_one_argument() -> None:
@@ -401,9 +406,9 @@ def test_the_callers_document_is_not_changed() -> None:
          r"^paths\./pets/\{petId\}\.get: path parameter 'petId' of '/pets/\{petId\}' is not declared$"),
         ("duplicate_operation_id.yaml", r"^paths\./animals\.get: operationId 'listPets' is used by paths\./pets\.get"),
         ("name_clash.yaml", r"^paths\./pets/\{id\}\.get and paths\./pet\.get both become the tool 'get_pet'"),
-        ("required_upload.yaml",
-         r"^paths\./photos\.post\.requestBody: only JSON bodies can be sent, this one is multipart/form-data; leave "
-         r"the operation out with the include pattern '!upload_photo'$"),
+        ("required_xml.yaml",
+         r"^paths\./photos\.post\.requestBody: its text/xml body is described as object, not as the string or file "
+         r"Crank sends; leave the operation out with the include pattern '!upload_photo'$"),
         ("bad_schema.json", r"^components\.schemas\.Book\.properties\.year\.type: not a valid JSON Schema"),
         ("swagger.json", r"^swagger: Swagger 2\.0 is not supported"),
     ],
@@ -412,27 +417,25 @@ def test_an_invalid_document_raises_naming_the_place_and_returns_nothing(name: s
     calls: list[tuple[int, int]] = []
     with pytest.raises(SpecError, match=message):  # strict: an operation that cannot be called refuses it all
         import_openapi(load("invalid/" + name), progress=lambda done, total: calls.append((done, total)), strict=True)
-    if name != "required_upload.yaml":  # a validation error: found before any conversion
+    if name != "required_xml.yaml":  # a validation error: found before any conversion
         assert calls == []
 
 
 def test_an_operation_that_cannot_be_called_is_skipped_naming_it_why_and_the_pattern_that_leaves_it_out() -> None:
-    imported = import_openapi(load("invalid/required_upload.yaml"))
+    imported = import_openapi(load("invalid/required_xml.yaml"))
     assert [op.name for op in imported] == ["list_pets"]
     (skipped,) = imported.skipped
     assert (skipped.name, skipped.place) == ("upload_photo", "POST /photos")
-    assert skipped.reason == "only JSON bodies can be sent, this one is multipart/form-data"
+    assert skipped.reason == "its text/xml body is described as object, not as the string or file Crank sends"
     assert skipped.line() == (
-        "skipped upload_photo (POST /photos): only JSON bodies can be sent, this one is multipart/form-data; "
-        "--include '!upload_photo' leaves it out quietly"
+        "skipped upload_photo (POST /photos): its text/xml body is described as object, not as the string or file "
+        "Crank sends; --include '!upload_photo' leaves it out quietly"
     )
-    assert import_openapi(load("invalid/required_upload.yaml"), include=["!upload*"]).skipped == []
+    assert import_openapi(load("invalid/required_xml.yaml"), include=["!upload*"]).skipped == []
 
 
 def test_an_operation_that_cannot_be_imported_can_be_left_out() -> None:
-    assert [op.name for op in import_openapi(load("invalid/required_upload.yaml"), include=["!upload*"])] == [
-        "list_pets"
-    ]
+    assert [op.name for op in import_openapi(load("invalid/required_xml.yaml"), include=["!upload*"])] == ["list_pets"]
 
 
 def test_validation_covers_operations_that_are_not_imported() -> None:
@@ -690,3 +693,58 @@ def test_a_real_pattern_with_look_around_is_left_out_at_import_and_the_rest_publ
     registry.put_operations("ws", {operation.name: operation.spec for operation in operations})
     registry.put_agent("ws", "canaries", {"bindings": [{"operation": operation.name} for operation in operations]})
     assert registry.publish("ws", "canaries", check=lambda runtime: build_catalog(runtime) and None) == 1
+
+
+def _by_name(imported: Any) -> dict[str, JSONObject]:
+    return {operation.name: operation.spec for operation in imported}
+
+
+def test_real_descriptions_with_forms_and_uploads_are_imported_whole() -> None:
+    """Stripe's forms (with its `deepObject` fields), Asana's upload and @readme/oas-examples' files and form: every
+    operation is imported, and its `execution_config.body` says how its body is written."""
+    stripe = import_openapi(realapis.document(realapis.STRIPE))
+    assert len(stripe) == 452 and stripe.skipped == []
+    customers = _by_name(stripe)["post_customers"]
+    body = customers["execution_config"]["body"]
+    assert body["content_type"] == "application/x-www-form-urlencoded"
+    assert {"address", "expand", "metadata", "tax_id_data"} <= set(body["deep_objects"])
+    assert {"email", "address", "expand"} <= set(customers["input_schema"]["properties"])
+    # Stripe describes its upload's `file` as a plain string (no `format: binary`): a text part, as described; and
+    # `deepObject` is for forms only (OpenAPI, Encoding Object).
+    assert _by_name(stripe)["post_files"]["execution_config"]["body"] == {"content_type": "multipart/form-data"}
+    asana = import_openapi(realapis.document(realapis.ASANA))
+    assert len(asana) == 167 and asana.skipped == []
+    upload = _by_name(asana)["create_attachment_for_object"]
+    assert upload["execution_config"]["body"] == {"content_type": "multipart/form-data", "files": ["file"]}
+    assert upload["input_schema"]["properties"]["file"]["description"].startswith(FILE_ARGUMENT + " Required for")
+    assert {"from": "file", "to": "body.file"} in upload["input_mapping"]
+
+    uploads = _by_name(import_openapi(realapis.document(realapis.OAS_EXAMPLES / "3.0" / "json" / "file-uploads.json")))
+    assert uploads["post_anything_image_png"]["execution_config"]["body"] == {"content_type": "image/png"}
+    several = uploads["put_anything_multipart_formdata"]
+    assert several["execution_config"]["body"] == {"content_type": "multipart/form-data", "files": ["filename"]}
+    assert several["input_schema"]["properties"]["filename"] == {
+        "type": "array", "items": {"type": "string"}, "description": FILE_ARGUMENT,
+    }  # fmt: skip
+    form = _by_name(import_openapi(realapis.document(realapis.OAS_EXAMPLES / "3.0" / "json" / "form-data.json")))
+    token = form["demo_form_data"]
+    assert token["execution_config"]["body"] == {"content_type": "application/x-www-form-urlencoded"}
+    assert token["input_schema"]["required"] == ["client_id", "client_secret"]
+
+
+def test_an_optional_body_crank_cannot_write_is_left_out_and_a_required_one_skips_its_operation() -> None:
+    def operation(required: bool) -> JSONObject:
+        content = {"text/xml": {"schema": {"type": "object"}}, "application/x-yaml": {"schema": {"type": "object"}}}
+        return {"put": {"requestBody": {"required": required, "content": content},
+                        "responses": {"204": {"description": "Done."}}}}  # fmt: skip
+
+    document: JSONObject = {
+        "openapi": "3.1.0", "info": {"title": "XML", "version": "1"}, "servers": [{"url": "https://api.example.com"}],
+        "paths": {"/optional": operation(False), "/required": operation(True)},
+    }  # fmt: skip
+    imported = import_openapi(document)
+    (optional,) = imported
+    assert optional.spec["input_schema"]["properties"] == {} and "execution_config" not in optional.spec
+    assert [(skipped.name, skipped.reason) for skipped in imported.skipped] == [
+        ("put_required", "its text/xml body is described as object, not as the string or file Crank sends")
+    ]

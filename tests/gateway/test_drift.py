@@ -359,9 +359,10 @@ async def test_every_error_code_of_the_gateway_suggests_an_action(
     # A used-up limit and a Redis that does not answer: tests/gateway/test_limits.py and test_safety.py; an
     # upstream's 401 and 403: tests/gateway/test_http_adapter.py; a token endpoint that gives no token:
     # tests/gateway/test_credentials.py. A confirmation the user declines, never answers, or cannot be asked
-    # for (`confirmation: human`): tests/sources/test_confirmation.py.
+    # for (`confirmation: human`): tests/sources/test_confirmation.py. Files over the bound:
+    # tests/gateway/test_bodies.py.
     elsewhere = {"idempotency_in_progress", "idempotency_outcome_unknown", "internal_error", "upstream_busy",
                  "state_store_full", "rate_limited", "state_unavailable", "upstream_unauthorized",
                  "upstream_forbidden", "upstream_token_unavailable", "confirmation_declined",
-                 "confirmation_timeout", "confirmation_unavailable"}  # fmt: skip
+                 "confirmation_timeout", "confirmation_unavailable", "file_too_large"}  # fmt: skip
     assert set(codes) == documented - elsewhere

@@ -25,6 +25,7 @@ from crank.demo.api import create_app
 from crank.exceptions import ConfigurationError
 from crank.registry import FORMAT_VERSION, Registry, RuntimeView, load_runtime
 from crank.registry.models import JSONType
+from crank.registry.runtime import BodyConfig
 from crank.server import GatewayService
 from crank.types import JSONObject
 from mcp import Client
@@ -201,6 +202,23 @@ def test_a_publish_writes_format_3_for_an_agent_with_limits_and_format_2_otherwi
     assert "samples" not in json.dumps(plain) + json.dumps(limited)
 
 
+def test_a_view_is_written_as_format_5_only_when_a_tool_sends_a_body_that_is_not_json() -> None:
+    """Format 4 had no `execution_config.body`: a view whose bodies are all JSON is written without it (a Crank
+    before format 5 reads it in a rolling upgrade); one with a form body is format 5, and reads back the same."""
+    view = load_runtime(stored_view("desk"))
+    assert all("body" not in tool["execution_config"] for tool in view.to_json()["tools"])
+    form = {"content_type": "application/x-www-form-urlencoded", "deep_objects": ["address"]}
+    tools = [tool.model_copy(update={"execution_config": tool.execution_config.model_copy(
+        update={"body": BodyConfig.model_validate(form)})}) if tool.tool_name == "add_user" else tool
+        for tool in view.tools]  # fmt: skip
+    written = view.model_copy(update={"tools": tuple(tools)}).to_json()
+    assert written["format_version"] == 5
+    bodies = {tool["tool_name"]: tool["execution_config"]["body"] for tool in written["tools"]}
+    assert bodies["add_user"] == {**form, "deep_objects": ["address"], "files": []}
+    assert bodies["list_users"] == {"content_type": "application/json", "deep_objects": [], "files": []}
+    assert load_runtime(written).tools == tuple(tools)
+
+
 def test_format_1_is_read_with_every_execution_setting() -> None:
     view = load_runtime(stored_view("desk"))
     tools = {tool.tool_name: tool for tool in view.tools}
@@ -246,7 +264,7 @@ def test_an_unchanged_draft_over_a_format_1_version_publishes_nothing(registry: 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"format_version": 5}, r"^agent acme/desk: format_version 5 is not one this Crank reads .* a newer Crank"),
+        ({"format_version": 6}, r"^agent acme/desk: format_version 6 is not one this Crank reads .* a newer Crank"),
         ({"tools": "none"}, r"^agent acme/desk: tools must be a list"),
         ({"agent": {"slug": "desk"}}, r"^agent acme/desk: agent\.id: Field required"),
     ],

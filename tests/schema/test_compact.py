@@ -242,25 +242,27 @@ class Published:
     tokens: dict[str, int]
 
 
-_PUBLISHED: dict[Path, Published] = {}
+_PUBLISHED: dict[tuple[Path, bool], Published] = {}
 
 
-def _published(path: Path, tmp_path: Path) -> Published:
+def _published(path: Path, tmp_path: Path, *, json_only: bool = True) -> Published:
     """Every operation of the document imported and bound to one agent; its runtime view as a publish
-    builds it, with and without compaction, and each tool's estimate as the catalog counts it."""
-    if path not in _PUBLISHED:
+    builds it, with and without compaction, and each tool's estimate as the catalog counts it. `json_only`: as the
+    importer took it before bodies beyond JSON (`json_bodies_only`), so the targets compare with the figures then."""
+    if (path, json_only) not in _PUBLISHED:
         engine = open_engine(f"sqlite:///{tmp_path / 'big.db'}", pooled=False)
         migrate(engine)
         registry = Registry(engine)
         registry.put_workspace("big", "Big")
-        names = reimport(registry, "big", "openapi", json_bodies_only(document(path))).names
+        source = json_bodies_only(document(path)) if json_only else document(path)
+        names = reimport(registry, "big", "openapi", source).names
         registry.put_agent("big", "all", {"bindings": [{"operation": name} for name in names]})
         runtime = registry.draft_runtime("big", "all")
         catalog = build_catalog(runtime)
         tokens = {str(entry["name"]): estimate_tokens([entry]) for entry in catalog.tool_entries("en")}
-        _PUBLISHED[path] = Published(runtime, registry.draft_runtime("big", "all", compact=False), tokens)
+        _PUBLISHED[path, json_only] = Published(runtime, registry.draft_runtime("big", "all", compact=False), tokens)
         engine.dispose()
-    return _PUBLISHED[path]
+    return _PUBLISHED[path, json_only]
 
 
 APIS = [pytest.param(GITHUB, 1223, id="github"), pytest.param(STRIPE, 390, id="stripe"),
@@ -274,6 +276,14 @@ def test_compacted_tools_of_large_apis_meet_the_targets(path: Path, count: int, 
     assert len(sizes) == count
     assert statistics.median(sizes) <= 350
     assert max(sizes) <= 1500, max(published.tokens.items(), key=lambda item: item[1])
+
+
+def test_stripe_with_its_form_bodies_keeps_every_tool_within_the_largest_tool_target(tmp_path: Path) -> None:
+    """All 452 of Stripe's operations with their form bodies' fields (docs/gateway.md, Compaction: the median is
+    larger than with JSON bodies only, since the tools now carry the arguments their bodies need)."""
+    sizes = list(_published(STRIPE, tmp_path, json_only=False).tokens.values())
+    assert len(sizes) == 452
+    assert max(sizes) <= 1500
 
 
 # Sentences of parameters of the three documents that name what a model cannot guess, past their first sentence:

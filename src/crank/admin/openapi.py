@@ -20,14 +20,19 @@ Conversion, per operation (`import_openapi` says what each part of the draft is)
   Two operations with one name raise `SpecError` naming both (the registry keys operations by name).
 - arguments: path, query and header parameters (header names lowercased: `X-Trace` -> `x_trace`;
   `Accept`, `Content-Type` and `Authorization` are ignored as OpenAPI says; cookie parameters are
-  left out, since the http adapter sends no cookies), then the JSON body: an object body's fields
+  left out, since the http adapter sends no cookies), then the body: an object body's fields
   become arguments (`allOf` members merged, `readOnly` fields left out, the object's own `required`
   kept even when `requestBody.required` is omitted), any other body is one `body` argument. A taken
   name gets its location as prefix (`body_id`, `header_id`). Each argument has an explicit mapping
   rule. The input schema refuses other arguments unless the body allows additional properties.
-- only JSON bodies (`application/json`, a `+json` type, `*/*`) can be sent, and the http adapter
-  sends them as `application/json`: an operation whose required body is not JSON is skipped (named in
-  the result's `skipped`, or `SpecError` with `strict`); an optional one is left out.
+- bodies: of the body's media types, JSON is taken first (`application/json`, a `+json` type, `*/*`), then
+  a form (`application/x-www-form-urlencoded`), multipart (`multipart/form-data`), text and a file
+  (`crank.registry.runtime.body_kind`). A body that is not JSON is recorded in `execution_config.body`
+  (`BodyConfig`: its media type; a form's `deepObject` fields; a multipart body's file fields, each a
+  `format: binary` string or a 3.1 `contentMediaType` without `contentEncoding`, which take base64 or a
+  `data:` URL: `crank.gateway.bodies`). A body Crank cannot write as described (a form described as a
+  string, XML described as an object) makes the operation one Crank cannot call when it is required:
+  skipped (named in the result's `skipped`, or `SpecError` with `strict`); an optional one is left out.
 - annotations: what RFC 9110 says of the method. GET, HEAD, OPTIONS, TRACE are safe (`readOnlyHint`);
   PUT and DELETE are idempotent and may destroy or overwrite (`destructiveHint: true`); POST and PATCH
   are neither read-only nor idempotent, and whether they destroy is not known, so `destructiveHint`
@@ -69,8 +74,9 @@ from crank.admin.documents import (
     where,
 )
 from crank.exceptions import SpecError, UnsupportedOperationError
+from crank.gateway.bodies import FILE_ARGUMENT
 from crank.gateway.client import placeholder_in_origin
-from crank.registry.runtime import SCHEME_NAME, is_secure_url
+from crank.registry.runtime import SCHEME_NAME, body_kind, is_secure_url, media_type_problem
 from crank.types import JSONObject
 
 __all__ = ["import_openapi"]
@@ -87,6 +93,10 @@ _TEMPLATE = re.compile(r"{([^{}]+)}")
 _NOT_OBJECT = ("oneOf", "anyOf", "not", "if", "patternProperties")
 
 Parts = tuple[str | int, ...]
+
+
+class _Unwritable(Exception):
+    """A body Crank cannot write as described: the operation is skipped when the body is required."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +117,7 @@ def import_openapi(
     strict: bool = False,
 ) -> Imported:
     """The operations of an OpenAPI 3.0 or 3.1 document as drafts; raises `SpecError`, returning nothing. An
-    operation Crank cannot call as described (a required body that is not JSON) is left out and named in the
+    operation Crank cannot call as described (a required body it cannot write) is left out and named in the
     result's `skipped`; `strict` refuses the document for it instead (naming the option that leaves it out).
 
     Each draft has `protocol: "http"`, `target` (`{"method", "url"}`: `base_url`, or the first server
@@ -369,8 +379,7 @@ class _Converter:
             for _, param in parameters:
                 if param["in"] == location and not (location == "header" and param["name"].lower() in _IGNORED_HEADERS):
                     self._parameter(arguments, param)
-        if "requestBody" in op.operation:
-            self._body(arguments, op)
+        body = self._body(arguments, op) if "requestBody" in op.operation else None
         derived = {**_HINTS[op.method], "openWorldHint": True}
         description = describe(op.operation.get("summary"), op.operation.get("description"))
         spec = {
@@ -383,7 +392,7 @@ class _Converter:
             "annotations": merge_annotations(derived, op.operation.get("x-crank-annotations")),
             "source": _source(op),
         }
-        execution: JSONObject = {}
+        execution: JSONObject = {"body": body} if body is not None else {}
         idempotency = _idempotency(arguments)
         if idempotency is not None:
             execution["idempotency"] = idempotency
@@ -428,18 +437,32 @@ class _Converter:
             required=location == "path" or param.get("required") is True, description=param.get("description"),
         )  # fmt: skip
 
-    def _body(self, arguments: Arguments, op: _Operation) -> None:
+    def _body(self, arguments: Arguments, op: _Operation) -> JSONObject | None:
+        """The body's arguments; returns the `execution_config.body` of a body that is not JSON."""
         parts = (*op.parts, "requestBody")
         body = self.doc.deref(op.operation["requestBody"], parts)
         content = _body_content(self.doc, body, parts)
         required = body.get("required") is True
-        media = _json_media(content)
-        if media is None:
+        try:
+            chosen = _request_media(content)
+            if chosen is None:
+                return None
+            media_type, media = chosen
+            kind = body_kind(media_type)
+            schema = media.get("schema", {})
+            if kind in ("form", "multipart"):
+                return self._fields_body(arguments, body, media_type, media, required=required)
+            if kind in ("text", "binary"):
+                self._whole_body(arguments, body, media_type, schema, required=required)
+                return {"content_type": media_type}
+        except _Unwritable as unwritable:
             if required:
-                raise UnsupportedOperationError(where(parts), f"only JSON bodies can be sent, this one is "
-                                                f"{', '.join(content)}")  # fmt: skip
-            return
-        schema = media.get("schema", {})
+                raise UnsupportedOperationError(where(parts), str(unwritable)) from None
+            return None  # an optional body Crank cannot write is left out
+        self._json_body(arguments, body, schema, required=required)
+        return None
+
+    def _json_body(self, arguments: Arguments, body: JSONObject, schema: Any, *, required: bool) -> None:
         fields = self._fields(schema, ())
         if fields is None:
             arguments.add("body", "body", schema, to="body", required=required, description=body.get("description"))
@@ -449,6 +472,75 @@ class _Converter:
             arguments.add(argument_name(name), "body", field_schema, to=f"body.{name}", required=name in field_required)
         if additional not in (None, False):
             arguments.additional = self.schemas.convert(additional, arguments.used)
+
+    def _fields_body(
+        self, arguments: Arguments, body: JSONObject, media_type: str, media: JSONObject, *, required: bool
+    ) -> JSONObject:
+        """A form or multipart body: its fields are arguments, as a JSON object body's are; a multipart field that
+        is a file (`format: binary`, or a `contentMediaType` without `contentEncoding`) takes base64 or a `data:`
+        URL. A form field whose `encoding` says `style: deepObject` is sent so."""
+        schema = media.get("schema", {})
+        config: JSONObject = {"content_type": media_type}
+        fields = self._fields(schema, ())
+        if fields is None:
+            resolved = self.schemas.resolve(schema)
+            declared = resolved.get("type") if isinstance(resolved, dict) else None
+            if declared not in (None, "object") and not (isinstance(declared, list) and "object" in declared):
+                raise _Unwritable(f"its {media_type} body is described as {declared}, not as the object of fields "
+                                  "Crank sends")  # fmt: skip
+            arguments.add("body", "body", schema, to="body", required=required, description=body.get("description"))
+            return config
+        properties, field_required, additional = fields
+        encoding = media.get("encoding")
+        styles = {name: rule.get("style") for name, rule in encoding.items() if isinstance(rule, dict)} if isinstance(
+            encoding, dict) else {}  # fmt: skip
+        kind = body_kind(media_type)
+        files, deep = [], []
+        for name, field_schema in properties.items():
+            argument, is_required = argument_name(name), name in field_required
+            file_schema = self._file_schema(field_schema) if kind == "multipart" else None
+            if file_schema is not None:
+                files.append(name)
+                arguments.add(argument, "body", file_schema, to=f"body.{name}", required=is_required,
+                              description=_file_description(self.schemas.resolve(field_schema)))  # fmt: skip
+                continue
+            if kind == "form" and styles.get(name) == "deepObject":
+                deep.append(name)
+            arguments.add(argument, "body", field_schema, to=f"body.{name}", required=is_required)
+        if additional not in (None, False):
+            arguments.additional = self.schemas.convert(additional, arguments.used)
+        if files:
+            config["files"] = files
+        if deep:
+            config["deep_objects"] = deep
+        return config
+
+    def _whole_body(
+        self, arguments: Arguments, body: JSONObject, media_type: str, schema: Any, *, required: bool
+    ) -> None:
+        """A text body is one string argument, a file body one file argument."""
+        resolved = self.schemas.resolve(schema)
+        declared = resolved.get("type", "string") if isinstance(resolved, dict) else "string"
+        if declared != "string":
+            raise _Unwritable(f"its {media_type} body is described as {declared}, not as the string or file Crank "
+                              "sends")  # fmt: skip
+        if body_kind(media_type) == "text":
+            arguments.add("body", "body", schema, to="body", required=required, description=body.get("description"))
+        else:
+            arguments.add("body", "body", {"type": "string"}, to="body", required=required,
+                          description=_file_description(body))  # fmt: skip
+
+    def _file_schema(self, schema: Any) -> JSONObject | None:
+        """The argument schema of a multipart field that is a file (or an array of files), None for any other."""
+        resolved = self.schemas.resolve(schema)
+        if not isinstance(resolved, dict):
+            return None
+        if resolved.get("type") == "array":
+            return {"type": "array", "items": {"type": "string"}} if self._file_schema(resolved.get("items")) else None
+        is_file = resolved.get("format") == "binary" or (
+            "contentMediaType" in resolved and "contentEncoding" not in resolved
+        )
+        return {"type": "string"} if resolved.get("type", "string") == "string" and is_file else None
 
     def _fields(self, schema: Any, seen: tuple[str, ...]) -> tuple[JSONObject, list[str], Any] | None:
         """The fields of an object schema (its `allOf` merged), or None when it is not a plain object."""
@@ -512,12 +604,36 @@ class _Converter:
 
 def _json_media(content: JSONObject) -> JSONObject | None:
     """The JSON media type of a `content` map: `application/json`, then a `+json` type, then `*/*`."""
-    ranked: dict[int, JSONObject] = {}
-    for media_type, media in content.items():
-        essence = media_type.split(";")[0].strip().lower()
-        rank = (
-            0 if essence == "application/json" else 1 if essence.endswith("+json") else 2 if essence == "*/*" else None
-        )
-        if rank is not None and isinstance(media, dict):
-            ranked.setdefault(rank, media)
-    return ranked[min(ranked)] if ranked else None
+    chosen = _request_media({media_type: media for media_type, media in content.items() if _json_rank(media_type)})
+    return chosen[1] if chosen is not None else None
+
+
+def _request_media(content: JSONObject) -> tuple[str, JSONObject] | None:
+    """The media type a request body is sent as, and its Media Object: JSON first (as `_json_media` ranks them),
+    then a form, multipart, text and a file (`crank.registry.runtime.body_kind`)."""
+    ranked = sorted(
+        ((_BODY_RANKS[body_kind(media_type)], _json_rank(media_type) or 0, index), media_type)
+        for index, (media_type, media) in enumerate(content.items())
+        if isinstance(media, dict) and media_type_problem(media_type) is None
+    )
+    if not ranked:
+        if content:
+            raise _Unwritable(f"its body's media types ({', '.join(map(repr, content))}) are none Crank can send")
+        return None
+    media_type = ranked[0][1]
+    return media_type, content[media_type]
+
+
+def _json_rank(media_type: str) -> int | None:
+    """1 for `application/json`, 2 for a `+json` type, 3 for `*/*`; None for any other type."""
+    essence = media_type.split(";")[0].strip().lower()
+    return 1 if essence == "application/json" else 2 if essence.endswith("+json") else 3 if essence == "*/*" else None
+
+
+def _file_description(owner: Any) -> str:
+    """A file argument's description: how to pass a file first (compaction keeps a first sentence), then its own."""
+    own = owner.get("description") if isinstance(owner, dict) else None
+    return FILE_ARGUMENT + (f" {own.strip()}" if isinstance(own, str) and own.strip() else "")
+
+
+_BODY_RANKS = {"json": 0, "form": 1, "multipart": 2, "text": 3, "binary": 4}

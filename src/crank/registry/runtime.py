@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -59,6 +60,12 @@ __all__ = [
     "DEFAULT_AGENT_MODE",
     "DEFAULT_ACCEPT",
     "DEFAULT_AUTH_HEADER",
+    "DEFAULT_CONTENT_TYPE",
+    "MAX_UPLOAD_BYTES",
+    "BodyConfig",
+    "BodyKind",
+    "body_kind",
+    "media_type_problem",
     "DEFAULT_CONFIRMATION_TTL",
     "DEFAULT_HTTP_METHOD",
     "DEFAULT_IDEMPOTENCY_HEADER",
@@ -106,9 +113,10 @@ __all__ = [
     "tool_from_spec",
 ]
 
-FORMAT_VERSION: Final = 4
+FORMAT_VERSION: Final = 5
 """The format a publish writes. 1: the plain dicts written before this module (no `format_version`);
-2: the typed view before agents had `limits`; 3: before agents had documents and prompts, and tools `resource`."""
+2: the typed view before agents had `limits`; 3: before agents had documents and prompts, and tools `resource`;
+4: before tools had `execution_config.body` (every body JSON)."""
 
 DEFAULT_LANGUAGE: Final = "en"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -125,6 +133,14 @@ DEFAULT_CONFIRMATION_TTL: Final = 300.0
 """Seconds a confirmation token stays valid: long enough to ask the user, short enough to be about this call."""
 DEFAULT_ACCEPT: Final = "application/json"
 """The `Accept` header of upstream requests: an upstream that offers XML first still answers in JSON."""
+DEFAULT_CONTENT_TYPE: Final = "application/json"
+"""The media type of an http call's body (`BodyConfig.content_type`)."""
+MAX_UPLOAD_BYTES: Final = 16 * 1024 * 1024
+"""Bytes of the files (decoded) one http call may send: as much as an answer may hold."""
+
+BodyKind = Literal["json", "form", "multipart", "text", "binary"]
+"""How an http call's body is written, by its media type (`body_kind`)."""
+_MEDIA_TYPE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+/[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 8.3.1, type "/" subtype
 
 AgentMode = Literal["direct", "discovery"]
 """direct: each bound operation is a tool. discovery: a few fixed tools search, describe and call the
@@ -570,6 +586,63 @@ class ConfirmationConfig(_Model):
     human: bool = Field(default=False, strict=True)
 
 
+def body_kind(content_type: str) -> BodyKind:
+    """How a body of this media type is written: `json` (`application/json`, a `+json` type, `*/*`), `form`
+    (`application/x-www-form-urlencoded`), `multipart` (`multipart/form-data`), `text` (`text/*`, `application/xml`,
+    a `+xml` type: a string sent as UTF-8), else `binary` (a file, sent as it is)."""
+    essence = content_type.split(";", 1)[0].strip().lower()
+    if essence in ("application/json", "*/*") or essence.endswith("+json"):
+        return "json"
+    if essence == "application/x-www-form-urlencoded":
+        return "form"
+    if essence == "multipart/form-data":
+        return "multipart"
+    if essence.startswith("text/") or essence == "application/xml" or essence.endswith("+xml"):
+        return "text"
+    return "binary"
+
+
+def media_type_problem(content_type: str) -> str | None:
+    """Why a body cannot be sent with this `Content-Type`, or None: it must be `type/subtype` (RFC 9110, 8.3.1) and
+    may hold a wildcard only for a file, whose `data:` URL then names the type."""
+    essence = content_type.split(";", 1)[0].strip()
+    if not _MEDIA_TYPE.fullmatch(essence) or not content_type.isprintable():
+        return f"{content_type!r} is not a media type (type/subtype)"
+    if "*" in essence and essence != "*/*" and body_kind(content_type) != "binary":
+        return f"{content_type!r}: only a file body's media type may have a wildcard"
+    return None
+
+
+class BodyConfig(_Model):
+    """How an http call's body is written (format 5; crank.gateway.bodies): its media type, and for a form, the
+    fields sent as `deepObject` (`field[key]=value`, an array's items `field[0]=value`); for multipart, the fields
+    whose values are files (base64 or a `data:` URL each, or a list of them)."""
+
+    content_type: str = DEFAULT_CONTENT_TYPE
+    deep_objects: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    files: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+
+    @field_validator("content_type")
+    @classmethod
+    def _media_type(cls, value: str) -> str:
+        problem = media_type_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> BodyConfig:
+        if self.deep_objects and self.kind != "form":
+            raise ValueError("deep_objects: only a form body (application/x-www-form-urlencoded) has them")
+        if self.files and self.kind != "multipart":
+            raise ValueError("files: only a multipart/form-data body has them")
+        return self
+
+    @property
+    def kind(self) -> BodyKind:
+        return body_kind(self.content_type)
+
+
 class ExecutionConfig(_Model):
     """How a tool's upstream call runs (docs/gateway.md, docs/safety.md)."""
 
@@ -588,6 +661,8 @@ class ExecutionConfig(_Model):
     confirmation: ConfirmationConfig = ConfirmationConfig()
     accept: Annotated[str, Field(min_length=1)] = DEFAULT_ACCEPT
     """The upstream request's `Accept` header (a vendor JSON type, say); the answer must still be JSON."""
+    body: BodyConfig = BodyConfig()
+    """How the call's body is written: JSON unless the operation takes a form, multipart, text or a file (format 5)."""
     output_schema: Literal["publish", "omit"] = "publish"
     """`publish`: the tool publishes the operation's output schema and every answer is checked against it
     (a mismatch is `output_schema_mismatch`). `omit`: no output schema, for upstreams whose answers are
@@ -820,6 +895,8 @@ class RuntimeTool(_Model):
     def _readable(self) -> RuntimeTool:
         if self.resource is not None and self.http_method != "GET":
             raise ValueError(f"resource: only a GET operation can be read as a resource, not {self.http_method}")
+        if self.protocol == "jsonrpc" and self.execution_config.body.kind != "json":
+            raise ValueError("execution_config.body: a JSON-RPC call's body is always JSON")
         return self
 
     @property
@@ -884,17 +961,23 @@ class AgentInfo(_Model):
 class RuntimeView(_Model):
     """A published agent version: everything the MCP side reads of it, and nothing from drafts."""
 
-    format_version: Literal[4] = FORMAT_VERSION
+    format_version: Literal[5] = FORMAT_VERSION
     workspace: WorkspaceInfo
     agent: AgentInfo
     tools: tuple[RuntimeTool, ...] = ()
 
     def to_json(self) -> JSONObject:
-        """What the registry stores (`agent_versions.runtime`), in the oldest format that holds it: a view that
-        uses nothing of format 4 (no documents, prompts or resource templates) is written as format 3, one without
-        limits either as format 2. Replicas of the Crank before each format still read it, so a rolling upgrade
-        serves every publish that does not need the new format on the old replicas too."""
+        """What the registry stores (`agent_versions.runtime`), in the oldest format that holds it: a view whose
+        bodies are all JSON is written as format 4; one that uses nothing of format 4 either (no documents, prompts
+        or resource templates) as format 3, and one without limits either as format 2. Replicas of the Crank
+        before each format still read it, so a rolling upgrade serves every publish that does not need the new
+        format on the old replicas too."""
         data = self.model_dump(mode="json", by_alias=True)
+        if any(tool.execution_config.body != _JSON_BODY for tool in self.tools):
+            return data
+        data["format_version"] = 4
+        for tool in data["tools"]:
+            del tool["execution_config"]["body"]
         if self.agent.documents or self.agent.prompts or any(tool.resource for tool in self.tools):
             return data
         data["format_version"] = 3
@@ -906,6 +989,9 @@ class RuntimeView(_Model):
             data["format_version"] = 2
             del data["agent"]["limits"]
         return data
+
+
+_JSON_BODY: Final = BodyConfig()
 
 
 # -- loading -----------------------------------------------------------------------------------------
@@ -921,7 +1007,7 @@ def load_runtime(data: Any, *, where: str = "runtime view") -> RuntimeView:
         return _from_format_1(data, where)
     if version == FORMAT_VERSION:
         return _validated(RuntimeView, data, where)
-    if version in (2, 3):  # format 4 without documents, prompts and resources (2: nor the agent's limits)
+    if version in (2, 3, 4):  # format 5 without bodies (3: nor documents, prompts and resources; 2: nor limits)
         return _validated(RuntimeView, {**data, "format_version": FORMAT_VERSION}, where)
     raise ConfigurationError(
         f"{where}: format_version {version!r} is not one this Crank reads (1 to {FORMAT_VERSION}); "
@@ -976,6 +1062,7 @@ _FLAT_NAMES = {
 }
 _FLAT_EXECUTION = (
     "timeout", "retries", "idempotent", "forward_headers", "auth", "requires", "idempotency", "accept", "output_schema",
+    "body",
 )  # fmt: skip
 
 
@@ -998,6 +1085,8 @@ def _flat_execution(config: Any) -> Any:
         data["auth"] = _known(config["auth"], AuthConfig)
     if "idempotency" in data:
         data["idempotency"] = _known(data["idempotency"], IdempotencyConfig)
+    if "body" in data:
+        data["body"] = _known(data["body"], BodyConfig)
     retries = data.get("retries")
     if isinstance(retries, float) and retries >= 0:  # the adapter always took the whole part of a number
         data["retries"] = int(retries)

@@ -1,4 +1,4 @@
-"""Single sign-on to the console through a real OpenID provider (oidc-provider, tests/oauth_server.mjs), in
+"""Single sign-on to the console through a real OpenID provider (oidc-provider, src/crank/demo/oauth_server.mjs), in
 Debian's Chromium: an administrator signs in, anyone else is refused, and a sign-in that was not started in
 this browser is refused."""
 

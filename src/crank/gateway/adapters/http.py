@@ -30,6 +30,7 @@ from crank.exceptions import (
     UpstreamTooLargeError,
 )
 from crank.gateway.adapters.base import Adapter
+from crank.gateway.bodies import BodyWriter
 from crank.gateway.client import MAX_REQUEST_HEAD_BYTES, UpstreamClient, UpstreamResponse, parse_upstream_url
 from crank.gateway.credentials import Sent, TokenCache, compile_credential
 from crank.gateway.mapping import RequestParts
@@ -43,9 +44,6 @@ logger = logging.getLogger("crank.gateway")
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _EXCERPT = 300
 _BUSY_RETRY_AFTER = 5  # seconds: what `upstream_busy` suggests waiting before a retry
-
-
-_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class HTTPAdapter(Adapter):
@@ -74,6 +72,7 @@ class HTTPAdapter(Adapter):
         self._where = where
         # The client already sends `Accept: application/json`; another value goes as a header of its own.
         self._accept = {"Accept": config.accept} if config.accept != DEFAULT_ACCEPT else None
+        self._body = BodyWriter(config.body)
         self._origin = _origin(self.url)
         # What every URL with its path parameters filled starts with: the target's own scheme and authority, as
         # written (`urlsplit` lower-cases the scheme), and the character that ends them (`/`, `?` or `#`).
@@ -208,8 +207,8 @@ class HTTPAdapter(Adapter):
                 raise MappingError(f"header {name!r} may not contain line breaks", recoverable=True)
         body = None
         if parts.body is not None:
-            body = _json.dumps(parts.body)
-            headers = {**_JSON_HEADERS, **headers}
+            body, content_type = self._body.write(parts.body)
+            headers = {"Content-Type": content_type, **headers}
         return url, headers, _query_items(parts.query), body
 
 

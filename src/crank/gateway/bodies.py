@@ -1,0 +1,231 @@
+"""The body of an http call, written as its operation's `BodyConfig` (crank.registry.runtime) says.
+
+- **json**: the mapped body as JSON, sent with the configured media type.
+- **form** (`application/x-www-form-urlencoded`): the body is an object; each field is a pair. A string goes as
+  it is, a number or boolean as JSON writes it (`true`, `3`), and null leaves the field out. An array repeats its
+  field (`tag=a&tag=b`) and an object's properties go as pairs of their own (OpenAPI's default, `style: form`
+  with `explode`). A field in `deep_objects` goes as OpenAPI's `deepObject`: `address[city]=Oslo`, nested as
+  deep as the value (`items[0][price]=p_1`), the form Stripe, Rails and PHP read.
+- **multipart** (`multipart/form-data`, RFC 7578): one part per field, or per item of an array; an object, or an
+  array of objects, is one `application/json` part. A field in `files` is a file part: its value is standard
+  base64, or a `data:` URL (RFC 2397) that may name the file (`data:image/png;name=cat.png;base64,...`, as
+  react-jsonschema-form writes them); the part takes the URL's media type and name, else
+  `application/octet-stream` and the field's name.
+- **text** (`text/*`, XML): the body is a string, sent as UTF-8.
+- **binary** (any other media type): the body is one file as above; a media type with a wildcard (`image/*`)
+  is sent as the `data:` URL's own type, which must match it.
+
+Files are never read from anywhere: a value that is not base64 or a `data:` URL is refused. The files of one
+call hold at most `MAX_UPLOAD_BYTES` once decoded, checked on the encoded length before anything is decoded.
+A wrong value is a recoverable `MappingError` that names the field and what to send instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, unquote_to_bytes, urlencode
+
+from crank import _json
+from crank.exceptions import MappingError
+from crank.registry.runtime import MAX_UPLOAD_BYTES, BodyConfig
+
+__all__ = ["FILE_ARGUMENT", "BodyWriter", "File", "decode_file"]
+
+_OCTET_STREAM = "application/octet-stream"
+_FILE_HINT = "standard base64, or a data: URL such as data:image/png;name=cat.png;base64,iVBORw0K..."
+FILE_ARGUMENT = f"A file: its content as {_FILE_HINT}"
+"""How to pass a file, first in the description of every argument that takes one (the importer writes it)."""
+
+
+@dataclass(frozen=True)
+class File:
+    """A file a call sends: its bytes, and the media type and name its `data:` URL gave (None otherwise)."""
+
+    content: bytes
+    media_type: str | None = None
+    name: str | None = None
+
+
+class BodyWriter:
+    """The bytes and `Content-Type` of one operation's bodies; built once per published version."""
+
+    def __init__(self, config: BodyConfig) -> None:
+        self.content_type = config.content_type
+        self._deep = frozenset(config.deep_objects)
+        self._files = frozenset(config.files)
+        writers: dict[str, Callable[[Any], tuple[bytes, str]]] = {
+            "json": self._json, "form": self._form, "multipart": self._multipart, "text": self._text,
+            "binary": self._binary,
+        }  # fmt: skip
+        self.write = writers[config.kind]
+        """`write(body) -> (bytes, content type)`; `MappingError` when the body cannot be written so."""
+
+    def _json(self, body: Any) -> tuple[bytes, str]:
+        return _json.dumps(body), self.content_type
+
+    def _form(self, body: Any) -> tuple[bytes, str]:
+        pairs: list[tuple[str, str]] = []
+        for name, value in _fields(body, "an application/x-www-form-urlencoded").items():
+            if name in self._deep:
+                _deep_pairs(name, value, pairs)
+            elif isinstance(value, dict):
+                pairs.extend((key, _json.as_text(item)) for key, item in value.items() if item is not None)
+            else:
+                pairs.extend((name, _json.as_text(item)) for item in _items(value))
+        return urlencode(pairs).encode(), self.content_type
+
+    def _multipart(self, body: Any) -> tuple[bytes, str]:
+        boundary = "crank-" + secrets.token_hex(16)
+        parts: list[bytes] = []
+        budget = _Budget()
+        for name, value in _fields(body, "a multipart/form-data").items():
+            if name in self._files:
+                for item in _items(value):
+                    file = budget.take(decode_file(item, where=f"argument for {name!r}"))
+                    parts.append(_part(name, file.content, file.media_type or _OCTET_STREAM, file.name or name))
+            elif _structured(value):
+                parts.append(_part(name, _json.dumps(value), "application/json"))
+            else:
+                parts.extend(_part(name, _json.as_text(item).encode()) for item in _items(value))
+        closing = f"--{boundary}--\r\n".encode()
+        written = b"".join(f"--{boundary}\r\n".encode() + part for part in parts) + closing
+        return written, f"multipart/form-data; boundary={boundary}"
+
+    def _text(self, body: Any) -> tuple[bytes, str]:
+        if not isinstance(body, str):
+            raise MappingError(f"the body of a {self.content_type} call is a string, not {_kind(body)}",
+                               recoverable=True, suggested_action="Pass the body as one string.")  # fmt: skip
+        return body.encode(), self.content_type
+
+    def _binary(self, body: Any) -> tuple[bytes, str]:
+        file = _Budget().take(decode_file(body, where="body"))
+        content_type = self.content_type
+        if "*" in content_type:
+            if file.media_type is None or not _matches(file.media_type, content_type):
+                raise MappingError(
+                    f"the body is a file of type {content_type}: pass it as a data: URL that names its type",
+                    recoverable=True, suggested_action="Pass data:<type>;base64,<content>, its type matching "
+                    f"{content_type}.",
+                )  # fmt: skip
+            content_type = file.media_type
+        return file.content, content_type
+
+
+def decode_file(value: Any, *, where: str) -> File:
+    """A file given as standard base64 or a `data:` URL; `MappingError` naming `where` otherwise, or when it is
+    larger than `MAX_UPLOAD_BYTES` (checked before it is decoded)."""
+    if not isinstance(value, str):
+        raise _not_a_file(where, f"not {_kind(value)}")
+    if len(value) > MAX_UPLOAD_BYTES * 4 // 3 + 4096:  # the largest base64 or data: URL of a file within bounds
+        raise _too_large()
+    if value[:5].lower() == "data:":
+        return _data_url(value, where)
+    try:
+        return File(base64.b64decode(value, validate=True))
+    except binascii.Error:
+        raise _not_a_file(where, "neither base64 nor a data: URL") from None
+
+
+class _Budget:
+    """The bytes of files one call has left to send."""
+
+    def __init__(self) -> None:
+        self.left = MAX_UPLOAD_BYTES
+
+    def take(self, file: File) -> File:
+        self.left -= len(file.content)
+        if self.left < 0:
+            raise _too_large()
+        return file
+
+
+def _data_url(value: str, where: str) -> File:
+    """RFC 2397: `data:[<media type>][;name=<file name>][;base64],<data>`."""
+    header, comma, data = value[5:].partition(",")
+    if not comma:
+        raise _not_a_file(where, "a data: URL without its ','")
+    media_type, *parameters = header.split(";")
+    encoded = bool(parameters) and parameters[-1].strip().lower() == "base64"
+    name = next((unquote(p.split("=", 1)[1]) for p in parameters if p.strip().lower().startswith("name=")), None)
+    try:
+        content = base64.b64decode(unquote(data), validate=True) if encoded else unquote_to_bytes(data)
+    except binascii.Error:
+        raise _not_a_file(where, "a data: URL whose content is not base64") from None
+    return File(content, media_type.strip() or None, name or None)
+
+
+def _fields(body: Any, kind: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise MappingError(f"{kind} body is an object of fields, not {_kind(body)}", recoverable=True,
+                           suggested_action="Pass the body's fields as separate arguments.")  # fmt: skip
+    return {name: value for name, value in body.items() if value is not None}
+
+
+def _structured(value: Any) -> bool:
+    """An object, or an array that holds objects or arrays: one JSON part, since parts cannot nest."""
+    return isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict | list) for v in value))
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for a message: `an object`, `a number`."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _items(value: Any) -> list[Any]:
+    return [item for item in value if item is not None] if isinstance(value, list) else [value]
+
+
+def _deep_pairs(key: str, value: Any, pairs: list[tuple[str, str]]) -> None:
+    """OpenAPI's `deepObject`, to any depth: `key[name]=value`, an array's items `key[0]=value`."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _deep_pairs(f"{key}[{name}]", item, pairs)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _deep_pairs(f"{key}[{index}]", item, pairs)
+    elif value is not None:
+        pairs.append((key, _json.as_text(value)))
+
+
+def _part(name: str, content: bytes, content_type: str | None = None, filename: str | None = None) -> bytes:
+    """One part of a multipart/form-data body, its names escaped as HTML's form submission does (RFC 7578, 4.2)."""
+    disposition = f'form-data; name="{_quoted(name)}"'
+    if filename is not None:
+        disposition += f'; filename="{_quoted(filename)}"'
+    head = f"Content-Disposition: {disposition}\r\n"
+    if content_type is not None:
+        head += f"Content-Type: {_header_safe(content_type)}\r\n"
+    return head.encode() + b"\r\n" + content + b"\r\n"
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\r", "%0D").replace("\n", "%0A").replace('"', "%22")
+
+
+def _header_safe(media_type: str) -> str:
+    return media_type if media_type.isprintable() and media_type.isascii() else _OCTET_STREAM
+
+
+def _matches(media_type: str, pattern: str) -> bool:
+    """`image/png` matches `image/*` and `*/*`; the parameters are not compared."""
+    kind, _, sub = media_type.split(";", 1)[0].strip().lower().partition("/")
+    want_kind, _, want_sub = pattern.split(";", 1)[0].strip().lower().partition("/")
+    return bool(sub) and want_kind in ("*", kind) and want_sub in ("*", sub)
+
+
+def _not_a_file(where: str, what: str) -> MappingError:
+    return MappingError(f"{where} is a file: {what}", recoverable=True,
+                        suggested_action=f"Pass the file's content as {_FILE_HINT}.")  # fmt: skip
+
+
+def _too_large() -> MappingError:
+    return MappingError(
+        f"The files of one call may hold at most {MAX_UPLOAD_BYTES} bytes.", error_code="file_too_large",
+        recoverable=True, suggested_action="Send a smaller file, or fewer files at once.",
+    )  # fmt: skip
