@@ -1,6 +1,6 @@
 """A real OAuth authorization server for the tests, and a user who signs in at it.
 
-`authorization_server()` runs tests/oauth_server.mjs (npm `oidc-provider`, a pinned devDependency that
+`authorization_server()` runs src/crank/demo/oauth_server.mjs (npm `oidc-provider`, a pinned devDependency that
 `scripts/install --node` installs, on the project's Node 22) on a free loopback port and yields its issuer.
 `sign_in` plays the person in front of the browser: it follows the authorization URL a client would open,
 posts the provider's development login and consent forms, and returns what the provider redirects back to the
@@ -15,12 +15,8 @@ import base64
 import contextlib
 import hashlib
 import html
-import queue
 import re
 import secrets
-import subprocess
-import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +27,11 @@ import pytest
 from examples.oauth_client import MemoryStorage
 from mcp.shared.auth import AuthorizationCodeResult
 
+from crank.demo import oauth as demo_oauth
+
 ROOT = Path(__file__).resolve().parent.parent
 NODE = ROOT / "node_modules" / ".bin" / "node"
 PROVIDER = ROOT / "node_modules" / "oidc-provider"
-SCRIPT = ROOT / "tests" / "oauth_server.mjs"
 REDIRECT_URI = "http://127.0.0.1/callback"
 """Where the provider sends the browser back: never contacted, `sign_in` stops at the redirect that names it."""
 TIMEOUT = 10.0
@@ -42,55 +39,13 @@ TIMEOUT = 10.0
 
 @contextlib.contextmanager
 def authorization_server(*, timeout: float = 30) -> Iterator[str]:
-    """Run the test authorization server until the block ends; yields its issuer (`http://127.0.0.1:<port>`).
-    The server picks its own port and says which once it answers (no race for a port)."""
+    """Run the local authorization server (crank.demo.oauth) until the block ends; yields its issuer
+    (`http://127.0.0.1:<port>`). The test fails, not skips, when the install step did not fetch Node or the
+    provider."""
     if not NODE.exists() or not PROVIDER.is_dir():
         pytest.fail("Node 22 or oidc-provider is missing: run scripts/install --node")
-    with tempfile.TemporaryFile() as errors:
-        process = subprocess.Popen(
-            [str(NODE), str(SCRIPT), "0"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def read() -> None:
-            assert process.stdout is not None
-            for line in iter(process.stdout.readline, b""):
-                lines.put(line.decode(errors="replace").strip())
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            yield _wait_for_issuer(process, lines, errors, timeout)
-        finally:
-            assert process.stdin is not None
-            process.stdin.close()  # the server ends when its stdin closes; terminate in case it does not
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-            assert process.stdout is not None
-            process.stdout.close()
-
-
-def _wait_for_issuer(
-    process: subprocess.Popen[bytes], lines: queue.Queue[str | None], errors: Any, timeout: float
-) -> str:
-    try:
-        while True:
-            line = lines.get(timeout=timeout)
-            if line is None:
-                break
-            if line.startswith("listening "):
-                return f"http://127.0.0.1:{int(line.split()[1])}"
-    except queue.Empty:
-        pass
-    process.kill()
-    process.wait(timeout=10)
-    errors.seek(0)
-    detail = errors.read().decode(errors="replace")[-4000:]
-    raise RuntimeError(f"the authorization server did not start (exit {process.returncode}):\n{detail}")
+    with demo_oauth.authorization_server(timeout=timeout) as issuer:
+        yield issuer
 
 
 # -- the user at the browser ------------------------------------------------------------------------------------

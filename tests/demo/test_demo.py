@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from crank.cli import main
 from crank.demo import build_demo
+from crank.exceptions import SettingsError
 from mcp import Client
 from tests.services import free_port
 
@@ -68,11 +69,26 @@ async def test_the_demo_serves_the_bookshop_to_an_mcp_client(tmp_path: Path, ser
     assert too_many.is_error and "only 4 copies" in too_many.content[0].text  # type: ignore[union-attr]
 
 
-def test_the_demo_ignores_a_deployments_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_demo_takes_the_users_settings_but_keeps_its_own_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CRANK_* settings apply to the demo as to every command, except where it keeps its state: a deployment's
+    registry or Redis is never written by the demo."""
     monkeypatch.setenv("CRANK_DATABASE_URL", "postgresql+psycopg://nobody@127.0.0.1:1/production")
-    monkeypatch.setenv("CRANK_SETTINGS_FILE", str(tmp_path / "missing.toml"))
+    monkeypatch.setenv("CRANK_REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("CRANK_PUBLIC_URL", "https://mcp.example.com")
+    monkeypatch.setenv("CRANK_EGRESS_ALLOW", "10.1.2.3:9000")
+    monkeypatch.setenv("CRANK_MAX_BODY_BYTES", "2048")
     demo = build_demo("127.0.0.1:8123", tmp_path)
-    assert demo.server.settings.registry_url == f"sqlite:///{tmp_path / 'registry.sqlite3'}"
+    settings = demo.server.settings
+    assert settings.registry_url == f"sqlite:///{tmp_path / 'registry.sqlite3'}" and settings.redis_url is None
+    assert (settings.public_url, settings.max_body_bytes, settings.log_format) == ("https://mcp.example.com", 2048,
+                                                                                   "text")  # fmt: skip
+    assert demo.server.egress.target_refusal("http://10.1.2.3:9000/x") is None
+    assert demo.server.egress.target_refusal("http://10.1.2.4:9000/x") is not None
+    monkeypatch.setenv("CRANK_SETTINGS_FILE", str(tmp_path / "missing.toml"))
+    with pytest.raises(SettingsError, match="no such file"):
+        build_demo("127.0.0.1:8123", tmp_path)
 
 
 def start_demo(env: dict[str, str]) -> dict[str, str]:
@@ -127,3 +143,63 @@ def test_the_banner_names_the_crank_command_a_new_terminal_can_run(monkeypatch: 
     assert crank_command() == str(crank.relative_to(root))  # .venv/bin/crank
     monkeypatch.setenv("PATH", f"{crank.parent}:/usr/bin:/bin")
     assert crank_command() == "crank"
+
+
+def test_the_oauth_demo_signs_the_readmes_client_in_through_a_browser(tmp_path: Path) -> None:
+    """`crank demo --oauth` as the README runs it: the command its banner prints (the README's OAuth client
+    example) signs in at the local authorization server through Debian's chromium, where a person types a name and
+    consents, and calls the bookshop with the token. The demo takes the user's CRANK_* settings: its log lines
+    follow CRANK_LOG_FORMAT."""
+    import shlex
+
+    from tests.connect_flow import browse, origin_of
+
+    port, callback_port = free_port(), free_port()
+    environment = {
+        **os.environ,
+        "CRANK_LOG_FORMAT": "json",
+        "CRANK_DATABASE_URL": "postgresql+psycopg://x@127.0.0.1:1/x",
+    }
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "crank.cli", "demo", "--oauth", "--listen", f"127.0.0.1:{port}", "--data-dir",
+         str(tmp_path)], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert demo.stdout is not None
+        banner = []
+        for line in demo.stdout:
+            banner.append(line)
+            if "crank agent list demo" in line:
+                break
+        printed = "".join(banner)
+        issuer = next(line.split()[1] for line in banner if line.startswith("Sign-in:"))
+        command = next(line.strip() for line in banner if line.strip().startswith("python examples/oauth_client.py"))
+        assert command == (
+            f"python examples/oauth_client.py http://127.0.0.1:{port}/mcp/v1/demo/bookshop search_books "
+            """'{"query": "kobzar"}'"""
+        ), printed
+        client = subprocess.Popen(
+            [sys.executable, *shlex.split(command)[1:]], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, "NO_BROWSER": "1", "CALLBACK_PORT": str(callback_port)},
+        )  # fmt: skip
+        try:
+            assert client.stdout is not None
+            line = client.stdout.readline()
+            assert line.startswith("Sign in at: "), line
+            landed = browse(line.removeprefix("Sign in at: ").strip(), {origin_of(issuer): "ada"})
+            output, errors = client.communicate(timeout=60)
+        finally:
+            client.kill()
+    finally:
+        demo.terminate()
+        _, logged = demo.communicate(timeout=20)
+    assert landed.text == "Signed in: you may close this window."
+    assert client.returncode == 0, errors
+    # Signed in with `tools:read`, the scope of the first challenge: the tools that write need `tools:write` (a
+    # step-up when one is called), so tools/list shows the others.
+    assert "tools: search_books, get_book, get_bestseller, get_order" in output
+    assert '"title": "Kobzar"' in output
+    assert any(line.startswith("{") and json.loads(line).get("message") for line in logged.splitlines()), logged
+
+
+ROOT = Path(__file__).resolve().parent.parent.parent

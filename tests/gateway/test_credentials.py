@@ -2,7 +2,7 @@
 query, cookie, basic), and OAuth 2 client credentials (oauth2): the token request, the token kept and shared, one
 token request for many concurrent calls, one renewal and one retry of an idempotent call after a 401, none for a
 POST, a token endpoint that fails; against a token endpoint of our own (which counts and can hold its answers) and
-against a real authorization server (oidc-provider, tests/oauth_server.mjs). Secrets never appear in logs or
+against a real authorization server (oidc-provider, src/crank/demo/oauth_server.mjs). Secrets never appear in logs or
 errors, and the caller's own credentials never reach the upstream."""
 
 from __future__ import annotations
@@ -591,7 +591,8 @@ async def test_a_token_url_the_egress_policy_refuses_is_a_configuration_error(
 
 @pytest.fixture(scope="module")
 def provider() -> Iterator[dict[str, Any]]:
-    """tests/oauth_server.mjs, whose pre-registered client `crank-upstream` may use the client credentials grant."""
+    """src/crank/demo/oauth_server.mjs, whose pre-registered client `crank-upstream` may use the client credentials
+    grant."""
     with authorization_server() as issuer:
         yield httpx.get(issuer + "/.well-known/openid-configuration", timeout=10).raise_for_status().json()
 

@@ -1,5 +1,5 @@
 """Acting as the user through a token exchange (RFC 8693; docs/gateway.md, Acting as the user): the official SDK's
-OAuth client signs in at a real authorization server (npm `oidc-provider`, tests/oauth_server.mjs, which has a
+OAuth client signs in at a real authorization server (npm `oidc-provider`, src/crank/demo/oauth_server.mjs, which has a
 token-exchange grant of the tests' own), calls a gateway tool whose scheme's workspace credential exchanges the
 user's token, and a recording API checks every bearer token it receives: issued by that server, for the API's
 audience, for the user who called, never the MCP client's own token. A call with an API key, and a user the

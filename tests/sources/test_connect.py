@@ -1,5 +1,5 @@
 """Users' own connections to an API (docs/gateway.md, Acting as the user): two real authorization servers (npm
-`oidc-provider`, tests/oauth_server.mjs), one the workspace's identity provider, which the MCP client signs in
+`oidc-provider`, src/crank/demo/oauth_server.mjs), one the workspace's identity provider, which the MCP client signs in
 with, the other the API's own. The official SDK's OAuth client calls a tool whose scheme acts through each user's
 connection; its elicitation callback opens the connect link in Debian's chromium (Playwright), signs in at both
 providers and consents, and a recording API checks every bearer token: the API's own, for the user who called.

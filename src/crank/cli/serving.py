@@ -307,12 +307,17 @@ def _safe_url(url: str) -> str:
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Folder of the demo's registry, key and admin token, kept between starts "
                    "(default: ~/.local/share/crank-demo).")  # fmt: skip
-def demo(listen: str, data_dir: str | None) -> None:
-    """Serve the gateway with a demo workspace fronting the shipped demo REST API, and print how to connect."""
+@click.option("--oauth", is_flag=True,
+              help="Also run a local authorization server (Node and npm oidc-provider, from scripts/install --node) "
+                   "whose access tokens the demo takes beside the API key.")  # fmt: skip
+def demo(listen: str, data_dir: str | None, oauth: bool) -> None:
+    """Serve the gateway with a demo workspace fronting the shipped demo REST API, and print how to connect.
+
+    The CRANK_* settings apply, except the registry and state store: the demo keeps its own in its folder."""
     from crank.demo import run_demo
 
     with clear_errors():
-        run_demo(listen, Path(data_dir) if data_dir else None)
+        run_demo(listen, Path(data_dir) if data_dir else None, oauth=oauth)
 
 
 @main.command()

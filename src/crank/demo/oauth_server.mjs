@@ -1,6 +1,7 @@
-// A real OAuth 2.1 / OpenID Connect authorization server for the tests (oidc-provider, dev interactions):
+// A real OAuth 2.1 / OpenID Connect authorization server on one machine (oidc-provider, dev interactions): the
+// one `crank demo --oauth` runs (crank.demo.oauth), and the tests' (tests/oauth.py):
 //
-//   node_modules/.bin/node tests/oauth_server.mjs [port]      (or $OAUTH_SERVER_PORT; 0 or none: any free port)
+//   node_modules/.bin/node src/crank/demo/oauth_server.mjs [port]      (or $OAUTH_SERVER_PORT; 0 or none: any free port)
 //
 // It listens on 127.0.0.1 only, with issuer http://127.0.0.1:<port>, and prints `listening <port>` once it
 // answers. Open dynamic client registration, PKCE required, the authorization code, refresh token and client
