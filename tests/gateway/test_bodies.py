@@ -109,10 +109,13 @@ def test_a_multipart_body_has_a_part_per_field_and_files_from_data_urls_or_base6
     assert b'Content-Type: application/json\r\n\r\n{"x":[1]}' in written  # an object is one JSON part
 
 
-def test_a_field_name_cannot_break_out_of_its_part() -> None:
-    written, content_type = write({'a"\r\nX-Evil: 1': "v"}, "multipart/form-data")
+def test_a_field_name_a_file_name_or_a_file_type_cannot_break_out_of_its_part() -> None:
+    evil = "data:image/png\r\nX-Evil: 1;name=a%0D%0AX-Evil: 2;base64,R0lG"
+    written, content_type = write({'a"\r\nX-Evil: 1': "v", "f": evil}, "multipart/form-data", files=("f",))
     assert b"\r\nX-Evil" not in written
-    assert parsed_multipart(written, content_type) == [("a%22%0D%0AX-Evil: 1", "v")]
+    assert parsed_multipart(written, content_type) == [
+        ("a%22%0D%0AX-Evil: 1", "v"), ("f", ("a%0D%0AX-Evil: 2", "application/octet-stream", b"GIF")),
+    ]  # fmt: skip
 
 
 def test_text_and_file_bodies() -> None:
@@ -120,7 +123,8 @@ def test_text_and_file_bodies() -> None:
     assert write(base64.b64encode(PNG).decode(), "image/png") == (PNG, "image/png")
     # A wildcard type takes the data: URL's own type, which must match it.
     assert write("data:image/gif;base64,R0lG", "image/*") == (b"GIF", "image/gif")
-    for value in ("R0lG", "data:text/plain;base64,R0lG"):
+    # A type that is not `type/subtype` never becomes a header: a line break would start another one.
+    for value in ("R0lG", "data:text/plain;base64,R0lG", "data:image/png\r\nX-Evil: 1;base64,R0lG", "data:image/*,x"):
         with pytest.raises(MappingError, match="pass it as a data: URL that names its type") as refused:
             write(value, "image/*")
         assert refused.value.recoverable

@@ -32,7 +32,7 @@ from urllib.parse import unquote, unquote_to_bytes, urlencode
 
 from crank import _json
 from crank.exceptions import MappingError
-from crank.registry.runtime import MAX_UPLOAD_BYTES, BodyConfig
+from crank.registry.runtime import MAX_UPLOAD_BYTES, BodyConfig, media_type_problem
 
 __all__ = ["FILE_ARGUMENT", "BodyWriter", "File", "decode_file"]
 
@@ -156,7 +156,7 @@ def _data_url(value: str, where: str) -> File:
         content = base64.b64decode(unquote(data), validate=True) if encoded else unquote_to_bytes(data)
     except binascii.Error:
         raise _not_a_file(where, "a data: URL whose content is not base64") from None
-    return File(content, media_type.strip() or None, name or None)
+    return File(content, _concrete(media_type.strip()), name or None)
 
 
 def _fields(body: Any, kind: str) -> dict[str, Any]:
@@ -200,7 +200,7 @@ def _part(name: str, content: bytes, content_type: str | None = None, filename: 
         disposition += f'; filename="{_quoted(filename)}"'
     head = f"Content-Disposition: {disposition}\r\n"
     if content_type is not None:
-        head += f"Content-Type: {_header_safe(content_type)}\r\n"
+        head += f"Content-Type: {content_type}\r\n"
     return head.encode() + b"\r\n" + content + b"\r\n"
 
 
@@ -208,8 +208,9 @@ def _quoted(text: str) -> str:
     return text.replace("\r", "%0D").replace("\n", "%0A").replace('"', "%22")
 
 
-def _header_safe(media_type: str) -> str:
-    return media_type if media_type.isprintable() and media_type.isascii() else _OCTET_STREAM
+def _concrete(media_type: str) -> str | None:
+    """A `data:` URL's media type when it is one (`type/subtype`, no wildcard), else None: it becomes a header."""
+    return media_type if media_type_problem(media_type) is None and "*" not in media_type else None
 
 
 def _matches(media_type: str, pattern: str) -> bool:
