@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, quote, urlencode, urlsplit
 
+from crank import tracing
 from crank.exceptions import (
     UpstreamBusyError,
     UpstreamConnectionError,
@@ -327,6 +328,7 @@ class UpstreamClient:
         self._keepalive_timeout = keepalive_timeout
         self._max_response_bytes = max_response_bytes
         self._ssl_context = ssl_context
+        self._tracer = tracing.tracer()  # None unless the OTEL_* variables turn traces on (crank.tracing)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pools: dict[str, _Pool] = {}
         self._origins: dict[str, _Origin] = {}
@@ -343,11 +345,17 @@ class UpstreamClient:
         body: bytes | None,
         timeout: float,
         tenant: str = "",
+        traced: bool = True,
     ) -> UpstreamResponse:
         """One request; `url` is already percent-encoded (path parameters), `params` are encoded here. A
         URL, header name or header value that would change the request's framing is a `ValueError`.
 
-        `tenant` (the workspace) is whose share of the origin's connections the request uses."""
+        `tenant` (the workspace) is whose share of the origin's connections the request uses. With tracing on, the
+        request has a client span and carries its trace context (`traceparent`); `traced=False` is that span's own
+        request."""
+        if traced and self._tracer is not None:
+            return await self._traced(method, url, params=params, headers=headers, body=body, timeout=timeout,
+                                      tenant=tenant)  # fmt: skip
         origin, target = self._split(url)
         if params:
             # Percent-encoding only lengthens: a query already too long unencoded is refused before the work.
@@ -377,6 +385,26 @@ class UpstreamClient:
                 timer.cancel()
                 pool.give_back(connection, tenant)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _traced(
+        self, method: str, url: str, *, params: list[tuple[str, str]] | None, headers: Mapping[str, str],
+        body: bytes | None, timeout: float, tenant: str,
+    ) -> UpstreamResponse:  # fmt: skip
+        """`request` inside a client span (HTTP client conventions), its context sent upstream."""
+        assert self._tracer is not None
+        origin, _ = self._split(url)
+        scheme = "https" if origin.tls else "http"
+        with tracing.client_span(self._tracer, method, scheme, origin.host, origin.port) as span:
+            try:
+                response = await self.request(method, url, params=params, headers={**headers, **tracing.inject()},
+                                              body=body, timeout=timeout, tenant=tenant, traced=False)  # fmt: skip
+            except Exception as exc:
+                tracing.mark_error(span, type(exc).__name__)
+                raise
+            span.set_attribute("http.response.status_code", response.status)
+            if response.status >= 400:
+                tracing.mark_error(span, str(response.status))
+            return response
 
     def _pool(self, origin: _Origin, loop: asyncio.AbstractEventLoop) -> _Pool:
         if loop is not self._loop:  # connections cannot move between event loops

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
-from crank import _json
+from crank import _json, tracing
 from crank.exceptions import (
     ArgumentsRejectedError,
     AuthChallengeError,
@@ -171,6 +171,7 @@ class MCPEndpoint:
             still_valid = auth.still_valid if auth is not None else None
             self.server.offer_list_changes(options.changes, still_valid=still_valid)
         self._gate = RequestGate(self.policy, options.max_body_size, refusal=_refusal, auth=auth)
+        self._tracer = tracing.tracer()  # None unless the OTEL_* variables turn traces on (crank.tracing)
         self.http_app: ASGIApp = self._serve
         """The endpoint for `http` scopes: an app that routes many requests here (the gateway) calls it directly,
         one coroutine level less per request than through `__call__`."""
@@ -344,6 +345,8 @@ class MCPEndpoint:
             info.send = None  # a notification, a client's answer or an odd envelope: answered as JSON
             exchange = await self._single(message, catalog, info)
             return exchange or Exchange(202, None)
+        if self._tracer is not None:  # tracing off: this test is all it costs
+            return await self._traced(message, catalog, info)
         # Awaited here, not in a helper: one coroutine level less per request (docs/benchmarks.md).
         try:
             exchange = await self.server.handle(message, catalog, info)
@@ -355,6 +358,26 @@ class MCPEndpoint:
             return exchange
         await info.stream.finish(exchange.body)  # the answer ends the stream a handler opened
         return _STREAMED
+
+    async def _traced(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange:
+        """A request as `_mcp_post` answers it, inside its server span (crank.tracing)."""
+        assert self._tracer is not None
+        headers = info.headers
+        with tracing.server_span(self._tracer, message, headers, headers.get("mcp-protocol-version")) as span:
+            try:
+                exchange = await self.server.handle(message, catalog, info)
+            except asyncio.CancelledError:
+                if not _closed_by_client(info, message):
+                    raise
+                tracing.mark_error(span, "cancelled")
+                return _STREAMED
+            error = _error_type(exchange.body)
+            if error is not None:
+                tracing.mark_error(span, error)
+            if info.stream is None:
+                return exchange
+            await info.stream.finish(exchange.body)
+            return _STREAMED
 
     async def _single(self, message: JSONObject, catalog: Catalog, info: RequestInfo) -> Exchange | None:
         """One message; None when it needs no answer (a notification or a client's response: 202)."""
@@ -468,16 +491,23 @@ class MCPEndpoint:
             requested_format=requested, default_format=self.server.default_format, caller=scope.get(AUTH_SCOPE_KEY),
         )  # fmt: skip
         result_format = context.result_format(entry.tool.format)
+        # The plain pair's call is a `tools/call` for traces too (its parent from the HTTP headers).
+        plain = {"method": "tools/call", "params": {"name": entry.tool.name}}
+        active_tracer = self._tracer
+        span = tracing.server_span(active_tracer, plain, headers, None) if active_tracer else contextlib.nullcontext()
         try:
-            result = await call_tool(
-                entry,
-                arguments,
-                context,
-                result_format=result_format,
-                invalid_arguments=self.server.invalid_arguments,
-                debug=self.server.debug,
-                observer=catalog.observer,
-            )
+            with span as active:
+                result = await call_tool(
+                    entry,
+                    arguments,
+                    context,
+                    result_format=result_format,
+                    invalid_arguments=self.server.invalid_arguments,
+                    debug=self.server.debug,
+                    observer=catalog.observer,
+                )
+                if active is not None and result.get("isError") is True:
+                    tracing.mark_error(active, "tool_error")
         except ArgumentsRejectedError as exc:
             error = exc.as_invalid_params()
             return _plain_error(200, error.code, error.message, error.data)
@@ -612,3 +642,21 @@ def _refusal(scope: Scope, status: int, message: str) -> bytes:
     if _route(scope) in _PLAIN_ROUTES:
         return _plain_error_body(INTERNAL_ERROR if status >= 500 else INVALID_REQUEST, message)
     return jsonrpc_refusal(scope, status, message)
+
+
+def _error_type(body: bytes | None) -> str | None:
+    """What a traced answer says went wrong: the JSON-RPC error's code, `tool_error` for a tool's `isError`
+    result, or None (read only when tracing is on)."""
+    if not body:
+        return None
+    try:
+        answer = _json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    error = answer.get("error")
+    if isinstance(error, dict):
+        return str(error.get("code"))
+    result = answer.get("result")
+    return "tool_error" if isinstance(result, dict) and result.get("isError") is True else None

@@ -1,0 +1,212 @@
+"""OpenTelemetry traces (crank.tracing) as an operator sees them: `crank serve --openapi` exports to an OTLP/HTTP
+receiver the test runs (its spans decoded with the `opentelemetry-proto` messages), an official SDK client with its
+own OpenTelemetry SDK calls a tool, and one trace holds the client's span, Crank's server span and its upstream
+span; the upstream got that trace in `traceparent`. Off, nothing of it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.services import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENT = """
+openapi: 3.0.3
+info: {title: Things, version: "1"}
+servers: [{url: "http://127.0.0.1:1"}]
+paths:
+  /things/{id}:
+    get:
+      operationId: getThing
+      parameters: [{name: id, in: path, required: true, schema: {type: integer}}]
+      responses:
+        "200":
+          description: A thing.
+          content: {application/json: {schema: {type: object, properties: {id: {type: integer}}}}}
+"""
+
+# The official SDK as a traced client: its own tracer provider, exporting to the same receiver.
+CLIENT = textwrap.dedent("""
+    import asyncio, sys
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "the-client"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+    async def main(url, key, mode):
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+                result = await client.call_tool("get_thing", {"id": 424242})
+                assert not result.is_error, result
+
+    asyncio.run(main(*sys.argv[1:]))
+    provider.shutdown()
+""")
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: `POST /v1/traces`, protobuf `ExportTraceServiceRequest`; keeps every span."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    async def traces(self, request: Request) -> Response:
+        export = ExportTraceServiceRequest()
+        export.ParseFromString(await request.body())
+        with self.lock:
+            for resource_spans in export.resource_spans:
+                service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+                for scope_spans in resource_spans.scope_spans:
+                    for span in scope_spans.spans:
+                        self.spans.append({
+                            "service": service, "name": span.name, "kind": span.kind, "trace": span.trace_id.hex(),
+                            "id": span.span_id.hex(), "parent": span.parent_span_id.hex(),
+                            "attributes": {a.key: _value(a.value) for a in span.attributes},
+                            "status": span.status.code,
+                        })  # fmt: skip
+        return Response(b"", media_type="application/x-protobuf")
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/v1/traces", self.traces, methods=["POST"])])
+
+    def wait_for(self, found: Callable[[list[dict[str, Any]]], bool], timeout: float = 30) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                spans = list(self.spans)
+            if found(spans) or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.05)
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    return getattr(value, kind) if kind else None
+
+
+@contextmanager
+def crank_serving(document: Path, upstream: str, data_dir: Path, environment: dict[str, str]) -> Iterator[str]:
+    """`crank serve --openapi` in a subprocess with these variables; yields the printed banner once it answers."""
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, "-m", "crank.cli", "serve", "--openapi", str(document), "--base-url", upstream,
+               "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)]  # fmt: skip
+    clean = {key: value for key, value in os.environ.items() if not key.startswith(("CRANK_", "OTEL_"))}
+    process = subprocess.Popen(command, cwd=ROOT, env={**clean, **environment}, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        printed = []
+        for line in process.stdout:
+            printed.append(line)
+            if line.startswith("npx "):
+                break
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, "".join(printed)
+                time.sleep(0.1)
+        yield "".join(printed)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_one_trace_holds_the_clients_span_cranks_server_span_and_its_upstream_span(
+    mode: str, tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    receiver = Receiver()
+    collector = serve(receiver.app())
+    seen: list[dict[str, str]] = []
+
+    async def thing(request: Request) -> JSONResponse:
+        seen.append({name: request.headers.get(name, "") for name in ("traceparent", "tracestate")})
+        return JSONResponse({"id": int(request.path_params["id"])})
+
+    upstream = serve(Starlette(routes=[Route("/things/{id}", thing)]))
+    document = tmp_path / "things.yaml"
+    document.write_text(DOCUMENT)
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    with crank_serving(document, upstream, tmp_path / "data", {**otel, "OTEL_SERVICE_NAME": "crank-test"}) as banner:
+        url = re.search(r"^MCP endpoint: +(\S+)$", banner, re.MULTILINE)
+        key = re.search(r"^API key: +(crk_\S+)$", banner, re.MULTILINE)
+        assert url is not None and key is not None, banner
+        client = subprocess.run([sys.executable, "-c", CLIENT, url[1], key[1], mode], cwd=ROOT, capture_output=True,
+                                text=True, timeout=60, env={**os.environ, **otel})  # fmt: skip
+        assert client.returncode == 0, client.stderr
+
+        def complete(spans: list[dict[str, Any]]) -> bool:
+            return any(span["service"] == "crank-test" and span["kind"] == 3 for span in spans)  # the upstream span
+
+        spans = receiver.wait_for(complete)
+    server = next(s for s in spans if s["service"] == "crank-test" and s["name"] == "tools/call get_thing")
+    calling = next(s for s in spans if s["service"] == "the-client" and s["id"] == server["parent"])
+    outgoing = next(s for s in spans if s["service"] == "crank-test" and s["parent"] == server["id"])
+    assert calling["trace"] == server["trace"] == outgoing["trace"]
+    assert calling["name"] == "MCP send tools/call get_thing" and calling["kind"] == 3  # SPAN_KIND_CLIENT
+    assert server["kind"] == 2  # SPAN_KIND_SERVER
+    attributes = server["attributes"]
+    assert attributes["mcp.method.name"] == "tools/call" and attributes["gen_ai.tool.name"] == "get_thing"
+    assert attributes["gen_ai.operation.name"] == "execute_tool" and "jsonrpc.request.id" in attributes
+    assert attributes["mcp.protocol.version"] in ("2025-11-25", "2026-07-28")
+    assert all("424242" not in str(span["attributes"]) for span in spans)  # never the arguments
+    assert outgoing["name"] == "GET" and outgoing["kind"] == 3
+    assert outgoing["attributes"]["http.response.status_code"] == 200
+    assert outgoing["attributes"]["server.address"] == "127.0.0.1" and "url.path" not in outgoing["attributes"]
+    (sent,) = seen
+    version, trace_id, parent_id, flags = sent["traceparent"].split("-")
+    assert (trace_id, parent_id) == (server["trace"], outgoing["id"])  # the upstream's trace joins the client's
+
+
+def test_tracing_is_off_without_the_otel_variables_and_costs_no_thread() -> None:
+    """Without `OTEL_*`, the tracer is None in a fresh process: no tracer provider set, no exporter thread."""
+    probe = textwrap.dedent("""
+        import tempfile, threading
+        from crank import tracing
+        from crank.server import GatewayService
+        from crank.registry import Registry, migrate, open_engine
+        engine = open_engine(f"sqlite:///{tempfile.mkdtemp()}/r.db", pooled=False); migrate(engine)
+        GatewayService(Registry(engine), require_api_keys=False)
+        from opentelemetry import trace
+        print(tracing.tracer() is None, type(trace.get_tracer_provider()).__name__,
+              sorted(thread.name for thread in threading.enumerate() if "Span" in thread.name or "Otel" in thread.name))
+    """)
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=clean)
+    assert ran.stdout.split() == ["True", "ProxyTracerProvider", "[]"], ran.stderr
+    on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                        env={**clean, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})  # fmt: skip
+    assert on.stdout.split()[:2] == ["False", "TracerProvider"], on.stderr
