@@ -5,6 +5,7 @@ span; the upstream got that trace in `traceparent`. Off, nothing of it runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -61,8 +62,9 @@ CLIENT = textwrap.dedent("""
     async def main(url, key, mode):
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
             async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
-                result = await client.call_tool("get_thing", {"id": 424242})
-                assert not result.is_error, result
+                for thing in (424242, 500):  # the second fails upstream: Crank logs it
+                    result = await client.call_tool("get_thing", {"id": thing})
+                    print(result.is_error)
 
     asyncio.run(main(*sys.argv[1:]))
     provider.shutdown()
@@ -111,16 +113,20 @@ def _value(value: Any) -> Any:
 
 
 @contextmanager
-def crank_serving(document: Path, upstream: str, data_dir: Path, environment: dict[str, str]) -> Iterator[str]:
-    """`crank serve --openapi` in a subprocess with these variables; yields the printed banner once it answers."""
+def crank_serving(
+    document: Path, upstream: str, data_dir: Path, environment: dict[str, str], log: Path
+) -> Iterator[str]:
+    """`crank serve --openapi` in a subprocess with these variables, its log lines into `log`; yields the printed
+    banner once it answers."""
     import httpx
 
     port = free_port()
     command = [sys.executable, "-m", "crank.cli", "serve", "--openapi", str(document), "--base-url", upstream,
                "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)]  # fmt: skip
     clean = {key: value for key, value in os.environ.items() if not key.startswith(("CRANK_", "OTEL_"))}
-    process = subprocess.Popen(command, cwd=ROOT, env={**clean, **environment}, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    with log.open("w") as errors:
+        process = subprocess.Popen(command, cwd=ROOT, env={**clean, **environment}, stdout=subprocess.PIPE,
+                                   stderr=errors, text=True)  # fmt: skip
     try:
         assert process.stdout is not None
         printed = []
@@ -154,25 +160,28 @@ def test_one_trace_holds_the_clients_span_cranks_server_span_and_its_upstream_sp
 
     async def thing(request: Request) -> JSONResponse:
         seen.append({name: request.headers.get(name, "") for name in ("traceparent", "tracestate")})
-        return JSONResponse({"id": int(request.path_params["id"])})
+        thing = int(request.path_params["id"])
+        return JSONResponse({"id": thing}, status_code=500 if thing == 500 else 200)
 
     upstream = serve(Starlette(routes=[Route("/things/{id}", thing)]))
     document = tmp_path / "things.yaml"
     document.write_text(DOCUMENT)
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_BSP_SCHEDULE_DELAY": "50"}
-    with crank_serving(document, upstream, tmp_path / "data", {**otel, "OTEL_SERVICE_NAME": "crank-test"}) as banner:
+    log = tmp_path / "crank.log"
+    environment = {**otel, "OTEL_SERVICE_NAME": "crank-test", "CRANK_LOG_FORMAT": "json"}
+    with crank_serving(document, upstream, tmp_path / "data", environment, log) as banner:
         url = re.search(r"^MCP endpoint: +(\S+)$", banner, re.MULTILINE)
         key = re.search(r"^API key: +(crk_\S+)$", banner, re.MULTILINE)
         assert url is not None and key is not None, banner
         client = subprocess.run([sys.executable, "-c", CLIENT, url[1], key[1], mode], cwd=ROOT, capture_output=True,
                                 text=True, timeout=60, env={**os.environ, **otel})  # fmt: skip
-        assert client.returncode == 0, client.stderr
+        assert client.returncode == 0 and client.stdout.split() == ["False", "True"], client.stderr
 
-        def complete(spans: list[dict[str, Any]]) -> bool:
-            return any(span["service"] == "crank-test" and span["kind"] == 3 for span in spans)  # the upstream span
+        def complete(spans: list[dict[str, Any]]) -> bool:  # both upstream spans
+            return len([span for span in spans if span["service"] == "crank-test" and span["kind"] == 3]) == 2
 
         spans = receiver.wait_for(complete)
-    server = next(s for s in spans if s["service"] == "crank-test" and s["name"] == "tools/call get_thing")
+    server, failed = (s for s in spans if s["service"] == "crank-test" and s["name"] == "tools/call get_thing")
     calling = next(s for s in spans if s["service"] == "the-client" and s["id"] == server["parent"])
     outgoing = next(s for s in spans if s["service"] == "crank-test" and s["parent"] == server["id"])
     assert calling["trace"] == server["trace"] == outgoing["trace"]
@@ -186,9 +195,13 @@ def test_one_trace_holds_the_clients_span_cranks_server_span_and_its_upstream_sp
     assert outgoing["name"] == "GET" and outgoing["kind"] == 3
     assert outgoing["attributes"]["http.response.status_code"] == 200
     assert outgoing["attributes"]["server.address"] == "127.0.0.1" and "url.path" not in outgoing["attributes"]
-    (sent,) = seen
-    version, trace_id, parent_id, flags = sent["traceparent"].split("-")
+    version, trace_id, parent_id, flags = seen[0]["traceparent"].split("-")
     assert (trace_id, parent_id) == (server["trace"], outgoing["id"])  # the upstream's trace joins the client's
+    # The failed call: its span says so, and Crank's log line about it names its trace and span.
+    assert failed["attributes"]["error.type"] == "tool_error" and failed["trace"] != server["trace"]
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    (failure,) = [line for line in lines if "request_id" in line and "get_thing" in line["message"]]
+    assert (failure["trace_id"], failure["span_id"]) == (failed["trace"], failed["id"])
 
 
 def test_tracing_is_off_without_the_otel_variables_and_costs_no_thread() -> None:

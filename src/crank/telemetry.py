@@ -41,7 +41,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from crank import _json
+from crank import _json, tracing
 from crank.exceptions import ConfirmationError, OutputValidationError, ToolError
 
 __all__ = [
@@ -214,7 +214,8 @@ _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) 
 
 
 class JSONLogFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and every `extra` label."""
+    """One JSON object per line: time, level, logger, message and every `extra` label; with traces on, the
+    `trace_id` and `span_id` of the span it was written in (crank.tracing)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -224,6 +225,8 @@ class JSONLogFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         entry.update(_extra(record.__dict__))
+        if tracing.tracer() is not None:  # traces on: the line names the trace and span it was written in
+            entry.update(tracing.current_ids())
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return _json.dumps(entry).decode()

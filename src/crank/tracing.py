@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["client_span", "inject", "mark_error", "server_span", "tracer"]
+__all__ = ["client_span", "current_ids", "inject", "mark_error", "server_span", "tracer"]
 
 _configured = False
 _tracer: Tracer | None = None
@@ -142,6 +142,16 @@ def client_span(active: Tracer, method: str, scheme: str, host: str, port: int) 
     with active.start_as_current_span(method, kind=SpanKind.CLIENT, attributes=attributes, record_exception=False,
                                       set_status_on_exception=False) as span:  # fmt: skip
         yield span
+
+
+def current_ids() -> dict[str, str]:
+    """`trace_id` and `span_id` of the current span (hex, as OTLP and W3C write them); empty outside any span."""
+    from opentelemetry.trace import get_current_span
+
+    context = get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {"trace_id": format(context.trace_id, "032x"), "span_id": format(context.span_id, "016x")}
 
 
 def inject() -> dict[str, str]:
