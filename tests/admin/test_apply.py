@@ -148,3 +148,19 @@ def test_a_catalog_file_gives_its_workspace_credentials_per_scheme(registry: Reg
     file.write_text(CATALOG.read_text())  # the file is the truth
     apply_catalog(registry, load_catalog_file(file, variables=VARIABLES), base_dir=tmp_path)
     assert registry.workspace_credentials("demo") == {}
+
+
+def test_a_files_execution_config_keeps_what_the_document_says_of_the_body(registry: Registry, tmp_path: Path) -> None:
+    """An imported form operation whose `execution_config` the file sets (a timeout) still sends a form: what the
+    document says of its body (and security) is kept unless the file names it too."""
+    from tests import realapis
+
+    file = tmp_path / "catalog.yaml"
+    file.write_text(
+        "workspace: {slug: forms, name: Forms}\n"
+        f"sources: [{{openapi: '{realapis.require(realapis.FORM_DATA)}', base_url: 'http://forms.test'}}]\n"
+        "operations:\n  demo_form_data: {execution_config: {timeout: 30}}\n"
+    )
+    apply_catalog(registry, load_catalog_file(file), base_dir=tmp_path)
+    config = registry.operations("forms")["demo_form_data"]["execution_config"]
+    assert config == {"timeout": 30, "body": {"content_type": "application/x-www-form-urlencoded"}}

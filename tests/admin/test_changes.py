@@ -269,3 +269,14 @@ def test_an_operation_that_a_newer_document_makes_uncallable_is_skipped_and_kept
     assert "get_account_exports" not in report.removed and report.breaking == []
     assert "get_account_exports" in registry.operations("mc")
     assert {"operation": "get_account_exports"} in registry.agent("mc", "desk")["bindings"]
+
+
+def test_a_body_the_document_no_longer_sends_as_a_form_is_no_longer_a_form() -> None:
+    """How the body is written is the document's, as what it requires is: a re-import replaces it (and drops it when
+    the body became JSON), while the user's own execution settings stay."""
+    from crank.admin.changes import merge_draft
+
+    old = {"execution_config": {"timeout": 30, "body": {"content_type": "application/x-www-form-urlencoded"}}}
+    assert merge_draft(old, {"protocol": "http"})["execution_config"] == {"timeout": 30}
+    new = {"execution_config": {"body": {"content_type": "multipart/form-data", "files": ["file"]}}}
+    assert merge_draft(old, new)["execution_config"] == {"timeout": 30, **new["execution_config"]}

@@ -748,3 +748,19 @@ def test_an_optional_body_crank_cannot_write_is_left_out_and_a_required_one_skip
     assert [(skipped.name, skipped.reason) for skipped in imported.skipped] == [
         ("put_required", "its text/xml body is described as object, not as the string or file Crank sends")
     ]
+
+
+def test_json_media_types_with_wildcards_or_odd_parameters_are_json_and_never_fail_the_import() -> None:
+    body = {
+        "required": True,
+        "content": {"application/*+json": {"schema": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+    }
+    answer = {"content": {"application/*+json; x=\u00e9\u0001": {"schema": {"type": "object"}}}, "description": "A."}
+    document: JSONObject = {
+        "openapi": "3.1.0", "info": {"title": "Odd", "version": "1"}, "servers": [{"url": "https://api.example.com"}],
+        "paths": {"/things": {"post": {"requestBody": body, "responses": {"200": answer}}}},
+    }  # fmt: skip
+    (operation,) = import_openapi(document)
+    assert "execution_config" not in operation.spec  # a JSON body: sent as application/json
+    assert operation.spec["input_mapping"] == [{"from": "a", "to": "body.a"}]
+    assert operation.spec["output_schema"] == {"type": "object"}

@@ -87,6 +87,38 @@ def test_a_deep_object_field_is_written_as_stripe_reads_it_to_any_depth() -> Non
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type", "config"),
+    [
+        ({"f": {"K" * 20_000: list(range(2_000))}}, FORM, {"deep_objects": ("f",)}),  # a long key on every item
+        ({"K" * 20_000: [1] * 2_000}, FORM, {}),  # a long field name repeated
+        ({"K" * 20_000: [1] * 2_000}, "multipart/form-data", {}),  # a part each
+    ],
+)
+def test_a_short_argument_cannot_make_a_large_form_or_multipart_body(
+    body: Any, content_type: str, config: dict[str, Any]
+) -> None:
+    """Under 100 KB of arguments would write 40 MB of pairs or parts: refused as they are made, nothing built."""
+    with pytest.raises(MappingError, match=f"more than {MAX_UPLOAD_BYTES} bytes") as refused:
+        write(body, content_type, **config)
+    assert refused.value.error_code == "arguments_too_large" and refused.value.recoverable
+
+
+def test_a_form_key_cannot_stand_for_another_field() -> None:
+    with pytest.raises(MappingError, match="may not hold '\\[' or '\\]'"):
+        write({"metadata": {"a][x": "1"}}, FORM, deep_objects=("metadata",))
+    with pytest.raises(MappingError, match="has a property 'amount', which a form would send as the field"):
+        write({"amount": 100, "address": {"amount": "0"}}, FORM)
+
+
+def test_text_goes_as_utf_8_and_json_of_any_type_as_json() -> None:
+    assert write("é", "text/plain; charset=iso-8859-1; format=flowed") == (
+        "é".encode(), "text/plain; format=flowed; charset=utf-8"
+    )  # fmt: skip
+    assert write({"a": 1}, "application/*+json") == (b'{"a":1}', "application/json")
+    assert write({"a": 1}, "application/vnd.api+json") == (b'{"a":1}', "application/vnd.api+json")
+
+
 def test_a_multipart_body_has_a_part_per_field_and_files_from_data_urls_or_base64() -> None:
     png = "data:image/png;name=" + "cat%20%22one%22.png" + ";base64," + base64.b64encode(PNG).decode()
     body = {
@@ -119,7 +151,7 @@ def test_a_field_name_a_file_name_or_a_file_type_cannot_break_out_of_its_part() 
 
 
 def test_text_and_file_bodies() -> None:
-    assert write("<a>é</a>", "application/xml") == ("<a>é</a>".encode(), "application/xml")
+    assert write("<a>é</a>", "application/xml") == ("<a>é</a>".encode(), "application/xml; charset=utf-8")
     assert write(base64.b64encode(PNG).decode(), "image/png") == (PNG, "image/png")
     # A wildcard type takes the data: URL's own type, which must match it.
     assert write("data:image/gif;base64,R0lG", "image/*") == (b"GIF", "image/gif")
@@ -181,7 +213,7 @@ def test_the_kind_of_a_body_follows_its_media_type(content_type: str, kind: str)
     [
         ({"content_type": "json"}, "'json' is not a media type"),
         ({"content_type": "text/plain\r\nX-Evil: 1"}, "is not a media type"),
-        ({"content_type": "text/*"}, "only a file body's media type may have a wildcard"),
+        ({"content_type": "text/*"}, "only a JSON or a file body's media type may have a wildcard"),
         ({"content_type": FORM, "files": ["a"]}, "files: only a multipart/form-data body has them"),
         ({"content_type": "multipart/form-data", "deep_objects": ["a"]}, "deep_objects: only a form body"),
     ],

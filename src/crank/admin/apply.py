@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from crank import _yaml
 from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
-from crank.admin.documents import is_url, load_document
+from crank.admin.documents import DOCUMENT_EXECUTION_KEYS, is_url, load_document
 from crank.admin.lint import Finding
 from crank.admin.models import CatalogFile, OperationIn, SourceIn
 from crank.exceptions import ApplyError, SpecError
@@ -94,9 +94,16 @@ def apply_catalog(
 
 
 def _merged(name: str, imported: JSONObject, patch: JSONObject) -> JSONObject:
-    """An inline operation, or an imported one with the fields the file gives replaced."""
+    """An inline operation, or an imported one with the fields the file gives replaced. An `execution_config` the
+    file gives replaces the imported one, except for what the document says of the operation (`requires`, `body`),
+    which the file's own keys may still replace: a timeout set in the file leaves a form body a form."""
+    merged = {**imported, **patch}
+    imported_config, patched_config = imported.get("execution_config"), patch.get("execution_config")
+    if isinstance(imported_config, dict) and isinstance(patched_config, dict):
+        documents = {key: imported_config[key] for key in DOCUMENT_EXECUTION_KEYS if key in imported_config}
+        merged["execution_config"] = {**documents, **patched_config}
     try:
-        return OperationIn.model_validate({**imported, **patch}).model_dump(exclude_none=True)
+        return OperationIn.model_validate(merged).model_dump(exclude_none=True)
     except ValidationError as exc:
         where = "" if imported else " (not imported by any source, so it needs protocol and target)"
         raise ApplyError(f"operations.{name}{where}:\n{_describe(exc)}") from None

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crank.admin.actions import CheckAndLint, ImportFormat, imported_specs
-from crank.admin.documents import Matcher, SkippedOperation, load_document
+from crank.admin.documents import DOCUMENT_EXECUTION_KEYS, Matcher, SkippedOperation, load_document
 from crank.admin.lint import Finding
 from crank.gateway.egress import EgressPolicy
 from crank.registry import Registry, tool_name_of
@@ -151,8 +151,11 @@ def merge_draft(old: JSONObject | None, new: JSONObject) -> JSONObject:
         return new
     merged = {key: value for key, value in old.items() if key not in IMPORTED_FIELDS and key != "execution_config"}
     merged.update(new)
-    # What the document requires is the document's: a scheme it no longer names is no longer required.
-    kept = {key: value for key, value in (old.get("execution_config") or {}).items() if key != "requires"}
+    # What the document requires, and how it takes its body, are the document's: a scheme it no longer names is
+    # no longer required, and a body that became JSON (or went away) is no longer a form.
+    kept = {
+        key: value for key, value in (old.get("execution_config") or {}).items() if key not in DOCUMENT_EXECUTION_KEYS
+    }
     execution = {**kept, **(new.get("execution_config") or {})}
     if execution:
         merged["execution_config"] = execution

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
 import jsonschema_rs
@@ -57,6 +57,7 @@ from crank.mcp.validation import checkable_pattern
 from crank.types import JSONObject
 
 __all__ = [
+    "DOCUMENT_EXECUTION_KEYS",
     "DESCRIPTION_LIMIT",
     "FETCH_DEADLINE",
     "MAX_DOCUMENT_BYTES",
@@ -122,6 +123,12 @@ _TEMPLATE = re.compile(r"{([^{}]+)}")
 _DOCUMENT_URI = "urn:crank:document"
 # Keywords whose values are data, not schemas or API objects: a "$ref" key inside them is not a reference.
 _DATA_KEYWORDS = frozenset({"example", "examples", "enum", "const"})
+
+
+DOCUMENT_EXECUTION_KEYS: Final = frozenset({"requires", "body"})
+"""The `execution_config` keys an import sets from the API description (what the operation's security requires, how
+its body is written): a re-import replaces them, and a catalog file's `execution_config` keeps them unless it names
+them itself."""
 
 
 @dataclass(frozen=True)

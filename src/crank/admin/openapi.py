@@ -614,7 +614,8 @@ def _request_media(content: JSONObject) -> tuple[str, JSONObject] | None:
     ranked = sorted(
         ((_BODY_RANKS[body_kind(media_type)], _json_rank(media_type) or 0, index), media_type)
         for index, (media_type, media) in enumerate(content.items())
-        if isinstance(media, dict) and media_type_problem(media_type) is None
+        # JSON goes as `application/json` whatever its key says; any other type becomes the request's header.
+        if isinstance(media, dict) and (_json_rank(media_type) is not None or media_type_problem(media_type) is None)
     )
     if not ranked:
         if content:

@@ -8,9 +8,11 @@ admin token between starts, so a client configured once keeps working, and the C
 registry with `CRANK_DATA_DIR=<folder>`.
 
 The demo honours the `CRANK_*` settings a user gives it (the environment, `CRANK_SETTINGS_FILE`, the demo
-folder's `crank.toml`: `CRANK_PUBLIC_URL`, `CRANK_EGRESS_ALLOW`, limits, logging...), except where it keeps its
-state: its registry is always the SQLite file in its own folder and its state store is in-process, so a
-deployment's `CRANK_DATABASE_URL` or `CRANK_REDIS_URL` never makes the demo write into a real registry.
+folder's `crank.toml`: `CRANK_PUBLIC_URL`, `CRANK_EGRESS_ALLOW`, `CRANK_ADMIN_TOKEN`, request and tool limits,
+logging...), except where it keeps its state and what makes it the demo: its registry is always the SQLite file
+in its own folder and its state store is in-process, so a deployment's `CRANK_DATABASE_URL` or `CRANK_REDIS_URL`
+never makes the demo write into a real registry; it serves every role in one process; and with `--oauth` its
+resources are named from its own address. The listening socket's connection limits are uvicorn's defaults.
 
 `--oauth` (`crank.demo.oauth`) also runs a local authorization server and makes the demo workspace take its
 access tokens beside the API key.
@@ -56,11 +58,12 @@ class DemoServer:
 
 
 def demo_settings(listen: str, data_dir: Path, *, public_url: str | None = None) -> Settings:
-    """The user's `CRANK_*` settings with the demo's address and folder, its registry in that folder and its state
-    in-process; `public_url` when the user gives none (the OAuth demo's resources are named from it)."""
+    """The user's `CRANK_*` settings with the demo's address and folder, its registry in that folder, its state
+    in-process and every role in one process (the banner names the console and the admin API). `public_url`: what
+    the OAuth demo names its resources from, whatever the user set, since its client connects to the demo itself."""
     settings = load_settings(listen=listen, data_dir=data_dir)
-    kept: dict[str, object] = {"database_url": None, "redis_url": None}
-    if settings.public_url is None and public_url is not None:
+    kept: dict[str, object] = {"database_url": None, "redis_url": None, "role": "all"}
+    if public_url is not None:
         kept["public_url"] = public_url
     for name, value in _DEMO_DEFAULTS.items():
         if name not in settings.model_fields_set:  # neither the environment nor a settings file gave it
@@ -154,7 +157,8 @@ def _banner(demo: DemoServer, listen: str, folder: Path, issuer: str | None) -> 
     print(f"API key:        {demo.api_key}")
     if issuer is not None:
         print(f"Sign-in:        {issuer} (a local authorization server: any name and password sign in)")
-    print(f"Console:        http://{listen}/console (sign in with the admin token in {folder / 'admin-token'})")
+    token = "CRANK_ADMIN_TOKEN" if demo.server.settings.admin_token is not None else f"{folder / 'admin-token'}"
+    print(f"Console:        http://{listen}/console (sign in with the admin token in {token})")
     print(f"Admin API:      http://{listen}/admin/v1 (the same token)")
     print(f"Data folder:    {folder} (kept between starts; the key stays valid)")
     print("\nClient configuration (paste into your MCP client's settings):\n")

@@ -52,11 +52,12 @@ def authorization_server(*, timeout: float = 30) -> Iterator[str]:
         process = subprocess.Popen([_node(modules), str(SCRIPT), "0"], cwd=modules.parent, stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=errors)  # fmt: skip
         lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=_read, args=(process.stdout, lines), daemon=True).start()
+        reader = threading.Thread(target=_read, args=(process.stdout, lines), daemon=True)
+        reader.start()
         try:
             yield _issuer(process, lines, errors, timeout)
         finally:
-            _stop(process)
+            _stop(process, reader)
 
 
 def _read(stdout: IO[bytes] | None, lines: queue.Queue[str | None]) -> None:
@@ -80,7 +81,7 @@ def _issuer(process: subprocess.Popen[bytes], lines: queue.Queue[str | None], er
     raise RuntimeError(f"the authorization server did not start (exit {process.returncode}):\n{detail}")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def _stop(process: subprocess.Popen[bytes], reader: threading.Thread) -> None:
     assert process.stdin is not None and process.stdout is not None
     process.stdin.close()  # the server ends when its stdin closes; terminate in case it does not
     process.terminate()
@@ -89,4 +90,5 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+    reader.join(timeout=10)  # it reads to the end of the output the process left
     process.stdout.close()

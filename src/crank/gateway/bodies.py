@@ -1,23 +1,27 @@
 """The body of an http call, written as its operation's `BodyConfig` (crank.registry.runtime) says.
 
-- **json**: the mapped body as JSON, sent with the configured media type.
+- **json**: the mapped body as JSON, sent with the configured media type (`application/json` for a wildcard).
 - **form** (`application/x-www-form-urlencoded`): the body is an object; each field is a pair. A string goes as
   it is, a number or boolean as JSON writes it (`true`, `3`), and null leaves the field out. An array repeats its
   field (`tag=a&tag=b`) and an object's properties go as pairs of their own (OpenAPI's default, `style: form`
-  with `explode`). A field in `deep_objects` goes as OpenAPI's `deepObject`: `address[city]=Oslo`, nested as
-  deep as the value (`items[0][price]=p_1`), the form Stripe, Rails and PHP read.
+  with `explode`; a property named like another field is refused). A field in `deep_objects` goes as OpenAPI's
+  `deepObject`: `address[city]=Oslo`, nested as deep as the value (`items[0][price]=p_1`), the form Stripe, Rails
+  and PHP read; a key holding `[` or `]` is refused, since a server would read it as another field.
 - **multipart** (`multipart/form-data`, RFC 7578): one part per field, or per item of an array; an object, or an
   array of objects, is one `application/json` part. A field in `files` is a file part: its value is standard
   base64, or a `data:` URL (RFC 2397) that may name the file (`data:image/png;name=cat.png;base64,...`, as
   react-jsonschema-form writes them); the part takes the URL's media type and name, else
   `application/octet-stream` and the field's name.
-- **text** (`text/*`, XML): the body is a string, sent as UTF-8.
+- **text** (`text/*`, XML): the body is a string, sent as UTF-8 (`charset=utf-8`, whatever the description named).
 - **binary** (any other media type): the body is one file as above; a media type with a wildcard (`image/*`)
   is sent as the `data:` URL's own type, which must match it.
 
-Files are never read from anywhere: a value that is not base64 or a `data:` URL is refused. The files of one
-call hold at most `MAX_UPLOAD_BYTES` once decoded, checked on the encoded length before anything is decoded.
-A wrong value is a recoverable `MappingError` that names the field and what to send instead.
+Files are never read from anywhere: a value that is not base64 or a `data:` URL is refused. A form's or multipart
+body's written size (its pairs before percent-encoding, its parts with their files decoded) and a file body hold
+at most `MAX_UPLOAD_BYTES`, counted as they are made, so that a short key repeated over many values cannot make a
+large body; a file is refused on its encoded length before it is decoded. Over the bound, a file is
+`file_too_large` and the fields `arguments_too_large`. A wrong value is a recoverable `MappingError` that names the
+field and what to send instead.
 """
 
 from __future__ import annotations
@@ -66,32 +70,41 @@ class BodyWriter:
         """`write(body) -> (bytes, content type)`; `MappingError` when the body cannot be written so."""
 
     def _json(self, body: Any) -> tuple[bytes, str]:
-        return _json.dumps(body), self.content_type
+        # A wildcard (`*/*`, `application/*+json`) says any JSON will do: it goes as plain JSON.
+        return _json.dumps(body), self.content_type if "*" not in self.content_type else "application/json"
 
     def _form(self, body: Any) -> tuple[bytes, str]:
-        pairs: list[tuple[str, str]] = []
-        for name, value in _fields(body, "an application/x-www-form-urlencoded").items():
+        fields = _fields(body, "an application/x-www-form-urlencoded")
+        pairs = _Pairs()
+        for name, value in fields.items():
             if name in self._deep:
-                _deep_pairs(name, value, pairs)
-            elif isinstance(value, dict):
-                pairs.extend((key, _json.as_text(item)) for key, item in value.items() if item is not None)
+                pairs.deep(name, value)
+            elif isinstance(value, dict):  # OpenAPI's `style: form` with `explode`: its properties as fields
+                for key, item in value.items():
+                    if key in fields:
+                        raise MappingError(f"argument {name!r} has a property {key!r}, which a form would send "
+                                           f"as the field {key!r} of its own", recoverable=True)  # fmt: skip
+                    pairs.add(key, item)
             else:
-                pairs.extend((name, _json.as_text(item)) for item in _items(value))
-        return urlencode(pairs).encode(), self.content_type
+                for item in _items(value):
+                    pairs.add(name, item)
+        return urlencode(pairs.written).encode(), self.content_type
 
     def _multipart(self, body: Any) -> tuple[bytes, str]:
         boundary = "crank-" + secrets.token_hex(16)
         parts: list[bytes] = []
         budget = _Budget()
         for name, value in _fields(body, "a multipart/form-data").items():
-            if name in self._files:
-                for item in _items(value):
-                    file = budget.take(decode_file(item, where=f"argument for {name!r}"))
-                    parts.append(_part(name, file.content, file.media_type or _OCTET_STREAM, file.name or name))
-            elif _structured(value):
-                parts.append(_part(name, _json.dumps(value), "application/json"))
-            else:
-                parts.extend(_part(name, _json.as_text(item).encode()) for item in _items(value))
+            for item in _items(value) if name in self._files or not _structured(value) else [value]:
+                if name in self._files:
+                    file = decode_file(item, where=f"argument for {name!r}")
+                    part = _part(name, file.content, file.media_type or _OCTET_STREAM, file.name or name)
+                elif _structured(item):
+                    part = _part(name, _json.dumps(item), "application/json")
+                else:
+                    part = _part(name, _json.as_text(item).encode())
+                budget.spend(len(part), file=name in self._files)
+                parts.append(part)
         closing = f"--{boundary}--\r\n".encode()
         written = b"".join(f"--{boundary}\r\n".encode() + part for part in parts) + closing
         return written, f"multipart/form-data; boundary={boundary}"
@@ -100,10 +113,10 @@ class BodyWriter:
         if not isinstance(body, str):
             raise MappingError(f"the body of a {self.content_type} call is a string, not {_kind(body)}",
                                recoverable=True, suggested_action="Pass the body as one string.")  # fmt: skip
-        return body.encode(), self.content_type
+        return body.encode(), _utf8(self.content_type)
 
     def _binary(self, body: Any) -> tuple[bytes, str]:
-        file = _Budget().take(decode_file(body, where="body"))
+        file = decode_file(body, where="body")  # bounded by its encoded length
         content_type = self.content_type
         if "*" in content_type:
             if file.media_type is None or not _matches(file.media_type, content_type):
@@ -123,25 +136,56 @@ def decode_file(value: Any, *, where: str) -> File:
         raise _not_a_file(where, f"not {_kind(value)}")
     if len(value) > MAX_UPLOAD_BYTES * 4 // 3 + 4096:  # the largest base64 or data: URL of a file within bounds
         raise _too_large()
-    if value[:5].lower() == "data:":
-        return _data_url(value, where)
     try:
-        return File(base64.b64decode(value, validate=True))
+        file = _data_url(value, where) if value[:5].lower() == "data:" else File(base64.b64decode(value, validate=True))
     except binascii.Error:
         raise _not_a_file(where, "neither base64 nor a data: URL") from None
+    if len(file.content) > MAX_UPLOAD_BYTES:
+        raise _too_large()
+    return file
 
 
 class _Budget:
-    """The bytes of files one call has left to send."""
+    """The bytes a call's body has left: its files decoded, and its fields as written."""
 
     def __init__(self) -> None:
         self.left = MAX_UPLOAD_BYTES
 
-    def take(self, file: File) -> File:
-        self.left -= len(file.content)
+    def spend(self, size: int, *, file: bool = False) -> None:
+        self.left -= size
         if self.left < 0:
-            raise _too_large()
-        return file
+            raise _too_large() if file else _body_too_large()
+
+
+class _Pairs:
+    """A form's pairs, counted as they are made: a short key repeated over many values (or nested deep) cannot
+    make a body larger than the budget."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, str]] = []
+        self._budget = _Budget()
+
+    def add(self, key: str, value: Any) -> None:
+        if value is None:
+            return
+        text = _json.as_text(value)
+        self._budget.spend(len(key) + len(text) + 2)
+        self.written.append((key, text))
+
+    def deep(self, key: str, value: Any) -> None:
+        """OpenAPI's `deepObject`, to any depth: `key[name]=value`, an array's items `key[0]=value`. A name with a
+        bracket is refused: a server would read it as another field."""
+        if isinstance(value, dict):
+            for name, item in value.items():
+                if "[" in name or "]" in name:
+                    raise MappingError(f"the key {name!r} under {key!r} may not hold '[' or ']': a form would send "
+                                       "it as another field", recoverable=True)  # fmt: skip
+                self.deep(f"{key}[{name}]", item)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                self.deep(f"{key}[{index}]", item)
+        else:
+            self.add(key, value)
 
 
 def _data_url(value: str, where: str) -> File:
@@ -181,18 +225,6 @@ def _items(value: Any) -> list[Any]:
     return [item for item in value if item is not None] if isinstance(value, list) else [value]
 
 
-def _deep_pairs(key: str, value: Any, pairs: list[tuple[str, str]]) -> None:
-    """OpenAPI's `deepObject`, to any depth: `key[name]=value`, an array's items `key[0]=value`."""
-    if isinstance(value, dict):
-        for name, item in value.items():
-            _deep_pairs(f"{key}[{name}]", item, pairs)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _deep_pairs(f"{key}[{index}]", item, pairs)
-    elif value is not None:
-        pairs.append((key, _json.as_text(value)))
-
-
 def _part(name: str, content: bytes, content_type: str | None = None, filename: str | None = None) -> bytes:
     """One part of a multipart/form-data body, its names escaped as HTML's form submission does (RFC 7578, 4.2)."""
     disposition = f'form-data; name="{_quoted(name)}"'
@@ -223,6 +255,21 @@ def _matches(media_type: str, pattern: str) -> bool:
 def _not_a_file(where: str, what: str) -> MappingError:
     return MappingError(f"{where} is a file: {what}", recoverable=True,
                         suggested_action=f"Pass the file's content as {_FILE_HINT}.")  # fmt: skip
+
+
+def _utf8(content_type: str) -> str:
+    """A text type as sent: the string is written as UTF-8, whatever charset the description named."""
+    essence, *parameters = content_type.split(";")
+    kept = [p.strip() for p in parameters if p.strip() and not p.strip().lower().startswith("charset=")]
+    return "; ".join([essence.strip(), *kept, "charset=utf-8"])
+
+
+def _body_too_large() -> MappingError:
+    return MappingError(
+        f"The arguments make an upstream body of more than {MAX_UPLOAD_BYTES} bytes, which is not sent.",
+        error_code="arguments_too_large", recoverable=True,
+        suggested_action="Pass fewer or shorter values for the body's fields.",
+    )  # fmt: skip
 
 
 def _too_large() -> MappingError:

@@ -14,7 +14,8 @@ mappings; the linter and the CLI).
         ├── output_mapping      OutputSpec: select, rename, max_items
         └── execution_config    ExecutionConfig: timeout, retries, idempotent, forward_headers,
                                 auth (AuthConfig), idempotency (IdempotencyConfig),
-                                confirmation (ConfirmationConfig), accept, output_schema
+                                confirmation (ConfirmationConfig), accept, body (BodyConfig),
+                                output_schema
 
 The models check shapes and types; rules that need the gateway's knowledge (URL and header grammar,
 secret folders, JMESPath, which headers may be forwarded) are checked where the version is compiled.
@@ -23,10 +24,10 @@ secret folders, JMESPath, which headers may be forwarded) are checked where the 
 (`FORMAT_VERSION`). Views written before it (format 1: no `format_version`, each tool the draft's
 fields copied as they were, `execution_config` a free object) are still served: `load_runtime` reads
 them through `tool_from_spec`, the same function that turns drafts into tools at publish, so an old
-version serves as it did. Formats 2 and 3 are format 4 without what came later (2: the agent's `limits`;
-3: documents, prompts and resources) and are read as such; a publish writes the oldest format that holds the
-view. A number above `FORMAT_VERSION` (a newer Crank wrote it, say during a rolling upgrade) is refused with a
-message saying so rather than read in part.
+version serves as it did. Formats 2 to 4 are format 5 without what came later (2: the agent's `limits`;
+3: documents, prompts and resources; 4: tools' `execution_config.body`) and are read as such; a publish writes
+the oldest format that holds the view. A number above `FORMAT_VERSION` (a newer Crank wrote it, say during a
+rolling upgrade) is refused with a message saying so rather than read in part.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ DEFAULT_ACCEPT: Final = "application/json"
 DEFAULT_CONTENT_TYPE: Final = "application/json"
 """The media type of an http call's body (`BodyConfig.content_type`)."""
 MAX_UPLOAD_BYTES: Final = 16 * 1024 * 1024
-"""Bytes of the files (decoded) one http call may send: as much as an answer may hold."""
+"""Bytes of the body one http call may send when it is a form, multipart or a file (its files decoded): as much
+as an answer may hold. The MCP request that carries it is bounded first (`CRANK_MAX_BODY_BYTES`)."""
 
 BodyKind = Literal["json", "form", "multipart", "text", "binary"]
 """How an http call's body is written, by its media type (`body_kind`)."""
@@ -604,12 +606,13 @@ def body_kind(content_type: str) -> BodyKind:
 
 def media_type_problem(content_type: str) -> str | None:
     """Why a body cannot be sent with this `Content-Type`, or None: it must be `type/subtype` (RFC 9110, 8.3.1) and
-    may hold a wildcard only for a file, whose `data:` URL then names the type."""
+    may hold a wildcard only for JSON (sent as `application/json`) or a file, whose `data:` URL then names the
+    type."""
     essence = content_type.split(";", 1)[0].strip()
     if not _MEDIA_TYPE.fullmatch(essence) or not content_type.isprintable():
         return f"{content_type!r} is not a media type (type/subtype)"
-    if "*" in essence and essence != "*/*" and body_kind(content_type) != "binary":
-        return f"{content_type!r}: only a file body's media type may have a wildcard"
+    if "*" in essence and body_kind(content_type) not in ("binary", "json"):
+        return f"{content_type!r}: only a JSON or a file body's media type may have a wildcard"
     return None
 
 
@@ -907,7 +910,12 @@ class RuntimeTool(_Model):
         return (self.target.method or DEFAULT_HTTP_METHOD).upper()
 
     def to_json(self) -> JSONObject:
-        return self.model_dump(mode="json", by_alias=True)
+        """The tool as JSON, without a JSON body's `execution_config.body` (format 4's shape), so that what is
+        derived from it (a confirmation's fingerprint) is the same on a replica from before bodies."""
+        data = self.model_dump(mode="json", by_alias=True)
+        if self.execution_config.body == _JSON_BODY:
+            del data["execution_config"]["body"]
+        return data
 
 
 class WorkspaceInfo(_Model):
