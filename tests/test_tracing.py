@@ -223,3 +223,47 @@ def test_tracing_is_off_without_the_otel_variables_and_costs_no_thread() -> None
     on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                         env={**clean, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})  # fmt: skip
     assert on.stdout.split()[:2] == ["False", "TracerProvider"], on.stderr
+
+
+def test_the_in_process_endpoint_traces_a_call_under_the_traceparent_header(
+    tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    """`crank serve examples.rpc_app:app` (the README's RPCService) with traces on: a request that carries its trace
+    in the HTTP `traceparent` header (and none in `_meta`) gets a server span in that trace, under that span."""
+    import httpx
+
+    receiver = Receiver()
+    collector = serve(receiver.app())
+    port = free_port()
+    clean = {key: value for key, value in os.environ.items() if not key.startswith(("CRANK_", "OTEL_"))}
+    environment = {**clean, "OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_BSP_SCHEDULE_DELAY": "50",
+                   "CRANK_LISTEN": f"127.0.0.1:{port}", "CRANK_DATA_DIR": str(tmp_path)}  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "crank.cli", "serve", "examples.rpc_app:app"], cwd=ROOT,
+                               env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/mcp/tools", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        headers = {"traceparent": f"00-{trace_id}-{parent_id}-01", "mcp-protocol-version": "2026-07-28",
+                   "mcp-method": "tools/list", "accept": "application/json, text/event-stream"}  # fmt: skip
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": meta}}
+        answered = httpx.post(f"http://127.0.0.1:{port}/mcp", json=call, headers=headers, timeout=10)
+        assert answered.status_code == 200, answered.text
+        spans = receiver.wait_for(lambda found: any(span["trace"] == trace_id for span in found))
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    (span,) = [span for span in spans if span["trace"] == trace_id]
+    assert (span["name"], span["parent"], span["kind"]) == ("tools/list", parent_id, 2)
+    assert span["attributes"]["mcp.protocol.version"] == "2026-07-28"
+    assert span["attributes"]["jsonrpc.request.id"] == "9"
