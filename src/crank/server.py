@@ -45,6 +45,7 @@ from crank.mcp.routing import mount
 from crank.mcp.server import ServerInfo
 from crank.mcp.streams import Relay
 from crank.registry import Registry, migrate, open_engine
+from crank.registry.audit import AuditLog
 from crank.registry.changes import ChangeListener, change_announcer, change_listener
 from crank.registry.runtime import OAuthPolicy
 from crank.registry.vault import Vault, VaultKeys
@@ -54,6 +55,7 @@ from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
 from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources.agents import AgentSource
 from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, KeyCacheLimits
+from crank.sources.audit_trail import DEFAULT_AUDIT_BUFFER, AuditTrail
 from crank.sources.connect import ConnectPages
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
@@ -252,20 +254,24 @@ class GatewayService:
         vault_keys: VaultKeys | None = None,
         agent_cache: AgentCacheLimits | None = None,
         key_cache: KeyCacheLimits | None = None,
+        audit: bool = True,
+        audit_buffer: int = DEFAULT_AUDIT_BUFFER,
     ) -> None:
-        """`allowed_hosts`, `allowed_origins`: what the MCP endpoints' DNS-rebinding protection accepts besides
-        the loopback names and same-origin requests (`MCPEndpoint`). `listener`: how this replica hears of
-        registry changes at once (`crank.registry.changes`); it polls every `poll_interval` seconds besides
-        (without one, only that). `max_body_size`: larger request bodies get 413, unread. `public_url`: the
-        server's public base URL, which names each agent's resource for OAuth (a workspace's own audience wins);
-        never taken from a request's `Host`. `request_state_secret` and `relay`: what lets replicas finish each
-        other's questions to users (a confirmation): the same secret on every replica, and the answer relay
-        (`crank.state.relay`) over their Redis. `max_streams_per_workspace`: list-change streams one workspace's
-        callers may hold open at once (`crank.mcp.changes`). `vault_keys`: the keys of the token vault
-        (`CRANK_VAULT_KEYS`), which users' own connections to APIs need, with `public_url` for their connect
-        pages; checked here against the vault's rows (`ConfigurationError` naming a key the rows need).
-        `agent_cache`: how many agents stay built, and how many cold ones are built a second; `key_cache`: how many API
-        keys stay held, and how many are looked up a second."""
+        """`audit`: every tool call is recorded in the registry's audit trail (`crank.sources.audit_trail`),
+        with at most `audit_buffer` records waiting to be written. `allowed_hosts`, `allowed_origins`: what the
+        MCP endpoints' DNS-rebinding protection accepts besides the loopback names and same-origin requests
+        (`MCPEndpoint`). `listener`: how this replica hears of registry changes at once
+        (`crank.registry.changes`); it polls every `poll_interval` seconds besides (without one, only that).
+        `max_body_size`: larger request bodies get 413, unread. `public_url`: the server's public base URL,
+        which names each agent's resource for OAuth (a workspace's own audience wins); never taken from a
+        request's `Host`. `request_state_secret` and `relay`: what lets replicas finish each other's questions
+        to users (a confirmation): the same secret on every replica, and the answer relay (`crank.state.relay`)
+        over their Redis. `max_streams_per_workspace`: list-change streams one workspace's callers may hold open
+        at once (`crank.mcp.changes`). `vault_keys`: the keys of the token vault (`CRANK_VAULT_KEYS`), which
+        users' own connections to APIs need, with `public_url` for their connect pages; checked here against the
+        vault's rows (`ConfigurationError` naming a key the rows need). `agent_cache`: how many agents stay
+        built, and how many cold ones are built a second; `key_cache`: how many API keys stay held, and how many
+        are looked up a second."""
         client = client or UpstreamClient()
         self.metrics = metrics or Metrics()
         state = state or MemoryStore()
@@ -276,6 +282,8 @@ class GatewayService:
         connections = UserConnections(vault, state, links)
         # A publish tells the clients of the agents whose lists it changed.
         self.changes = ListChanges(max_per_group=max_streams_per_workspace)
+        self.audit = (AuditTrail(AuditLog(registry.engine), capacity=audit_buffer,
+                                 on_drop=self.metrics.audit_dropped.inc) if audit else None)  # fmt: skip
         self.source = AgentSource(
             registry,
             client,
@@ -289,6 +297,7 @@ class GatewayService:
             connections=connections,
             agent_cache=agent_cache,
             key_cache=key_cache,
+            audit=self.audit,
         )
         # `/readyz` asks each dependency through a bounded, cached probe: the registry, and Redis when used.
         self.probes = [probe or registry_probe(registry)]
@@ -339,6 +348,8 @@ class GatewayService:
         await self.source.aclose()
         await self.auth.verifier.client.aclose()
         await self.endpoint.aclose()
+        if self.audit is not None:  # what is still buffered is written before the process ends
+            await asyncio.to_thread(self.audit.close)
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """`crank.wire.asgi.EarlyAnswers` for `crank serve`'s HTTP protocol: the 429 of a request to an agent
@@ -498,6 +509,8 @@ class CrankServer:
                 agent_cache=settings.agent_cache_limits(),
                 key_cache=settings.key_cache_limits(),
                 vault_keys=settings.vault(),
+                audit=settings.audit,
+                audit_buffer=settings.audit_buffer,
             )
         if settings.role in ("admin", "all"):  # "try it" calls the gateway of this process, when it has one
             self.console = Console(registry, token=settings.admin_secret(), egress=self.egress,

@@ -48,6 +48,7 @@ from crank.registry.vault import VaultKeys
 from crank.schema import problems_of
 from crank.sources.agent_cache import AGENT_BUILDS_PER_SECOND, DEFAULT_AGENT_CACHE, AgentCacheLimits
 from crank.sources.api_keys import DEFAULT_KEY_CACHE, DEFAULT_KEY_LIST_MAX_AGE, KEY_LOOKUPS_PER_SECOND, KeyCacheLimits
+from crank.sources.audit_trail import DEFAULT_AUDIT_BUFFER
 from crank.wire.asgi import DEFAULT_MAX_BODY_SIZE
 from crank.wire.connection_limits import (
     DEFAULT_BODY_TIMEOUT,
@@ -167,6 +168,11 @@ class Settings(BaseSettings):
         le=64 * 1024 * 1024,
         description="Bytes of a request's body at an MCP endpoint (413).",
     )
+    audit: bool = Field(True, description="Record every tool call in the registry's audit trail (docs/deployment.md).")
+    audit_buffer: int = Field(
+        DEFAULT_AUDIT_BUFFER, ge=1, le=1_000_000,
+        description="Audit records waiting to be written at most; past it, new ones are dropped and counted.",
+    )  # fmt: skip
     upstream_connections_per_origin: int = Field(
         DEFAULT_LIMIT_PER_HOST, ge=1, le=10_000, description="Connections to one upstream origin, all workspaces."
     )

@@ -43,6 +43,7 @@ from prometheus_client.utils import floatToGoString
 
 from crank import _json, tracing
 from crank.exceptions import ConfirmationError, OutputValidationError, ToolError
+from crank.wire.auth import Principal
 
 __all__ = [
     "DEFAULT_PROBE_CACHE",
@@ -61,7 +62,7 @@ DEFAULT_PROBE_CACHE: Final = 1.0
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LABELS = ("workspace", "agent", "tool")
-Observe = Callable[[str, ToolError | None, float, str | None], None]
+Observe = Callable[[str, ToolError | None, float, str | None, Principal | None, Mapping[str, Any]], None]
 """What `Metrics.observer` returns: it has the shape of the MCP core's `CallObserver`, which the core
 declares; telemetry sits below the core and never imports it."""
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -145,6 +146,10 @@ class Metrics:
             "crank_tool_output_mismatches", "Answers that failed the tool's published output schema.",
             list(_LABELS), registry=self.registry,
         )  # fmt: skip
+        self.audit_dropped = Counter(
+            "crank_audit_dropped", "Audit records dropped: the buffer of records waiting to be written was full.",
+            registry=self.registry,
+        )  # fmt: skip
         self.rate_limited = Counter(
             "crank_rate_limited", "Requests and tool calls refused by a rate limit or quota, by the limit.",
             ["workspace", "agent", "limit"], registry=self.registry,
@@ -156,7 +161,10 @@ class Metrics:
         tools: dict[str, _ToolCalls] = {}
         labels = {"workspace": workspace, "agent": agent}
 
-        def observe(tool: str, error: ToolError | None, seconds: float, request_id: str | None) -> None:
+        def observe(
+            tool: str, error: ToolError | None, seconds: float, request_id: str | None, caller: Principal | None,
+            arguments: Mapping[str, Any],
+        ) -> None:  # fmt: skip
             counts = tools.get(tool)
             if counts is None:
                 counts = tools[tool] = self._calls.tools.setdefault((workspace, agent, tool), _ToolCalls())

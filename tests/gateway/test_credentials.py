@@ -162,7 +162,7 @@ def assert_never_logged(caplog: pytest.LogCaptureFixture, *secrets: str) -> None
 def call_line(caplog: pytest.LogCaptureFixture, error: ToolError) -> dict[str, Any]:
     """The operator's log line of a failed call (crank.calls), as JSON."""
     caplog.clear()
-    Metrics().observer("shop", "desk")("t", error, 0.01, "req-1")
+    Metrics().observer("shop", "desk")("t", error, 0.01, "req-1", None, {})
     (record,) = [record for record in caplog.records if record.name == "crank.calls"]
     line: dict[str, Any] = json.loads(JSONLogFormatter().format(record))
     return line

@@ -201,7 +201,7 @@ async def test_an_upstream_failure_is_logged_with_its_cause_and_origin(
     caplog.set_level(logging.INFO, logger="crank.calls")
     with silent, pytest.raises(ExternalServiceError) as failed:
         await operation(client, origin + "/unavailable", timeout=0.5 if cause == "timeout" else 10, retries=0).call({})
-    Metrics().observer("acme", "support")("t", failed.value, 0.01, "req-1")
+    Metrics().observer("acme", "support")("t", failed.value, 0.01, "req-1", None, {})
     (record,) = [record for record in caplog.records if record.name == "crank.calls"]
     line = json.loads(JSONLogFormatter().format(record))
     assert line["cause"] == cause and line["origin"] == origin
@@ -257,7 +257,7 @@ async def test_an_upstream_401_or_403_says_the_credentials_need_attention_not_th
     assert "Do not retry with other arguments" in payload["suggested_action"]
     assert "credentials need attention" in payload["suggested_action"]
     metrics = Metrics()
-    metrics.observer("shop", "desk")("t", failed.value, 0.01, "req-1")
+    metrics.observer("shop", "desk")("t", failed.value, 0.01, "req-1", None, {})
     assert f'error_code="{code}"' in metrics.exposition().decode()
     (record,) = [record for record in caplog.records if record.name == "crank.calls"]
     line = json.loads(JSONLogFormatter().format(record))

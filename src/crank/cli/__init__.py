@@ -10,7 +10,7 @@ One module per group of commands, each registering itself on `main` (`crank.cli.
 
 from __future__ import annotations
 
-from crank.cli import keys, lint, registry, serving, vault  # noqa: F401  (their commands register on `main`)
+from crank.cli import audit, keys, lint, registry, serving, vault  # noqa: F401  (their commands register on `main`)
 from crank.cli.group import main
 
 __all__ = ["main"]

@@ -142,7 +142,8 @@ async def call_tool(
         error.log_context = {**(error.log_context or {}), **context.caller.log_fields()}
     if observer is not None:
         seconds = time.perf_counter() - started
-        observer(tool.name, error, seconds, context.request_id if error is not None else None)
+        caller = context.caller
+        observer(tool.name, error, seconds, context.request_id if error is not None else None, caller, arguments)
     elif error is not None:  # without an observer, failures are still logged
         logger.info("tool %s failed: %s%s (request_id=%s)", tool.name, error.error_code, error.log_note(),
                     context.request_id, extra={**_labels(context), **(error.log_context or {})})  # fmt: skip

@@ -340,10 +340,21 @@ class Tool:
 
 
 class CallObserver(Protocol):
-    """Told about every finished call: metrics and logs with the endpoint's labels (see `crank.telemetry`).
+    """Told about every finished call: metrics and logs with the endpoint's labels (see `crank.telemetry`), and the
+    gateway's audit trail (`crank.sources.audit_trail`).
 
     `error` is the structured error the client got, or None on success; `request_id` is set for failures
-    (the same id the client sees), and None for successes, which do not pay for generating one.
+    (the same id the client sees), and None for successes, which do not pay for generating one. `caller` and
+    `arguments` are who called and with what (an observer that keeps them keeps a digest, never the arguments).
     """
 
-    def __call__(self, tool: str, error: ToolError | None, seconds: float, request_id: str | None, /) -> None: ...
+    def __call__(
+        self,
+        tool: str,
+        error: ToolError | None,
+        seconds: float,
+        request_id: str | None,
+        caller: Principal | None,
+        arguments: Mapping[str, Any],
+        /,
+    ) -> None: ...

@@ -33,7 +33,7 @@ DEFAULT_STATEMENT_TIMEOUT: Final = 15.0
 that long is dropped (a network black hole); on SQLite, how long to wait for the write lock."""
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
-SCHEMA_REVISION: Final = "0011"
+SCHEMA_REVISION: Final = "0012"
 """The newest migration's revision (`migrations/versions`): a registry at it needs no upgrade, which one read of
 `alembic_version` tells without importing Alembic (a CLI command's start). A test holds it to Alembic's head."""
 

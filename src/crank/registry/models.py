@@ -11,7 +11,10 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Integer, LargeBinary, String,
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Agent", "AgentVersion", "ApiKey", "Base", "Operation", "RegistryState", "VaultEntry", "Workspace"]
+__all__ = [
+    "Agent", "AgentVersion", "ApiKey", "AuditHead", "AuditRecord", "Base", "Operation", "RegistryState", "VaultEntry",
+    "Workspace",
+]  # fmt: skip
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -155,3 +158,38 @@ class RegistryChange(Base):
     kind: Mapped[str] = mapped_column(String(16))
     workspace: Mapped[str] = mapped_column(String(64))
     name: Mapped[str | None] = mapped_column(String(128), default=None)
+
+
+class AuditRecord(Base):
+    """One tool call in a workspace's audit trail (crank.registry.audit): `seq` numbers the workspace's records,
+    and `hash` covers the record's fields and the hash before it (`prev_hash`), so that a change, a removal or an
+    insertion breaks the chain. `at` is ISO 8601 text (UTC, microseconds), written and hashed as it is stored."""
+
+    __tablename__ = "audit_records"
+    __table_args__ = (UniqueConstraint("workspace", "seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workspace: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(Integer)
+    at: Mapped[str] = mapped_column(String(32), index=True)
+    agent: Mapped[str] = mapped_column(String(128))
+    tool: Mapped[str] = mapped_column(String(128))
+    principal: Mapped[dict[str, Any]] = mapped_column()
+    arguments_digest: Mapped[str] = mapped_column(String(64))
+    outcome: Mapped[str] = mapped_column(String(64))
+    latency_us: Mapped[int] = mapped_column(Integer)
+    request_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditHead(Base):
+    """The last record of each workspace's audit trail: its `seq` and `hash`. Appends lock this row (PostgreSQL),
+    so that replicas writing the same workspace's trail take turns and the chain never forks."""
+
+    __tablename__ = "audit_heads"
+
+    workspace: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, default=0)
+    hash: Mapped[str] = mapped_column(String(64))

@@ -19,7 +19,7 @@ import logging
 import math
 import operator
 import time
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -45,7 +45,7 @@ from crank.mcp.catalog import Catalog, identity_of
 from crank.mcp.changes import LIST_KINDS, ListChanges
 from crank.mcp.input_required import DEFAULT_STATE_MAX_AGE
 from crank.mcp.resources import Resource
-from crank.mcp.tools import CallContext, Invoker, NotedResult, Tool, ToolAnnotations
+from crank.mcp.tools import CallContext, CallObserver, Invoker, NotedResult, Tool, ToolAnnotations
 from crank.mcp.translations import Translations
 from crank.registry import (
     DATABASE_ERRORS,
@@ -63,6 +63,7 @@ from crank.sources.admission import WorkspaceAdmission
 from crank.sources.agent_cache import AgentCache, AgentCacheLimits
 from crank.sources.agent_surface import agent_surface
 from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, ApiKeys, KeyCacheLimits
+from crank.sources.audit_trail import AuditTrail
 from crank.sources.connect import ask_to_connect
 from crank.sources.discovery import Discovery, observer_for
 from crank.sources.prompt_templates import RenderGates
@@ -104,6 +105,7 @@ def build_catalog(
     oauth: OAuthPolicy | None = None,
     tokens: TokenCache | None = None,
     renders: RenderGates | None = None,
+    audit: AuditTrail | None = None,
 ) -> Catalog:
     """The catalog of one agent version. Raises `ConfigurationError` naming the tool that is wrong.
     With a `limiter`, each call is held to the agent's limits and the calling key's first. With its workspace's
@@ -119,7 +121,8 @@ def build_catalog(
     client = client or UpstreamClient()
     labels = agent_labels(runtime.workspace.slug, runtime.agent.slug)
     placement = Placement(labels["workspace"], labels["agent"], version)
-    observer = metrics.observer(**labels) if metrics is not None else None
+    observer = _observer(metrics.observer(**labels) if metrics is not None else None,
+                         audit.observer(**labels) if audit is not None else None)  # fmt: skip
     limits = CallLimits(limiter, placement.workspace, placement.agent, runtime.agent.limits) if limiter else None
     tools, layer, confirmed = _tools(runtime, client, placement, state, limits, oauth, tokens or TokenCache())
     surface = agent_surface(runtime, renders)
@@ -164,6 +167,23 @@ def build_catalog(
     return Catalog(fixed, version=str(version), labels=labels, observer=observer_for(observer),
                    translations=surface_texts, asks="asks" in operations.features, reads=operations,
                    anonymous_scopes=anonymous_scopes, **offered)  # fmt: skip
+
+
+def _observer(*observers: CallObserver | None) -> CallObserver | None:
+    """One observer that tells each of these (the metrics', the audit trail's) about every call."""
+    present = [observer for observer in observers if observer is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+    first, second = present
+
+    def both(
+        tool: str, error: ToolError | None, seconds: float, request_id: str | None, caller: Principal | None,
+        arguments: Mapping[str, Any], /,
+    ) -> None:  # fmt: skip
+        first(tool, error, seconds, request_id, caller, arguments)
+        second(tool, error, seconds, request_id, caller, arguments)
+
+    return both
 
 
 CONNECTIONS_URI: Final = "crank://connections"
@@ -517,8 +537,10 @@ class AgentSource:
         changes: ListChanges | None = None,
         connections: UserConnections | None = None,
         agent_cache: AgentCacheLimits | None = None,
+        audit: AuditTrail | None = None,
     ) -> None:
-        """`connections`: the users' own connections to APIs (`crank.gateway.user_connections`), for tools that act
+        """`audit`: the trail every tool call is recorded in (`crank.sources.audit_trail`); none: not recorded.
+        `connections`: the users' own connections to APIs (`crank.gateway.user_connections`), for tools that act
         as the user through them; none: such tools fail as `configuration_error`. `agent_cache`: how many agents
         stay built, and how many cold ones are built a second (`crank.sources.agent_cache`). `key_cache`: how many
         API keys stay held, and how many are looked up a second (`crank.sources.api_keys`)."""
@@ -532,6 +554,7 @@ class AgentSource:
         self._failing = False  # the watcher's reads fail: logged once per episode
         self.freeze_heap = freeze_heap
         self.metrics = metrics
+        self.audit = audit
         self.state = state or MemoryStore()
         self.limiter = Limiter(self.state, metrics)
         self.admission = WorkspaceAdmission(self.limiter, self.serves)
@@ -713,7 +736,7 @@ class AgentSource:
     def _build(self, published: PublishedAgent, oauth: OAuthPolicy | None = None) -> Catalog:
         return build_catalog(
             published.runtime, self.client, version=published.version, metrics=self.metrics, state=self.state,
-            limiter=self.limiter, oauth=oauth, tokens=self.tokens, renders=self.renders,
+            limiter=self.limiter, oauth=oauth, tokens=self.tokens, renders=self.renders, audit=self.audit,
         )  # fmt: skip
 
     def _version_of(self, key: tuple[str, str]) -> int | None:

@@ -203,10 +203,13 @@ def observer_for(observer: CallObserver | None) -> CallObserver | None:
     if observer is None:
         return None
 
-    def observe(tool: str, error: ToolError | None, seconds: float, request_id: str | None, /) -> None:
+    def observe(
+        tool: str, error: ToolError | None, seconds: float, request_id: str | None, caller: Principal | None,
+        arguments: Mapping[str, Any], /,
+    ) -> None:  # fmt: skip
         if tool == CALL_TOOL and error is None:
             return
-        observer(tool, error, seconds, request_id)
+        observer(tool, error, seconds, request_id, caller, arguments)
 
     return observe
 

@@ -1,0 +1,161 @@
+"""The gateway's audit trail of tool calls: each agent's catalog tells it every finished call (its `observer`),
+and a thread of its own writes them to the registry in batches (`crank.registry.audit.AuditLog`), off the
+request path.
+
+A call costs the request a tuple and an append to a bounded buffer (`capacity`, `CRANK_AUDIT_BUFFER`); the
+writer's thread digests the arguments, names the caller and formats the time, and takes what is buffered every
+`interval` seconds, or sooner once a batch is waiting. When the registry does not answer, what was buffered stays and is written once it answers again. When
+the buffer is full, a new record is dropped: counted (`crank_audit_dropped_total`) and logged, never silently.
+`close` writes what is left before the process ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from crank import _json, tracing
+from crank.exceptions import ToolError
+from crank.ids import new_request_id
+from crank.registry.audit import AuditEntry, AuditLog
+from crank.wire.auth import Principal
+from crank.wire.notices import ThrottledLog
+
+__all__ = ["DEFAULT_AUDIT_BUFFER", "AuditTrail", "principal_fields"]
+
+logger = logging.getLogger("crank.audit")
+
+DEFAULT_AUDIT_BUFFER: Final = 10_000
+"""Records waiting to be written at most; past it, new ones are dropped and counted."""
+_BATCH: Final = 500
+_INTERVAL: Final = 0.2
+
+# What the request path keeps of a call: (time, workspace, agent, tool, outcome, seconds, request id, caller,
+# arguments, trace id); the arguments are the request's own, which nothing changes after the call.
+_Call = tuple[float, str, str, str, str, float, str | None, Principal | None, Mapping[str, Any], str | None]
+Observe = Callable[[str, ToolError | None, float, str | None, Principal | None, Mapping[str, Any]], None]
+
+
+class AuditTrail:
+    def __init__(
+        self, log: AuditLog, *, capacity: int = DEFAULT_AUDIT_BUFFER, interval: float = _INTERVAL,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
+        """`on_drop`: told of each record dropped because the buffer was full (the metric)."""
+        self._log = log
+        self._capacity = capacity
+        self._interval = interval
+        self._on_drop = on_drop
+        self._waiting: collections.deque[AuditEntry | _Call] = collections.deque()
+        self._tracing = tracing.tracer() is not None
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._notices = ThrottledLog(logger)
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="crank-audit", daemon=True)
+        self._thread.start()
+
+    def observer(self, workspace: str, agent: str) -> Observe:
+        """The `CallObserver` that records one agent's calls. The request pays for a tuple and an append: the
+        writer's thread digests the arguments, names the caller and formats the time."""
+        waiting, capacity = self._waiting, self._capacity
+
+        def observe(
+            tool: str, error: ToolError | None, seconds: float, request_id: str | None, caller: Principal | None,
+            arguments: Mapping[str, Any],
+        ) -> None:  # fmt: skip
+            if len(waiting) >= capacity:
+                self._drop()
+                return
+            outcome = "ok" if error is None else error.error_code
+            trace = _trace_id() if self._tracing else None
+            waiting.append(
+                (time.time(), workspace, agent, tool, outcome, seconds, request_id, caller, arguments, trace)
+            )
+            if len(waiting) >= _BATCH:
+                self._wake.set()
+
+        return observe
+
+    def submit(self, entry: AuditEntry) -> None:
+        """Buffer one record made elsewhere (from any thread); dropped and counted when the buffer is full."""
+        if len(self._waiting) >= self._capacity:
+            self._drop()
+            return
+        self._waiting.append(entry)
+        if len(self._waiting) >= _BATCH:
+            self._wake.set()
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        if self._on_drop is not None:
+            self._on_drop()
+        self._notices.warning("dropped", "audit record dropped: the buffer of %d records is full (CRANK_AUDIT_BUFFER)",
+                              self._capacity)  # fmt: skip
+
+    def flush(self) -> None:
+        """Write everything buffered now (in the caller's thread); the registry's error when it does not answer."""
+        while self._waiting:
+            taken = [self._waiting.popleft() for _ in range(min(_BATCH, len(self._waiting)))]
+            batch = [item if isinstance(item, AuditEntry) else _entry(item) for item in taken]
+            try:
+                self._log.append(batch)
+            except Exception:
+                self._waiting.extendleft(reversed(batch))  # kept, in order, for the next attempt
+                raise
+
+    def close(self, timeout: float = 10) -> None:
+        """Stop the writer after it has written what is buffered."""
+        self._closed.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception as exc:  # the registry is away: kept, tried again next time
+                self._notices.warning("unwritten", "audit records not written yet (%d waiting): %s",
+                                      len(self._waiting), type(exc).__name__)  # fmt: skip
+                if self._closed.is_set():
+                    logger.error("%d audit records could not be written before the process ended", len(self._waiting))
+                    return
+            if self._closed.is_set():
+                return
+
+
+def _entry(call: _Call) -> AuditEntry:
+    """A buffered call as its record (in the writer's thread)."""
+    at, workspace, agent, tool, outcome, seconds, request_id, caller, arguments, trace = call
+    stamp = datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return AuditEntry(
+        at=stamp, workspace=workspace, agent=agent, tool=tool, principal=principal_fields(caller),
+        arguments_digest=hashlib.sha256(_json.dumps_sorted(arguments)).hexdigest(), outcome=outcome,
+        latency_us=round(seconds * 1_000_000), request_id=request_id or new_request_id(), trace_id=trace,
+    )  # fmt: skip
+
+
+def principal_fields(caller: Principal | None) -> dict[str, str]:
+    """Who called, as the record keeps it: the method, and the subject, client id, key or token id and issuer
+    that are known (never a token)."""
+    if caller is None:
+        return {"method": "none"}
+    fields = {"method": caller.method, "id": caller.id}
+    for name, value in (("subject", caller.subject), ("client_id", caller.client_id), ("issuer", caller.issuer)):
+        if value is not None:
+            fields[name] = value
+    return {name: value for name, value in fields.items() if value}
+
+
+def _trace_id() -> str | None:
+    if tracing.tracer() is None:
+        return None
+    return tracing.current_ids().get("trace_id")
