@@ -1,12 +1,11 @@
-"""The gateway's audit trail of tool calls: each agent's catalog tells it every finished call (its `observer`),
-and a thread of its own writes them to the registry in batches (`crank.registry.audit.AuditLog`), off the
-request path.
+"""The gateway's audit trail of tool calls: each agent's catalog tells it every finished call (its `observer`), and a
+thread of its own writes them to the registry in batches (`crank.registry.audit.AuditLog`), off the request path.
 
-A call costs the request a tuple and an append to a bounded buffer (`capacity`, `CRANK_AUDIT_BUFFER`); the
-writer's thread digests the arguments, names the caller and formats the time, and takes what is buffered every
-`interval` seconds, or sooner once a batch is waiting. When the registry does not answer, what was buffered stays and is written once it answers again. When
-the buffer is full, a new record is dropped: counted (`crank_audit_dropped_total`) and logged, never silently.
-`close` writes what is left before the process ends.
+A call costs the request a tuple and an append to a bounded buffer (`capacity`, `CRANK_AUDIT_BUFFER`); the writer's
+thread digests the arguments, names the caller and formats the time, and takes what is buffered every `interval`
+seconds, or sooner once a batch is waiting. When the registry does not answer, what was buffered stays and is
+written once it answers again. When the buffer is full, a new record is dropped: counted
+(`crank_audit_dropped_total`) and logged, never silently. `close` writes what is left before the process ends.
 """
 
 from __future__ import annotations
