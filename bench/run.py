@@ -72,6 +72,8 @@ JWT_GATEWAY = "gateway-crank-jwt"
 # user's through a token exchange (kept after the first). The exchange's tools/call within 10% of the static one's.
 STATIC_GATEWAY, EXCHANGE_GATEWAY = "gateway-crank-jwt-static", "gateway-crank-exchange"
 CONNECTION_GATEWAY = "gateway-crank-connection"
+# Issue 41: the gateway with its audit trail on, against gateway-crank (off, the default until it costs less than 5%).
+AUDITED_GATEWAY = "gateway-crank-audited"
 TOKEN_GATEWAYS = (JWT_GATEWAY, STATIC_GATEWAY, EXCHANGE_GATEWAY, CONNECTION_GATEWAY)
 DATA_SOURCES = ("crank", "sdk-lowlevel")  # first one that verifies tools/list supplies the bare app's bytes
 PEER_PACKAGES = ("crank", "mcp", "fastmcp", "uvicorn", "uvloop", "httptools", "starlette", "orjson", "pydantic",
@@ -120,6 +122,8 @@ TARGETS = (
            env=(("BENCH_GATEWAY_CREDENTIAL", "connection"),), only=("gateway_call",)),
     Target("gateway-crank-open", "Crank gateway (no key)", "bench.apps.gateway_crank:app", "gateway",
            "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "0"),)),
+    Target(AUDITED_GATEWAY, "Crank gateway (API key; audit trail on)", "bench.apps.gateway_crank:app", "gateway",
+           "/mcp/v1/bench/agent", env=(("BENCH_GATEWAY_KEYS", "1"), ("BENCH_GATEWAY_AUDIT", "1"))),
     Target(LIMITED_GATEWAYS[0], "Crank gateway (API key; key rate limit and quota in Redis)",
            "bench.apps.gateway_crank:app", "gateway", "/mcp/v1/bench/agent",
            env=(("BENCH_GATEWAY_KEYS", "1"), ("BENCH_GATEWAY_LIMITS", "key"))),

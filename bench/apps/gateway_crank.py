@@ -6,7 +6,8 @@ upstream, with input and output schemas), agent `agent` binding all 1,000, publi
 workspace API key, printed on stdout; agent `discovery` binds the same operations in discovery mode.
 The app then opens that SQLite file (`BENCH_GATEWAY_DB`).
 `BENCH_GATEWAY_KEYS=1` serves it as deployed by default (every request needs the key,
-`Authorization: Bearer ...`); `0` passes `require_api_keys=False`. Everything else is
+`Authorization: Bearer ...`); `0` passes `require_api_keys=False`. `BENCH_GATEWAY_AUDIT=1` turns the audit trail
+on (every call recorded in the registry; off by default, as in `GatewayService`). Everything else is
 `GatewayService`'s default, including its own pooled `UpstreamClient` for the upstream.
 
 `BENCH_GATEWAY_LIMITS=key` (or `all`) serves a copy of that registry whose workspace gives every key a rate
@@ -103,7 +104,9 @@ def make_app() -> GatewayService:
         state = RedisStore(os.environ["BENCH_REDIS_URL"], prefix=f"bench-{uuid.uuid4().hex}:")
     registry = Registry(open_engine(f"sqlite:///{db_path}"))
     keys = os.environ.get("BENCH_GATEWAY_KEYS", "1") == "1"
-    return GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), require_api_keys=keys, state=state)
+    audit = os.environ.get("BENCH_GATEWAY_AUDIT", "0") == "1"
+    return GatewayService(registry, client=UpstreamClient(egress=LOOPBACK_EGRESS), require_api_keys=keys, state=state,
+                          audit=audit)  # fmt: skip
 
 
 def serve(host: str, port: int) -> None:

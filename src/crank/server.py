@@ -254,10 +254,11 @@ class GatewayService:
         vault_keys: VaultKeys | None = None,
         agent_cache: AgentCacheLimits | None = None,
         key_cache: KeyCacheLimits | None = None,
-        audit: bool = True,
+        audit: bool = False,
         audit_buffer: int = DEFAULT_AUDIT_BUFFER,
     ) -> None:
-        """`audit`: every tool call is recorded in the registry's audit trail (`crank.sources.audit_trail`),
+        """`audit`: every tool call is recorded in the registry's audit trail (`crank.sources.audit_trail`; off by
+        default: docs/deployment.md, "The audit trail"),
         with at most `audit_buffer` records waiting to be written. `allowed_hosts`, `allowed_origins`: what the
         MCP endpoints' DNS-rebinding protection accepts besides the loopback names and same-origin requests
         (`MCPEndpoint`). `listener`: how this replica hears of registry changes at once

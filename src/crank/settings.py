@@ -168,7 +168,9 @@ class Settings(BaseSettings):
         le=64 * 1024 * 1024,
         description="Bytes of a request's body at an MCP endpoint (413).",
     )
-    audit: bool = Field(True, description="Record every tool call in the registry's audit trail (docs/deployment.md).")
+    audit: bool = Field(
+        False, description="Record every tool call in the registry's audit trail (docs/deployment.md); off by default."
+    )
     audit_buffer: int = Field(
         DEFAULT_AUDIT_BUFFER, ge=1, le=1_000_000,
         description="Audit records waiting to be written at most; past it, new ones are dropped and counted.",

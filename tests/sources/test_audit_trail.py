@@ -15,13 +15,13 @@ import httpx2
 import pytest
 from click.testing import CliRunner
 from mcp.client.streamable_http import streamable_http_client
-from sqlalchemy import text, update
+from sqlalchemy import func, text, update
 
 from crank import _json
 from crank.cli import main
 from crank.registry import Registry, key_digest, migrate, open_engine
-from crank.registry.audit import AuditEntry, AuditLog, StoredRecord
-from crank.registry.models import AuditRecord
+from crank.registry.audit import AuditLog, StoredRecord
+from crank.registry.models import AuditBatch
 from crank.server import GatewayService
 from crank.sources.audit_trail import AuditTrail
 from crank.telemetry import Metrics
@@ -48,7 +48,7 @@ async def test_every_call_is_one_record_naming_who_called_and_its_outcome_never_
     publish_demo(registry, serve(upstream.app))
     key = registry.create_api_key("acme")
     scope = registry.api_keys([key_digest(key)])[key_digest(key)]
-    gateway = GatewayService(registry, poll_interval=0.05)
+    gateway = GatewayService(registry, poll_interval=0.05, audit=True)
     url = serve(gateway) + "/mcp/v1/acme/support"
     calls = [("get_user", {"id": 1}), ("get_user", {"id": "x"}), ("create_user", {"name": SECRET_NAME}),
              ("broken", {}), ("limited", {})]  # fmt: skip
@@ -57,21 +57,21 @@ async def test_every_call_is_one_record_naming_who_called_and_its_outcome_never_
             results = [await client.call_tool(tool, arguments) for tool, arguments in calls]
     assert [result.is_error for result in results] == [False, True, False, True, True]
     log = AuditLog(registry.engine)
-    records = list(reversed(wait_for(log, len(calls))))
-    assert [(record.entry.tool, record.entry.outcome) for record in records] == [
+    records = [record.fields for record in reversed(wait_for(log, len(calls)))]
+    assert [(record["tool"], record["outcome"]) for record in records] == [
         ("get_user", "ok"), ("get_user", "invalid_arguments"), ("create_user", "ok"),
         ("broken", "upstream_unavailable"), ("limited", "upstream_rate_limited"),
     ]  # fmt: skip
-    for record, (_, arguments) in zip(records, calls, strict=True):
-        entry = record.entry
-        assert (entry.workspace, entry.agent) == ("acme", "support")
-        assert entry.principal == {"method": "api_key", "id": scope.id, "subject": scope.subject}
-        assert entry.arguments_digest == hashlib.sha256(_json.dumps_sorted(arguments)).hexdigest()
-        assert entry.latency_us > 0 and entry.request_id
+    assert {record.workspace for record in log.records()} == {"acme"}
+    for entry, (_, arguments) in zip(records, calls, strict=True):
+        assert entry["agent"] == "support"
+        assert entry["principal"] == {"method": "api_key", "id": scope.id, "subject": scope.subject}
+        assert entry["arguments_digest"] == hashlib.sha256(_json.dumps_sorted(arguments)).hexdigest()
+        assert entry["latency_us"] > 0 and bool(entry["request_id"]) == (entry["outcome"] != "ok")
     failed = json.loads(results[3].content[0].text)  # type: ignore[union-attr]
-    assert records[3].entry.request_id == failed["request_id"]  # the id the client was given
+    assert records[3]["request_id"] == failed["request_id"]  # the id the client was given
     with registry.engine.connect() as connection:
-        stored = json.dumps([list(row) for row in connection.execute(text("SELECT * FROM audit_records"))])
+        stored = json.dumps([list(row) for row in connection.execute(text("SELECT * FROM audit_batches"))])
     assert SECRET_NAME not in stored and log.verify() == []
     assert gateway.audit is not None
     gateway.audit.close()
@@ -81,16 +81,15 @@ def test_a_full_buffer_drops_and_counts_and_a_registry_away_loses_nothing(tmp_pa
     engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)  # not migrated yet: away
     metrics = Metrics()
     trail = AuditTrail(AuditLog(engine), capacity=2, interval=3600, on_drop=metrics.audit_dropped.inc)
-    entries = [AuditEntry(at=f"2026-12-06T12:00:0{n}.000000Z", workspace="acme", agent="a", tool="t",
-                          request_id=f"r{n}") for n in range(3)]  # fmt: skip
-    for entry in entries:
-        trail.submit(entry)
+    observe = trail.observer("acme", "desk")
+    for n in range(3):
+        observe("get_user", None, 0.001, f"r{n}", None, {"id": n})
     assert trail.dropped == 1 and b"crank_audit_dropped_total 1.0" in metrics.exposition()
     with pytest.raises(Exception, match="no such table"):
         trail.flush()  # the registry does not answer: both records stay, in order
     migrate(engine)
     trail.flush()
-    assert [r.entry.request_id for r in AuditLog(engine).records()] == ["r1", "r0"]
+    assert [r.fields["request_id"] for r in AuditLog(engine).records()] == ["r1", "r0"]
     trail.close()
 
 
@@ -98,7 +97,7 @@ async def test_crank_audit_lists_the_calls_and_verify_finds_a_changed_record(
     registry: Registry, serve: Callable[..., str], database_url: str
 ) -> None:
     publish_demo(registry, serve(upstream.app))
-    gateway = GatewayService(registry, poll_interval=0.05, require_api_keys=False)
+    gateway = GatewayService(registry, poll_interval=0.05, require_api_keys=False, audit=True)
     url = serve(gateway) + "/mcp/v1/acme/support"
     async with Client(url) as client:
         for user in (1, 2):
@@ -112,9 +111,14 @@ async def test_crank_audit_lists_the_calls_and_verify_finds_a_changed_record(
     assert listed.exit_code == 0, listed.output
     lines = [json.loads(line) for line in listed.output.splitlines()]
     assert [line["seq"] for line in lines] == [2, 1] and lines[0]["principal"] == {"method": "none"}
+    assert lines[0]["workspace"] == "acme" and lines[0]["at"].endswith("Z")
+    assert runner.invoke(main, ["audit", "list", "--since", "2999-01-01"], env=environment).output == ""
     verified = runner.invoke(main, ["audit", "verify"], env=environment)
     assert verified.exit_code == 0 and verified.output.startswith("acme: 2 records, head ")
     with registry.engine.begin() as connection:
-        connection.execute(update(AuditRecord).where(AuditRecord.seq == 1).values(tool="delete_user"))
+        connection.execute(
+            update(AuditBatch).values(records=func.replace(AuditBatch.records, "get_user", "delete_user"))
+        )
     broken = runner.invoke(main, ["audit", "verify", "-w", "acme"], env=environment)
-    assert broken.exit_code == 1 and broken.output == "acme: broken at record 1: its fields do not match its hash\n"
+    assert broken.exit_code == 1, broken.output
+    assert broken.output.startswith("acme: broken at record 1: its batch does not match its hash")

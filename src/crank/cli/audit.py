@@ -31,11 +31,19 @@ def _log() -> Any:
 @click.option("--since", default=None, metavar="TIME", help="ISO 8601, UTC: 2026-12-06 or 2026-12-06T12:00.")
 @click.option("--until", default=None, metavar="TIME", help="ISO 8601, UTC, not included.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
-def audit_list(**filters: Any) -> None:
+def audit_list(since: str | None, until: str | None, **filters: Any) -> None:
     """The newest calls first, as JSON lines (one record each: a SIEM reads them as they are)."""
     from crank import _json
+    from crank.registry.audit import time_of
 
-    for record in _log().records(**filters):
+    times = {}
+    for name, value in (("since", since), ("until", until)):
+        if value is not None:
+            try:
+                times[name] = time_of(value)
+            except ValueError:
+                raise click.BadParameter(f"{value!r} is not an ISO 8601 time", param_hint=f"--{name}") from None
+    for record in _log().records(**filters, **times):
         click.echo(_json.dumps(record.to_json()).decode())
 
 

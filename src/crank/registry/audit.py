@@ -1,23 +1,29 @@
 """The audit trail: every tool call, kept in the registry's database, chained by hash per workspace.
 
-Each record holds when, which agent and tool, who (the principal's method, subject, client id, key or token id,
-issuer), a SHA-256 digest of the arguments (never the arguments themselves), the outcome (`ok`, or the error code
-the client got), the latency, the request id and the trace id. Its `hash` is SHA-256 over the hash before it and
-the record's fields in canonical JSON, and `seq` numbers the workspace's records from 1; the workspace's head row
-(`audit_heads`) holds the last. Appends lock the head (PostgreSQL `SELECT ... FOR UPDATE`), so replicas writing
-one workspace's trail take turns and the chain never forks.
+A record holds when (microseconds since the epoch), which agent and tool, who (the principal's method, id,
+subject, client id and issuer), a SHA-256 digest of the arguments (never the arguments themselves), the outcome
+(`ok`, or the error code the client got), the latency, the request id and the trace id; `seq` numbers a
+workspace's records from 1.
 
-`verify` walks a workspace's records in order and reports the first that does not follow from the one before
-(changed, removed or inserted), and a head that does not match the last record (records removed at the end). A
-trail cut short together with a rewritten head is found only against a head kept elsewhere: `crank audit verify`
-prints each head, to be kept by whoever needs that.
+Records are written in batches, one row per workspace and batch (`audit_batches`): the records' JSON array as
+written (a record's `seq` is its place: the batch's `first_seq` plus its index), and `hash`, SHA-256 over the hash
+before it, the workspace, `first_seq` and that text. One row and one hash per batch
+keep a record's cost to what writing its JSON costs (docs/benchmarks.md, "Issue 41"). The workspace's head row
+(`audit_heads`) holds its last record's `seq` and its last batch's hash; appends lock it (PostgreSQL `SELECT ...
+FOR UPDATE`), so replicas writing one workspace's trail take turns and the chain never forks.
+
+`verify` walks a workspace's batches in order and reports the first that does not follow from the one before
+(changed, removed or inserted), records whose numbers do not follow, and a head that does not match the last
+batch (batches removed at the end). A trail cut short together with a rewritten head is found only against a head
+kept elsewhere: `crank audit verify` prints each head, to be kept by whoever needs that.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import Engine, insert, select, update
@@ -25,50 +31,38 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from crank import _json
-from crank.registry.models import AuditHead, AuditRecord
+from crank.registry.models import AuditBatch, AuditHead
 
-__all__ = ["GENESIS", "MAX_RECORDS_READ", "AuditEntry", "AuditLog", "ChainBreak", "StoredRecord"]
+__all__ = ["GENESIS", "MAX_RECORDS_READ", "AuditLog", "ChainBreak", "StoredRecord", "iso_time", "time_of"]
 
 GENESIS: Final = "0" * 64
-"""The `prev_hash` of a workspace's first record."""
+"""The `prev_hash` of a workspace's first batch."""
 MAX_RECORDS_READ: Final = 10_000
 """Records one read returns at most (`AuditLog.records`)."""
-_VERIFY_BATCH: Final = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One finished tool call, as the gateway saw it, before it is numbered and chained."""
-
-    at: str
-    """UTC, ISO 8601 with microseconds: `2026-12-06T12:00:00.000000Z`."""
-    workspace: str
-    agent: str
-    tool: str
-    principal: dict[str, str] = field(default_factory=dict)
-    arguments_digest: str = ""
-    outcome: str = "ok"
-    latency_us: int = 0
-    request_id: str = ""
-    trace_id: str | None = None
+MAX_BATCHES_READ: Final = 20_000
+"""Batches one read looks through at most, newest first: a filter that matches little stops there."""
+_PAGE: Final = 100  # batches read at a time
 
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
-    """A record as stored: the entry with its place in the chain."""
+    """One record as stored, with its workspace."""
 
-    seq: int
-    entry: AuditEntry
-    prev_hash: str
-    hash: str
+    workspace: str
+    fields: Mapping[str, Any]
+
+    @property
+    def seq(self) -> int:
+        return int(self.fields["seq"])
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, **_fields(self.entry), "prev_hash": self.prev_hash, "hash": self.hash}
+        """The record with its time in ISO 8601 (UTC), as `crank audit list` prints it."""
+        return {"workspace": self.workspace, **self.fields, "at": iso_time(int(self.fields["at"]))}
 
 
 @dataclass(frozen=True, slots=True)
 class ChainBreak:
-    """Where a workspace's chain stops following from itself, and why."""
+    """Where a workspace's chain stops following from itself (the first record of the batch at fault), and why."""
 
     workspace: str
     seq: int
@@ -82,106 +76,130 @@ class AuditLog:
         self._engine = engine
         self._writer = engine.execution_options(crank_write=True)
 
-    def append(self, entries: Sequence[AuditEntry]) -> None:
-        """Number and chain `entries` after each workspace's head, in one transaction."""
-        by_workspace: dict[str, list[AuditEntry]] = {}
-        for entry in entries:
-            by_workspace.setdefault(entry.workspace, []).append(entry)
+    def append(self, records: Sequence[tuple[str, int, bytes]]) -> None:
+        """Chain `records` after each workspace's head, one batch per workspace, in one transaction: each record is
+        (workspace, its time in microseconds since the epoch, its JSON object as written). A record's `seq` is its
+        place: the batch's first plus its index."""
+        by_workspace: dict[str, list[tuple[int, bytes]]] = {}
+        for workspace, at, written in records:
+            by_workspace.setdefault(workspace, []).append((at, written))
         with Session(self._writer) as session, session.begin():
             for workspace in sorted(by_workspace):  # one order for every writer: no two lock heads in turn
                 seq, previous = _locked_head(session, workspace)
-                rows = []
-                for entry in by_workspace[workspace]:
-                    seq += 1
-                    digest = chain_hash(previous, seq, entry)
-                    rows.append({"seq": seq, **_fields(entry), "prev_hash": previous, "hash": digest})
-                    previous = digest
-                session.execute(insert(AuditRecord), rows)
-                session.execute(
-                    update(AuditHead).where(AuditHead.workspace == workspace).values(seq=seq, hash=previous)
-                )
+                batch = by_workspace[workspace]
+                text = (b"[" + b",".join(written for _, written in batch) + b"]").decode()
+                first, last = seq + 1, seq + len(batch)
+                digest = batch_hash(previous, workspace, first, text)
+                session.execute(insert(AuditBatch).values(
+                    workspace=workspace, first_seq=first, last_seq=last, first_at=batch[0][0], last_at=batch[-1][0],
+                    records=text, prev_hash=previous, hash=digest,
+                ))  # fmt: skip
+                session.execute(update(AuditHead).where(AuditHead.workspace == workspace).values(seq=last, hash=digest))
 
     def records(
         self, *, workspace: str | None = None, agent: str | None = None, tool: str | None = None,
-        subject: str | None = None, outcome: str | None = None, since: str | None = None, until: str | None = None,
+        subject: str | None = None, outcome: str | None = None, since: int | None = None, until: int | None = None,
         limit: int = 100,
     ) -> list[StoredRecord]:  # fmt: skip
-        """The newest records first, filtered; at most `limit` (and `MAX_RECORDS_READ`). `since`/`until`: ISO 8601
-        times, compared as the stored text (`2026-12-06` is the start of that day)."""
-        query = select(AuditRecord).order_by(AuditRecord.id.desc()).limit(max(0, min(limit, MAX_RECORDS_READ)))
-        for column, value in ((AuditRecord.workspace, workspace), (AuditRecord.agent, agent),
-                              (AuditRecord.tool, tool), (AuditRecord.outcome, outcome)):  # fmt: skip
-            if value is not None:
-                query = query.where(column == value)
+        """The newest records first, filtered; at most `limit` (and `MAX_RECORDS_READ`), looking through at most
+        `MAX_BATCHES_READ` batches. `since`, `until`: microseconds since the epoch (`time_of`), `until` excluded."""
+        wanted = {"agent": agent, "tool": tool, "outcome": outcome}
+        wanted = {name: value for name, value in wanted.items() if value is not None}
+        found: list[StoredRecord] = []
+        limit = max(0, min(limit, MAX_RECORDS_READ))
+        for batch_workspace, fields in self._newest(workspace, since, until):
+            if since is not None and fields["at"] < since or until is not None and fields["at"] >= until:
+                continue
+            if any(fields.get(name) != value for name, value in wanted.items()):
+                continue
+            if subject is not None and fields["principal"].get("subject") != subject:
+                continue
+            found.append(StoredRecord(batch_workspace, fields))
+            if len(found) >= limit:
+                break
+        return found
+
+    def _newest(self, workspace: str | None, since: int | None, until: int | None) -> Iterator[tuple[str, Any]]:
+        query = select(AuditBatch.id, AuditBatch.workspace, AuditBatch.first_seq, AuditBatch.records).order_by(
+            AuditBatch.id.desc())  # fmt: skip
+        if workspace is not None:
+            query = query.where(AuditBatch.workspace == workspace)
         if since is not None:
-            query = query.where(AuditRecord.at >= since)
+            query = query.where(AuditBatch.last_at >= since)
         if until is not None:
-            query = query.where(AuditRecord.at < until)
+            query = query.where(AuditBatch.first_at < until)
+        before, read = None, 0
         with Session(self._engine) as session:
-            stored = [_stored(row) for row in session.scalars(query)]
-        if subject is not None:  # in the principal's JSON: filtered here, the same on every database
-            stored = [record for record in stored if record.entry.principal.get("subject") == subject]
-        return stored
+            while read < MAX_BATCHES_READ:
+                page = query if before is None else query.where(AuditBatch.id < before)
+                rows = session.execute(page.limit(_PAGE)).all()
+                for row_id, batch_workspace, first, text in rows:
+                    before, read = row_id, read + 1
+                    written = _json.loads(text)
+                    for index in range(len(written) - 1, -1, -1):
+                        yield batch_workspace, {"seq": first + index, **written[index]}
+                if len(rows) < _PAGE:
+                    return
 
     def heads(self) -> dict[str, tuple[int, str]]:
-        """Each workspace's last record: workspace -> (seq, hash)."""
+        """Each workspace's last record and batch: workspace -> (seq, hash)."""
         with Session(self._engine) as session:
             return {row.workspace: (row.seq, row.hash) for row in session.scalars(select(AuditHead))}
 
     def verify(self, workspace: str | None = None) -> list[ChainBreak]:
         """The first break of each workspace's chain (of `workspace` only, when given); empty when every chain
-        holds. Reads the records in batches."""
+        holds. Reads the batches a page at a time."""
         heads = self.heads()
         names = [workspace] if workspace is not None else sorted(heads)
         return [found for name in names if (found := self._verify_one(name, heads.get(name))) is not None]
 
     def _verify_one(self, workspace: str, head: tuple[int, str] | None) -> ChainBreak | None:
-        expected_seq, previous, after = 1, GENESIS, 0
+        expected, previous = 1, GENESIS
+        columns = (AuditBatch.first_seq, AuditBatch.last_seq, AuditBatch.records, AuditBatch.prev_hash, AuditBatch.hash)
+        query = select(*columns).where(AuditBatch.workspace == workspace).order_by(AuditBatch.first_seq)
         with Session(self._engine) as session:
             while True:
-                query = (select(AuditRecord).where(AuditRecord.workspace == workspace, AuditRecord.seq > after)
-                         .order_by(AuditRecord.seq).limit(_VERIFY_BATCH))  # fmt: skip
-                rows = list(session.scalars(query))
-                for row in rows:
-                    record = _stored(row)
-                    if record.seq != expected_seq:
-                        return ChainBreak(workspace, expected_seq, f"record {expected_seq} is missing")
-                    if record.prev_hash != previous:
-                        return ChainBreak(workspace, record.seq, "it does not name the hash of the record before it")
-                    if chain_hash(previous, record.seq, record.entry) != record.hash:
-                        return ChainBreak(workspace, record.seq, "its fields do not match its hash")
-                    previous, expected_seq, after = record.hash, expected_seq + 1, record.seq
-                if len(rows) < _VERIFY_BATCH:
+                rows = session.execute(query.where(AuditBatch.first_seq >= expected).limit(_PAGE)).all()
+                for first, last, text, prev_hash, digest in rows:
+                    if first > expected:
+                        return ChainBreak(workspace, expected, f"records {expected} to {first - 1} are missing")
+                    if first < expected:
+                        return ChainBreak(workspace, first, "its batch numbers records the batch before numbered")
+                    if prev_hash != previous:
+                        return ChainBreak(workspace, first, "its batch does not name the hash of the batch before")
+                    if batch_hash(previous, workspace, first, text) != digest:
+                        return ChainBreak(workspace, first, "its batch does not match its hash")
+                    if len(_json.loads(text)) != last - first + 1:
+                        return ChainBreak(workspace, first, "its batch does not hold the records it numbers")
+                    expected, previous = last + 1, digest
+                if len(rows) < _PAGE:
                     break
-        last = expected_seq - 1
-        if head is None and last:
-            return ChainBreak(workspace, last, "the workspace's head is missing")
-        if head is not None and head != (last, previous):
-            return ChainBreak(workspace, last + 1, f"the head names record {head[0]}, the trail ends at {last}")
+        last_seq = expected - 1
+        if head is None and last_seq:
+            return ChainBreak(workspace, last_seq, "the workspace's head is missing")
+        if head is not None and head != (last_seq, previous):
+            return ChainBreak(workspace, last_seq + 1, f"the head names record {head[0]}, the trail ends at {last_seq}")
         return None
 
 
-def chain_hash(previous: str, seq: int, entry: AuditEntry) -> str:
-    """SHA-256 of the hash before and the record's fields (its `seq` among them) in canonical JSON."""
-    content = _json.dumps_sorted({"seq": seq, **_fields(entry)})
-    return hashlib.sha256(previous.encode() + b"\n" + content).hexdigest()
+def batch_hash(previous: str, workspace: str, first_seq: int, records: str) -> str:
+    """SHA-256 over the hash before, the workspace, the batch's first `seq` and its records as written."""
+    return hashlib.sha256(f"{previous}\n{workspace}\n{first_seq}\n{records}".encode()).hexdigest()
 
 
-def _fields(entry: AuditEntry) -> dict[str, Any]:
-    return {
-        "at": entry.at, "workspace": entry.workspace, "agent": entry.agent, "tool": entry.tool,
-        "principal": entry.principal, "arguments_digest": entry.arguments_digest, "outcome": entry.outcome,
-        "latency_us": entry.latency_us, "request_id": entry.request_id, "trace_id": entry.trace_id,
-    }  # fmt: skip
+def iso_time(microseconds: int) -> str:
+    """`2026-12-06T12:00:00.000000Z` for microseconds since the epoch."""
+    moment = datetime.datetime.fromtimestamp(microseconds / 1_000_000, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _stored(row: AuditRecord) -> StoredRecord:
-    entry = AuditEntry(
-        at=row.at, workspace=row.workspace, agent=row.agent, tool=row.tool, principal=dict(row.principal),
-        arguments_digest=row.arguments_digest, outcome=row.outcome, latency_us=row.latency_us,
-        request_id=row.request_id, trace_id=row.trace_id,
-    )  # fmt: skip
-    return StoredRecord(row.seq, entry, row.prev_hash, row.hash)
+def time_of(text: str) -> int:
+    """Microseconds since the epoch of an ISO 8601 time (`2026-12-06`, `2026-12-06T12:00`), UTC unless it says
+    otherwise; `ValueError` when it is not one."""
+    moment = datetime.datetime.fromisoformat(text.removesuffix("Z"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return round(moment.timestamp() * 1_000_000)
 
 
 def _locked_head(session: Session, workspace: str) -> tuple[int, str]:

@@ -7,12 +7,12 @@ import datetime
 import uuid
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Integer, LargeBinary, String, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 __all__ = [
-    "Agent", "AgentVersion", "ApiKey", "AuditHead", "AuditRecord", "Base", "Operation", "RegistryState", "VaultEntry",
+    "Agent", "AgentVersion", "ApiKey", "AuditBatch", "AuditHead", "Base", "Operation", "RegistryState", "VaultEntry",
     "Workspace",
 ]  # fmt: skip
 
@@ -160,26 +160,22 @@ class RegistryChange(Base):
     name: Mapped[str | None] = mapped_column(String(128), default=None)
 
 
-class AuditRecord(Base):
-    """One tool call in a workspace's audit trail (crank.registry.audit): `seq` numbers the workspace's records,
-    and `hash` covers the record's fields and the hash before it (`prev_hash`), so that a change, a removal or an
-    insertion breaks the chain. `at` is ISO 8601 text (UTC, microseconds), written and hashed as it is stored."""
+class AuditBatch(Base):
+    """Consecutive records of one workspace's audit trail (crank.registry.audit), written together: `records` is
+    their JSON array as written, and `hash` is SHA-256 over the hash before it (`prev_hash`), the workspace and
+    that text, so that a change, a removal or an insertion breaks the chain. `first_at`, `last_at`: the first and
+    last record's time, microseconds since the epoch, for reading by time."""
 
-    __tablename__ = "audit_records"
-    __table_args__ = (UniqueConstraint("workspace", "seq"),)
+    __tablename__ = "audit_batches"
+    __table_args__ = (UniqueConstraint("workspace", "first_seq"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workspace: Mapped[str] = mapped_column(String(64))
-    seq: Mapped[int] = mapped_column(Integer)
-    at: Mapped[str] = mapped_column(String(32), index=True)
-    agent: Mapped[str] = mapped_column(String(128))
-    tool: Mapped[str] = mapped_column(String(128))
-    principal: Mapped[dict[str, Any]] = mapped_column()
-    arguments_digest: Mapped[str] = mapped_column(String(64))
-    outcome: Mapped[str] = mapped_column(String(64))
-    latency_us: Mapped[int] = mapped_column(Integer)
-    request_id: Mapped[str] = mapped_column(String(64))
-    trace_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    first_seq: Mapped[int] = mapped_column(Integer)
+    last_seq: Mapped[int] = mapped_column(Integer)
+    first_at: Mapped[int] = mapped_column(BigInteger)
+    last_at: Mapped[int] = mapped_column(BigInteger, index=True)
+    records: Mapped[str] = mapped_column(Text)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
 

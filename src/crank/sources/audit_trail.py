@@ -1,17 +1,16 @@
 """The gateway's audit trail of tool calls: each agent's catalog tells it every finished call (its `observer`), and a
 thread of its own writes them to the registry in batches (`crank.registry.audit.AuditLog`), off the request path.
 
-A call costs the request a tuple and an append to a bounded buffer (`capacity`, `CRANK_AUDIT_BUFFER`); the writer's
-thread digests the arguments, names the caller and formats the time, and takes what is buffered every `interval`
-seconds, or sooner once a batch is waiting. When the registry does not answer, what was buffered stays and is
-written once it answers again. When the buffer is full, a new record is dropped: counted
+A call costs the request its record's JSON (a digest of the arguments, about 3 µs in all) and an append to a bounded
+buffer (`capacity`, `CRANK_AUDIT_BUFFER`); the writer's thread takes what is buffered every `interval` seconds, or
+sooner once a batch is waiting, and writes it as one row per workspace. When the registry does not answer, what was
+buffered stays and is written once it answers again. When the buffer is full, a new record is dropped: counted
 (`crank_audit_dropped_total`) and logged, never silently. `close` writes what is left before the process ends.
 """
 
 from __future__ import annotations
 
 import collections
-import datetime
 import hashlib
 import logging
 import threading
@@ -21,8 +20,7 @@ from typing import Any, Final
 
 from crank import _json, tracing
 from crank.exceptions import ToolError
-from crank.ids import new_request_id
-from crank.registry.audit import AuditEntry, AuditLog
+from crank.registry.audit import AuditLog
 from crank.wire.auth import Principal
 from crank.wire.notices import ThrottledLog
 
@@ -33,11 +31,9 @@ logger = logging.getLogger("crank.audit")
 DEFAULT_AUDIT_BUFFER: Final = 10_000
 """Records waiting to be written at most; past it, new ones are dropped and counted."""
 _BATCH: Final = 500
+_NAMES: Final = 4_096  # callers whose fields are kept; past it, they are named again
 _INTERVAL: Final = 0.2
 
-# What the request path keeps of a call: (time, workspace, agent, tool, outcome, seconds, request id, caller,
-# arguments, trace id); the arguments are the request's own, which nothing changes after the call.
-_Call = tuple[float, str, str, str, str, float, str | None, Principal | None, Mapping[str, Any], str | None]
 Observe = Callable[[str, ToolError | None, float, str | None, Principal | None, Mapping[str, Any]], None]
 
 
@@ -51,7 +47,8 @@ class AuditTrail:
         self._capacity = capacity
         self._interval = interval
         self._on_drop = on_drop
-        self._waiting: collections.deque[AuditEntry | _Call] = collections.deque()
+        self._waiting: collections.deque[tuple[str, int, bytes]] = collections.deque()
+        self._names: dict[int, tuple[Principal | None, dict[str, str]]] = {}
         self._tracing = tracing.tracer() is not None
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -61,9 +58,10 @@ class AuditTrail:
         self._thread.start()
 
     def observer(self, workspace: str, agent: str) -> Observe:
-        """The `CallObserver` that records one agent's calls. The request pays for a tuple and an append: the
-        writer's thread digests the arguments, names the caller and formats the time."""
-        waiting, capacity = self._waiting, self._capacity
+        """The `CallObserver` that records one agent's calls. The request writes its record's JSON (a digest of the
+        arguments, the caller named once per caller) and appends it: bytes, which the garbage collector never
+        walks, where holding the calls' own objects until the writer runs would make every collection longer."""
+        waiting, capacity, names = self._waiting, self._capacity, self._names
 
         def observe(
             tool: str, error: ToolError | None, seconds: float, request_id: str | None, caller: Principal | None,
@@ -72,24 +70,28 @@ class AuditTrail:
             if len(waiting) >= capacity:
                 self._drop()
                 return
-            outcome = "ok" if error is None else error.error_code
-            trace = _trace_id() if self._tracing else None
-            waiting.append(
-                (time.time(), workspace, agent, tool, outcome, seconds, request_id, caller, arguments, trace)
-            )
+            at = int(time.time() * 1_000_000)
+            known = names.get(id(caller))
+            principal = known[1] if known is not None and known[0] is caller else self._name(caller)
+            written = _json.dumps({
+                "at": at, "agent": agent, "tool": tool, "principal": principal,
+                "arguments_digest": hashlib.sha256(_json.dumps_sorted(arguments)).hexdigest(),
+                "outcome": "ok" if error is None else error.error_code, "latency_us": int(seconds * 1_000_000),
+                "request_id": request_id or "", "trace_id": _trace_id() if self._tracing else None,
+            })  # fmt: skip
+            waiting.append((workspace, at, written))
             if len(waiting) >= _BATCH:
                 self._wake.set()
 
         return observe
 
-    def submit(self, entry: AuditEntry) -> None:
-        """Buffer one record made elsewhere (from any thread); dropped and counted when the buffer is full."""
-        if len(self._waiting) >= self._capacity:
-            self._drop()
-            return
-        self._waiting.append(entry)
-        if len(self._waiting) >= _BATCH:
-            self._wake.set()
+    def _name(self, caller: Principal | None) -> dict[str, str]:
+        """The caller's fields, kept for its next calls (with the caller itself, so that its `id` stays its own)."""
+        if len(self._names) >= _NAMES:
+            self._names.clear()
+        principal = principal_fields(caller)
+        self._names[id(caller)] = (caller, principal)
+        return principal
 
     def _drop(self) -> None:
         self.dropped += 1
@@ -102,11 +104,10 @@ class AuditTrail:
         """Write everything buffered now (in the caller's thread); the registry's error when it does not answer."""
         while self._waiting:
             taken = [self._waiting.popleft() for _ in range(min(_BATCH, len(self._waiting)))]
-            batch = [item if isinstance(item, AuditEntry) else _entry(item) for item in taken]
             try:
-                self._log.append(batch)
+                self._log.append(taken)
             except Exception:
-                self._waiting.extendleft(reversed(batch))  # kept, in order, for the next attempt
+                self._waiting.extendleft(reversed(taken))  # kept, in order, for the next attempt
                 raise
 
     def close(self, timeout: float = 10) -> None:
@@ -129,17 +130,6 @@ class AuditTrail:
                     return
             if self._closed.is_set():
                 return
-
-
-def _entry(call: _Call) -> AuditEntry:
-    """A buffered call as its record (in the writer's thread)."""
-    at, workspace, agent, tool, outcome, seconds, request_id, caller, arguments, trace = call
-    stamp = datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return AuditEntry(
-        at=stamp, workspace=workspace, agent=agent, tool=tool, principal=principal_fields(caller),
-        arguments_digest=hashlib.sha256(_json.dumps_sorted(arguments)).hexdigest(), outcome=outcome,
-        latency_us=round(seconds * 1_000_000), request_id=request_id or new_request_id(), trace_id=trace,
-    )  # fmt: skip
 
 
 def principal_fields(caller: Principal | None) -> dict[str, str]:
