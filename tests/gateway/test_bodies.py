@@ -261,6 +261,10 @@ async def test_form_and_multipart_calls_reach_a_real_server_as_it_parses_them(
         "upload_photo": {"protocol": "http", "target": {"method": "POST", "url": base + "/multipart"},
                          "description": "x", "input_schema": upload,
                          "execution_config": {"body": {"content_type": "multipart/form-data", "files": ["photo"]}}},
+        "replace_photo": {"protocol": "http", "target": {"method": "PUT", "url": base + "/multipart"},
+                          "description": "x", "input_schema": upload,
+                          "execution_config": {"confirmation": True,
+                                               "body": {"content_type": "multipart/form-data", "files": ["photo"]}}},
     }  # fmt: skip
     sqlite_registry.create_workspace("acme", "Acme")
     for name, spec in operations.items():
@@ -276,13 +280,15 @@ async def test_form_and_multipart_calls_reach_a_real_server_as_it_parses_them(
         uploaded = await client.call_tool("upload_photo", {"title": "Cat", "photo": photo})
         not_a_file = await client.call_tool("upload_photo", {"title": "Cat", "photo": "/etc/passwd"})
         huge = await client.call_tool("upload_photo", {"photo": too_large})
+        # A call that must be confirmed, whose file cannot be sent: refused before the user is asked to confirm it.
+        unconfirmable = await client.call_tool("replace_photo", {"photo": "/etc/passwd"})
     assert not created.is_error and not uploaded.is_error
     assert seen == [
         {"content_type": FORM, "fields": {"email": ["a@b.c"], "address[city]": ["Oslo"]}},
         {"content_type": "multipart/form-data",
          "fields": {"title": ["Cat"], "photo": [["cat.png", "image/png", "png!"]]}},
     ]  # fmt: skip
-    refused = [json.loads(result.content[0].text) for result in (not_a_file, huge)]
-    assert [error["error_code"] for error in refused] == ["mapping_error", "file_too_large"]
+    refused = [json.loads(result.content[0].text) for result in (not_a_file, huge, unconfirmable)]
+    assert [error["error_code"] for error in refused] == ["mapping_error", "file_too_large", "mapping_error"]
     assert refused[0]["message"] == "argument for 'photo' is a file: neither base64 nor a data: URL"
     assert all(error["recoverable"] for error in refused) and len(seen) == 2  # neither was sent

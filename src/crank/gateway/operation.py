@@ -75,6 +75,9 @@ class RemoteOperation:
         self.prepares = config.auth is not None and config.auth.type == "user_connection"
         self.spends = self.confirmation is not None or self.idempotency is not None
         """Whether a call spends something before its request (a confirmation, an idempotency key)."""
+        self.checks_body = self.spends and tool.protocol == "http" and config.body.kind != "json"
+        """Whether its request is written once before anything is spent: a form or file that cannot be written (a
+        value that is no file, a body over the bound) fails before the user is asked to confirm it."""
         attempts = self.adapter.retries + 1 + (3 if fetched else 0)
         self.in_flight_ttl = self.adapter.timeout * attempts + 10
         url = tool.target.url if tool.protocol == "http" else ""
@@ -105,6 +108,9 @@ class RemoteOperation:
         # itself obtains it otherwise: one look-up less per call).
         if self.prepares and self.spends and not self.adapter.prepared(caller):
             await self.adapter.prepare(caller)
+        if self.checks_body:
+            unconfirmed = self.confirmation.without_token(arguments) if self.confirmation is not None else arguments
+            self.adapter.check(self._parts(unconfirmed, client_headers))
         if self.confirmation is not None:
             if confirmed:
                 arguments = self.confirmation.without_token(arguments)

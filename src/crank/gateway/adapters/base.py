@@ -26,6 +26,10 @@ class Adapter:
         """Obtain `caller`'s credentials before anything else is spent on the call (a user who must connect their
         account first is asked before a confirmation token is used up): raises what obtaining them raises."""
 
+    def check(self, parts: RequestParts) -> None:
+        """Raise what writing the request would raise (a body that cannot be written), before anything is spent on
+        the call; nothing by default."""
+
     async def call(self, parts: RequestParts, caller: Principal | None = None) -> Any:
         """Send the request for `caller`, who made the call (the credentials of a tool acting as the user are
         theirs); the upstream's decoded answer."""

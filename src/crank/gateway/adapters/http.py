@@ -85,6 +85,9 @@ class HTTPAdapter(Adapter):
         if self._credential.ready(caller) is None:
             await self._credential.obtain(caller)
 
+    def check(self, parts: RequestParts) -> None:
+        self._request(parts)
+
     async def call(self, parts: RequestParts, caller: Principal | None = None) -> Any:
         if self._refusal is not None:
             raise self._refused(self._refusal)
