@@ -229,7 +229,9 @@ def test_the_in_process_endpoint_traces_a_call_under_the_traceparent_header(
     tmp_path: Path, serve: Callable[..., str]
 ) -> None:
     """`crank serve examples.rpc_app:app` (the README's RPCService) with traces on: a request that carries its trace
-    in the HTTP `traceparent` header (and none in `_meta`) gets a server span in that trace, under that span."""
+    in the HTTP `traceparent` header (and none in `_meta`) gets a server span in that trace, under that span. What a
+    hostile client chooses stays bounded: a long tool name is cut, an unknown method is `_OTHER`, and baggage is never
+    read (the propagator would log its bad entries as they are)."""
     import httpx
 
     receiver = Receiver()
@@ -238,9 +240,13 @@ def test_the_in_process_endpoint_traces_a_call_under_the_traceparent_header(
     clean = {key: value for key, value in os.environ.items() if not key.startswith(("CRANK_", "OTEL_"))}
     environment = {**clean, "OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_BSP_SCHEDULE_DELAY": "50",
                    "CRANK_LISTEN": f"127.0.0.1:{port}", "CRANK_DATA_DIR": str(tmp_path)}  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "crank.cli", "serve", "examples.rpc_app:app"], cwd=ROOT,
-                               env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    log = tmp_path / "crank.log"
+    with log.open("w") as errors:
+        process = subprocess.Popen([sys.executable, "-m", "crank.cli", "serve", "examples.rpc_app:app"], cwd=ROOT,
+                                   env=environment, stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    hostile, other = "5bf92f3577b34da6a3ce929d0e0e4736", "6bf92f3577b34da6a3ce929d0e0e4736"
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -250,16 +256,20 @@ def test_the_in_process_endpoint_traces_a_call_under_the_traceparent_header(
             except httpx.TransportError:
                 assert process.poll() is None and time.monotonic() < deadline
                 time.sleep(0.1)
-        headers = {"traceparent": f"00-{trace_id}-{parent_id}-01", "mcp-protocol-version": "2026-07-28",
-                   "mcp-method": "tools/list", "accept": "application/json, text/event-stream"}  # fmt: skip
-        meta = {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-        }
-        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": meta}}
-        answered = httpx.post(f"http://127.0.0.1:{port}/mcp", json=call, headers=headers, timeout=10)
-        assert answered.status_code == 200, answered.text
-        spans = receiver.wait_for(lambda found: any(span["trace"] == trace_id for span in found))
+
+        def post(method: str, params: dict[str, Any], traceparent: str) -> httpx.Response:
+            headers = {"traceparent": traceparent, "mcp-protocol-version": "2026-07-28", "mcp-method": method,
+                       "accept": "application/json, text/event-stream"}  # fmt: skip
+            if method == "tools/call":
+                headers["mcp-name"] = params["name"]
+            call = {"jsonrpc": "2.0", "id": 9, "method": method, "params": {"_meta": meta, **params}}
+            return httpx.post(f"http://127.0.0.1:{port}/mcp", json=call, headers=headers, timeout=10)
+
+        assert post("tools/list", {}, f"00-{trace_id}-{parent_id}-01").status_code == 200
+        baggage = {**meta, "traceparent": f"00-{hostile}-{parent_id}-01", "baggage": 'a=b\n{"level": "forged"}'}
+        post("tools/call", {"name": "x" * 1000, "_meta": baggage, "arguments": {}}, f"00-{other}-{parent_id}-01")
+        post("no/such/method", {}, f"00-{other}-{parent_id}-01")
+        spans = receiver.wait_for(lambda found: len({span["trace"] for span in found}) >= 3)
     finally:
         process.terminate()
         process.wait(timeout=20)
@@ -267,3 +277,7 @@ def test_the_in_process_endpoint_traces_a_call_under_the_traceparent_header(
     assert (span["name"], span["parent"], span["kind"]) == ("tools/list", parent_id, 2)
     assert span["attributes"]["mcp.protocol.version"] == "2026-07-28"
     assert span["attributes"]["jsonrpc.request.id"] == "9"
+    (called,) = [span for span in spans if span["trace"] == hostile]  # `_meta` wins over the header
+    assert called["name"] == "tools/call " + "x" * 128 and "error.type" in called["attributes"]
+    assert [span["name"] for span in spans if span["trace"] == other] == ["_OTHER"]
+    assert "forged" not in log.read_text() and "baggage" not in log.read_text().lower()

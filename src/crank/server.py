@@ -55,7 +55,7 @@ from crank.sources.access import GatewayAuthenticator, ResourceAuthenticator
 from crank.sources.agent_cache import AgentCacheLimits
 from crank.sources.agents import AgentSource
 from crank.sources.api_keys import DEFAULT_KEY_LIST_MAX_AGE, KeyCacheLimits
-from crank.sources.audit_trail import DEFAULT_AUDIT_BUFFER, AuditTrail
+from crank.sources.audit_trail import DEFAULT_AUDIT_BUFFER, AuditTrail, audit_key
 from crank.sources.connect import ConnectPages
 from crank.sources.rpc import MCPConfig, RPCSource
 from crank.state import MemoryStore, StateStore, check_durability, open_state
@@ -284,7 +284,8 @@ class GatewayService:
         # A publish tells the clients of the agents whose lists it changed.
         self.changes = ListChanges(max_per_group=max_streams_per_workspace)
         self.audit = (AuditTrail(AuditLog(registry.engine), capacity=audit_buffer,
-                                 on_drop=self.metrics.audit_dropped.inc) if audit else None)  # fmt: skip
+                                 on_drop=self.metrics.audit_dropped.inc, key=audit_key(request_state_secret))
+                      if audit else None)  # fmt: skip
         self.source = AgentSource(
             registry,
             client,
@@ -346,11 +347,13 @@ class GatewayService:
             self._durability_check.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._durability_check
-        await self.source.aclose()
-        await self.auth.verifier.client.aclose()
-        await self.endpoint.aclose()
-        if self.audit is not None:  # what is still buffered is written before the process ends
-            await asyncio.to_thread(self.audit.close)
+        try:
+            await self.source.aclose()
+            await self.auth.verifier.client.aclose()
+            await self.endpoint.aclose()
+        finally:
+            if self.audit is not None:  # what is still buffered is written before the process ends
+                await asyncio.to_thread(self.audit.close)
 
     def answer_early(self, scope: Scope) -> EarlyAnswer | None:
         """`crank.wire.asgi.EarlyAnswers` for `crank serve`'s HTTP protocol: the 429 of a request to an agent

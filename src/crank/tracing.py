@@ -30,8 +30,10 @@ __all__ = ["client_span", "current_ids", "inject", "mark_error", "server_span", 
 
 _configured = False
 _tracer: Tracer | None = None
-_lock = threading.Lock()
-_PROPAGATED = ("traceparent", "tracestate", "baggage")
+_lock = threading.RLock()  # the SDK may log while it starts, and a log line asks `tracer()`
+_PROPAGATED = ("traceparent", "tracestate")  # W3C trace context only: baggage is neither read nor sent
+_MAX_VALUE = 128
+"""Characters of a name or id a client chose, in a span's name and attributes (a span is kept until exported)."""
 
 
 def tracer() -> Tracer | None:
@@ -64,11 +66,11 @@ def _start(environ: Mapping[str, str]) -> Tracer:
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "crank"})
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, span_limits=SpanLimits(max_attribute_length=_MAX_VALUE * 2))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     atexit.register(provider.shutdown)  # the last batch leaves before the process does
@@ -79,12 +81,13 @@ def _start(environ: Mapping[str, str]) -> Tracer:
 
 def _parent(meta: Any, headers: Mapping[str, str]) -> Context | None:
     """The caller's context: `params._meta` (SEP-414), else the HTTP headers; None when neither carries one."""
-    from opentelemetry.propagate import extract
     from opentelemetry.trace import get_current_span
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     for carrier in (meta if isinstance(meta, dict) else None, headers):
         if carrier and any(name in carrier for name in _PROPAGATED):
-            context = extract({name: carrier[name] for name in _PROPAGATED if isinstance(carrier.get(name), str)})
+            given = {name: carrier[name][:512] for name in _PROPAGATED if isinstance(carrier.get(name), str)}
+            context = TraceContextTextMapPropagator().extract(given)
             if get_current_span(context).get_span_context().is_valid:
                 return context
     return None
@@ -92,17 +95,20 @@ def _parent(meta: Any, headers: Mapping[str, str]) -> Context | None:
 
 @contextlib.contextmanager
 def server_span(
-    active: Tracer, message: Mapping[str, Any], headers: Mapping[str, str], protocol_version: str | None
-) -> Iterator[Span]:
+    active: Tracer, message: Mapping[str, Any], headers: Mapping[str, str], protocol_version: str | None,
+    *, known: bool = True,
+) -> Iterator[Span]:  # fmt: skip
     """The server span of one MCP request: `{mcp.method.name} {target}` (`tools/call get_weather`), a child of the
-    trace the request carries. `error.type` is set by `mark_error` when the answer is an error."""
+    trace the request carries. `known`: whether the server answers the request's method; any other is `_OTHER`, as
+    the conventions say of unknown methods. `error.type` is set by `mark_error` when the answer is an error."""
     from opentelemetry.trace import SpanKind
 
     method = message.get("method")
-    method = method if isinstance(method, str) else "unknown"
+    method = method if known and isinstance(method, str) else "_OTHER"
     params = message.get("params")
     params = params if isinstance(params, dict) else {}
     target = params.get("name") if method in ("tools/call", "prompts/get") else None
+    target = target[:_MAX_VALUE] if isinstance(target, str) else None
     attributes: dict[str, Any] = {"mcp.method.name": method}
     if isinstance(target, str):
         attributes["gen_ai.tool.name" if method == "tools/call" else "gen_ai.prompt.name"] = target
@@ -110,12 +116,12 @@ def server_span(
             attributes["gen_ai.operation.name"] = "execute_tool"
     request_id = message.get("id")
     if isinstance(request_id, str | int) and not isinstance(request_id, bool):
-        attributes["jsonrpc.request.id"] = str(request_id)
+        attributes["jsonrpc.request.id"] = str(request_id)[:_MAX_VALUE]
     if protocol_version:
         attributes["mcp.protocol.version"] = protocol_version
     session = headers.get("mcp-session-id")
     if session:
-        attributes["mcp.session.id"] = session
+        attributes["mcp.session.id"] = session[:_MAX_VALUE]
     name = f"{method} {target}" if isinstance(target, str) else method
     with active.start_as_current_span(name, context=_parent(params.get("_meta"), headers), kind=SpanKind.SERVER,
                                       attributes=attributes) as span:  # fmt: skip
@@ -156,8 +162,8 @@ def current_ids() -> dict[str, str]:
 
 def inject() -> dict[str, str]:
     """`traceparent` (and `tracestate`) of the current span, for an outgoing request's headers."""
-    from opentelemetry.propagate import inject as propagate
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     carrier: dict[str, str] = {}
-    propagate(carrier)
-    return {name: value for name, value in carrier.items() if name in ("traceparent", "tracestate")}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier

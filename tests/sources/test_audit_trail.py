@@ -5,7 +5,7 @@ out a registry that does not answer; `crank audit` lists them and `verify` finds
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import json
 import time
 from collections.abc import Callable
@@ -23,7 +23,7 @@ from crank.registry import Registry, key_digest, migrate, open_engine
 from crank.registry.audit import AuditLog, StoredRecord
 from crank.registry.models import AuditBatch
 from crank.server import GatewayService
-from crank.sources.audit_trail import AuditTrail
+from crank.sources.audit_trail import AuditTrail, audit_key
 from crank.telemetry import Metrics
 from mcp import Client
 from tests.gateway import upstream
@@ -48,7 +48,7 @@ async def test_every_call_is_one_record_naming_who_called_and_its_outcome_never_
     publish_demo(registry, serve(upstream.app))
     key = registry.create_api_key("acme")
     scope = registry.api_keys([key_digest(key)])[key_digest(key)]
-    gateway = GatewayService(registry, poll_interval=0.05, audit=True)
+    gateway = GatewayService(registry, poll_interval=0.05, audit=True, request_state_secret="shared by the replicas")
     url = serve(gateway) + "/mcp/v1/acme/support"
     calls = [("get_user", {"id": 1}), ("get_user", {"id": "x"}), ("create_user", {"name": SECRET_NAME}),
              ("broken", {}), ("limited", {})]  # fmt: skip
@@ -66,13 +66,15 @@ async def test_every_call_is_one_record_naming_who_called_and_its_outcome_never_
     for entry, (_, arguments) in zip(records, calls, strict=True):
         assert entry["agent"] == "support"
         assert entry["principal"] == {"method": "api_key", "id": scope.id, "subject": scope.subject}
-        assert entry["arguments_digest"] == hashlib.sha256(_json.dumps_sorted(arguments)).hexdigest()
+        key = audit_key("shared by the replicas")
+        assert key is not None  # keyed: a guessable argument cannot be found from its digest without the key
+        assert entry["arguments_digest"] == hmac.digest(key, _json.dumps_sorted(arguments), "sha256").hex()
         assert entry["latency_us"] > 0 and bool(entry["request_id"]) == (entry["outcome"] != "ok")
     failed = json.loads(results[3].content[0].text)  # type: ignore[union-attr]
     assert records[3]["request_id"] == failed["request_id"]  # the id the client was given
     with registry.engine.connect() as connection:
         stored = json.dumps([list(row) for row in connection.execute(text("SELECT * FROM audit_batches"))])
-    assert SECRET_NAME not in stored and log.verify() == []
+    assert SECRET_NAME not in stored and log.verify()[1] == []
     assert gateway.audit is not None
     gateway.audit.close()
 
@@ -114,7 +116,11 @@ async def test_crank_audit_lists_the_calls_and_verify_finds_a_changed_record(
     assert lines[0]["workspace"] == "acme" and lines[0]["at"].endswith("Z")
     assert runner.invoke(main, ["audit", "list", "--since", "2999-01-01"], env=environment).output == ""
     verified = runner.invoke(main, ["audit", "verify"], env=environment)
-    assert verified.exit_code == 0 and verified.output.startswith("acme: 2 records, head ")
+    assert verified.exit_code == 0 and verified.output.startswith("acme: 2 records, head acme:2:")
+    kept = verified.output.split()[-1]
+    assert runner.invoke(main, ["audit", "verify", "--head", kept], env=environment).exit_code == 0
+    wrong = runner.invoke(main, ["audit", "verify", "--head", "acme:2:" + "0" * 64], env=environment)
+    assert wrong.exit_code == 1 and "no batch ends at record 2 with the hash kept for it" in wrong.output
     with registry.engine.begin() as connection:
         connection.execute(
             update(AuditBatch).values(records=func.replace(AuditBatch.records, "get_user", "delete_user"))
@@ -122,3 +128,24 @@ async def test_crank_audit_lists_the_calls_and_verify_finds_a_changed_record(
     broken = runner.invoke(main, ["audit", "verify", "-w", "acme"], env=environment)
     assert broken.exit_code == 1, broken.output
     assert broken.output.startswith("acme: broken at record 1: its batch does not match its hash")
+
+
+def test_a_record_the_database_refuses_for_good_is_lost_loudly_and_the_others_are_written(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL refuses a workspace name longer than its column: that batch is logged and counted, never retried
+    forever, and the other workspaces' records are written (one transaction per workspace)."""
+    from tests import services
+
+    with services.fresh_database(postgres_url, "crank_audit") as (url, _):
+        engine = open_engine(url, pooled=False)
+        migrate(engine)
+        trail = AuditTrail(AuditLog(engine), interval=3600)
+        trail.observer("w" * 65, "desk")("get_user", None, 0.001, None, None, {})
+        trail.observer("acme", "desk")("get_user", None, 0.001, None, None, {})
+        with caplog.at_level("ERROR", logger="crank.audit"):
+            trail.flush()
+        assert trail.lost == 1 and [r.workspace for r in AuditLog(engine).records()] == ["acme"]
+        assert "1 audit records of workspace " + "w" * 65 + " cannot be written and are lost" in caplog.text
+        trail.close()
+        engine.dispose()

@@ -49,19 +49,34 @@ def audit_list(since: str | None, until: str | None, **filters: Any) -> None:
 
 @audit.command("verify")
 @click.option("-w", "--workspace", default=None, help="Only this workspace's chain.")
-def audit_verify(workspace: str | None) -> None:
-    """Check each workspace's chain of records; print its head, or the first record that breaks it (exit 1)."""
-    log = _log()
-    breaks = {found.workspace: found for found in log.verify(workspace)}
-    heads = log.heads()
-    for name in [workspace] if workspace is not None else sorted(heads):
-        if name in breaks:
-            found = breaks[name]
-            click.echo(f"{name}: broken at record {found.seq}: {found.reason}")
+@click.option(
+    "--head",
+    "kept",
+    multiple=True,
+    metavar="WORKSPACE:SEQ:HASH",
+    help="A head printed by an earlier run and kept where the database's users cannot write: the chain "
+    "must still pass through it (a chain rewritten from a point on is found only so). Repeatable.",
+)
+def audit_verify(workspace: str | None, kept: tuple[str, ...]) -> None:
+    """Check each workspace's chain of records up to its head; print the head verified (keep it to pass to --head
+    later), or the first record that breaks the chain (exit 1)."""
+    heads, breaks = _log().verify(workspace, kept=dict(_kept_head(value) for value in kept))
+    broken = {found.workspace: found for found in breaks}
+    for name in [workspace] if workspace is not None else sorted(set(heads) | set(broken)):
+        if name in broken:
+            click.echo(f"{name}: broken at record {broken[name].seq}: {broken[name].reason}")
         elif name in heads:
             seq, digest = heads[name]
-            click.echo(f"{name}: {seq} records, head {digest}")
+            click.echo(f"{name}: {seq} records, head {name}:{seq}:{digest}")
         else:
             click.echo(f"{name}: no records")
     if breaks:
         sys.exit(1)
+
+
+def _kept_head(value: str) -> tuple[str, tuple[int, str]]:
+    name, _, rest = value.partition(":")
+    seq, _, digest = rest.partition(":")
+    if not name or not seq.isdigit() or len(digest) != 64:
+        raise click.BadParameter(f"{value!r} is not WORKSPACE:SEQ:HASH", param_hint="--head")
+    return name, (int(seq), digest)

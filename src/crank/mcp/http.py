@@ -363,7 +363,9 @@ class MCPEndpoint:
         """A request as `_mcp_post` answers it, inside its server span (crank.tracing)."""
         assert self._tracer is not None
         headers = info.headers
-        with tracing.server_span(self._tracer, message, headers, headers.get("mcp-protocol-version")) as span:
+        known = self.server.serves(message.get("method"))
+        version = headers.get("mcp-protocol-version")
+        with tracing.server_span(self._tracer, message, headers, version, known=known) as span:
             try:
                 exchange = await self.server.handle(message, catalog, info)
             except asyncio.CancelledError:
@@ -646,17 +648,14 @@ def _refusal(scope: Scope, status: int, message: str) -> bytes:
 
 def _error_type(body: bytes | None) -> str | None:
     """What a traced answer says went wrong: the JSON-RPC error's code, `tool_error` for a tool's `isError`
-    result, or None (read only when tracing is on)."""
+    result, or None (read only when tracing is on). An error answer is small and read whole; a result is only
+    searched, never parsed again."""
     if not body:
         return None
-    try:
-        answer = _json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(answer, dict):
-        return None
-    error = answer.get("error")
-    if isinstance(error, dict):
-        return str(error.get("code"))
-    result = answer.get("result")
-    return "tool_error" if isinstance(result, dict) and result.get("isError") is True else None
+    if body.startswith(b'{"jsonrpc":"2.0"') and b'"error":{' in body[:200]:
+        try:
+            error = _json.loads(body).get("error")
+        except (ValueError, AttributeError):
+            return None
+        return str(error.get("code")) if isinstance(error, dict) else None
+    return "tool_error" if b'"isError":true' in body else None

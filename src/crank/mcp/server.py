@@ -222,6 +222,10 @@ class MCPServer:
             if capability is not None:
                 self.declare(feature or "tools", *capability, eras=(era,))
 
+    def serves(self, method: Any) -> bool:
+        """Whether `method` is one this server answers, in some era."""
+        return any(method in routes for routes in self._routes.values())
+
     def declare(self, feature: str, name: str, fragment: JSONObject, *, eras: tuple[Era, ...]) -> None:
         """Declare a capability no method answers for (a kind of message the server may send, as `logging`)."""
         self._declared.extend((era, feature, name, fragment) for era in eras)

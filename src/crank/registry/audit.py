@@ -77,24 +77,27 @@ class AuditLog:
         self._writer = engine.execution_options(crank_write=True)
 
     def append(self, records: Sequence[tuple[str, int, bytes]]) -> None:
-        """Chain `records` after each workspace's head, one batch per workspace, in one transaction: each record is
-        (workspace, its time in microseconds since the epoch, its JSON object as written). A record's `seq` is its
-        place: the batch's first plus its index."""
+        """Chain `records` after each workspace's head, one batch and one transaction per workspace (in the order of
+        their names): each record is (workspace, its time in microseconds since the epoch, its JSON object as
+        written). A record's `seq` is its place: the batch's first plus its index."""
         by_workspace: dict[str, list[tuple[int, bytes]]] = {}
         for workspace, at, written in records:
             by_workspace.setdefault(workspace, []).append((at, written))
+        for workspace in sorted(by_workspace):
+            self._append_batch(workspace, by_workspace[workspace])
+
+    def _append_batch(self, workspace: str, batch: list[tuple[int, bytes]]) -> None:
+        times = [at for at, _ in batch]
+        text = (b"[" + b",".join(written for _, written in batch) + b"]").decode()
         with Session(self._writer) as session, session.begin():
-            for workspace in sorted(by_workspace):  # one order for every writer: no two lock heads in turn
-                seq, previous = _locked_head(session, workspace)
-                batch = by_workspace[workspace]
-                text = (b"[" + b",".join(written for _, written in batch) + b"]").decode()
-                first, last = seq + 1, seq + len(batch)
-                digest = batch_hash(previous, workspace, first, text)
-                session.execute(insert(AuditBatch).values(
-                    workspace=workspace, first_seq=first, last_seq=last, first_at=batch[0][0], last_at=batch[-1][0],
-                    records=text, prev_hash=previous, hash=digest,
-                ))  # fmt: skip
-                session.execute(update(AuditHead).where(AuditHead.workspace == workspace).values(seq=last, hash=digest))
+            seq, previous = _locked_head(session, workspace)
+            first, last = seq + 1, seq + len(batch)
+            digest = batch_hash(previous, workspace, first, text)
+            session.execute(insert(AuditBatch).values(
+                workspace=workspace, first_seq=first, last_seq=last, first_at=min(times), last_at=max(times),
+                records=text, prev_hash=previous, hash=digest,
+            ))  # fmt: skip
+            session.execute(update(AuditHead).where(AuditHead.workspace == workspace).values(seq=last, hash=digest))
 
     def records(
         self, *, workspace: str | None = None, agent: str | None = None, tool: str | None = None,
@@ -107,6 +110,8 @@ class AuditLog:
         wanted = {name: value for name, value in wanted.items() if value is not None}
         found: list[StoredRecord] = []
         limit = max(0, min(limit, MAX_RECORDS_READ))
+        if not limit:
+            return found
         for batch_workspace, fields in self._newest(workspace, since, until):
             if since is not None and fields["at"] < since or until is not None and fields["at"] >= until:
                 continue
@@ -146,40 +151,83 @@ class AuditLog:
         with Session(self._engine) as session:
             return {row.workspace: (row.seq, row.hash) for row in session.scalars(select(AuditHead))}
 
-    def verify(self, workspace: str | None = None) -> list[ChainBreak]:
-        """The first break of each workspace's chain (of `workspace` only, when given); empty when every chain
-        holds. Reads the batches a page at a time."""
+    def verify(
+        self, workspace: str | None = None, *, kept: Mapping[str, tuple[int, str]] | None = None
+    ) -> tuple[dict[str, tuple[int, str]], list[ChainBreak]]:
+        """Each workspace's chain (of `workspace` only, when given), up to its head as read first: batches written
+        while it runs are left for the next time. Returns the heads verified and the first break of each chain.
+        `kept`: heads kept elsewhere (workspace -> (seq, hash)), which the chain must still pass through: a chain
+        rewritten from a point on, head and all, is found only so."""
         heads = self.heads()
-        names = [workspace] if workspace is not None else sorted(heads)
-        return [found for name in names if (found := self._verify_one(name, heads.get(name))) is not None]
+        with Session(self._engine) as session:
+            written = set(session.scalars(select(AuditBatch.workspace).distinct()))
+        names = [workspace] if workspace is not None else sorted(set(heads) | written)
+        breaks = []
+        for name in names:
+            found = self._verify_one(name, heads.get(name), (kept or {}).get(name))
+            if found is not None:
+                breaks.append(found)
+        return {name: heads[name] for name in names if name in heads}, breaks
 
-    def _verify_one(self, workspace: str, head: tuple[int, str] | None) -> ChainBreak | None:
-        expected, previous = 1, GENESIS
-        columns = (AuditBatch.first_seq, AuditBatch.last_seq, AuditBatch.records, AuditBatch.prev_hash, AuditBatch.hash)
+    def _verify_one(
+        self, workspace: str, head: tuple[int, str] | None, kept: tuple[int, str] | None
+    ) -> ChainBreak | None:
+        head_seq, head_hash = head if head is not None else (0, GENESIS)
+        expected, previous, after = 1, GENESIS, None
+        passed_kept = kept is None
+        columns = (AuditBatch.first_seq, AuditBatch.last_seq, AuditBatch.first_at, AuditBatch.last_at,
+                   AuditBatch.records, AuditBatch.prev_hash, AuditBatch.hash)  # fmt: skip
         query = select(*columns).where(AuditBatch.workspace == workspace).order_by(AuditBatch.first_seq)
         with Session(self._engine) as session:
             while True:
-                rows = session.execute(query.where(AuditBatch.first_seq >= expected).limit(_PAGE)).all()
-                for first, last, text, prev_hash, digest in rows:
-                    if first > expected:
-                        return ChainBreak(workspace, expected, f"records {expected} to {first - 1} are missing")
-                    if first < expected:
-                        return ChainBreak(workspace, first, "its batch numbers records the batch before numbered")
-                    if prev_hash != previous:
-                        return ChainBreak(workspace, first, "its batch does not name the hash of the batch before")
-                    if batch_hash(previous, workspace, first, text) != digest:
-                        return ChainBreak(workspace, first, "its batch does not match its hash")
-                    if len(_json.loads(text)) != last - first + 1:
-                        return ChainBreak(workspace, first, "its batch does not hold the records it numbers")
+                page = query if after is None else query.where(AuditBatch.first_seq > after)
+                rows = session.execute(page.limit(_PAGE)).all()
+                for first, last, first_at, last_at, text, prev_hash, digest in rows:
+                    after = first
+                    if head is None:
+                        return ChainBreak(workspace, first, "the workspace has records but no head")
+                    if first > head_seq:  # written after the head was read
+                        break
+                    found = _batch_break(workspace, expected, previous, first, last, first_at, last_at, text,
+                                         prev_hash, digest)  # fmt: skip
+                    if found is not None:
+                        return found
                     expected, previous = last + 1, digest
-                if len(rows) < _PAGE:
+                    if kept is not None and kept == (last, digest):
+                        passed_kept = True
+                if len(rows) < _PAGE or (rows and rows[-1][0] > head_seq):
                     break
         last_seq = expected - 1
-        if head is None and last_seq:
-            return ChainBreak(workspace, last_seq, "the workspace's head is missing")
-        if head is not None and head != (last_seq, previous):
-            return ChainBreak(workspace, last_seq + 1, f"the head names record {head[0]}, the trail ends at {last_seq}")
+        if (last_seq, previous) != (head_seq, head_hash):
+            return ChainBreak(
+                workspace, last_seq + 1, f"the head names record {head_seq}, the trail ends at {last_seq}"
+            )
+        if not passed_kept:
+            assert kept is not None
+            return ChainBreak(workspace, kept[0], f"no batch ends at record {kept[0]} with the hash kept for it")
         return None
+
+
+def _batch_break(
+    workspace: str, expected: int, previous: str, first: int, last: int, first_at: int, last_at: int, text: str,
+    prev_hash: str, digest: str,
+) -> ChainBreak | None:  # fmt: skip
+    """Why one batch does not follow from the chain before it (`expected`, `previous`), or None."""
+    if first > expected:
+        return ChainBreak(workspace, expected, f"records {expected} to {first - 1} are missing")
+    if first < expected:
+        return ChainBreak(workspace, first, "its batch numbers records the batch before numbered")
+    if prev_hash != previous:
+        return ChainBreak(workspace, first, "its batch does not name the hash of the batch before")
+    if batch_hash(previous, workspace, first, text) != digest:
+        return ChainBreak(workspace, first, "its batch does not match its hash")
+    records = _json.loads(text)
+    if len(records) != last - first + 1:
+        return ChainBreak(workspace, first, "its batch does not hold the records it numbers")
+    times = [record.get("at") for record in records]
+    if (first_at, last_at) != (min(times), max(times)):
+        return ChainBreak(workspace, first, "its batch's times are not its records' times")
+    return None
 
 
 def batch_hash(previous: str, workspace: str, first_seq: int, records: str) -> str:
@@ -189,8 +237,9 @@ def batch_hash(previous: str, workspace: str, first_seq: int, records: str) -> s
 
 def iso_time(microseconds: int) -> str:
     """`2026-12-06T12:00:00.000000Z` for microseconds since the epoch."""
-    moment = datetime.datetime.fromtimestamp(microseconds / 1_000_000, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    seconds, fraction = divmod(microseconds, 1_000_000)
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return f"{moment.strftime('%Y-%m-%dT%H:%M:%S')}.{fraction:06d}Z"
 
 
 def time_of(text: str) -> int:

@@ -7,7 +7,18 @@ import datetime
 import uuid
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -17,6 +28,11 @@ __all__ = [
 ]  # fmt: skip
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+# 64-bit on PostgreSQL (one row per workspace and flush and replica would run out of 32 bits); SQLite's own
+# INTEGER PRIMARY KEY is 64-bit already and must stay spelled so to be its rowid.
+_BIG_ID = BigInteger().with_variant(Integer, "sqlite")
 
 
 def _id() -> str:
@@ -162,17 +178,20 @@ class RegistryChange(Base):
 
 class AuditBatch(Base):
     """Consecutive records of one workspace's audit trail (crank.registry.audit), written together: `records` is
-    their JSON array as written, and `hash` is SHA-256 over the hash before it (`prev_hash`), the workspace and
-    that text, so that a change, a removal or an insertion breaks the chain. `first_at`, `last_at`: the first and
-    last record's time, microseconds since the epoch, for reading by time."""
+    their JSON array as written, and `hash` is SHA-256 over the hash before it (`prev_hash`), the workspace,
+    `first_seq` and that text, so that a change, a removal or an insertion breaks the chain. `first_at`,
+    `last_at`: the earliest and latest record's time, microseconds since the epoch, for reading by time."""
 
     __tablename__ = "audit_batches"
-    __table_args__ = (UniqueConstraint("workspace", "first_seq"),)
+    __table_args__ = (
+        UniqueConstraint("workspace", "first_seq"),
+        CheckConstraint("first_seq >= 1 AND last_seq >= first_seq", name="audit_batches_numbered"),
+    )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    workspace: Mapped[str] = mapped_column(String(64))
-    first_seq: Mapped[int] = mapped_column(Integer)
-    last_seq: Mapped[int] = mapped_column(Integer)
+    id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
+    workspace: Mapped[str] = mapped_column(String(64), index=True)
+    first_seq: Mapped[int] = mapped_column(BigInteger)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
     first_at: Mapped[int] = mapped_column(BigInteger)
     last_at: Mapped[int] = mapped_column(BigInteger, index=True)
     records: Mapped[str] = mapped_column(Text)
@@ -187,5 +206,5 @@ class AuditHead(Base):
     __tablename__ = "audit_heads"
 
     workspace: Mapped[str] = mapped_column(String(64), primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer, default=0)
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
     hash: Mapped[str] = mapped_column(String(64))

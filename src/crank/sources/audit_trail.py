@@ -11,12 +11,15 @@ buffered stays and is written once it answers again. When the buffer is full, a 
 from __future__ import annotations
 
 import collections
-import hashlib
+import hmac
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
+
+from sqlalchemy.exc import DataError, IntegrityError
 
 from crank import _json, tracing
 from crank.exceptions import ToolError
@@ -24,7 +27,7 @@ from crank.registry.audit import AuditLog
 from crank.wire.auth import Principal
 from crank.wire.notices import ThrottledLog
 
-__all__ = ["DEFAULT_AUDIT_BUFFER", "AuditTrail", "principal_fields"]
+__all__ = ["DEFAULT_AUDIT_BUFFER", "AuditTrail", "audit_key", "principal_fields"]
 
 logger = logging.getLogger("crank.audit")
 
@@ -40,10 +43,13 @@ Observe = Callable[[str, ToolError | None, float, str | None, Principal | None, 
 class AuditTrail:
     def __init__(
         self, log: AuditLog, *, capacity: int = DEFAULT_AUDIT_BUFFER, interval: float = _INTERVAL,
-        on_drop: Callable[[], None] | None = None,
+        on_drop: Callable[[], None] | None = None, key: bytes | None = None,
     ) -> None:  # fmt: skip
-        """`on_drop`: told of each record dropped because the buffer was full (the metric)."""
+        """`on_drop`: told of each record dropped because the buffer was full (the metric). `key`: what the
+        arguments' digests are keyed with (HMAC-SHA-256), the same on every replica so that digests compare; a
+        random one when None. Without the key, a digest of a guessable argument cannot be reversed."""
         self._log = log
+        self._key = key if key is not None else os.urandom(32)
         self._capacity = capacity
         self._interval = interval
         self._on_drop = on_drop
@@ -54,6 +60,9 @@ class AuditTrail:
         self._closed = threading.Event()
         self._notices = ThrottledLog(logger)
         self.dropped = 0
+        """Records dropped because the buffer was full."""
+        self.lost = 0
+        """Records the registry refused for good (a value out of its range): logged as errors."""
         self._thread = threading.Thread(target=self._run, name="crank-audit", daemon=True)
         self._thread.start()
 
@@ -75,7 +84,7 @@ class AuditTrail:
             principal = known[1] if known is not None and known[0] is caller else self._name(caller)
             written = _json.dumps({
                 "at": at, "agent": agent, "tool": tool, "principal": principal,
-                "arguments_digest": hashlib.sha256(_json.dumps_sorted(arguments)).hexdigest(),
+                "arguments_digest": hmac.digest(self._key, _json.dumps_sorted(arguments), "sha256").hex(),
                 "outcome": "ok" if error is None else error.error_code, "latency_us": int(seconds * 1_000_000),
                 "request_id": request_id or "", "trace_id": _trace_id() if self._tracing else None,
             })  # fmt: skip
@@ -104,11 +113,20 @@ class AuditTrail:
         """Write everything buffered now (in the caller's thread); the registry's error when it does not answer."""
         while self._waiting:
             taken = [self._waiting.popleft() for _ in range(min(_BATCH, len(self._waiting)))]
-            try:
-                self._log.append(taken)
-            except Exception:
-                self._waiting.extendleft(reversed(taken))  # kept, in order, for the next attempt
-                raise
+            batches: dict[str, list[tuple[str, int, bytes]]] = {}
+            for record in taken:
+                batches.setdefault(record[0], []).append(record)
+            for index, (workspace, batch) in enumerate(batches.items()):
+                try:
+                    self._log.append(batch)  # one transaction per workspace: one cannot stop the others
+                except (DataError, IntegrityError) as refused:  # never writable: set aside, said, counted
+                    self.lost += len(batch)
+                    logger.error("%d audit records of workspace %s cannot be written and are lost: %s", len(batch),
+                                 workspace, type(refused).__name__)  # fmt: skip
+                except Exception:
+                    unwritten = [record for later in list(batches.values())[index:] for record in later]
+                    self._waiting.extendleft(reversed(unwritten))  # kept, each workspace's in order, for next time
+                    raise
 
     def close(self, timeout: float = 10) -> None:
         """Stop the writer after it has written what is buffered."""
@@ -130,6 +148,14 @@ class AuditTrail:
                     return
             if self._closed.is_set():
                 return
+
+
+def audit_key(secret: str | bytes | None) -> bytes | None:
+    """The arguments' digest key of a server whose replicas share `secret` (the request-state secret), else None."""
+    if secret is None:
+        return None
+    raw = secret.encode() if isinstance(secret, str) else secret
+    return hmac.digest(raw, b"crank audit arguments", "sha256")
 
 
 def principal_fields(caller: Principal | None) -> dict[str, str]:
