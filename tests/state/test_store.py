@@ -56,11 +56,12 @@ async def test_replace_if_touches_only_its_own_claim(store: StateStore) -> None:
 
 
 async def test_a_claims_lease_lapses_without_renewal_and_the_claim_stays(store: StateStore) -> None:
-    assert await store.claim("k", {"claim": "mine", "state": "running"}, ttl=5, lease=0.1)
+    # A lease of a second: what must happen within it does, even on a loaded machine.
+    assert await store.claim("k", {"claim": "mine", "state": "running"}, ttl=5, lease=1.0)
     assert await store.inspect("k") == ({"claim": "mine", "state": "running"}, True)
     assert not await store.claim("k", {"claim": "theirs"}, ttl=5, lease=5)
-    assert await store.renew("k", "mine", lease=0.1) and not await store.renew("k", "theirs", lease=5)
-    await asyncio.sleep(0.3)
+    assert await store.renew("k", "mine", lease=1.0) and not await store.renew("k", "theirs", lease=5)
+    await asyncio.sleep(1.2)
     assert await store.inspect("k") == ({"claim": "mine", "state": "running"}, False)  # its owner is gone
     assert not await store.renew("k", "mine", lease=5)  # a lapsed lease stays lapsed
     assert not await store.add("k", {"claim": "theirs"}, ttl=5)  # and the key is not free
@@ -85,10 +86,12 @@ async def test_the_memory_store_has_nothing_to_warn_about() -> None:
 
 
 async def test_renewing_a_lease_keeps_the_claim_past_its_own_time_to_live(store: StateStore) -> None:
-    assert await store.claim("k", {"claim": "mine", "state": "running"}, ttl=0.2, lease=0.2)
+    # Each renewal comes half a lease after the last: a loaded machine may stretch a sleep, never by a whole second
+    # (0.2 s leases renewed every 0.1 s failed once in CI).
+    assert await store.claim("k", {"claim": "mine", "state": "running"}, ttl=1.0, lease=1.0)
     for _ in range(4):  # the call outlives the claim's own time to live; its owner renews the lease
-        await asyncio.sleep(0.1)
-        assert await store.renew("k", "mine", lease=0.2)
+        await asyncio.sleep(0.5)
+        assert await store.renew("k", "mine", lease=1.0)
     assert await store.inspect("k") == ({"claim": "mine", "state": "running"}, True)
     assert not await store.add("k", {"claim": "theirs"}, ttl=5)  # never free while its owner still works
 
