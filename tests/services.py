@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Any, Self
 
 from sqlalchemy.engine import make_url
 
@@ -44,6 +44,20 @@ def free_port(host: str = HOST) -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def wait_until_answers(url: str, process: subprocess.Popen[Any], *, timeout: float = 60, note: str = "") -> None:
+    """Until `url` answers HTTP at all; fails (with `note`) when `process` ends first or `timeout` seconds pass."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.TransportError:
+            assert process.poll() is None and time.monotonic() < deadline, note
+            time.sleep(0.1)
 
 
 def postgres_program(name: str) -> str:

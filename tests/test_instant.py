@@ -5,11 +5,11 @@ between starts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +25,7 @@ from crank.server import CrankServer
 from crank.sources.discovery import CALL_TOOL, SCHEMA_TOOL, SEARCH_TOOL
 from mcp import Client
 from tests.realapis import MAILCHIMP, prism, require
-from tests.services import free_port
+from tests.services import free_port, wait_until_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 PING = {"result": {"health_status": '"Everything\'s Chimpy!"'}}  # Prism's answer: the document's example
@@ -47,13 +47,16 @@ def command(
 @contextmanager
 def crank_serving(
     port: int, data_dir: Path, upstream: str, document: Path = MAILCHIMP, options: tuple[str, ...] = MAILCHIMP_AUTH,
-    secrets: dict[str, str] = SECRET_ENV,
+    variables: dict[str, str] = SECRET_ENV, log: Path | None = None,
 ) -> Iterator[str]:  # fmt: skip
-    """The command in a subprocess; yields what it printed up to and with the Inspector line, once it answers."""
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRANK_")}
-    process = subprocess.Popen(command(port, data_dir, upstream, document, options), cwd=ROOT,
-                               env={**environment, **secrets}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True)  # fmt: skip
+    """The command in a subprocess, with these variables besides the environment's (no `CRANK_*` or `OTEL_*` of its
+    own) and its log lines in `log`, if given; yields what it printed up to and with the Inspector line, once it
+    answers."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("CRANK_", "OTEL_"))}
+    with log.open("w") if log is not None else contextlib.nullcontext() as errors:
+        process = subprocess.Popen(command(port, data_dir, upstream, document, options), cwd=ROOT,
+                                   env={**environment, **variables}, stdout=subprocess.PIPE,
+                                   stderr=errors if errors is not None else subprocess.DEVNULL, text=True)  # fmt: skip
     try:
         assert process.stdout is not None
         printed = []
@@ -63,14 +66,7 @@ def crank_serving(
                 break
         banner = "".join(printed)
         assert banner.rstrip().endswith("--method tools/list"), banner
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, banner
-                time.sleep(0.1)
+        wait_until_answers(f"http://127.0.0.1:{port}/healthz", process, note=banner)
         yield banner
     finally:
         process.terminate()

@@ -13,8 +13,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.services import free_port
+from tests.services import free_port, wait_until_answers
+from tests.test_instant import crank_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = """
@@ -112,44 +112,6 @@ def _value(value: Any) -> Any:
     return getattr(value, kind) if kind else None
 
 
-@contextmanager
-def crank_serving(
-    document: Path, upstream: str, data_dir: Path, environment: dict[str, str], log: Path
-) -> Iterator[str]:
-    """`crank serve --openapi` in a subprocess with these variables, its log lines into `log`; yields the printed
-    banner once it answers."""
-    import httpx
-
-    port = free_port()
-    command = [sys.executable, "-m", "crank.cli", "serve", "--openapi", str(document), "--base-url", upstream,
-               "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)]  # fmt: skip
-    clean = {key: value for key, value in os.environ.items() if not key.startswith(("CRANK_", "OTEL_"))}
-    with log.open("w") as errors:
-        process = subprocess.Popen(command, cwd=ROOT, env={**clean, **environment}, stdout=subprocess.PIPE,
-                                   stderr=errors, text=True)  # fmt: skip
-    try:
-        assert process.stdout is not None
-        printed = []
-        for line in process.stdout:
-            printed.append(line)
-            if line.startswith("npx "):
-                break
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "".join(printed)
-                time.sleep(0.1)
-        yield "".join(printed)
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        if process.stdout is not None:
-            process.stdout.close()
-
-
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_one_trace_holds_the_clients_span_cranks_server_span_and_its_upstream_span(
     mode: str, tmp_path: Path, serve: Callable[..., str]
@@ -169,7 +131,7 @@ def test_one_trace_holds_the_clients_span_cranks_server_span_and_its_upstream_sp
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_BSP_SCHEDULE_DELAY": "50"}
     log = tmp_path / "crank.log"
     environment = {**otel, "OTEL_SERVICE_NAME": "crank-test", "CRANK_LOG_FORMAT": "json"}
-    with crank_serving(document, upstream, tmp_path / "data", environment, log) as banner:
+    with crank_serving(free_port(), tmp_path / "data", upstream, document, (), environment, log) as banner:
         url = re.search(r"^MCP endpoint: +(\S+)$", banner, re.MULTILINE)
         key = re.search(r"^API key: +(crk_\S+)$", banner, re.MULTILINE)
         assert url is not None and key is not None, banner
@@ -248,14 +210,7 @@ def test_the_in_process_endpoint_traces_a_call_under_the_traceparent_header(
     hostile, other = "5bf92f3577b34da6a3ce929d0e0e4736", "6bf92f3577b34da6a3ce929d0e0e4736"
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/mcp/tools", timeout=2)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        wait_until_answers(f"http://127.0.0.1:{port}/mcp/tools", process, note="crank serve did not answer")
 
         def post(method: str, params: dict[str, Any], traceparent: str) -> httpx.Response:
             headers = {"traceparent": traceparent, "mcp-protocol-version": "2026-07-28", "mcp-method": method,

@@ -60,6 +60,10 @@ class BodyWriter:
 
     def __init__(self, config: BodyConfig) -> None:
         self.content_type = config.content_type
+        # What goes in the `Content-Type` header: JSON under a wildcard (`*/*`, `application/*+json`) says any JSON
+        # will do, and goes as plain JSON; text goes as UTF-8, whatever charset the description named.
+        self._sent_type = {"json": "application/json" if "*" in config.content_type else config.content_type,
+                           "text": _utf8(config.content_type)}.get(config.kind, config.content_type)  # fmt: skip
         self._deep = frozenset(config.deep_objects)
         self._files = frozenset(config.files)
         writers: dict[str, Callable[[Any], tuple[bytes, str]]] = {
@@ -70,8 +74,7 @@ class BodyWriter:
         """`write(body) -> (bytes, content type)`; `MappingError` when the body cannot be written so."""
 
     def _json(self, body: Any) -> tuple[bytes, str]:
-        # A wildcard (`*/*`, `application/*+json`) says any JSON will do: it goes as plain JSON.
-        return _json.dumps(body), self.content_type if "*" not in self.content_type else "application/json"
+        return _json.dumps(body), self._sent_type
 
     def _form(self, body: Any) -> tuple[bytes, str]:
         fields = _fields(body, "an application/x-www-form-urlencoded")
@@ -95,15 +98,10 @@ class BodyWriter:
         parts: list[bytes] = []
         budget = _Budget()
         for name, value in _fields(body, "a multipart/form-data").items():
-            for item in _items(value) if name in self._files or not _structured(value) else [value]:
-                if name in self._files:
-                    file = decode_file(item, where=f"argument for {name!r}")
-                    part = _part(name, file.content, file.media_type or _OCTET_STREAM, file.name or name)
-                elif _structured(item):
-                    part = _part(name, _json.dumps(item), "application/json")
-                else:
-                    part = _part(name, _json.as_text(item).encode())
-                budget.spend(len(part), file=name in self._files)
+            is_file = name in self._files
+            for item in [value] if not is_file and _structured(value) else _items(value):  # a part per item
+                part = _file_part(name, item) if is_file else _field_part(name, item)
+                budget.spend(len(part), file=is_file)
                 parts.append(part)
         closing = f"--{boundary}--\r\n".encode()
         written = b"".join(f"--{boundary}\r\n".encode() + part for part in parts) + closing
@@ -113,7 +111,7 @@ class BodyWriter:
         if not isinstance(body, str):
             raise MappingError(f"the body of a {self.content_type} call is a string, not {_kind(body)}",
                                recoverable=True, suggested_action="Pass the body as one string.")  # fmt: skip
-        return body.encode(), _utf8(self.content_type)
+        return body.encode(), self._sent_type
 
     def _binary(self, body: Any) -> tuple[bytes, str]:
         file = decode_file(body, where="body")  # bounded by its encoded length
@@ -223,6 +221,19 @@ def _kind(value: Any) -> str:
 
 def _items(value: Any) -> list[Any]:
     return [item for item in value if item is not None] if isinstance(value, list) else [value]
+
+
+def _file_part(name: str, value: Any) -> bytes:
+    """A file field's part: its `data:` URL's type and name, else `application/octet-stream` and the field's name."""
+    file = decode_file(value, where=f"argument for {name!r}")
+    return _part(name, file.content, file.media_type or _OCTET_STREAM, file.name or name)
+
+
+def _field_part(name: str, value: Any) -> bytes:
+    """Any other field's part: an object, or an array holding some, as JSON; anything else as text."""
+    if _structured(value):
+        return _part(name, _json.dumps(value), "application/json")
+    return _part(name, _json.as_text(value).encode())
 
 
 def _part(name: str, content: bytes, content_type: str | None = None, filename: str | None = None) -> bytes:

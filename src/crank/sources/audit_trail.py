@@ -17,15 +17,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy.exc import DataError, IntegrityError
 
 from crank import _json, tracing
 from crank.exceptions import ToolError
-from crank.registry.audit import AuditLog
 from crank.wire.auth import Principal
 from crank.wire.notices import ThrottledLog
+
+if TYPE_CHECKING:  # annotations only: `crank.settings` imports this module for its default, at every command's start
+    from crank.registry.audit import AuditLog
+    from crank.telemetry import Observe
 
 __all__ = ["DEFAULT_AUDIT_BUFFER", "AuditTrail", "audit_key", "principal_fields"]
 
@@ -36,8 +39,6 @@ DEFAULT_AUDIT_BUFFER: Final = 10_000
 _BATCH: Final = 500
 _NAMES: Final = 4_096  # callers whose fields are kept; past it, they are named again
 _INTERVAL: Final = 0.2
-
-Observe = Callable[[str, ToolError | None, float, str | None, Principal | None, Mapping[str, Any]], None]
 
 
 class AuditTrail:
@@ -86,7 +87,8 @@ class AuditTrail:
                 "at": at, "agent": agent, "tool": tool, "principal": principal,
                 "arguments_digest": hmac.digest(self._key, _json.dumps_sorted(arguments), "sha256").hex(),
                 "outcome": "ok" if error is None else error.error_code, "latency_us": int(seconds * 1_000_000),
-                "request_id": request_id or "", "trace_id": _trace_id() if self._tracing else None,
+                "request_id": request_id or "",
+                "trace_id": tracing.current_ids().get("trace_id") if self._tracing else None,
             })  # fmt: skip
             waiting.append((workspace, at, written))
             if len(waiting) >= _BATCH:
@@ -163,14 +165,6 @@ def principal_fields(caller: Principal | None) -> dict[str, str]:
     that are known (never a token)."""
     if caller is None:
         return {"method": "none"}
-    fields = {"method": caller.method, "id": caller.id}
-    for name, value in (("subject", caller.subject), ("client_id", caller.client_id), ("issuer", caller.issuer)):
-        if value is not None:
-            fields[name] = value
+    fields = {"method": caller.method, "id": caller.id, "subject": caller.subject, "client_id": caller.client_id,
+              "issuer": caller.issuer}  # fmt: skip
     return {name: value for name, value in fields.items() if value}
-
-
-def _trace_id() -> str | None:
-    if tracing.tracer() is None:
-        return None
-    return tracing.current_ids().get("trace_id")
