@@ -82,16 +82,23 @@ async def test_every_call_is_one_record_naming_who_called_and_its_outcome_never_
 def test_a_full_buffer_drops_and_counts_and_a_registry_away_loses_nothing(tmp_path: Path) -> None:
     engine = open_engine(f"sqlite:///{tmp_path / 'registry.sqlite3'}", pooled=False)  # not migrated yet: away
     metrics = Metrics()
-    trail = AuditTrail(AuditLog(engine), capacity=2, interval=3600, on_drop=metrics.audit_dropped.inc)
-    observe = trail.observer("acme", "desk")
-    for n in range(3):
-        observe("get_user", None, 0.001, f"r{n}", None, {"id": n})
+    trail = AuditTrail(AuditLog(engine), capacity=4, interval=3600, on_drop=metrics.audit_dropped.inc)
+    acme, other = trail.observer("acme", "desk"), trail.observer("other", "desk")
+    for n in range(3):  # one workspace holds half the buffer at most: its third record is dropped
+        acme("get_user", None, 0.001, f"r{n}", None, {"id": n})
     assert trail.dropped == 1 and b"crank_audit_dropped_total 1.0" in metrics.exposition()
+    for n in range(3):  # another still has room, then the buffer is full
+        other("get_user", None, 0.001, f"o{n}", None, {"id": n})
+    assert trail.dropped == 2
     with pytest.raises(Exception, match="no such table"):
-        trail.flush()  # the registry does not answer: both records stay, in order
+        trail.flush()  # the registry does not answer: every record stays, each workspace's in order
     migrate(engine)
     trail.flush()
-    assert [r.fields["request_id"] for r in AuditLog(engine).records()] == ["r1", "r0"]
+    assert [r.fields["request_id"] for r in AuditLog(engine).records(workspace="acme")] == ["r1", "r0"]
+    assert [r.fields["request_id"] for r in AuditLog(engine).records(workspace="other")] == ["o1", "o0"]
+    acme("get_user", None, 0.001, "r3", None, {"id": 3})  # written: the workspace's share is free again
+    trail.flush()
+    assert trail.dropped == 2 and len(AuditLog(engine).records(workspace="acme")) == 3
     trail.close()
 
 

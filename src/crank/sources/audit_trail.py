@@ -55,6 +55,11 @@ class AuditTrail:
         self._interval = interval
         self._on_drop = on_drop
         self._waiting: collections.deque[tuple[str, int, bytes]] = collections.deque()
+        # Each workspace's records waiting, and the most one may hold: half the buffer (at least 1), so that one
+        # tenant's flood cannot fill it and have the others' records dropped. Both threads count, under the lock.
+        self._held: collections.Counter[str] = collections.Counter()
+        self._share = max(1, capacity // 2)
+        self._counting = threading.Lock()
         self._names: dict[int, tuple[Principal | None, dict[str, str]]] = {}
         self._tracing = tracing.tracer() is not None
         self._wake = threading.Event()
@@ -71,14 +76,18 @@ class AuditTrail:
         """The `CallObserver` that records one agent's calls. The request writes its record's JSON (a digest of the
         arguments, the caller named once per caller) and appends it: bytes, which the garbage collector never
         walks, where holding the calls' own objects until the writer runs would make every collection longer."""
-        waiting, capacity, names = self._waiting, self._capacity, self._names
+        waiting, capacity, names, held, share = self._waiting, self._capacity, self._names, self._held, self._share
 
         def observe(
             tool: str, error: ToolError | None, seconds: float, request_id: str | None, caller: Principal | None,
             arguments: Mapping[str, Any],
         ) -> None:  # fmt: skip
-            if len(waiting) >= capacity:
-                self._drop()
+            with self._counting:
+                full = len(waiting) >= capacity or held[workspace] >= share
+                if not full:
+                    held[workspace] += 1
+            if full:
+                self._drop(workspace)
                 return
             at = int(time.time() * 1_000_000)
             known = names.get(id(caller))
@@ -104,11 +113,12 @@ class AuditTrail:
         self._names[id(caller)] = (caller, principal)
         return principal
 
-    def _drop(self) -> None:
+    def _drop(self, workspace: str) -> None:
         self.dropped += 1
         if self._on_drop is not None:
             self._on_drop()
-        self._notices.warning("dropped", "audit record dropped: the buffer of %d records is full (CRANK_AUDIT_BUFFER)",
+        self._notices.warning("dropped", "audit record of workspace %s dropped: the buffer of %d records, or the half "
+                              "of it one workspace may hold, is full (CRANK_AUDIT_BUFFER)", workspace,
                               self._capacity)  # fmt: skip
 
     def flush(self) -> None:
@@ -125,10 +135,19 @@ class AuditTrail:
                     self.lost += len(batch)
                     logger.error("%d audit records of workspace %s cannot be written and are lost: %s", len(batch),
                                  workspace, type(refused).__name__)  # fmt: skip
+                    self._release(workspace, len(batch))
                 except Exception:
                     unwritten = [record for later in list(batches.values())[index:] for record in later]
                     self._waiting.extendleft(reversed(unwritten))  # kept, each workspace's in order, for next time
                     raise
+                else:
+                    self._release(workspace, len(batch))
+
+    def _release(self, workspace: str, count: int) -> None:
+        with self._counting:
+            self._held[workspace] -= count
+            if self._held[workspace] <= 0:
+                del self._held[workspace]
 
     def close(self, timeout: float = 10) -> None:
         """Stop the writer after it has written what is buffered."""
